@@ -1,0 +1,186 @@
+"""The gpucomm markers: their signatures, validation and the size sweep.
+
+    @bandwidth(min_gbps=40, size="16MB", tolerance=0.05)   # median GB/s (busbw for collectives) >= min_gbps
+    @latency(max_us=25, size="8KB", percentile=99)          # per-iteration latency percentile <= max_us
+    @sizes("4KB", "1MB", "16MB")                            # a sweep over a list ...
+    @sizes(start="4KiB", stop="1GiB", factor=4)             # ... or a geometric range
+    @gpus(2)                                                # needs 2 devices, else skipped with the reason
+    @world(4)                                               # the process_group fixture gets 4 ranks
+
+Every marker is validated; a bad one is an error that names the test and the keyword.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import pytest
+
+from .units import SizeError, format_size, parse_size
+
+__all__ = [
+    "MarkerError",
+    "MARKER_LINES",
+    "BandwidthSpec",
+    "LatencySpec",
+    "read_bandwidth",
+    "read_latency",
+    "read_sizes",
+    "read_gpus",
+    "read_world",
+    "size_id",
+]
+
+MARKER_LINES = [
+    "bandwidth(min_gbps=None, size=None, tolerance=None): the measured median bandwidth in GB/s (busbw for "
+    "collectives) must be at least min_gbps; size is the default message size of the test's measurements; "
+    "tolerance overrides the baseline tolerance (default 0.05) for this test.",
+    "latency(max_us=None, size=None, percentile=50): the given percentile of per-iteration latency in "
+    "microseconds must be at most max_us (percentile=99 for tail latency).",
+    "sizes(*sizes, start=None, stop=None, factor=2): parametrize the test's 'size' argument (bytes) over a "
+    "list of sizes or a geometric range start..stop; sizes above --gpucomm-max-size are left out.",
+    "gpus(n): the test needs n devices (GPUs, or logical host devices in CPU mode); with fewer it is skipped.",
+    "world(n): the process_group fixture of this test has n ranks (default: every visible GPU, 2 on CPU).",
+]
+
+
+class MarkerError(pytest.UsageError):
+    """A marker with a bad argument; the message names the test and the keyword."""
+
+
+def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> dict[str, Any]:
+    try:
+        return sig(*mark.args, **mark.kwargs)
+    except TypeError as e:
+        msg = str(e).split(")", 1)[-1].strip() if ")" in str(e) else str(e)
+        raise MarkerError(f"{where}: invalid @{mark.name} marker: {msg}") from None
+
+
+def _number(value: Any, mark: str, key: str, where: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MarkerError(f"{where}: @{mark}({key}={value!r}): {key} must be a number, got {type(value).__name__}")
+    x = float(value)
+    if not math.isfinite(x) or x < 0 or (positive and x == 0):
+        raise MarkerError(
+            f"{where}: @{mark}({key}={value!r}): {key} must be a {'positive' if positive else 'non-negative'} "
+            "finite number"
+        )
+    return x
+
+
+def _size(value: Any, mark: str, key: str, where: str) -> int:
+    try:
+        return parse_size(value, f"{where} @{mark}({key}=...)")
+    except SizeError as e:
+        raise MarkerError(str(e)) from None
+
+
+@dataclass(frozen=True)
+class BandwidthSpec:
+    min_gbps: Optional[float]
+    size: Optional[int]
+    tolerance: Optional[float]
+
+
+@dataclass(frozen=True)
+class LatencySpec:
+    max_us: Optional[float]
+    size: Optional[int]
+    percentile: float
+
+
+def _bandwidth_sig(min_gbps: Any = None, size: Any = None, tolerance: Any = None) -> dict[str, Any]:
+    return {"min_gbps": min_gbps, "size": size, "tolerance": tolerance}
+
+
+def _latency_sig(max_us: Any = None, size: Any = None, percentile: Any = 50) -> dict[str, Any]:
+    return {"max_us": max_us, "size": size, "percentile": percentile}
+
+
+def read_bandwidth(item: pytest.Item) -> Optional[BandwidthSpec]:
+    mark = item.get_closest_marker("bandwidth")
+    if mark is None:
+        return None
+    where = item.nodeid
+    kw = _call(_bandwidth_sig, mark, where)
+    min_gbps = None if kw["min_gbps"] is None else _number(kw["min_gbps"], "bandwidth", "min_gbps", where)
+    size = None if kw["size"] is None else _size(kw["size"], "bandwidth", "size", where)
+    tol = None
+    if kw["tolerance"] is not None:
+        tol = _number(kw["tolerance"], "bandwidth", "tolerance", where)
+        if tol >= 1:
+            raise MarkerError(f"{where}: @bandwidth(tolerance={kw['tolerance']!r}): tolerance is a fraction below 1 (0.05 = 5%)")
+    return BandwidthSpec(min_gbps, size, tol)
+
+
+def read_latency(item: pytest.Item) -> Optional[LatencySpec]:
+    mark = item.get_closest_marker("latency")
+    if mark is None:
+        return None
+    where = item.nodeid
+    kw = _call(_latency_sig, mark, where)
+    max_us = None if kw["max_us"] is None else _number(kw["max_us"], "latency", "max_us", where, positive=True)
+    size = None if kw["size"] is None else _size(kw["size"], "latency", "size", where)
+    pct = _number(kw["percentile"], "latency", "percentile", where)
+    if pct > 100:
+        raise MarkerError(f"{where}: @latency(percentile={kw['percentile']!r}): percentile must be within 0..100")
+    return LatencySpec(max_us, size, pct)
+
+
+def _sizes_sig(*sizes: Any, start: Any = None, stop: Any = None, factor: Any = 2) -> dict[str, Any]:
+    return {"sizes": sizes, "start": start, "stop": stop, "factor": factor}
+
+
+def read_sizes(mark: pytest.Mark, where: str) -> list[int]:
+    """The sizes of a @sizes marker, in bytes, in order, without duplicates."""
+    kw = _call(_sizes_sig, mark, where)
+    listed, start, stop = kw["sizes"], kw["start"], kw["stop"]
+    if listed and (start is not None or stop is not None):
+        raise MarkerError(f"{where}: invalid @sizes marker: give either a list of sizes or start=/stop=, not both")
+    if listed:
+        out = [_size(v, "sizes", f"#{i}", where) for i, v in enumerate(listed)]
+    else:
+        if start is None or stop is None:
+            raise MarkerError(f"{where}: invalid @sizes marker: give a list of sizes, or both start= and stop=")
+        lo = _size(start, "sizes", "start", where)
+        hi = _size(stop, "sizes", "stop", where)
+        f = _number(kw["factor"], "sizes", "factor", where)
+        if f <= 1:
+            raise MarkerError(f"{where}: @sizes(factor={kw['factor']!r}): factor must be greater than 1")
+        if hi < lo:
+            raise MarkerError(f"{where}: invalid @sizes marker: stop {hi} bytes is smaller than start {lo} bytes")
+        out, s = [], float(lo)
+        while s <= hi * (1 + 1e-12):
+            out.append(int(round(s)))
+            s *= f
+    seen: set[int] = set()
+    return [x for x in out if not (x in seen or seen.add(x))]
+
+
+def _count_sig(n: Any) -> dict[str, Any]:
+    return {"n": n}
+
+
+def _count(item: pytest.Item, name: str) -> Optional[int]:
+    mark = item.get_closest_marker(name)
+    if mark is None:
+        return None
+    n = _call(_count_sig, mark, item.nodeid)["n"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise MarkerError(f"{item.nodeid}: @{name}({n!r}): expected a positive whole number")
+    return n
+
+
+def read_gpus(item: pytest.Item) -> Optional[int]:
+    return _count(item, "gpus")
+
+
+def read_world(item: pytest.Item) -> Optional[int]:
+    return _count(item, "world")
+
+
+def size_id(nbytes: int) -> str:
+    """Test id of a size: '4KiB', '1.5MB', '512B'."""
+    return format_size(nbytes).replace(" ", "")

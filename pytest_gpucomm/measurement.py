@@ -1,0 +1,129 @@
+"""The result of one measurement: what was measured and its raw per-iteration samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Optional
+
+from .stats import Summary, summarize
+from .units import GB, describe_size
+
+__all__ = ["Measurement"]
+
+
+@dataclass
+class Measurement:
+    """One operation at one size, timed over many iterations.
+
+    ``size_bytes`` is the message size S of the op as nccl-tests defines it (for a copy: the bytes of
+    one transfer in one direction; for all_gather/reduce_scatter/all_to_all: the full buffer).
+    ``bytes_per_iter`` is what algbw divides by the time: S for every op except the both-ways copy,
+    which counts the bytes of both directions.  ``busbw_factor`` turns algbw into busbw
+    (1 for copies and point-to-point ops).
+    """
+
+    op: str
+    size_bytes: int
+    samples_s: list[float]
+    devices: tuple[str, ...]
+    bytes_per_iter: int = 0
+    busbw_factor: float = 1.0
+    world_size: int = 1
+    dtype: Optional[str] = None
+    kind: str = "copy"  # "copy" or "collective"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.bytes_per_iter:
+            self.bytes_per_iter = self.size_bytes
+        self.samples_s = [float(s) for s in self.samples_s]
+        self.devices = tuple(self.devices)
+
+    # -- statistics, derived from the raw samples on demand ------------------------------------------
+    @cached_property
+    def summary(self) -> Summary:
+        return summarize(self.samples_s)
+
+    @property
+    def n(self) -> int:
+        return self.summary.n
+
+    @property
+    def median_s(self) -> float:
+        return self.summary.median_s
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Algorithm bandwidth at the median time: bytes_per_iter / t, GB = 1e9 bytes."""
+        return self.bytes_per_iter / self.summary.median_s / GB
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.algbw_gbps * self.busbw_factor
+
+    @property
+    def gbps(self) -> float:
+        """The figure thresholds and baselines use: busbw for collectives, algbw for copies."""
+        return self.busbw_gbps
+
+    @property
+    def samples_gbps(self) -> list[float]:
+        """Per-iteration bandwidth (busbw), the quantity the baseline decision works on."""
+        k = self.bytes_per_iter * self.busbw_factor / GB
+        return [k / s for s in self.samples_s]
+
+    @property
+    def p50_us(self) -> float:
+        return self.summary.p50_s * 1e6
+
+    @property
+    def p99_us(self) -> float:
+        return self.summary.p99_s * 1e6
+
+    @property
+    def cv(self) -> float:
+        return self.summary.cv
+
+    def latency_us(self, percentile: float = 50.0) -> float:
+        import numpy as np
+
+        return float(np.percentile(self.samples_s, percentile)) * 1e6
+
+    @property
+    def where(self) -> str:
+        """Devices of a copy ("cuda:0->cuda:1") or the world of a collective ("2 ranks, nccl")."""
+        if self.kind == "collective":
+            backend = self.info.get("backend", "")
+            return f"{self.world_size} ranks" + (f" ({backend})" if backend else "")
+        return "->".join(self.devices) if self.op != "copy_bidir" else "<->".join(self.devices)
+
+    def describe(self) -> str:
+        return (
+            f"{self.op} on {self.where}, size {describe_size(self.size_bytes)}: "
+            f"{self.gbps:.2f} GB/s median over {self.n} samples (CV {self.cv * 100:.1f}%)"
+        )
+
+    def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "op": self.op,
+            "kind": self.kind,
+            "size_bytes": self.size_bytes,
+            "bytes_per_iter": self.bytes_per_iter,
+            "devices": list(self.devices),
+            "world_size": self.world_size,
+            "dtype": self.dtype,
+            "busbw_factor": self.busbw_factor,
+            "n": self.n,
+            "median_us": self.median_s * 1e6,
+            "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps,
+            "gbps": self.gbps,
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "cv": self.cv,
+            "info": self.info,
+        }
+        if with_samples:
+            d["samples_s"] = list(self.samples_s)
+        return d

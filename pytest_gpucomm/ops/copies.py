@@ -1,0 +1,320 @@
+"""Copies: peer-to-peer (one way and both ways), host-to-device and device-to-host.
+
+On GPU a copy is ``dst.copy_(src, non_blocking=True)`` of contiguous bytes, which torch turns into
+cudaMemcpyPeerAsync / hipMemcpyPeerAsync (peer access is enabled by torch on first use where the pair
+supports it) on the source device's stream, timed with device events.  Small copies are batched behind a
+short spin kernel (a "latch", as nvbandwidth does) so the host has enqueued the whole batch before the
+device starts it: the device then runs the copies back to back and launch overhead is not measured.
+
+On CPU a copy is a host memcpy between two buffers, timed with the host clock; "both ways" runs two
+copies at once in two threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from ..measurement import Measurement
+from ..timing import TimingSettings, measure
+
+__all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool"]
+
+_LATCH_MARGIN_S = 50e-6
+
+
+class CopyError(RuntimeError):
+    pass
+
+
+class BufferPool:
+    """One growing byte buffer per (device, role), so a sweep does not allocate at every size."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[tuple[str, str, bool], Any] = {}
+
+    def get(self, device: str, role: str, nbytes: int, pinned: bool = False) -> Any:
+        import torch
+
+        key = (device, role, pinned)
+        buf = self._bufs.get(key)
+        if buf is None or buf.numel() < nbytes:
+            self._bufs.pop(key, None)
+            del buf
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+                buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            else:
+                buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+            fill_pattern(buf)
+            self._bufs[key] = buf
+        return buf[:nbytes]
+
+    def clear(self) -> None:
+        self._bufs.clear()
+
+
+def fill_pattern(buf: Any) -> None:
+    """Distinct 8-byte words (not zeros: nothing may go faster on untouched or zero pages)."""
+    import torch
+
+    words = buf.numel() // 8
+    if words:
+        w = buf[: words * 8].view(torch.int64)
+        chunk = 1 << 25
+        for off in range(0, words, chunk):
+            m = min(chunk, words - off)
+            idx = torch.arange(off + 1, off + 1 + m, dtype=torch.int64, device=buf.device)
+            w[off : off + m].copy_(idx * -7046029254386353131)  # a large odd constant: all bytes vary
+    rest = buf.numel() - words * 8
+    if rest:
+        buf[words * 8 :].copy_(torch.arange(1, rest + 1, dtype=torch.uint8, device=buf.device))
+
+
+_CLOCK_HZ: dict[int, float] = {}
+
+
+def _spin_rate(device_index: int) -> float:
+    """Cycles per second of torch.cuda._sleep on this device (measured once)."""
+    import torch
+
+    if device_index not in _CLOCK_HZ:
+        with torch.cuda.device(device_index):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1000)
+            s.record()
+            torch.cuda._sleep(2_000_000)
+            e.record()
+            e.synchronize()
+            secs = s.elapsed_time(e) / 1e3
+        _CLOCK_HZ[device_index] = 2_000_000 / max(secs, 1e-6)
+    return _CLOCK_HZ[device_index]
+
+
+class _Latch:
+    """Hold a stream with a spin kernel long enough for the host to enqueue a batch."""
+
+    def __init__(self, device_index: int) -> None:
+        self.device_index = device_index
+        self.enqueue_s_per_iter = 20e-6  # refined from observation
+
+    def hold(self, inner: int) -> None:
+        import torch
+
+        secs = inner * self.enqueue_s_per_iter * 1.5 + _LATCH_MARGIN_S
+        torch.cuda._sleep(int(secs * _spin_rate(self.device_index)))
+
+    def observe(self, inner: int, seconds: float) -> None:
+        self.enqueue_s_per_iter = max(self.enqueue_s_per_iter * 0.5, seconds / inner)
+
+
+class _CudaCopy:
+    """src -> dst (and, both ways, dst -> src at the same time) on GPUs, or host <-> device."""
+
+    def __init__(self, pairs: list[tuple[Any, Any]], streams: list[tuple[Any, Any]], latch_device: int):
+        import torch
+
+        self.torch = torch
+        self.pairs = pairs  # (src, dst) tensors, one per direction
+        self.streams = streams  # (copy stream, idle stream on the other device) per direction
+        self.main = streams[0][0]
+        self.latch = _Latch(latch_device)
+
+    def sample(self, inner: int) -> Callable[[], float]:
+        torch = self.torch
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.main):
+            self.latch.hold(inner)
+            start.record(self.main)
+        t0 = time.perf_counter()
+        ends = []
+        for (src, dst), (stream, other) in zip(self.pairs, self.streams):
+            if stream is not self.main:
+                stream.wait_event(start)
+            with torch.cuda.stream(stream), _maybe_stream(torch, other):
+                for _ in range(inner):
+                    dst.copy_(src, non_blocking=True)
+            if stream is not self.main:
+                ev = torch.cuda.Event()
+                ev.record(stream)
+                ends.append(ev)
+        for ev in ends:
+            self.main.wait_event(ev)
+        end.record(self.main)
+        self.latch.observe(inner, time.perf_counter() - t0)
+        return lambda: start.elapsed_time(end) / 1e3
+
+    def sync(self) -> None:
+        for stream, _ in self.streams:
+            stream.synchronize()
+
+
+class _maybe_stream:
+    def __init__(self, torch: Any, stream: Optional[Any]) -> None:
+        self.ctx = torch.cuda.stream(stream) if stream is not None else None
+
+    def __enter__(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+class _HostCopy:
+    """Host memcpy between buffers; both ways = two threads copying at once."""
+
+    def __init__(self, pairs: list[tuple[Any, Any]]):
+        self.pairs = pairs
+
+    def sample(self, inner: int) -> Callable[[], float]:
+        if len(self.pairs) == 1:
+            src, dst = self.pairs[0]
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                dst.copy_(src)
+            dt = time.perf_counter() - t0
+            return lambda: dt
+        barrier = threading.Barrier(len(self.pairs) + 1)
+        done: list[float] = []
+
+        def work(src: Any, dst: Any) -> None:
+            barrier.wait()
+            for _ in range(inner):
+                dst.copy_(src)
+            done.append(time.perf_counter())
+
+        threads = [threading.Thread(target=work, args=p) for p in self.pairs]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        dt = max(done) - t0
+        return lambda: dt
+
+    def sync(self) -> None:
+        pass
+
+
+def _verify(timed: Any, pairs: list[tuple[Any, Any]], what: str) -> None:
+    """Poison the destinations, copy once more, and compare a strided sample and the tail with the sources.
+
+    A fast wrong copy is a failure, not a figure.
+    """
+    for _, dst in pairs:
+        dst.fill_(0xA5)
+    timed.sample(1)
+    timed.sync()
+    for src, dst in pairs:
+        n = src.numel()
+        stride = max(1, n // (1 << 20)) | 1  # odd: the sample visits every byte position of a word
+        a, b = src[::stride].to("cpu"), dst[::stride].to("cpu")
+        tail_a, tail_b = src[-4096:].to("cpu"), dst[-4096:].to("cpu")
+        bad = int((a != b).sum()) + int((tail_a != tail_b).sum())
+        if bad:
+            raise CopyError(
+                f"{what}: the copied data is wrong in {bad} of {a.numel() + tail_a.numel()} checked bytes"
+            )
+
+
+class _single_threaded:
+    """One memcpy per thread on the host: torch's intra-op pool would split a copy over all cores and
+    make its time depend on how busy the other cores are."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self.saved = 0
+
+    def __enter__(self) -> None:
+        if self.active:
+            import torch
+
+            self.saved = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active:
+            import torch
+
+            torch.set_num_threads(self.saved)
+
+
+def _device_index(name: str) -> int:
+    return int(name.split(":")[1]) if ":" in name else 0
+
+
+def measure_copy(
+    src_dev: str,
+    dst_dev: str,
+    size: int,
+    settings: TimingSettings,
+    pool: BufferPool,
+    both_ways: bool = False,
+) -> Measurement:
+    """Peer copy src_dev -> dst_dev of ``size`` bytes (and dst_dev -> src_dev at once when both_ways)."""
+    import torch
+
+    op = "copy_bidir" if both_ways else "copy"
+    a_src = pool.get(src_dev, "a_src", size)
+    b_dst = pool.get(dst_dev, "b_dst", size)
+    pairs = [(a_src, b_dst)]
+    if both_ways:
+        b_src = pool.get(dst_dev, "b_src", size)
+        a_dst = pool.get(src_dev, "a_dst", size)
+        pairs.append((b_src, a_dst))
+    info: dict[str, Any] = {}
+    if src_dev.startswith("cuda"):
+        i, j = _device_index(src_dev), _device_index(dst_dev)
+        peer = bool(torch.cuda.can_device_access_peer(i, j)) if i != j else True
+        info["peer_access"] = peer
+        streams = [(torch.cuda.Stream(device=i), torch.cuda.Stream(device=j))]
+        if both_ways:
+            streams.append((torch.cuda.Stream(device=j), torch.cuda.Stream(device=i)))
+        timed: Any = _CudaCopy(pairs, streams, latch_device=i)
+        info["timer"] = "device events"
+    else:
+        timed = _HostCopy(pairs)
+        info["timer"] = "host clock"
+    with _single_threaded(not src_dev.startswith("cuda")):
+        samples, p = measure(timed, settings)
+    _verify(timed, pairs, f"{op} {src_dev}->{dst_dev} ({size} bytes)")
+    info["batch"] = p.inner
+    return Measurement(
+        op=op,
+        size_bytes=size,
+        bytes_per_iter=size * (2 if both_ways else 1),
+        samples_s=samples,
+        devices=(src_dev, dst_dev),
+        kind="copy",
+        info=info,
+    )
+
+
+def measure_host_device(device: str, size: int, direction: str, settings: TimingSettings, pool: BufferPool) -> Measurement:
+    """Pinned host memory -> device ("h2d") or device -> pinned host memory ("d2h")."""
+    import torch
+
+    if direction not in ("h2d", "d2h"):
+        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    if not device.startswith("cuda"):
+        raise CopyError(f"host<->device copies need a GPU device, got {device!r}")
+    host = pool.get("cpu", f"pinned_{direction}", size, pinned=True)
+    dev = pool.get(device, f"{direction}_dev", size)
+    src, dst = (host, dev) if direction == "h2d" else (dev, host)
+    i = _device_index(device)
+    timed = _CudaCopy([(src, dst)], [(torch.cuda.Stream(device=i), None)], latch_device=i)
+    samples, p = measure(timed, settings)
+    _verify(timed, [(src, dst)], f"{direction} {device} ({size} bytes)")
+    return Measurement(
+        op=direction,
+        size_bytes=size,
+        samples_s=samples,
+        devices=("host", device) if direction == "h2d" else (device, "host"),
+        kind="copy",
+        info={"timer": "device events", "pinned": True, "batch": p.inner},
+    )

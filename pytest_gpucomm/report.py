@@ -1,0 +1,110 @@
+"""Reports: the terminal table and the JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .session import Record
+from .units import format_size
+
+__all__ = ["table_rows", "render_table", "json_document", "write_json"]
+
+HEADERS = [
+    "test",
+    "op",
+    "devices / world",
+    "size (bytes)",
+    "size",
+    "GB/s",
+    "p50 us",
+    "p99 us",
+    "CV%",
+    "n",
+]
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.split("::", 1)[-1] if "::" in nodeid else nodeid
+
+
+def table_rows(records: Iterable[Record]) -> list[list[Any]]:
+    rows = []
+    for r in records:
+        m = r.measurement
+        rows.append(
+            [
+                _short(r.nodeid),
+                m.op,
+                m.where,
+                m.size_bytes,
+                format_size(m.size_bytes),
+                f"{m.gbps:.2f}",
+                f"{m.p50_us:.2f}",
+                f"{m.p99_us:.2f}",
+                f"{m.cv * 100:.1f}",
+                m.n,
+            ]
+        )
+    return rows
+
+
+def render_table(records: list[Record], extra_headers: Optional[list[str]] = None,
+                 extra: Optional[list[list[Any]]] = None) -> str:
+    from tabulate import tabulate
+
+    rows = table_rows(records)
+    headers = list(HEADERS)
+    if extra_headers and extra:
+        headers += extra_headers
+        rows = [r + e for r, e in zip(rows, extra)]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True, stralign="right")
+
+
+LEGEND = (
+    "GB/s: median busbw for collectives, algbw for copies (GB = 1e9 bytes; a both-ways copy counts the bytes of "
+    "both directions); p50/p99: per-iteration latency; CV: coefficient of variation of the per-iteration times; "
+    "n: samples."
+)
+
+
+def json_document(records: list[Record], *, settings: dict[str, Any], fingerprint: Optional[dict[str, Any]],
+                  extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    rows = []
+    for r in records:
+        row = {"test": r.nodeid, **r.measurement.to_dict(with_samples=True), "status": r.status,
+               "checks": list(r.checks)}
+        if r.baseline is not None:
+            row["baseline"] = r.baseline
+        rows.append(row)
+    doc: dict[str, Any] = {
+        "format": "pytest-gpucomm-report",
+        "version": 1,
+        "settings": settings,
+        "fingerprint": fingerprint,
+        "rows": rows,
+    }
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    """Write atomically: a temp file in the same folder, then rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,139 @@
+"""Options and ini keys of the ``gpucomm`` group, resolved command line > environment > ini.
+
+Each value is parsed by a small typed function that raises ``pytest.UsageError`` naming the bad value
+and where it came from ("invalid --gpucomm-min-time 'abc' (from the command line)").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional, TypeVar
+
+import pytest
+
+from .units import SizeError, describe_size, parse_size
+
+__all__ = ["Settings", "add_options", "read_settings", "parse_seconds"]
+
+T = TypeVar("T")
+
+DEFAULT_MIN_TIME_S = 0.1
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_GPU_MAX_SIZE = 1 << 30  # 1 GiB
+DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_ALPHA = 0.01
+DEFAULT_MAX_RUNS = 5
+
+# (option, dest, ini key, env var, help, metavar)
+_OPTIONS = [
+    ("--gpu-baseline", "gpucomm_baseline", "gpucomm_baseline", "GPUCOMM_BASELINE",
+     "Compare every measurement with this baseline: NAME (baselines/NAME.json), a PATH to a .json file, or "
+     "'auto' (the baseline named for the detected hardware, e.g. h200, mi300x). Default: no comparison.",
+     "NAME|PATH|auto"),
+    ("--gpucomm-device", "gpucomm_device", "gpucomm_device", "GPUCOMM_DEVICE",
+     "Where to measure: 'auto' (GPUs when torch sees one, else the CPU variants), 'gpu' (error without one) "
+     "or 'cpu' (host memory copies, gloo). Default: auto.", "auto|gpu|cpu"),
+    ("--gpucomm-min-time", "gpucomm_min_time", "gpucomm_min_time", "GPUCOMM_MIN_TIME",
+     f"Minimum measuring time per case in seconds, warm-up excluded. Default: {DEFAULT_MIN_TIME_S}. "
+     "Use 1 for the one-second-per-size runs of the published benchmarks.", "SECONDS"),
+    ("--gpucomm-max-size", "gpucomm_max_size", "gpucomm_max_size", "GPUCOMM_MAX_SIZE",
+     "Largest message size of the @sizes sweeps; larger sizes are not collected. "
+     f"Default: {describe_size(DEFAULT_GPU_MAX_SIZE)} on GPU, {describe_size(DEFAULT_CPU_MAX_SIZE)} on CPU.", "SIZE"),
+    ("--gpucomm-json", "gpucomm_json", "gpucomm_json", "GPUCOMM_JSON",
+     "Write every measurement (summary rows and raw samples) to this JSON file. Default: none.", "PATH"),
+    ("--gpucomm-timeout", "gpucomm_timeout", "gpucomm_timeout", "GPUCOMM_TIMEOUT",
+     f"Seconds a collective may take on the ranks before the test fails as hung. Default: {DEFAULT_TIMEOUT_S:g}.",
+     "SECONDS"),
+]
+
+
+@dataclass(frozen=True)
+class Settings:
+    baseline: Optional[str]
+    device: str
+    min_time_s: float
+    max_size: Optional[int]  # None: the default for the device kind
+    json_path: Optional[str]
+    timeout_s: float
+
+    def describe(self) -> str:
+        parts = [
+            f"device={self.device}",
+            f"min-time={self.min_time_s:g}s",
+            f"max-size={'default' if self.max_size is None else describe_size(self.max_size)}",
+            f"timeout={self.timeout_s:g}s",
+            f"baseline={self.baseline or 'none'}",
+        ]
+        if self.json_path:
+            parts.append(f"json={self.json_path}")
+        return "gpucomm settings: " + ", ".join(parts)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpucomm", "GPU communication benchmarks (pytest-gpucomm)")
+    for opt, dest, ini, env, help_, metavar in _OPTIONS:
+        group.addoption(opt, dest=dest, default=None, metavar=metavar, help=help_ + f" Env: {env}; ini: {ini}.")
+        parser.addini(ini, help=help_, default=None)
+
+
+def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional[str], str]:
+    v = config.getoption(dest)
+    if v is not None:
+        return str(v), "the command line"
+    if env in os.environ:
+        return os.environ[env], f"the {env} environment variable"
+    iv = config.getini(ini)
+    if iv not in (None, "", []):
+        return str(iv), f"the ini key {ini}"
+    return None, "the default"
+
+
+def parse_seconds(value: str, name: str, origin: str, allow_zero: bool = True) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
+        raise pytest.UsageError(
+            f"invalid {name} {value!r} (from {origin}): expected a "
+            f"{'non-negative' if allow_zero else 'positive'} number of seconds"
+        )
+    return x
+
+
+def _get(config: pytest.Config, opt: str, parse: Callable[[str, str, str], T], default: T) -> T:
+    for o, dest, ini, env, _, _ in _OPTIONS:
+        if o == opt:
+            raw, origin = _raw(config, dest, ini, env)
+            return default if raw is None else parse(raw, opt, origin)
+    raise KeyError(opt)  # pragma: no cover
+
+
+def _parse_device(value: str, name: str, origin: str) -> str:
+    v = value.strip().lower()
+    aliases = {"auto": "auto", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "hip": "gpu", "cpu": "cpu"}
+    if v not in aliases:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected auto, gpu or cpu")
+    return aliases[v]
+
+
+def _parse_size(value: str, name: str, origin: str) -> int:
+    try:
+        return parse_size(value, f"{name} from {origin}")
+    except SizeError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    return Settings(
+        baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip() or None, None),
+        device=_get(config, "--gpucomm-device", _parse_device, "auto"),
+        min_time_s=_get(config, "--gpucomm-min-time", parse_seconds, DEFAULT_MIN_TIME_S),
+        max_size=_get(config, "--gpucomm-max-size", _parse_size, None),
+        json_path=_get(config, "--gpucomm-json", lambda v, n, o: v, None),
+        timeout_s=_get(config, "--gpucomm-timeout", lambda v, n, o: parse_seconds(v, n, o, allow_zero=False),
+                       DEFAULT_TIMEOUT_S),
+    )

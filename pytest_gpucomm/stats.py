@@ -1,0 +1,449 @@
+"""Pure statistics on per-iteration samples: summaries now, the regression decision below.
+
+Nothing here imports torch or touches a device; every function takes plain sequences of floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Summary", "summarize"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of a list of per-iteration times (seconds)."""
+
+    n: int
+    mean_s: float
+    median_s: float
+    min_s: float
+    max_s: float
+    p50_s: float
+    p99_s: float
+    stdev_s: float
+    cv: float  # coefficient of variation of the times: stdev / mean (0.02 = 2 %)
+
+
+def summarize(samples_s: Sequence[float]) -> Summary:
+    """Summarize per-iteration times.  Raises ValueError on an empty list or a non-positive time."""
+    arr = np.asarray(samples_s, dtype=float)
+    if arr.size == 0:
+        raise ValueError("no samples to summarize")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"samples must be positive finite times, got min={arr.min()!r}")
+    mean = float(arr.mean())
+    stdev = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return Summary(
+        n=int(arr.size),
+        mean_s=mean,
+        median_s=float(np.median(arr)),
+        min_s=float(arr.min()),
+        max_s=float(arr.max()),
+        p50_s=float(np.percentile(arr, 50)),
+        p99_s=float(np.percentile(arr, 99)),
+        stdev_s=stdev,
+        cv=stdev / mean if mean > 0 and not math.isnan(stdev) else 0.0,
+    )
+
+
+# ================================================================================================
+# The regression decision: compare this run's per-iteration bandwidth with the stored baseline runs.
+# ================================================================================================
+#
+# The rule is documented in ``DECISION_RULE`` below (it also goes into the README); the code follows it
+# step by step.
+
+DECISION_RULE = """\
+How a benchmark is judged against its baseline
+----------------------------------------------
+
+Each case (an op at a size) gives per-iteration bandwidth samples.  The baseline keeps the raw samples
+of the last K runs.  All statistics work on log bandwidth, so a shift is a ratio and +/- are symmetric.
+
+1. Shift estimate.  ratio = exp(Hodges-Lehmann shift) = exp(median over all pairs (i, j) of
+   log(current_i) - log(baseline_j)), baseline runs pooled.  It is robust to outlier iterations.
+   Above 1e6 pairs a fixed, seeded subsample of 1e6 pairs is used (deterministic).
+2. Significance.  One-sided Mann-Whitney U test "current is slower" (scipy.stats.mannwhitneyu,
+   alternative="less"; for samples above 8 values the same normal approximation with tie and continuity
+   correction is computed in-module, which is faster).  The level is Bonferroni-corrected for the number
+   m of gated comparisons in the session: alpha / m (suite-level alpha 0.01 by default).  Bonferroni,
+   not Holm: verdicts are given test by test, before the other p-values are known.
+3. Run-to-run spread.  Iterations of one run share that run's offset (clocks, placement, topology
+   choice), so an iid test alone calls 1-2 % run-to-run shifts "significant".  The spread s is the
+   standard deviation of the log run medians of the baseline, less the part that the sampling noise of
+   each median explains (pi/2 * (1.4826 MAD)^2 / n per run), then moderated towards a prior of 1 %
+   worth 4 degrees of freedom:  s^2 = ((K-1) s_obs^2 + 4 * 0.01^2) / (K-1+4).  With one baseline run s
+   is 1 %; with many runs the observed spread dominates.  The estimate's run-level standard error is
+   s_r = s * sqrt(1 + sum_j w_j^2) (the current run's own offset plus that of the weighted mean of the
+   baseline runs, w_j = n_j / N).
+4. Confidence bounds.  The distribution-free (Moses) confidence limits of the shift, from the order
+   statistics of the pairwise differences, are widened by the run-level error:
+   bound = shift +/- sqrt(h^2 + (z s_r)^2), h being the Moses half-width at the same level.
+   The verdict uses the one-sided 95 % bounds (z = 1.645, i.e. the ends of the 90 % interval);
+   messages also show the two-sided 95 % interval (z = 1.96).
+5. Verdict (tolerance t = 5 % by default):
+   * "regression": the drop is significant (p < alpha/m) AND the one-sided 95 % upper bound of the
+     ratio is below 1 - t.  The drop is then shown, run-to-run variation included, to exceed the
+     tolerance; a drop that is merely significant is not enough.
+   * "improved": symmetric; significant gain (one-sided "greater" test) AND lower bound above 1 + t.
+   * "noisy": neither of the above, and the run-to-run part of the margin alone, 1.645 s_r, exceeds
+     the tolerance (exp(-1.645 s_r) < 1 - t): the baseline is too unsteady to hold the tolerance, so no
+     verdict is guessed.  Record more baseline runs, steady the machine, or raise the tolerance.
+   * "ok": otherwise (consistent with the baseline within the tolerance, or not shown to be outside it).
+   A published baseline with only a floor is checked with check_floor: regression when the median of
+   the current samples is below the floor.
+"""
+
+from scipy import stats as _sstats  # noqa: E402
+
+__all__ += [
+    "Comparison",
+    "FloorCheck",
+    "corrected_alpha",
+    "compare",
+    "check_floor",
+    "hodges_lehmann",
+    "DECISION_RULE",
+    "DEFAULT_TOLERANCE",
+    "DEFAULT_ALPHA",
+]
+
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_ALPHA = 0.01
+PRIOR_RUN_SPREAD = 0.01  # assumed run-to-run relative sd when the baseline cannot tell (one run)
+PRIOR_RUN_SPREAD_DF = 4.0  # weight of that prior, in degrees of freedom
+MAX_PAIRS = 1_000_000  # above this many (current, baseline) pairs a fixed subsample of pairs is used
+_Z_ONE_SIDED_95 = 1.6448536269514722  # norm.ppf(0.95)
+_Z_TWO_SIDED_95 = 1.959963984540054  # norm.ppf(0.975)
+_PAIR_SEED = 20240607
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one case against its baseline; see DECISION_RULE.
+
+    ``ratio`` and the bounds are current/baseline bandwidth (0.86 = 14 % slower).  ``ci_low``/``ci_high``
+    are the two-sided 95 % interval, ``lower_bound``/``upper_bound`` the one-sided 95 % bounds the verdict
+    used (the ends of the 90 % interval); all are widened for run-to-run spread.
+    """
+
+    status: str  # "ok" | "regression" | "improved" | "noisy"
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float  # one-sided Mann-Whitney U p-value for "current is slower" (raw, uncorrected)
+    alpha: float  # per-comparison level after Bonferroni correction
+    current_median_gbps: float
+    baseline_median_gbps: float
+    run_spread: float  # moderated run-to-run relative sd used (see DECISION_RULE step 3)
+    tolerance: float
+    reason: str
+    lower_bound: float = float("nan")
+    upper_bound: float = float("nan")
+    p_value_greater: float = float("nan")  # one-sided p-value for "current is faster"
+    n_current: int = 0
+    n_baseline: int = 0
+    baseline_runs: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+    @property
+    def ratio_text(self) -> str:
+        """E.g. ``0.86x [0.84, 0.88] 95% CI``."""
+        return f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] 95% CI"
+
+
+@dataclass(frozen=True)
+class FloorCheck:
+    """The verdict on a case that only has a published floor (no measured baseline runs)."""
+
+    status: str  # "ok" | "regression"
+    current_median_gbps: float
+    floor_gbps: float
+    ratio: float  # current median / floor
+    n_current: int
+    reason: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+
+def corrected_alpha(alpha: float, n_comparisons: int) -> float:
+    """Per-comparison level for a suite of ``n_comparisons`` gated comparisons: Bonferroni, alpha / m.
+
+    Bonferroni keeps the chance of any false "significant" in the session at most ``alpha``.  Holm's
+    step-down would be less conservative but needs all p-values first; verdicts are given test by test.
+    """
+    alpha = float(alpha)
+    if not (0.0 < alpha < 1.0) or math.isnan(alpha):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if isinstance(n_comparisons, bool) or int(n_comparisons) != n_comparisons or n_comparisons < 1:
+        raise ValueError(f"n_comparisons must be a whole number >= 1, got {n_comparisons!r}")
+    return alpha / int(n_comparisons)
+
+
+def _as_positive(values: Sequence[float], what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: expected a list of numbers ({exc})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{what}: expected a flat list of numbers, got an array of shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{what}: no samples")
+    if arr.min() > 0 and math.isfinite(arr.max()):
+        return arr
+    bad = ~np.isfinite(arr) | ~(arr > 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{what}: bandwidth samples must be positive finite numbers; "
+            f"{int(bad.sum())} are not, the first at index {i}: {arr[i]!r}"
+        )
+    return arr
+
+
+def _pair_differences(x: np.ndarray, y: np.ndarray, max_pairs: int = MAX_PAIRS) -> np.ndarray:
+    """All differences x_i - y_j, or a deterministic (fixed-seed) sample of ``max_pairs`` of them."""
+    n1, n2 = x.size, y.size
+    if n1 * n2 <= max_pairs:
+        return np.subtract.outer(x, y).ravel()
+    rng = np.random.default_rng(_PAIR_SEED)
+    i = rng.integers(0, n1, size=max_pairs)
+    j = rng.integers(0, n2, size=max_pairs)
+    return x[i] - y[j]
+
+
+def hodges_lehmann(x: Sequence[float], y: Sequence[float]) -> float:
+    """Hodges-Lehmann two-sample shift: median of all pairwise differences x_i - y_j.
+
+    Works on the numbers as given (``compare`` passes log bandwidth).
+    """
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    if xa.size == 0 or ya.size == 0:
+        raise ValueError("hodges_lehmann: both samples must be non-empty")
+    return _median(_pair_differences(xa, ya))
+
+
+def _mann_whitney(x: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+    """One-sided Mann-Whitney U p-values (less, greater) of x against y (the pooled baseline, sorted).
+
+    For small samples (either <= 8 values) scipy.stats.mannwhitneyu is called (exact when there are no
+    ties).  Otherwise the same normal approximation scipy uses (tie correction, continuity correction
+    0.5) is computed here from sorted ranks: identical results, without scipy's per-call overhead.
+    """
+    n1, n2 = x.size, ys.size
+    if n1 <= 8 or n2 <= 8:
+        p_less = float(_sstats.mannwhitneyu(x, ys, alternative="less").pvalue)
+        p_greater = float(_sstats.mannwhitneyu(x, ys, alternative="greater").pvalue)
+        return p_less, p_greater
+    # U1 = sum over i of #(y < x_i) + 0.5 #(y == x_i)
+    u1 = float(np.sum(np.searchsorted(ys, x, side="left") + np.searchsorted(ys, x, side="right"))) / 2.0
+    u2 = n1 * n2 - u1
+    n = n1 + n2
+    pooled = np.sort(np.concatenate([x, ys]), kind="stable")
+    tied = np.diff(pooled) == 0
+    if tied.any():
+        edges = np.flatnonzero(~tied) + 1
+        t = np.diff(np.concatenate([[0], edges, [n]])).astype(float)
+        tie_term = float(np.sum(t**3 - t))
+    else:
+        tie_term = 0.0
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+    if var <= 0:  # every value identical: no evidence either way
+        return 1.0, 1.0
+    sd = math.sqrt(var)
+    mu = n1 * n2 / 2.0
+    # P(Z >= z) = erfc(z / sqrt 2) / 2, accurate far into the tail (same as scipy.special.ndtr(-z))
+    p_less = 0.5 * math.erfc((u2 - mu - 0.5) / sd / math.sqrt(2.0))
+    p_greater = 0.5 * math.erfc((u1 - mu - 0.5) / sd / math.sqrt(2.0))
+    return min(max(p_less, 0.0), 1.0), min(max(p_greater, 0.0), 1.0)
+
+
+def _moses_positions(n1: int, n2: int, m: int, z: float) -> tuple[int, int]:
+    """Positions (0-based, among ``m`` sorted pairwise differences) of the distribution-free (Moses)
+    confidence limits of the HL shift: order statistics C and N+1-C of the N = n1*n2 differences,
+    C = floor(N/2 - z sqrt(n1 n2 (n1+n2+1)/12)), at least 1 (with very few samples the interval is then
+    simply the range of the differences, of lower confidence than asked).  For a subsample of pairs the
+    same quantile positions are used."""
+    n_all = n1 * n2
+    c = max(math.floor(n_all / 2.0 - z * math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0)), 1)
+    if m == n_all:
+        return c - 1, n_all - c
+    scale = (m - 1) / max(n_all - 1, 1)
+    return int(round((c - 1) * scale)), int(round((n_all - c) * scale))
+
+
+def _median(a: np.ndarray) -> float:
+    """Median of a 1-d array, cheaper than np.median for the small arrays used here."""
+    n = a.size
+    h = n // 2
+    if n % 2:
+        return float(np.partition(a, h)[h])
+    part = np.partition(a, [h - 1, h])
+    return float(part[h - 1] + part[h]) / 2.0
+
+
+def _sorted_median(a: np.ndarray) -> float:
+    n = a.size
+    h = n // 2
+    return float(a[h]) if n % 2 else (float(a[h - 1]) + float(a[h])) / 2.0
+
+
+def _sorted_quantile(a: np.ndarray, q: float) -> float:
+    """Quantile of a sorted 1-d array, linear interpolation (numpy's default), without np.quantile's cost."""
+    pos = q * (a.size - 1)
+    i = int(pos)
+    j = min(i + 1, a.size - 1)
+    return float(a[i]) + (float(a[j]) - float(a[i])) * (pos - i)
+
+
+def _run_spread(sorted_runs: list[np.ndarray]) -> float:
+    """Moderated run-to-run sd of log bandwidth (DECISION_RULE step 3), from the sorted log runs."""
+    k = len(sorted_runs)
+    s2_obs = 0.0
+    if k >= 2:
+        meds = [_sorted_median(r) for r in sorted_runs]
+        mean = sum(meds) / k
+        var_meds = sum((v - mean) ** 2 for v in meds) / (k - 1)
+        # sampling variance of each run's median: pi/2 sigma^2 / n, robust sigma = IQR / 1.349
+        se2 = 0.0
+        for r in sorted_runs:
+            q1, q3 = _sorted_quantile(r, 0.25), _sorted_quantile(r, 0.75)
+            se2 += (math.pi / 2.0) * ((q3 - q1) / 1.349) ** 2 / r.size
+        s2_obs = max(var_meds - se2 / k, 0.0)
+    nu = k - 1
+    s2 = (nu * s2_obs + PRIOR_RUN_SPREAD_DF * PRIOR_RUN_SPREAD**2) / (nu + PRIOR_RUN_SPREAD_DF)
+    return math.sqrt(s2)
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.2g}"
+
+
+def compare(
+    current_gbps: Sequence[float],
+    baseline_runs_gbps: Sequence[Sequence[float]],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    alpha: float = DEFAULT_ALPHA,
+    n_comparisons: int = 1,
+) -> Comparison:
+    """Judge this run's bandwidth samples against the baseline runs' samples (DECISION_RULE).
+
+    ``current_gbps``: per-iteration bandwidth of this run; ``baseline_runs_gbps``: one list per stored
+    baseline run.  ``alpha`` is the suite-level level, divided by ``n_comparisons`` (Bonferroni).
+    Raises ValueError on empty input, non-positive or non-finite samples, or bad parameters.
+    """
+    tolerance = float(tolerance)
+    if not (0.0 < tolerance < 1.0):
+        raise ValueError(f"tolerance must be a fraction in (0, 1) such as 0.05, got {tolerance!r}")
+    alpha_c = corrected_alpha(alpha, n_comparisons)
+    x = np.log(_as_positive(current_gbps, "current samples"))
+    if isinstance(baseline_runs_gbps, (str, bytes)) or len(baseline_runs_gbps) == 0:
+        raise ValueError("baseline: no baseline runs to compare with")
+    runs = [np.log(_as_positive(r, f"baseline run {j}")) for j, r in enumerate(baseline_runs_gbps)]
+    y = np.concatenate(runs)
+    n1, n2 = x.size, y.size
+    xs, ys = np.sort(x), np.sort(y)
+
+    d = np.sort(_pair_differences(x, y))  # a full sort beats a multi-point partition here
+    m = d.size
+    lo90, hi90 = _moses_positions(n1, n2, m, _Z_ONE_SIDED_95)
+    lo95, hi95 = _moses_positions(n1, n2, m, _Z_TWO_SIDED_95)
+    shift = _sorted_median(d)
+    part = d
+    h_lo90, h_hi90 = max(shift - part[lo90], 0.0), max(part[hi90] - shift, 0.0)
+    h_lo95, h_hi95 = max(shift - part[lo95], 0.0), max(part[hi95] - shift, 0.0)
+    p_less, p_greater = _mann_whitney(x, ys)
+
+    sorted_runs = [np.sort(r) for r in runs]
+    spread = _run_spread(sorted_runs)
+    w = np.array([r.size for r in runs], dtype=float) / n2
+    s_r = spread * math.sqrt(1.0 + float(np.sum(w**2)))
+    m90 = _Z_ONE_SIDED_95 * s_r
+    m95 = _Z_TWO_SIDED_95 * s_r
+    lower = math.exp(shift - math.hypot(h_lo90, m90))
+    upper = math.exp(shift + math.hypot(h_hi90, m90))
+    ci_low = math.exp(shift - math.hypot(h_lo95, m95))
+    ci_high = math.exp(shift + math.hypot(h_hi95, m95))
+    ratio = math.exp(shift)
+
+    lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
+    est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% CI"
+    tol_pct = f"{tolerance * 100:.3g}%"
+    if p_less < alpha_c and upper < lo_limit:
+        status = "regression"
+        reason = (
+            f"bandwidth is {est} of the baseline: the drop is significant (p={_fmt_p(p_less)} < "
+            f"alpha={_fmt_p(alpha_c)}) and even its one-sided 95% upper bound {upper:.3g}x, run-to-run "
+            f"spread included, is below the {tol_pct} tolerance limit {lo_limit:.3g}x"
+        )
+    elif p_greater < alpha_c and lower > hi_limit:
+        status = "improved"
+        reason = (
+            f"bandwidth is {est} of the baseline: the gain is significant (p={_fmt_p(p_greater)} < "
+            f"alpha={_fmt_p(alpha_c)}) and its one-sided 95% lower bound {lower:.3g}x is above "
+            f"{hi_limit:.3g}x; consider updating the baseline"
+        )
+    elif math.exp(-m90) < lo_limit:
+        status = "noisy"
+        reason = (
+            f"bandwidth is {est} of the baseline, but the baseline's run-to-run spread "
+            f"({spread * 100:.2g}% over {len(runs)} run(s)) is too wide to hold a {tol_pct} tolerance; "
+            f"record more baseline runs on a quieter machine or raise the tolerance"
+        )
+    else:
+        status = "ok"
+        if p_less < alpha_c and ratio < 1.0:
+            why = "a drop is detectable but not shown to exceed"
+        elif p_greater < alpha_c and ratio > 1.0:
+            why = "a gain is detectable but not shown to exceed"
+        else:
+            why = "no change is shown beyond"
+        reason = f"bandwidth is {est} of the baseline: {why} the {tol_pct} tolerance"
+    return Comparison(
+        status=status,
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        p_value=p_less,
+        alpha=alpha_c,
+        current_median_gbps=math.exp(_sorted_median(xs)),
+        baseline_median_gbps=math.exp(_sorted_median(ys)),
+        run_spread=spread,
+        tolerance=tolerance,
+        reason=reason,
+        lower_bound=lower,
+        upper_bound=upper,
+        p_value_greater=p_greater,
+        n_current=int(n1),
+        n_baseline=int(n2),
+        baseline_runs=len(runs),
+    )
+
+
+def check_floor(current_gbps: Sequence[float], floor_gbps: float) -> FloorCheck:
+    """Check a case against a published floor: "regression" when the median bandwidth is below it."""
+    arr = _as_positive(current_gbps, "current samples")
+    floor = float(floor_gbps)
+    if not math.isfinite(floor) or floor <= 0:
+        raise ValueError(f"floor_gbps must be a positive number, got {floor_gbps!r}")
+    med = float(np.median(arr))
+    if med < floor:
+        status = "regression"
+        reason = f"median bandwidth {med:.4g} GB/s is below the published floor {floor:.4g} GB/s ({med / floor:.3g}x)"
+    else:
+        status = "ok"
+        reason = f"median bandwidth {med:.4g} GB/s meets the published floor {floor:.4g} GB/s ({med / floor:.3g}x)"
+    return FloorCheck(status=status, current_median_gbps=med, floor_gbps=floor, ratio=med / floor,
+                      n_current=int(arr.size), reason=reason)

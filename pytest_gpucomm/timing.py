@@ -1,0 +1,126 @@
+"""The timing engine: warm-up, adaptive iteration counts, per-iteration samples.
+
+An operation to time implements :class:`Timed`: ``sample(inner)`` enqueues ``inner`` back-to-back
+iterations and returns a callable that, once the work has finished, gives the seconds they took.
+GPU operations time with device events (CUDA or ROCm/HIP through torch); host operations with the host
+clock.  A *sample* is the time of one iteration; for small messages one sample is the mean of ``inner``
+iterations run back to back (a batch), so that what is measured is the transfer and not the launch.
+
+The engine is deterministic once its estimate is agreed: with ``agree`` (the maximum of a value over all
+ranks of a process group) every rank of a collective chooses the same batch size and sample count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
+
+__all__ = ["TimingSettings", "Timed", "measure", "Plan", "plan"]
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How long and how often to measure one case.
+
+    ``min_time_s`` is the measuring time to fill per size (warm-up excluded).  The default, 0.1 s, keeps
+    the shipped suites quick; ``--gpucomm-min-time=1`` reproduces the one-second-per-size runs of the
+    published benchmarks.
+    """
+
+    min_time_s: float = 0.1
+    min_samples: int = 10
+    max_samples: int = 1000
+    warmup_iters: int = 3
+    warmup_min_s: float = 0.01
+    #: a batch of iterations should last at least this long, so that per-launch costs and the
+    #: resolution of the clock do not dominate a sample
+    target_batch_s: float = 200e-6
+    #: at most this much work is enqueued before the host waits for the device
+    max_enqueue_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not (self.min_time_s >= 0 and math.isfinite(self.min_time_s)):
+            raise ValueError(f"min_time_s must be a non-negative number of seconds, got {self.min_time_s!r}")
+        if self.min_samples < 1 or self.max_samples < self.min_samples:
+            raise ValueError(
+                f"need 1 <= min_samples <= max_samples, got {self.min_samples} and {self.max_samples}"
+            )
+
+
+class Timed(Protocol):
+    def sample(self, inner: int) -> Callable[[], float]:
+        """Enqueue ``inner`` iterations; the returned callable gives their total seconds after sync()."""
+
+    def sync(self) -> None:
+        """Wait until all enqueued work has finished."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    inner: int  # iterations per sample (batch)
+    samples: int  # samples to take
+    estimate_s: float  # estimated time of one iteration
+
+
+def plan(estimate_s: float, settings: TimingSettings) -> Plan:
+    """Choose the batch size and the number of samples from an estimated iteration time."""
+    est = max(estimate_s, 1e-9)
+    inner = 1 if est >= settings.target_batch_s else int(math.ceil(settings.target_batch_s / est - 1e-9))
+    per_sample = inner * est
+    samples = int(math.ceil(settings.min_time_s / per_sample - 1e-9)) if settings.min_time_s > 0 else 0
+    samples = max(settings.min_samples, min(settings.max_samples, samples))
+    return Plan(inner=inner, samples=samples, estimate_s=est)
+
+
+def _identity(x: float) -> float:
+    return x
+
+
+def measure(
+    op: Timed,
+    settings: TimingSettings,
+    *,
+    agree: Optional[Callable[[float], float]] = None,
+    prepare: Optional[Callable[[Plan], None]] = None,
+) -> tuple[list[float], Plan]:
+    """Warm up, estimate, plan, and take the samples.  Returns per-iteration seconds and the plan.
+
+    ``agree`` maps a local value to the maximum over all participants (identity for a single process).
+    ``prepare`` is called with the plan before the timed samples (a collective captures its graph there).
+    """
+    agree = agree or _identity
+    # Warm-up: first calls pay for allocation, peer-access set-up, communicator creation, caches.
+    start = time.perf_counter()
+    i = 0
+    while i < settings.warmup_iters or time.perf_counter() - start < settings.warmup_min_s:
+        op.sample(1)
+        i += 1
+        if i >= settings.warmup_iters:
+            op.sync()
+        if i > 10_000:
+            break
+    op.sync()
+    # Estimate one iteration from a few single-iteration samples, then from a trial batch.
+    probes = [op.sample(1) for _ in range(3)]
+    op.sync()
+    est = sorted(p() for p in probes)[1]
+    trial = plan(agree(est), settings)
+    if trial.inner > 1:
+        # Launch and clock overheads inflate a single iteration: re-estimate from a batch.
+        getter = op.sample(trial.inner)
+        op.sync()
+        est = getter() / trial.inner
+    final = plan(agree(est), settings)
+    if prepare is not None:
+        prepare(final)
+    samples: list[float] = []
+    per_sample = max(final.inner * final.estimate_s, 1e-9)
+    chunk = max(1, min(final.samples, int(settings.max_enqueue_s / per_sample)))
+    while len(samples) < final.samples:
+        k = min(chunk, final.samples - len(samples))
+        getters = [op.sample(final.inner) for _ in range(k)]
+        op.sync()
+        samples.extend(g() / final.inner for g in getters)
+    return samples, final

@@ -1,0 +1,129 @@
+"""Byte sizes and bandwidth units.
+
+The one convention, used everywhere in pytest-gpucomm:
+
+* ``KB``, ``MB``, ``GB``, ``TB`` are decimal (SI): powers of 1000.
+* ``KiB``, ``MiB``, ``GiB``, ``TiB`` are binary (IEC): powers of 1024.
+* A bare letter ``K``, ``M``, ``G``, ``T`` is binary too, as in nccl-tests (``-b 16M`` is 16 MiB).
+* A plain number (``"512"``, ``512``) or a ``B`` suffix is a count of bytes.
+* Bandwidth is in GB/s with GB = 1e9 bytes, as nccl-tests, nvbandwidth and the vendors report it.
+
+Unit names are case-insensitive ("16mb" == "16MB"); fractions are allowed where they give a whole number
+of bytes ("1.5MB" = 1,500,000 bytes, "1.5KiB" = 1,536 bytes).  Tables and messages always show the exact
+byte count next to the human form.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Union
+
+__all__ = ["SizeError", "parse_size", "format_size", "describe_size", "gbps", "GB"]
+
+GB = 1e9
+
+_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+    "t": 1024**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+_SIZE_RE = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+
+SizeLike = Union[str, int]
+
+
+class SizeError(ValueError):
+    """A size string that cannot be read; the message names the value and where it came from."""
+
+
+def parse_size(value: SizeLike, where: str = "") -> int:
+    """Return the number of bytes that ``value`` stands for.
+
+    ``where`` names the origin of the value (a test id and marker keyword, an option) and is put into
+    the error message, so a user knows which line to fix.
+    """
+    origin = f" (from {where})" if where else ""
+    if isinstance(value, bool):
+        raise SizeError(f"invalid size {value!r}{origin}: expected a byte count or a string like '16MB'")
+    if isinstance(value, int):
+        if value <= 0:
+            raise SizeError(f"invalid size {value!r}{origin}: a size must be a positive number of bytes")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value) or value <= 0 or value != int(value):
+            raise SizeError(f"invalid size {value!r}{origin}: a size must be a positive whole number of bytes")
+        return int(value)
+    if not isinstance(value, str):
+        raise SizeError(
+            f"invalid size {value!r}{origin}: expected a byte count or a string like '16MB', "
+            f"got {type(value).__name__}"
+        )
+    m = _SIZE_RE.match(value)
+    if not m:
+        raise SizeError(
+            f"invalid size {value!r}{origin}: expected a number with an optional unit "
+            f"(B, KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB or K, M, G, T = powers of 1024)"
+        )
+    number, unit = m.group(1), m.group(2).lower()
+    if unit not in _UNITS:
+        raise SizeError(
+            f"invalid size {value!r}{origin}: unknown unit {m.group(2)!r} "
+            f"(known: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, K, M, G, T)"
+        )
+    amount = float(number) * _UNITS[unit]
+    if not math.isfinite(amount) or amount <= 0:
+        raise SizeError(f"invalid size {value!r}{origin}: a size must be a positive number of bytes")
+    rounded = round(amount)
+    if abs(amount - rounded) > 1e-6 * max(1.0, amount):
+        raise SizeError(f"invalid size {value!r}{origin}: {amount:g} is not a whole number of bytes")
+    return int(rounded)
+
+
+def format_size(nbytes: int) -> str:
+    """Short human form of a byte count: exact where possible (``16 MiB``, ``16 MB``, ``1.5 KiB``),
+    binary preferred on a tie, else decimal to four significant digits (always shown with the exact
+    byte count where it matters: :func:`describe_size`)."""
+    if nbytes < 1000:
+        return f"{nbytes} B"
+    exact: list[str] = []
+    approx = ""
+    for units, base in ((("KiB", "MiB", "GiB", "TiB"), 1024), (("KB", "MB", "GB", "TB"), 1000)):
+        for power, unit in enumerate(units, start=1):
+            factor = base**power
+            if nbytes < factor:
+                break
+            text = f"{nbytes / factor:.4g} {unit}"
+            if "e" in text:
+                continue
+            if parse_size(text.replace(" ", "")) == nbytes:
+                exact.append(text)
+            elif base == 1000:
+                approx = text
+    if exact:
+        return min(exact, key=len)  # stable: binary first on a tie
+    return approx or f"{nbytes} B"
+
+
+def describe_size(nbytes: int) -> str:
+    """``16 MiB (16,777,216 bytes)``: the form used in messages."""
+    return f"{format_size(nbytes)} ({nbytes:,} bytes)"
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    """Bandwidth in GB/s (1 GB = 1e9 bytes)."""
+    if seconds <= 0:
+        return math.inf
+    return nbytes / seconds / GB
