@@ -26,6 +26,7 @@ __all__ = [
     "parse_size",
     "format_size",
     "SizeError",
+    "settings_of",
     "__version__",
 ]
 
@@ -41,3 +42,10 @@ sizes = pytest.mark.sizes
 gpus = pytest.mark.gpus
 #: ``@world(4)``: the process_group fixture of this test has four ranks.
 world = pytest.mark.world
+
+
+def settings_of(config: pytest.Config):  # -> pytest_gpucomm.settings.Settings
+    """The gpucomm settings of a pytest session (options, environment and ini resolved)."""
+    from .session import STATE_KEY
+
+    return config.stash[STATE_KEY].settings

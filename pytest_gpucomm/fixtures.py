@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from .session import STATE_KEY, Comm, GpuPair, State
+from .markers import MarkerError, read_world
+from .session import STATE_KEY, Comm, GpuPair, ProcessGroup, State
 
-__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm"]
+__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm", "process_group"]
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,14 @@ def _param(request: pytest.FixtureRequest, name: str) -> Any:
 def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> Comm:
     """Runs measurements (copies, collectives) and returns Measurement objects; see pytest_gpucomm.Comm."""
     return Comm(gpucomm_state, request)
+
+
+@pytest.fixture
+def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> ProcessGroup:
+    """A world of ranks (NCCL/RCCL on GPUs, gloo on CPU): one worker process per rank, started once per
+    world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU)."""
+    try:
+        world = read_world(request.node)
+    except MarkerError as e:
+        pytest.fail(str(e), pytrace=False)
+    return gpucomm_state.group(world or gpucomm_state.default_world())

@@ -11,7 +11,7 @@ from typing import Any, Generator
 import pytest
 
 from . import fixtures as _fixtures
-from .fixtures import comm, gpu, gpu_link, gpu_pair, gpucomm_state, gpus, size  # noqa: F401  (fixtures)
+from .fixtures import comm, gpu, gpu_link, gpu_pair, gpucomm_state, gpus, process_group, size  # noqa: F401  (fixtures)
 from .markers import (
     MARKER_LINES,
     MarkerError,
@@ -26,7 +26,7 @@ from .session import STATE_KEY, GpuPair, Record, State
 from .settings import add_options, read_settings
 from .units import describe_size
 
-GPUCOMM_FIXTURES = {"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group", "size"}
+GPUCOMM_FIXTURES = {"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group"}
 GPUCOMM_MARKERS = ("bandwidth", "latency", "sizes", "gpus", "world")
 
 del _fixtures

@@ -31,6 +31,19 @@ def _short(nodeid: str) -> str:
     return nodeid.split("::", 1)[-1] if "::" in nodeid else nodeid
 
 
+def fmt_gbps(x: float) -> str:
+    """Enough digits to compare small figures too: 329.4, 12.35, 0.0123."""
+    if x >= 100:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def fmt_us(x: float) -> str:
+    return f"{x:.1f}" if x >= 100 else f"{x:.2f}"
+
+
 def table_rows(records: Iterable[Record]) -> list[list[Any]]:
     rows = []
     for r in records:
@@ -42,9 +55,9 @@ def table_rows(records: Iterable[Record]) -> list[list[Any]]:
                 m.where,
                 m.size_bytes,
                 format_size(m.size_bytes),
-                f"{m.gbps:.2f}",
-                f"{m.p50_us:.2f}",
-                f"{m.p99_us:.2f}",
+                fmt_gbps(m.gbps),
+                fmt_us(m.p50_us),
+                fmt_us(m.p99_us),
                 f"{m.cv * 100:.1f}",
                 m.n,
             ]

@@ -10,7 +10,7 @@ import pytest
 from .measurement import Measurement
 from .settings import DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, Settings
 from .timing import TimingSettings
-from .units import SizeError, parse_size
+from .units import SizeError, describe_size, parse_size
 
 __all__ = ["GpuPair", "Record", "State", "Comm", "STATE_KEY", "CPU_MAX_WORLD"]
 
@@ -95,6 +95,22 @@ class State:
             return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"
         return f"needs a world of {world} ranks, at most {CPU_MAX_WORLD} gloo ranks run on CPU"
 
+    def group(self, world: int) -> "ProcessGroup":
+        """The process group of ``world`` ranks: one pool of workers per world size and session."""
+        if world > self.max_world():
+            raise pytest.UsageError(self.world_skip_reason(world))
+        info = self.info
+        if world not in self.pools:
+            from .ranks import RankPool
+
+            self.pools[world] = RankPool(
+                world,
+                backend=info.backend,
+                device=info.torch_device_type,
+                start_timeout=max(120.0, self.settings.timeout_s),
+            )
+        return ProcessGroup(self.pools[world], info.backend, self.settings.timeout_s)
+
     def devices(self) -> list[str]:
         return self.info.device_names()
 
@@ -110,6 +126,39 @@ class State:
 
 
 STATE_KEY = pytest.StashKey[State]()
+
+
+class ProcessGroup:
+    """What the ``process_group`` fixture gives a test: a world of ranks that runs tasks.
+
+    ``run("module:function", kwargs)`` calls ``function(ctx, **kwargs)`` on every rank and returns the
+    per-rank results, ordered by rank.  The ranks are worker processes shared by every test of the
+    session with the same world size; a failing, hanging or crashing rank fails the test with that
+    rank's traceback or stack, and the workers are restarted for the next test.
+    """
+
+    def __init__(self, executor: Any, backend: str, timeout_s: float) -> None:
+        self.executor = executor
+        self.backend = backend
+        self.timeout_s = timeout_s
+
+    @property
+    def world_size(self) -> int:
+        return int(self.executor.world_size)
+
+    def run(self, task: str, kwargs: Optional[dict[str, Any]] = None, *, timeout: Optional[float] = None,
+            label: str = "") -> list[Any]:
+        from .ranks import RankFailure
+
+        try:
+            return list(self.executor.run(task, kwargs or {}, timeout=timeout or self.timeout_s, label=label))
+        except RankFailure as e:
+            failure = str(e)
+        pytest.fail(failure, pytrace=False)
+
+    def __repr__(self) -> str:
+        return f"ProcessGroup(world_size={self.world_size}, backend={self.backend!r})"
+
 
 
 class Comm:
@@ -191,6 +240,88 @@ class Comm:
         return self._record(
             measure_host_device(d, self._size(size, "host_to_device"), "h2d", self._state.timing, self._state.buffers)
         )
+
+    # -- collectives ------------------------------------------------------------------------------
+    def collective(self, op: str, group: "ProcessGroup", size: Any = None, *, dtype: str = "float32",
+                   in_place: Optional[bool] = None) -> Measurement:
+        """Time ``op`` over ``group`` at ``size`` bytes (S as nccl-tests defines it) and check its result."""
+        from .ops.collectives import DTYPES, OPS, busbw_factor
+
+        nodeid = self._request.node.nodeid
+        if op not in OPS:
+            raise pytest.UsageError(f"{nodeid}: unknown collective {op!r}; known: {', '.join(OPS)}")
+        if dtype not in DTYPES:
+            raise pytest.UsageError(f"{nodeid}: unknown dtype {dtype!r} for {op}; known: {', '.join(DTYPES)}")
+        if not isinstance(group, ProcessGroup):
+            raise pytest.UsageError(f"{nodeid}: comm.{op}() needs the process_group fixture, got {group!r}")
+        n = self._size(size, op)
+        spec = OPS[op]
+        ip = spec.default_in_place if in_place is None else bool(in_place)
+        form = "in_place" if ip else "out_of_place"
+        if form not in spec.forms:
+            raise pytest.UsageError(f"{nodeid}: {op} has no {form.replace('_', '-')} form in torch.distributed")
+        kwargs = {"op": op, "size_bytes": n, "dtype": dtype, "in_place": ip,
+                  "min_time_s": self._state.settings.min_time_s}
+        results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=nodeid)
+        world = group.world_size
+        actual = int(results[0]["size_bytes"])
+        bad = [r for r in results if r["wrong"]]
+        if bad:
+            lines = [
+                f"{op} produced a wrong result at {describe_size(actual)} on {world} ranks ({group.backend}):"
+            ]
+            for r in bad:
+                i, got, exp = r["first_wrong"]
+                lines.append(f"  rank {r['rank']}: {r['wrong']} of {r['checked']} elements wrong "
+                             f"(first at index {i}: got {got:g}, expected {exp:g})")
+            pytest.fail("\n".join(lines), pytrace=False)
+        per_rank = [r["samples_s"] for r in results]
+        k = min(len(x) for x in per_rank)
+        samples = [max(x[i] for x in per_rank) for i in range(k)]  # an iteration ends when the slowest rank ends
+        info: dict[str, Any] = {
+            "backend": group.backend,
+            "in_place": ip,
+            "batch": results[0]["inner"],
+            "graph": bool(results[0]["graph"]),
+            "timer": "device events" if group.backend != "gloo" else "host clock",
+        }
+        if results[0].get("graph_error"):
+            info["graph_error"] = results[0]["graph_error"]
+        if actual != n:
+            info["requested_bytes"] = n
+        return self._record(Measurement(
+            op=op,
+            size_bytes=actual,
+            samples_s=samples,
+            devices=tuple(f"rank{r}" for r in range(world)),
+            busbw_factor=busbw_factor(op, world),
+            world_size=world,
+            dtype=dtype,
+            kind="collective",
+            info=info,
+        ))
+
+    def all_reduce(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        return self.collective("all_reduce", group, size, **kw)
+
+    def all_gather(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        return self.collective("all_gather", group, size, **kw)
+
+    def reduce_scatter(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        return self.collective("reduce_scatter", group, size, **kw)
+
+    def broadcast(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        return self.collective("broadcast", group, size, **kw)
+
+    def reduce(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        return self.collective("reduce", group, size, **kw)
+
+    def all_to_all(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        return self.collective("all_to_all", group, size, **kw)
+
+    def send_recv(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
+        """Every rank sends to the next and receives from the previous at once (nccl-tests sendrecv)."""
+        return self.collective("send_recv", group, size, **kw)
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""

@@ -44,6 +44,9 @@ _OPTIONS = [
      f"Default: {describe_size(DEFAULT_GPU_MAX_SIZE)} on GPU, {describe_size(DEFAULT_CPU_MAX_SIZE)} on CPU.", "SIZE"),
     ("--gpucomm-json", "gpucomm_json", "gpucomm_json", "GPUCOMM_JSON",
      "Write every measurement (summary rows and raw samples) to this JSON file. Default: none.", "PATH"),
+    ("--gpucomm-dtype", "gpucomm_dtype", "gpucomm_dtype", "GPUCOMM_DTYPE",
+     "Element types of the collective suite, comma-separated: float32, bfloat16, float16. Default: float32.",
+     "DTYPE[,DTYPE]"),
     ("--gpucomm-timeout", "gpucomm_timeout", "gpucomm_timeout", "GPUCOMM_TIMEOUT",
      f"Seconds a collective may take on the ranks before the test fails as hung. Default: {DEFAULT_TIMEOUT_S:g}.",
      "SECONDS"),
@@ -58,6 +61,7 @@ class Settings:
     max_size: Optional[int]  # None: the default for the device kind
     json_path: Optional[str]
     timeout_s: float
+    dtypes: tuple[str, ...] = ("float32",)
 
     def describe(self) -> str:
         parts = [
@@ -65,6 +69,7 @@ class Settings:
             f"min-time={self.min_time_s:g}s",
             f"max-size={'default' if self.max_size is None else describe_size(self.max_size)}",
             f"timeout={self.timeout_s:g}s",
+            f"dtype={','.join(self.dtypes)}",
             f"baseline={self.baseline or 'none'}",
         ]
         if self.json_path:
@@ -127,6 +132,24 @@ def _parse_size(value: str, name: str, origin: str) -> int:
         raise pytest.UsageError(str(e)) from None
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
+    out = []
+    for part in value.split(","):
+        p = part.strip().lower()
+        p = _DTYPE_ALIASES.get(p, p)
+        if p not in DTYPES:
+            raise pytest.UsageError(
+                f"invalid {name} {value!r} (from {origin}): unknown dtype {part.strip()!r}; known: {', '.join(DTYPES)}"
+            )
+        if p not in out:
+            out.append(p)
+    return tuple(out)
+
+
 def read_settings(config: pytest.Config) -> Settings:
     return Settings(
         baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip() or None, None),
@@ -136,4 +159,5 @@ def read_settings(config: pytest.Config) -> Settings:
         json_path=_get(config, "--gpucomm-json", lambda v, n, o: v, None),
         timeout_s=_get(config, "--gpucomm-timeout", lambda v, n, o: parse_seconds(v, n, o, allow_zero=False),
                        DEFAULT_TIMEOUT_S),
+        dtypes=_get(config, "--gpucomm-dtype", _parse_dtypes, ("float32",)),
     )

@@ -63,41 +63,49 @@ How a benchmark is judged against its baseline
 ----------------------------------------------
 
 Each case (an op at a size) gives per-iteration bandwidth samples.  The baseline keeps the raw samples
-of the last K runs.  All statistics work on log bandwidth, so a shift is a ratio and +/- are symmetric.
+of the last K runs.  All statistics work on log bandwidth, so a shift is a ratio.
 
 1. Shift estimate.  ratio = exp(Hodges-Lehmann shift) = exp(median over all pairs (i, j) of
-   log(current_i) - log(baseline_j)), baseline runs pooled.  It is robust to outlier iterations.
-   Above 1e6 pairs a fixed, seeded subsample of 1e6 pairs is used (deterministic).
-2. Significance.  One-sided Mann-Whitney U test "current is slower" (scipy.stats.mannwhitneyu,
-   alternative="less"; for samples above 8 values the same normal approximation with tie and continuity
-   correction is computed in-module, which is faster).  The level is Bonferroni-corrected for the number
-   m of gated comparisons in the session: alpha / m (suite-level alpha 0.01 by default).  Bonferroni,
-   not Holm: verdicts are given test by test, before the other p-values are known.
-3. Run-to-run spread.  Iterations of one run share that run's offset (clocks, placement, topology
-   choice), so an iid test alone calls 1-2 % run-to-run shifts "significant".  The spread s is the
-   standard deviation of the log run medians of the baseline, less the part that the sampling noise of
-   each median explains (pi/2 * (1.4826 MAD)^2 / n per run), then moderated towards a prior of 1 %
-   worth 4 degrees of freedom:  s^2 = ((K-1) s_obs^2 + 4 * 0.01^2) / (K-1+4).  With one baseline run s
-   is 1 %; with many runs the observed spread dominates.  The estimate's run-level standard error is
-   s_r = s * sqrt(1 + sum_j w_j^2) (the current run's own offset plus that of the weighted mean of the
-   baseline runs, w_j = n_j / N).
-4. Confidence bounds.  The distribution-free (Moses) confidence limits of the shift, from the order
-   statistics of the pairwise differences, are widened by the run-level error:
-   bound = shift +/- sqrt(h^2 + (z s_r)^2), h being the Moses half-width at the same level.
-   The verdict uses the one-sided 95 % bounds (z = 1.645, i.e. the ends of the 90 % interval);
-   messages also show the two-sided 95 % interval (z = 1.96).
-5. Verdict (tolerance t = 5 % by default):
-   * "regression": the drop is significant (p < alpha/m) AND the one-sided 95 % upper bound of the
-     ratio is below 1 - t.  The drop is then shown, run-to-run variation included, to exceed the
-     tolerance; a drop that is merely significant is not enough.
-   * "improved": symmetric; significant gain (one-sided "greater" test) AND lower bound above 1 + t.
-   * "noisy": neither of the above, and the run-to-run part of the margin alone, 1.645 s_r, exceeds
-     the tolerance (exp(-1.645 s_r) < 1 - t): the baseline is too unsteady to hold the tolerance, so no
-     verdict is guessed.  Record more baseline runs, steady the machine, or raise the tolerance.
-   * "ok": otherwise (consistent with the baseline within the tolerance, or not shown to be outside it).
-   A published baseline with only a floor is checked with check_floor: regression when the median of
-   the current samples is below the floor.
+   log(current_i) - log(baseline_j)), the baseline runs pooled.  Robust to outlier iterations.  Above
+   1e6 pairs a fixed-seed subsample of 1e6 pairs is used (deterministic).
+2. Significance.  One-sided Mann-Whitney U test "current is slower" (as scipy.stats.mannwhitneyu,
+   alternative="less"; above 8 samples a side the same normal approximation with tie and continuity
+   correction is computed in-module, identical and faster).  Level: Bonferroni, alpha / m for m gated
+   comparisons in the session (suite-level alpha 0.01 by default).  Not Holm: verdicts are given test by
+   test, before the other p-values exist.
+3. Run-to-run spread.  Iterations of one run share that run's offset (clocks, placement, algorithm
+   choice), so an iid test alone calls 1-2 % run-to-run shifts "significant".  The observed spread is
+   the standard deviation of the baseline's log run medians, less the part the sampling noise of each
+   median explains (pi/2 * (IQR/1.349)^2 / n per run).  It is moderated towards a prior of 1 % worth 4
+   degrees of freedom:  s^2 = ((K-1) s_obs^2 + 4 * 0.01^2) / (K - 1 + 4), so one baseline run gives
+   s = 1 % and many runs let the observed spread dominate.  The run-level error of the shift is
+   s_r = s * sqrt(1 + sum_j w_j^2): the current run's own offset plus that of the baseline runs'
+   weighted mean (w_j = n_j / N).
+4. Confidence bounds.  The distribution-free (Moses) limits of the shift (order statistics of the
+   pairwise differences) are widened by the run-level error: shift +/- sqrt(h^2 + (z s_r)^2), h the
+   Moses half-width at the same level.  Messages show the two-sided 95 % interval (z = 1.96).  The
+   verdict uses one-sided bounds at confidence c = 92.5 % by default (z = 1.44).
+5. Verdict (tolerance t, default 5 %):
+   * "regression": the drop is significant (p < alpha/m) AND the ratio's upper bound is below 1 - t:
+     the drop is shown, run-to-run variation included, to exceed the tolerance.  A drop that is merely
+     significant is not enough.
+   * "improved": symmetric: significant gain (the "greater" test) AND the lower bound above 1 + t.
+   * "noisy": neither, and the baseline's own spread (the larger of s and s_obs) is too wide to hold
+     the tolerance: exp(-z * max(s, s_obs) * sqrt(1 + sum w^2)) < 1 - t.  No verdict is guessed; record
+     more baseline runs on a steadier machine, or raise the tolerance.
+   * "ok": otherwise: consistent with the baseline, or not shown to be outside the tolerance.
+   A published case with only a floor (no measured runs) is checked with check_floor: "regression"
+   when the median of the current samples is below the floor.
+
+Why c = 92.5 %: with per-run offsets of 1 %, 3 % within-run noise and 30 samples a run (K = 3), the
+estimated ratio of a single run has a spread of about 1.35 % that no rule can remove (mostly the
+current run's own offset).  A 10 % drop and a 3 % drop then lie about 5.5 standard errors apart, and
+the bound's confidence only places the threshold between them: 95 % catches 98.9 % of 10 % drops and
+flags 0.10 % of 3 % drops, 92.5 % catches 99.4 % and flags 0.13 %, 97.5 % (the 95 % interval itself)
+catches 97.5 % and flags 0.02 %.  compare(confidence=...) picks another point on that curve.
 """
+
+from statistics import NormalDist  # noqa: E402
 
 from scipy import stats as _sstats  # noqa: E402
 
@@ -115,11 +123,13 @@ __all__ += [
 
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_ALPHA = 0.01
+DEFAULT_CONFIDENCE = 0.925  # one-sided confidence of the bounds the verdict uses (calibrated, see DECISION_RULE)
 PRIOR_RUN_SPREAD = 0.01  # assumed run-to-run relative sd when the baseline cannot tell (one run)
 PRIOR_RUN_SPREAD_DF = 4.0  # weight of that prior, in degrees of freedom
 MAX_PAIRS = 1_000_000  # above this many (current, baseline) pairs a fixed subsample of pairs is used
-_Z_ONE_SIDED_95 = 1.6448536269514722  # norm.ppf(0.95)
 _Z_TWO_SIDED_95 = 1.959963984540054  # norm.ppf(0.975)
+
+__doc__ = (__doc__ or "") + "\n" + DECISION_RULE  # the final rule, also for help(stats) and the README
 _PAIR_SEED = 20240607
 
 
@@ -128,8 +138,8 @@ class Comparison:
     """The verdict on one case against its baseline; see DECISION_RULE.
 
     ``ratio`` and the bounds are current/baseline bandwidth (0.86 = 14 % slower).  ``ci_low``/``ci_high``
-    are the two-sided 95 % interval, ``lower_bound``/``upper_bound`` the one-sided 95 % bounds the verdict
-    used (the ends of the 90 % interval); all are widened for run-to-run spread.
+    are the two-sided 95 % interval shown in messages, ``lower_bound``/``upper_bound`` the one-sided bounds
+    the verdict used (confidence 92.5 % by default); all are widened for run-to-run spread.
     """
 
     status: str  # "ok" | "regression" | "improved" | "noisy"
@@ -140,7 +150,7 @@ class Comparison:
     alpha: float  # per-comparison level after Bonferroni correction
     current_median_gbps: float
     baseline_median_gbps: float
-    run_spread: float  # moderated run-to-run relative sd used (see DECISION_RULE step 3)
+    run_spread: float  # moderated run-to-run sd of log bandwidth used in the bounds (DECISION_RULE step 3)
     tolerance: float
     reason: str
     lower_bound: float = float("nan")
@@ -149,6 +159,7 @@ class Comparison:
     n_current: int = 0
     n_baseline: int = 0
     baseline_runs: int = 0
+    observed_run_spread: float = float("nan")  # sd of the log run medians less sampling noise; nan if 1 run
 
     @property
     def failed(self) -> bool:
@@ -307,10 +318,12 @@ def _sorted_quantile(a: np.ndarray, q: float) -> float:
     return float(a[i]) + (float(a[j]) - float(a[i])) * (pos - i)
 
 
-def _run_spread(sorted_runs: list[np.ndarray]) -> float:
-    """Moderated run-to-run sd of log bandwidth (DECISION_RULE step 3), from the sorted log runs."""
+def _run_spread(sorted_runs: list[np.ndarray]) -> tuple[float, float]:
+    """(moderated, observed) run-to-run sd of log bandwidth (DECISION_RULE step 3), from the sorted log
+    runs.  The observed one is nan for a single run."""
     k = len(sorted_runs)
     s2_obs = 0.0
+    observed = float("nan")
     if k >= 2:
         meds = [_sorted_median(r) for r in sorted_runs]
         mean = sum(meds) / k
@@ -321,9 +334,10 @@ def _run_spread(sorted_runs: list[np.ndarray]) -> float:
             q1, q3 = _sorted_quantile(r, 0.25), _sorted_quantile(r, 0.75)
             se2 += (math.pi / 2.0) * ((q3 - q1) / 1.349) ** 2 / r.size
         s2_obs = max(var_meds - se2 / k, 0.0)
+        observed = math.sqrt(s2_obs)
     nu = k - 1
     s2 = (nu * s2_obs + PRIOR_RUN_SPREAD_DF * PRIOR_RUN_SPREAD**2) / (nu + PRIOR_RUN_SPREAD_DF)
-    return math.sqrt(s2)
+    return math.sqrt(s2), observed
 
 
 def _fmt_p(p: float) -> str:
@@ -337,13 +351,20 @@ def compare(
     tolerance: float = DEFAULT_TOLERANCE,
     alpha: float = DEFAULT_ALPHA,
     n_comparisons: int = 1,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> Comparison:
     """Judge this run's bandwidth samples against the baseline runs' samples (DECISION_RULE).
 
     ``current_gbps``: per-iteration bandwidth of this run; ``baseline_runs_gbps``: one list per stored
     baseline run.  ``alpha`` is the suite-level level, divided by ``n_comparisons`` (Bonferroni).
+    ``confidence`` is the one-sided confidence of the bounds the verdict uses (default 0.925; 0.975 makes
+    the verdict use the displayed 95 % interval: fewer false alarms near the tolerance, less power).
     Raises ValueError on empty input, non-positive or non-finite samples, or bad parameters.
     """
+    confidence = float(confidence)
+    if not (0.5 < confidence < 1.0):
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence!r}")
+    z_v = float(NormalDist().inv_cdf(confidence))
     tolerance = float(tolerance)
     if not (0.0 < tolerance < 1.0):
         raise ValueError(f"tolerance must be a fraction in (0, 1) such as 0.05, got {tolerance!r}")
@@ -358,7 +379,7 @@ def compare(
 
     d = np.sort(_pair_differences(x, y))  # a full sort beats a multi-point partition here
     m = d.size
-    lo90, hi90 = _moses_positions(n1, n2, m, _Z_ONE_SIDED_95)
+    lo90, hi90 = _moses_positions(n1, n2, m, z_v)
     lo95, hi95 = _moses_positions(n1, n2, m, _Z_TWO_SIDED_95)
     shift = _sorted_median(d)
     part = d
@@ -367,11 +388,13 @@ def compare(
     p_less, p_greater = _mann_whitney(x, ys)
 
     sorted_runs = [np.sort(r) for r in runs]
-    spread = _run_spread(sorted_runs)
-    w = np.array([r.size for r in runs], dtype=float) / n2
-    s_r = spread * math.sqrt(1.0 + float(np.sum(w**2)))
-    m90 = _Z_ONE_SIDED_95 * s_r
+    spread, observed = _run_spread(sorted_runs)
+    run_factor = math.sqrt(1.0 + sum((r.size / n2) ** 2 for r in runs))
+    s_r = spread * run_factor
+    m90 = z_v * s_r
     m95 = _Z_TWO_SIDED_95 * s_r
+    # "noisy" looks at the baseline's own spread: the larger of the moderated and the observed one
+    m_noise = z_v * max(spread, 0.0 if math.isnan(observed) else observed) * run_factor
     lower = math.exp(shift - math.hypot(h_lo90, m90))
     upper = math.exp(shift + math.hypot(h_hi90, m90))
     ci_low = math.exp(shift - math.hypot(h_lo95, m95))
@@ -385,21 +408,22 @@ def compare(
         status = "regression"
         reason = (
             f"bandwidth is {est} of the baseline: the drop is significant (p={_fmt_p(p_less)} < "
-            f"alpha={_fmt_p(alpha_c)}) and even its one-sided 95% upper bound {upper:.3g}x, run-to-run "
+            f"alpha={_fmt_p(alpha_c)}) and even its one-sided {confidence * 100:.3g}% upper bound {upper:.3g}x, run-to-run "
             f"spread included, is below the {tol_pct} tolerance limit {lo_limit:.3g}x"
         )
     elif p_greater < alpha_c and lower > hi_limit:
         status = "improved"
         reason = (
             f"bandwidth is {est} of the baseline: the gain is significant (p={_fmt_p(p_greater)} < "
-            f"alpha={_fmt_p(alpha_c)}) and its one-sided 95% lower bound {lower:.3g}x is above "
+            f"alpha={_fmt_p(alpha_c)}) and its one-sided {confidence * 100:.3g}% lower bound {lower:.3g}x is above "
             f"{hi_limit:.3g}x; consider updating the baseline"
         )
-    elif math.exp(-m90) < lo_limit:
+    elif math.exp(-m_noise) < lo_limit:
         status = "noisy"
         reason = (
             f"bandwidth is {est} of the baseline, but the baseline's run-to-run spread "
-            f"({spread * 100:.2g}% over {len(runs)} run(s)) is too wide to hold a {tol_pct} tolerance; "
+            f"({max(spread, observed if observed == observed else 0.0) * 100:.2g}% over {len(runs)} runs) "
+            f"is too wide to hold a {tol_pct} tolerance; "
             f"record more baseline runs on a quieter machine or raise the tolerance"
         )
     else:
@@ -429,6 +453,7 @@ def compare(
         n_current=int(n1),
         n_baseline=int(n2),
         baseline_runs=len(runs),
+        observed_run_spread=observed,
     )
 
 

@@ -90,17 +90,19 @@ def measure(
     ``agree`` maps a local value to the maximum over all participants (identity for a single process).
     ``prepare`` is called with the plan before the timed samples (a collective captures its graph there).
     """
+    distributed = agree is not None
     agree = agree or _identity
     # Warm-up: first calls pay for allocation, peer-access set-up, communicator creation, caches.
+    # In a process group every rank must run the same number of iterations, so the count is fixed there.
     start = time.perf_counter()
     i = 0
-    while i < settings.warmup_iters or time.perf_counter() - start < settings.warmup_min_s:
+    while i < settings.warmup_iters or (
+        not distributed and time.perf_counter() - start < settings.warmup_min_s and i < 10_000
+    ):
         op.sample(1)
         i += 1
         if i >= settings.warmup_iters:
             op.sync()
-        if i > 10_000:
-            break
     op.sync()
     # Estimate one iteration from a few single-iteration samples, then from a trial batch.
     probes = [op.sample(1) for _ in range(3)]

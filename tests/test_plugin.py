@@ -56,7 +56,7 @@ def test_header_names_the_settings_and_the_hardware(pytester):
     result = pytester.runpytest(*FAST)
     result.stdout.fnmatch_lines(
         [
-            "gpucomm settings: device=auto, min-time=0.002s, max-size=default, timeout=300s, baseline=none",
+            "gpucomm settings: device=auto, min-time=0.002s, max-size=default, timeout=300s, dtype=float32, baseline=none",
             "gpucomm hardware: no GPU used: CPU *, * cores; 2 logical host devices; gloo; torch *",
         ]
     )

@@ -1,0 +1,729 @@
+"""Baseline files: the raw bandwidth samples of the last K runs of each benchmark case, per hardware.
+
+A baseline is one JSON file, ``<NAME>.json`` (``h200.json``, ``mi300x.json``, ...), written and read only
+through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCHEMA` via ``jsonschema``)::
+
+    {
+      "schema": "pytest-gpucomm-baseline",   # fixed identifier: anything else is not a baseline file
+      "schema_version": 1,                   # integer; a newer one than this plugin knows is refused
+      "name": "h200",                        # the baseline's name (usually the GPU model short name)
+      "source": "measured",                  # "measured" (recorded by --gpucomm-save) or "published"
+      "source_detail": "",                   # free text; for "published": where the figures come from
+      "max_runs": 5,                         # K: how many runs each case keeps (the oldest are dropped)
+      "runs": [                              # the runs that cases refer to, oldest first
+        {"run_id": "20240607T101500-ab12", "date": "2024-06-07T10:15:00+00:00",
+         "fingerprint": {"driver": "550.54", "nccl": "2.20.5", ...}}   # any JSON object
+      ],
+      "cases": {
+        "<case key>": {                      # see case_key()
+          "test_id": "tests/test_comm.py::test_all_reduce[16MiB]",
+          "op": "all_reduce", "size_bytes": 16777216, "world_size": 2,
+          "dtype": "float32",                # or null for copies
+          "devices": ["cuda:0", "cuda:1"],
+          "runs": [                          # oldest first, at most max_runs
+            {"run_id": "20240607T101500-ab12",
+             "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
+             "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50}}
+          ],
+          "floor_gbps": 44.0                 # optional; published cases: the minimum acceptable median
+        }
+      }
+    }
+
+Rules beyond the JSON types: a case with no runs must have ``floor_gbps`` (a published figure); a case
+with runs is checked statistically against them (``stats.compare``), and keeps its floor as well.
+Unknown extra keys are kept on read and ignored, so a later minor addition does not break older readers.
+
+Writing (:func:`save_run`) takes an exclusive lock (``<file>.lock``, via ``filelock``), re-reads the file,
+merges this run in, and replaces the file atomically (temporary file in the same directory, fsync,
+``os.replace``, fsync of the directory), so concurrent savers (xdist workers, parallel CI jobs on a
+shared directory) lose nothing and a crash never leaves a half-written baseline.  A corrupt existing file
+is never overwritten: fix or remove it by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import jsonschema
+from filelock import FileLock, Timeout
+
+__all__ = [
+    "SCHEMA_ID",
+    "SCHEMA_VERSION",
+    "JSON_SCHEMA",
+    "ABSENT",
+    "BaselineError",
+    "BaselineNotFound",
+    "CaseRecord",
+    "CaseRun",
+    "CaseEntry",
+    "RunRecord",
+    "Baseline",
+    "case_key",
+    "baseline_name_for_model",
+    "available_baselines",
+    "resolve_baseline",
+    "load_baseline",
+    "save_run",
+    "diff_fingerprints",
+    "format_fingerprint_diff",
+]
+
+SCHEMA_ID = "pytest-gpucomm-baseline"
+SCHEMA_VERSION = 1
+LOCK_TIMEOUT_S = 120.0
+
+_POSITIVE_NUMBER = {"type": "number", "exclusiveMinimum": 0}
+
+JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://pytest-gpucomm/schemas/baseline-1.json",
+    "title": "pytest-gpucomm baseline file, schema_version 1",
+    "type": "object",
+    "required": ["schema", "schema_version", "name", "source", "max_runs", "runs", "cases"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "schema_version": {"type": "integer", "minimum": 1},
+        "name": {"type": "string", "minLength": 1},
+        "source": {"enum": ["measured", "published"]},
+        "source_detail": {"type": "string"},
+        "max_runs": {"type": "integer", "minimum": 1},
+        "runs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["run_id", "date"],
+                "properties": {
+                    "run_id": {"type": "string", "minLength": 1},
+                    "date": {"type": "string"},
+                    "fingerprint": {"type": "object"},
+                },
+            },
+        },
+        "cases": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["test_id", "op", "size_bytes", "world_size", "runs"],
+                "properties": {
+                    "test_id": {"type": "string"},
+                    "op": {"type": "string", "minLength": 1},
+                    "size_bytes": {"type": "integer", "minimum": 0},
+                    "world_size": {"type": "integer", "minimum": 1},
+                    "dtype": {"type": ["string", "null"]},
+                    "devices": {"type": "array", "items": {"type": "string"}},
+                    "floor_gbps": _POSITIVE_NUMBER,
+                    "runs": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["run_id", "samples_gbps"],
+                            "properties": {
+                                "run_id": {"type": "string", "minLength": 1},
+                                "samples_gbps": {"type": "array", "minItems": 1, "items": _POSITIVE_NUMBER},
+                                "summary": {
+                                    "type": "object",
+                                    "properties": {
+                                        "median_gbps": {"type": "number"},
+                                        "p50_us": {"type": "number"},
+                                        "p99_us": {"type": "number"},
+                                        "cv": {"type": "number"},
+                                        "n": {"type": "integer", "minimum": 0},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                # a case without measured runs is only meaningful with a published floor
+                "if": {"properties": {"runs": {"maxItems": 0}}},
+                "then": {"required": ["floor_gbps"]},
+            },
+        },
+    },
+}
+
+_VALIDATOR = jsonschema.Draft202012Validator(JSON_SCHEMA)
+
+
+class BaselineError(Exception):
+    """A baseline that cannot be used; the message names the file and exactly what is wrong."""
+
+
+class BaselineNotFound(BaselineError):
+    """No baseline of that name; the message lists the baselines that are available."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Records
+# ------------------------------------------------------------------------------------------------
+
+
+def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int) -> str:
+    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``.
+
+    Every part is kept verbatim, so the key is stable across runs and readable in the file; e.g.
+    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.
+    """
+    if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
+        raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}"
+
+
+@dataclass
+class CaseRecord:
+    """One case's result in the run being saved: metadata, raw samples (GB/s) and a summary."""
+
+    test_id: str
+    op: str
+    size_bytes: int
+    world_size: int
+    samples_gbps: Sequence[float]
+    dtype: Optional[str] = None
+    devices: Sequence[str] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size)
+
+    @classmethod
+    def from_measurement(cls, measurement: Any, test_id: str) -> "CaseRecord":
+        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side)."""
+        samples = [float(v) for v in measurement.samples_gbps]
+        summary = {
+            "median_gbps": float(measurement.gbps),
+            "p50_us": float(measurement.p50_us),
+            "p99_us": float(measurement.summary.p99_s * 1e6),
+            "cv": float(measurement.summary.cv),
+            "n": int(measurement.summary.n),
+        }
+        return cls(
+            test_id=test_id,
+            op=measurement.op,
+            size_bytes=int(measurement.size_bytes),
+            world_size=int(measurement.world_size),
+            samples_gbps=samples,
+            dtype=measurement.dtype,
+            devices=tuple(measurement.devices),
+            summary=summary,
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    date: str
+    fingerprint: dict
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    run_id: str
+    samples_gbps: list
+    summary: dict
+
+
+@dataclass
+class CaseEntry:
+    key: str
+    test_id: str
+    op: str
+    size_bytes: int
+    world_size: int
+    dtype: Optional[str]
+    devices: list
+    runs: list  # list[CaseRun], oldest first
+    floor_gbps: Optional[float] = None
+
+    @property
+    def runs_gbps(self) -> list[list[float]]:
+        """The samples of each stored run, oldest first: what ``stats.compare`` takes."""
+        return [list(r.samples_gbps) for r in self.runs]
+
+    @property
+    def has_runs(self) -> bool:
+        return bool(self.runs)
+
+    @property
+    def floor_only(self) -> bool:
+        """A published case without measured runs: checked with ``stats.check_floor``."""
+        return not self.runs and self.floor_gbps is not None
+
+
+@dataclass
+class Baseline:
+    path: Path
+    name: str
+    source: str
+    source_detail: str
+    max_runs: int
+    runs: list  # list[RunRecord], oldest first
+    cases: dict  # key -> CaseEntry
+    schema_version: int = SCHEMA_VERSION
+
+    def latest_fingerprint(self) -> Optional[dict]:
+        """The fingerprint of the newest run recorded in the file, or None when there is none."""
+        return dict(self.runs[-1].fingerprint) if self.runs else None
+
+    def run(self, run_id: str) -> Optional[RunRecord]:
+        for r in self.runs:
+            if r.run_id == run_id:
+                return r
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Model names and resolving a --gpucomm-baseline spec
+# ------------------------------------------------------------------------------------------------
+
+# Longer names first where one is a prefix of another (mi250x before mi250, l40s before l40).
+_MODEL_TOKENS = [
+    "gb200", "gh200", "b200", "b100", "h200", "h100", "h800", "h20",
+    "a100", "a800", "a40", "a30", "a10g", "a10", "l40s", "l40", "l4", "v100", "t4",
+    "mi355x", "mi325x", "mi300x", "mi300a", "mi250x", "mi250", "mi210", "mi100",
+]  # fmt: skip
+_MODEL_RE = re.compile(r"(?<![a-z0-9])(" + "|".join(_MODEL_TOKENS) + r")(?![a-z0-9])")
+
+
+def baseline_name_for_model(model: str) -> Optional[str]:
+    """The baseline name for a device model string, or None if the model is not known.
+
+    "NVIDIA H200" and "NVIDIA H200 NVL" -> "h200", "NVIDIA H100 80GB HBM3" -> "h100",
+    "NVIDIA A100-SXM4-80GB" -> "a100", "AMD Instinct MI300X" -> "mi300x", "AMD Instinct MI250X" -> "mi250x".
+    Form factors and memory sizes are not told apart: one baseline per chip.
+    """
+    if not model:
+        return None
+    m = _MODEL_RE.search(str(model).lower())
+    return m.group(1) if m else None
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def available_baselines(search_dirs: Iterable[Path]) -> list[str]:
+    """Names of the baseline files (``*.json``) in the directories, sorted, each once."""
+    names: set[str] = set()
+    for d in search_dirs:
+        d = Path(d)
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.json") if p.is_file() and not p.name.startswith("."))
+    return sorted(names)
+
+
+def resolve_baseline(
+    spec: str,
+    *,
+    search_dirs: Sequence[Path],
+    detected_model: Optional[str],
+    must_exist: bool = True,
+) -> Path:
+    """Turn a ``--gpucomm-baseline`` value into a file path.
+
+    * ``"auto"``: the name for ``detected_model`` (see :func:`baseline_name_for_model`), then as NAME.
+    * a value with a path separator or ending in ``.json``: that file (it may not exist yet: saving).
+    * NAME: the first ``<dir>/<NAME>.json`` in ``search_dirs``.  If there is none: with ``must_exist``
+      :class:`BaselineNotFound` listing the available names; without it, ``<search_dirs[0]>/<NAME>.json``
+      (where a first ``--gpucomm-save`` creates it).
+    """
+    spec = (spec or "").strip()
+    dirs = [Path(d) for d in search_dirs]
+    if not spec:
+        raise BaselineError("empty baseline name: give a name (e.g. h200), a path to a .json file, or 'auto'")
+    if spec == "auto":
+        if not detected_model:
+            raise BaselineError(
+                "--gpucomm-baseline=auto: no GPU model was detected; give the baseline name or path explicitly"
+            )
+        name = baseline_name_for_model(detected_model)
+        if name is None:
+            raise BaselineError(
+                f"--gpucomm-baseline=auto: the detected model {detected_model!r} is not one this plugin "
+                f"knows a baseline name for; give the baseline name or path explicitly"
+            )
+        return _resolve_name(name, dirs, must_exist, how=f"auto, from the detected model {detected_model!r}")
+    if os.sep in spec or "/" in spec or (os.altsep and os.altsep in spec) or spec.endswith(".json"):
+        return Path(spec).expanduser()
+    if not _NAME_RE.match(spec):
+        raise BaselineError(
+            f"invalid baseline name {spec!r}: use letters, digits, '.', '_', '-' (or give a path to a .json file)"
+        )
+    return _resolve_name(spec, dirs, must_exist, how="")
+
+
+def _resolve_name(name: str, dirs: list[Path], must_exist: bool, how: str) -> Path:
+    for d in dirs:
+        p = d / f"{name}.json"
+        if p.is_file():
+            return p
+    if not must_exist and dirs:
+        return dirs[0] / f"{name}.json"
+    avail = available_baselines(dirs)
+    where = ", ".join(str(d) for d in dirs) or "(no directories configured)"
+    listed = ", ".join(avail) if avail else "none"
+    origin = f" ({how})" if how else ""
+    raise BaselineNotFound(
+        f"no baseline named {name!r}{origin} in {where}; available baselines: {listed}"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading
+# ------------------------------------------------------------------------------------------------
+
+
+def _json_path(parts: Iterable[Any]) -> str:
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) else f"[{json.dumps(p)}]")
+    return out
+
+
+def _read_document(path: Path) -> dict:
+    """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BaselineError(f"{path}: baseline file does not exist") from None
+    except IsADirectoryError:
+        raise BaselineError(f"{path}: is a directory, not a baseline file") from None
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read baseline file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(f"{path}: not a UTF-8 text file (byte {exc.start}): not a baseline file") from None
+    if not text.strip():
+        raise BaselineError(f"{path}: the file is empty (truncated?): not a valid baseline")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(text.rstrip()):
+            raise BaselineError(
+                f"{path}: the file is truncated: the JSON ends unexpectedly at line {exc.lineno} "
+                f"column {exc.colno} ({exc.msg})"
+            ) from None
+        raise BaselineError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise BaselineError(f"{path}: not a pytest-gpucomm baseline: the top level is a {type(doc).__name__}, expected an object")
+    if doc.get("schema") != SCHEMA_ID:
+        if "schema" not in doc:
+            raise BaselineError(f"{path}: not a pytest-gpucomm baseline: no \"schema\" field (expected {SCHEMA_ID!r})")
+        raise BaselineError(
+            f"{path}: not a pytest-gpucomm baseline: \"schema\" is {doc.get('schema')!r}, expected {SCHEMA_ID!r}"
+        )
+    version = doc.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise BaselineError(
+            f"{path}: written with baseline schema_version {version}, but this pytest-gpucomm reads only up to "
+            f"schema_version {SCHEMA_VERSION}: upgrade pytest-gpucomm"
+        )
+    errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        err = jsonschema.exceptions.best_match(errors) or errors[0]
+        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise BaselineError(f"{path}: invalid baseline: at {_json_path(err.absolute_path)}: {_describe(err)}{more}")
+    _check_finite(path, doc)
+    return doc
+
+
+def _describe(err: "jsonschema.exceptions.ValidationError") -> str:
+    if err.validator == "required":
+        return err.message.replace("is a required property", "is missing (a required field)")
+    if err.validator == "then":
+        return "a case without runs needs a 'floor_gbps' (a published figure)"
+    return err.message
+
+
+def _check_finite(path: Path, doc: dict) -> None:
+    # JSON has no NaN/Infinity, but Python's json module reads them; refuse them in samples and floors.
+    for key, case in doc["cases"].items():
+        floor = case.get("floor_gbps")
+        if floor is not None and not math.isfinite(floor):
+            raise BaselineError(f"{path}: invalid baseline: at {_json_path(['cases', key, 'floor_gbps'])}: not finite")
+        for i, run in enumerate(case["runs"]):
+            for j, v in enumerate(run["samples_gbps"]):
+                if not math.isfinite(v):
+                    raise BaselineError(
+                        f"{path}: invalid baseline: at "
+                        f"{_json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a finite number"
+                    )
+
+
+def _to_baseline(path: Path, doc: dict) -> Baseline:
+    runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {})) for r in doc["runs"]]
+    cases = {}
+    for key, c in doc["cases"].items():
+        cases[key] = CaseEntry(
+            key=key,
+            test_id=c["test_id"],
+            op=c["op"],
+            size_bytes=int(c["size_bytes"]),
+            world_size=int(c["world_size"]),
+            dtype=c.get("dtype"),
+            devices=list(c.get("devices") or []),
+            runs=[CaseRun(r["run_id"], [float(v) for v in r["samples_gbps"]], dict(r.get("summary") or {}))
+                  for r in c["runs"]],
+            floor_gbps=float(c["floor_gbps"]) if c.get("floor_gbps") is not None else None,
+        )
+    return Baseline(
+        path=Path(path),
+        name=doc["name"],
+        source=doc["source"],
+        source_detail=doc.get("source_detail", ""),
+        max_runs=int(doc["max_runs"]),
+        runs=runs,
+        cases=cases,
+        schema_version=int(doc["schema_version"]),
+    )
+
+
+def load_baseline(path: Path) -> Baseline:
+    """Read and validate a baseline file.  Raises BaselineError (naming the file and the problem)."""
+    return _to_baseline(Path(path), _read_document(Path(path)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Writing
+# ------------------------------------------------------------------------------------------------
+
+
+def _new_document(name: str, max_runs: int) -> dict:
+    return {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "source": "measured",
+        "source_detail": "",
+        "max_runs": max_runs,
+        "runs": [],
+        "cases": {},
+    }
+
+
+def _clean_summary(summary: Mapping[str, Any]) -> dict:
+    out: dict[str, Any] = {}
+    for k, v in dict(summary or {}).items():
+        if k == "n":
+            out[k] = int(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v) if math.isfinite(float(v)) else None
+        else:
+            out[k] = v
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
+               max_runs: int) -> dict:
+    doc["max_runs"] = max_runs
+    if not any(r["run_id"] == run_id for r in doc["runs"]):
+        doc["runs"].append({"run_id": run_id, "date": date, "fingerprint": json.loads(json.dumps(dict(fingerprint)))})
+    for key, rec in cases.items():
+        samples = [float(v) for v in rec.samples_gbps]
+        bad = [v for v in samples if not (math.isfinite(v) and v > 0)]
+        if not samples or bad:
+            raise ValueError(
+                f"case {key!r}: samples_gbps must be a non-empty list of positive finite numbers"
+                + (f" (got {bad[0]!r})" if bad else " (got none)")
+            )
+        entry = doc["cases"].get(key)
+        if entry is None:
+            entry = {"runs": []}
+        entry.update(
+            test_id=rec.test_id,
+            op=rec.op,
+            size_bytes=int(rec.size_bytes),
+            world_size=int(rec.world_size),
+            dtype=rec.dtype,
+            devices=[str(d) for d in rec.devices],
+        )
+        summary = _clean_summary(rec.summary)
+        summary.setdefault("n", len(samples))
+        runs = [r for r in entry.pop("runs") if r["run_id"] != run_id]  # a re-save of the same run
+        runs.append({"run_id": run_id, "samples_gbps": samples, "summary": summary})
+        floor = entry.pop("floor_gbps", None)
+        entry["runs"] = runs  # metadata first, then runs, then the floor (if any), then unknown extras
+        if floor is not None:
+            entry["floor_gbps"] = floor
+        doc["cases"][key] = {**{k: entry.pop(k) for k in ("test_id", "op", "size_bytes", "world_size",
+                                                           "dtype", "devices", "runs")},
+                             **({"floor_gbps": entry.pop("floor_gbps")} if "floor_gbps" in entry else {}),
+                             **entry}
+    for entry in doc["cases"].values():
+        if len(entry["runs"]) > max_runs:
+            entry["runs"] = entry["runs"][-max_runs:]
+    used = {r["run_id"] for entry in doc["cases"].values() for r in entry["runs"]}
+    doc["runs"] = [r for r in doc["runs"] if r["run_id"] in used]
+    return doc
+
+
+def _dumps(doc: dict) -> str:
+    """Indented JSON with each samples list on one line (readable, diff-friendly, not 1 number a line)."""
+    placeholders: dict[str, str] = {}
+    shallow = json.loads(json.dumps(doc))
+    for ci, entry in enumerate(shallow["cases"].values()):
+        for ri, run in enumerate(entry["runs"]):
+            tag = f"@@samples-{ci}-{ri}@@"
+            placeholders[json.dumps(tag)] = json.dumps(run["samples_gbps"])
+            run["samples_gbps"] = tag
+    text = json.dumps(shallow, indent=2, allow_nan=False)
+    for tag, arr in placeholders.items():
+        text = text.replace(tag, arr, 1)
+    return text + "\n"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def save_run(
+    path: Path,
+    *,
+    name: str,
+    run_id: str,
+    date: str,
+    fingerprint: Mapping[str, Any],
+    cases: Mapping[str, CaseRecord],
+    max_runs: int = 5,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+) -> None:
+    """Add this run's samples to the baseline at ``path`` (created if missing).
+
+    Under an exclusive lock on ``<path>.lock``: re-read the file (a corrupt one raises BaselineError and
+    is left untouched), append this run to every case in ``cases`` (a case already holding ``run_id`` has
+    that run replaced, so xdist workers of one session can each save their own cases under one run id),
+    keep the cases not run this time, keep at most ``max_runs`` runs per case (oldest dropped), drop run
+    records no case refers to any more, and write atomically.  A published case that gains measured runs
+    keeps its ``floor_gbps``.  ``cases`` maps case_key(...) to CaseRecord.
+    """
+    path = Path(path)
+    if isinstance(max_runs, bool) or int(max_runs) != max_runs or max_runs < 1:
+        raise ValueError(f"max_runs must be a whole number >= 1, got {max_runs!r}")
+    if not run_id:
+        raise ValueError("run_id must be a non-empty string")
+    if not isinstance(fingerprint, Mapping):
+        raise ValueError(f"fingerprint must be a mapping, got {type(fingerprint).__name__}")
+    for key, rec in cases.items():
+        if key != rec.key:
+            raise ValueError(f"case key {key!r} does not match its record (expected {rec.key!r})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock", timeout=lock_timeout_s)
+    try:
+        with lock:
+            doc = _read_document(path) if path.exists() else _new_document(name, int(max_runs))
+            doc = _merge_run(doc, run_id=run_id, date=date, fingerprint=fingerprint, cases=cases,
+                             max_runs=int(max_runs))
+            errors = list(_VALIDATOR.iter_errors(doc))
+            if errors:  # a bug or bad input: never write a file that would not load
+                e = errors[0]
+                raise BaselineError(f"{path}: refusing to write an invalid baseline: at {_json_path(e.absolute_path)}: {e.message}")
+            _write_atomic(path, _dumps(doc))
+    except Timeout:
+        raise BaselineError(
+            f"{path}: could not lock {path}.lock within {lock_timeout_s:g} s (another save in progress?)"
+        ) from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Fingerprints
+# ------------------------------------------------------------------------------------------------
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+"""Stands for a key missing on one side in :func:`diff_fingerprints` results."""
+
+VOLATILE_KEYS = frozenset({"date", "run_id", "time", "timestamp", "start_time", "end_time", "pid", "uptime_s"})
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> None:
+    if isinstance(obj, Mapping):
+        if not obj and prefix:
+            out[prefix] = {}
+        for k, v in obj.items():
+            if str(k) in ignore:
+                continue
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, ignore)
+    elif isinstance(obj, (list, tuple)):
+        if not obj and prefix:
+            out[prefix] = []
+        for i, v in enumerate(obj):
+            _flatten(v, f"{prefix}.{i}" if prefix else str(i), out, ignore)
+    else:
+        out[prefix] = obj
+
+
+def diff_fingerprints(
+    old: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]], *, ignore: Iterable[str] = VOLATILE_KEYS
+) -> list[tuple[str, Any, Any]]:
+    """What changed between two fingerprints: ``(dotted.key, old, new)`` for every leaf that was added
+    (old is ABSENT), removed (new is ABSENT) or changed, sorted by key.  Nested objects and lists are
+    flattened (``gpus.0.name``); keys named in ``ignore`` (volatile: date, run_id, ...) are skipped at
+    any depth."""
+    ign = frozenset(ignore)
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    _flatten(old or {}, "", a, ign)
+    _flatten(new or {}, "", b, ign)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k, ABSENT), b.get(k, ABSENT)
+        if va is ABSENT or vb is ABSENT or va != vb or type(va) is not type(vb):
+            if va is not ABSENT and vb is not ABSENT and va == vb and {type(va), type(vb)} <= {int, float}:
+                continue  # 2 and 2.0 are the same figure
+            out.append((k, va, vb))
+    return out
+
+
+def format_fingerprint_diff(diffs: Sequence[tuple[str, Any, Any]], limit: int = 8) -> str:
+    """One line for a message: ``driver 550.54 -> 560.35; nccl 2.20.5 -> 2.21.5``."""
+    if not diffs:
+        return "no fingerprint change"
+    parts = [f"{k} {old} -> {new}" for k, old, new in diffs[:limit]]
+    if len(diffs) > limit:
+        parts.append(f"and {len(diffs) - limit} more")
+    return "; ".join(parts)

@@ -1,0 +1,309 @@
+"""Collectives over a torch.distributed process group, timed as nccl-tests times them.
+
+This module holds both halves:
+
+* what an op is (its message size S, its busbw factor, whether it has an in-place form) -- pure, used by
+  the controller, the report and the tests;
+* the per-rank task :func:`bench`, run on every rank of the group (in the rank pool, or in-process when
+  pytest itself runs on every rank under torchrun): it builds the buffers, warms up, agrees with the
+  other ranks on a plan, captures ``inner`` iterations in a CUDA/HIP graph on GPU (as ``nccl-tests -G``)
+  or loops on CPU, times each sample (device events / host clock), and finally re-initializes the
+  buffers, runs the op once more and counts the wrong elements of the result.
+
+Sizes follow nccl-tests: S is the per-rank buffer for all_reduce, broadcast, reduce and send/recv, and the
+full gathered/scattered buffer for all_gather, reduce_scatter and all_to_all.  busbw = algbw x factor
+with n ranks: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+__all__ = ["OPS", "OpSpec", "busbw_factor", "element_count", "bench", "DTYPES"]
+
+DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """``forms``: the forms torch.distributed offers, the default first.  all_reduce, broadcast and
+    reduce exist only in place in torch (an out-of-place form would add a device copy of S bytes to
+    every iteration, which nccl-tests does not do), so they are measured in place and compared with
+    nccl-tests' in-place column."""
+
+    name: str
+    factor: Callable[[int], float]
+    forms: tuple[str, ...]
+    split: bool = False  # S is the full buffer made of n chunks (all_gather, reduce_scatter, all_to_all)
+
+    @property
+    def default_in_place(self) -> bool:
+        return self.forms[0] == "in_place"
+
+
+OPS: dict[str, OpSpec] = {
+    "all_reduce": OpSpec("all_reduce", lambda n: 2 * (n - 1) / n, ("in_place",)),
+    "all_gather": OpSpec("all_gather", lambda n: (n - 1) / n, ("out_of_place", "in_place"), split=True),
+    "reduce_scatter": OpSpec("reduce_scatter", lambda n: (n - 1) / n, ("out_of_place", "in_place"), split=True),
+    "broadcast": OpSpec("broadcast", lambda n: 1.0, ("in_place",)),
+    "reduce": OpSpec("reduce", lambda n: 1.0, ("in_place",)),
+    "all_to_all": OpSpec("all_to_all", lambda n: (n - 1) / n, ("out_of_place",), split=True),
+    "send_recv": OpSpec("send_recv", lambda n: 1.0, ("out_of_place",)),
+}
+
+
+def busbw_factor(op: str, world_size: int) -> float:
+    return OPS[op].factor(world_size)
+
+
+def element_count(op: str, size_bytes: int, world_size: int, dtype: str) -> int:
+    """Elements of the S-byte buffer, rounded down so split ops divide evenly among the ranks (as
+    nccl-tests does); at least one element (per rank for split ops)."""
+    es = DTYPES[dtype]
+    count = size_bytes // es
+    if OPS[op].split:
+        count = max(world_size, count // world_size * world_size)
+    return max(1, count)
+
+
+# -- per-rank side --------------------------------------------------------------------------------
+
+def _pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
+    """1, 2, 3, 1, 2, 3, ...: small integers, exact in every dtype, no zeros."""
+    return (torch.arange(n, device=device, dtype=torch.int64) % 3 + 1).to(dtype)
+
+
+class _Case:
+    """Buffers, the op as a callable, and its expected result, for one rank."""
+
+    def __init__(self, torch: Any, dist: Any, op: str, count: int, rank: int, n: int, device: str,
+                 dtype: Any, in_place: bool) -> None:
+        self.torch, self.dist = torch, dist
+        self.op, self.count, self.rank, self.n = op, count, rank, n
+        self.device, self.dtype, self.in_place = device, dtype, in_place
+        c = count // n if OPS[op].split else count
+        self.chunk = c
+        mk = lambda k: torch.empty(k, device=device, dtype=dtype)  # noqa: E731
+        if op in ("all_reduce", "broadcast", "reduce"):
+            self.inp = self.out = mk(count)
+        elif op == "all_gather":
+            self.out = mk(count)
+            self.inp = self.out[rank * c:(rank + 1) * c] if in_place else mk(c)
+        elif op == "reduce_scatter":
+            self.inp = mk(count)
+            self.out = self.inp[rank * c:(rank + 1) * c] if in_place else mk(c)
+        elif op == "all_to_all":
+            self.inp, self.out = mk(count), mk(count)
+        elif op == "send_recv":
+            self.inp, self.out = mk(count), mk(count)
+        else:
+            raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+        self.fill()
+
+    def fill(self) -> None:
+        """Inputs that make a wrong element detectable; outputs poisoned."""
+        torch, r, n, c = self.torch, self.rank, self.n, self.chunk
+        if self.out is not self.inp:
+            self.out.fill_(-7)
+        v = _pattern(torch, self.inp.numel(), self.device, self.dtype)
+        if self.op == "all_to_all":
+            idx = torch.arange(self.inp.numel(), device=self.device)
+            # element k of the chunk for rank j: r*n + j + 1, plus a ripple inside the chunk
+            v = r * n + idx // c + 1 + (idx % c % 3) * n * n
+            self.inp.copy_(v.to(self.dtype))
+        elif self.op == "broadcast":
+            self.inp.copy_(v if r == 0 else torch.full_like(v, -3))
+        else:
+            self.inp.copy_(v * (r + 1))
+
+    def expected(self) -> Any:
+        torch, r, n, c = self.torch, self.rank, self.n, self.chunk
+        tri = n * (n + 1) // 2
+        if self.op == "all_reduce":
+            return _pattern(torch, self.count, self.device, torch.float64) * tri
+        if self.op == "all_gather":
+            idx = torch.arange(self.count, device=self.device)
+            base = _pattern(torch, c, self.device, torch.float64).repeat(n)
+            return base * (idx // c + 1)
+        if self.op == "reduce_scatter":
+            full = _pattern(torch, self.count, self.device, torch.float64) * tri
+            return full[r * c:(r + 1) * c]
+        if self.op == "broadcast":
+            return _pattern(torch, self.count, self.device, torch.float64)
+        if self.op == "reduce":
+            if r != 0:
+                return None
+            return _pattern(torch, self.count, self.device, torch.float64) * tri
+        if self.op == "all_to_all":
+            i = torch.arange(self.count, device=self.device)
+            s = i // c  # source rank of this chunk
+            return (s * n + r + 1 + (i % c % 3) * n * n).to(torch.float64)
+        if self.op == "send_recv":
+            src = (r - 1) % n
+            return _pattern(torch, self.count, self.device, torch.float64) * (src + 1)
+        raise AssertionError(self.op)
+
+    def result(self) -> Any:
+        return self.out
+
+    def run(self) -> None:
+        dist, torch = self.dist, self.torch
+        op = self.op
+        if op == "all_reduce":
+            dist.all_reduce(self.inp)
+        elif op == "all_gather":
+            _all_gather(dist, self.out, self.inp)
+        elif op == "reduce_scatter":
+            _reduce_scatter(dist, self.out, self.inp)
+        elif op == "broadcast":
+            dist.broadcast(self.inp, src=0)
+        elif op == "reduce":
+            dist.reduce(self.inp, dst=0)
+        elif op == "all_to_all":
+            dist.all_to_all_single(self.out, self.inp)
+        elif op == "send_recv":
+            nxt, prv = (self.rank + 1) % self.n, (self.rank - 1) % self.n
+            reqs = dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, self.inp, nxt), dist.P2POp(dist.irecv, self.out, prv)]
+            )
+            for req in reqs:
+                req.wait()
+        del torch
+
+
+def _all_gather(dist: Any, out: Any, inp: Any) -> None:
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    fn(out, inp)
+
+
+def _reduce_scatter(dist: Any, out: Any, inp: Any) -> None:
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    fn(out, inp)
+
+
+class _Timed:
+    """Adapter for the timing engine: graph replay + events on GPU, a loop + host clock on CPU."""
+
+    def __init__(self, torch: Any, case: _Case, gpu: bool) -> None:
+        self.torch, self.case, self.gpu = torch, case, gpu
+        self.graph: Any = None
+        self.graph_inner = 0
+        self.graph_error = ""
+
+    def capture(self, inner: int) -> None:
+        torch = self.torch
+        if not self.gpu:
+            return
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    self.case.run()
+            torch.cuda.current_stream().wait_stream(s)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(inner):
+                    self.case.run()
+            torch.cuda.synchronize()
+            self.graph, self.graph_inner = g, inner
+        except Exception as e:  # fall back to eager launches, and say so in the result
+            self.graph, self.graph_error = None, f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
+
+    def sample(self, inner: int) -> Callable[[], float]:
+        torch = self.torch
+        if self.gpu:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            if self.graph is not None and inner == self.graph_inner:
+                self.graph.replay()
+            else:
+                for _ in range(inner):
+                    self.case.run()
+            end.record()
+            return lambda: start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            self.case.run()
+        dt = time.perf_counter() - t0
+        return lambda: dt
+
+    def sync(self) -> None:
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+
+def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
+          min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000) -> dict[str, Any]:
+    """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    from ..timing import TimingSettings, measure
+
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    spec = OPS[op]
+    if in_place is None:
+        in_place = spec.default_in_place
+    form = "in_place" if in_place else "out_of_place"
+    if form not in spec.forms:
+        raise ValueError(f"{op} has no {form.replace('_', '-')} form in torch.distributed (it has: "
+                         f"{', '.join(f.replace('_', '-') for f in spec.forms)})")
+    n, r = ctx.world_size, ctx.rank
+    gpu = ctx.device.startswith("cuda")
+    tdtype = getattr(torch, dtype)
+    count = element_count(op, size_bytes, n, dtype)
+    case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
+    timed = _Timed(torch, case, gpu)
+    agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
+
+    def agree(x: float) -> float:
+        agree_buf.fill_(x)
+        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX)
+        return float(agree_buf.item())
+
+    def prepare(p: Any) -> None:
+        if graph and gpu:
+            timed.capture(p.inner)
+        dist.barrier()
+
+    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples)
+    samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
+    # Correctness after timing: fresh inputs, poisoned outputs, one more op, compare.
+    timed.graph = None
+    case.fill()
+    timed.sync()
+    dist.barrier()
+    case.run()
+    timed.sync()
+    exp = case.expected()
+    wrong, first = 0, None
+    checked = 0
+    if exp is not None:
+        got = case.result().to(torch.float64)
+        tol = 0.0 if dtype == "float32" else 1e-2
+        bad = (got - exp).abs() > tol * exp.abs()
+        wrong = int(bad.sum().item())
+        checked = int(got.numel())
+        if wrong:
+            i = int(bad.nonzero()[0].item())
+            first = (i, float(got[i].item()), float(exp[i].item()))
+    return {
+        "rank": r,
+        "samples_s": samples,
+        "inner": plan.inner,
+        "graph": timed.graph_inner if (graph and gpu and not timed.graph_error) else 0,
+        "graph_error": timed.graph_error,
+        "size_bytes": count * DTYPES[dtype],
+        "wrong": wrong,
+        "checked": checked,
+        "first_wrong": first,
+    }

@@ -1,0 +1,67 @@
+"""What a task function gets to know about the rank it runs on.
+
+This module imports nothing heavy (stdlib only) so that task modules, the
+worker and in-process executors can all share it.
+
+A *task* is a plain function ``fn(ctx: RankContext, **kwargs) -> Any`` named
+by a ``"module:function"`` string (``"module:Class.attr"`` also works). It
+runs on every rank; the controller receives the per-rank return values
+ordered by rank. Return values must be picklable; prefer plain Python values
+(convert tensors with ``.tolist()`` / ``.item()`` or move them to CPU).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["RankContext", "load_task"]
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Identity of the calling rank inside its process group.
+
+    Attributes:
+        rank: global rank in the default process group.
+        world_size: number of ranks in the default process group.
+        local_rank: rank within the node (selects the GPU).
+        backend: torch.distributed backend, e.g. ``"gloo"`` or ``"nccl"``.
+        device: torch device string for this rank, e.g. ``"cpu"`` or ``"cuda:1"``.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: str
+
+    @property
+    def is_first(self) -> bool:
+        """True on rank 0."""
+        return self.rank == 0
+
+
+def load_task(spec: str) -> Callable[..., Any]:
+    """Import and return the callable named by ``"module:function"``.
+
+    Raises:
+        ValueError: when ``spec`` is not of the form ``"module:function"``.
+        ImportError / AttributeError: when the module or attribute is missing.
+        TypeError: when the named object is not callable.
+    """
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(f"task must be given as 'module:function', got {spec!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(
+                f"task {spec!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    if not callable(obj):
+        raise TypeError(f"task {spec!r} is not callable (got {type(obj).__name__})")
+    return obj

@@ -1,0 +1,218 @@
+"""Rank worker process: joins a torch.distributed process group and runs tasks.
+
+Started by :class:`pytest_gpucomm.ranks.pool.RankPool` as::
+
+    python -m pytest_gpucomm.ranks.worker --rank R --world-size N ...
+
+with the control-channel authkey (hex) written to its stdin (never on the
+command line). It imports only the stdlib, torch and the stdlib-only
+:mod:`pytest_gpucomm.ranks.context`.
+
+Protocol over the control connection (``multiprocessing.connection``, pickled
+tuples):
+
+worker -> controller
+    ``("hello", rank, pid)`` right after connecting,
+    ``("ready", rank)`` once the process group is initialised,
+    ``("init_error", rank, traceback_text)`` when that failed,
+    ``("ok", task_id, result)`` / ``("error", task_id, traceback_text)`` per task,
+    ``("bye", rank)`` on shutdown.
+controller -> worker
+    ``("task", task_id, "module:function", kwargs, sys_path)``,
+    ``("shutdown",)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Client
+from typing import Any, Callable
+
+from pytest_gpucomm.ranks.context import RankContext, load_task
+
+_PR_SET_PDEATHSIG = 1
+
+# Kept at module level so the faulthandler file object stays alive.
+_stack_file: Any = None
+
+
+def _set_parent_death_signal(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL us when the controller dies; exit if it already has."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except OSError:  # pragma: no cover - exotic libc
+        return
+    # The controller may have died before prctl took effect.
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pytest_gpucomm.ranks.worker")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--local-rank", type=int, required=True)
+    p.add_argument("--backend", required=True)
+    p.add_argument("--device", required=True, help="'cpu' or 'cuda'")
+    p.add_argument("--control-port", type=int, required=True)
+    p.add_argument("--rendezvous-port", type=int, required=True)
+    p.add_argument("--rendezvous-fd", type=int, default=None,
+                   help="rank 0: inherited listening socket for the rendezvous store")
+    p.add_argument("--stack-file", required=True)
+    p.add_argument("--init-timeout", type=float, default=120.0)
+    p.add_argument("--parent-pid", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def _serve_store(dist: Any, args: argparse.Namespace, timeout: datetime.timedelta) -> Any:
+    """Rank 0: the rendezvous TCPStore server, on the inherited loopback socket."""
+    if args.rendezvous_fd is not None:
+        try:
+            return dist.TCPStore(
+                "127.0.0.1", args.rendezvous_port, args.world_size, True, timeout,
+                wait_for_workers=False, master_listen_fd=args.rendezvous_fd,
+            )
+        except TypeError:  # older torch without master_listen_fd: bind the port ourselves
+            os.close(args.rendezvous_fd)
+    return dist.TCPStore(
+        "127.0.0.1", args.rendezvous_port, args.world_size, True, timeout,
+        wait_for_workers=False,
+    )
+
+
+def _merge_sys_path(controller_path: list[str] | None) -> None:
+    """Make the controller's current sys.path entries visible here (pytester dirs)."""
+    if not controller_path:
+        return
+    missing = [p for p in controller_path if p not in sys.path]
+    if not missing:
+        return
+    sys.path[:] = list(controller_path) + [p for p in sys.path if p not in controller_path]
+    importlib.invalidate_caches()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker loop; returns the process exit status."""
+    global _stack_file
+    args = _parse_args(argv)
+    _set_parent_death_signal(args.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller owns cleanup
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults -> log
+    _stack_file = open(args.stack_file, "a", encoding="utf-8")
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    conn = Client(("127.0.0.1", args.control_port), authkey=authkey)
+    conn.send(("hello", args.rank, os.getpid()))
+
+    device = "cpu" if args.device == "cpu" else f"{args.device}:{args.local_rank}"
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if args.device == "cuda":
+            torch.cuda.set_device(args.local_rank)
+        timeout = datetime.timedelta(seconds=args.init_timeout)
+        # The rendezvous store: rank 0 serves it on the loopback socket the
+        # controller bound and handed over (so it listens on 127.0.0.1 only and
+        # there is no free-port race); the other ranks connect to it. This is
+        # what init_method="tcp://127.0.0.1:<port>" does, minus its bind to
+        # every interface.
+        if args.rank == 0:
+            store = _serve_store(dist, args, timeout)
+        else:
+            store = dist.TCPStore(
+                "127.0.0.1", args.rendezvous_port, args.world_size, False, timeout
+            )
+        dist.init_process_group(
+            backend=args.backend,
+            store=store,
+            rank=args.rank,
+            world_size=args.world_size,
+            timeout=timeout,
+        )
+        del store  # the process group keeps its own reference
+    except BaseException:
+        tb = traceback.format_exc()
+        print(f"rank {args.rank}: process group initialisation failed:\n{tb}",
+              file=sys.stderr, flush=True)
+        conn.send(("init_error", args.rank, tb))
+        conn.close()
+        return 1
+    conn.send(("ready", args.rank))
+
+    ctx = RankContext(
+        rank=args.rank,
+        world_size=args.world_size,
+        local_rank=args.local_rank,
+        backend=args.backend,
+        device=device,
+    )
+    cache: dict[str, Callable[..., Any]] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            # Controller went away without saying goodbye: leave at once, a
+            # process-group teardown could block on peers.
+            os._exit(1)
+        kind = msg[0]
+        if kind == "shutdown":
+            code = 0
+            try:
+                dist.destroy_process_group()
+            except BaseException:  # noqa: BLE001 - report, still leave
+                traceback.print_exc()
+                code = 1
+            try:
+                conn.send(("bye", args.rank))
+                conn.close()
+            except OSError:
+                pass
+            # Skip interpreter finalisation (slow with torch loaded, and native
+            # threads of comm libraries may not like it); flush what we wrote.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _stack_file.close()
+            os._exit(code)
+        if kind != "task":
+            conn.send(("error", None, f"rank {args.rank}: unknown message {kind!r}"))
+            continue
+        _, task_id, spec, kwargs, controller_path = msg
+        try:
+            _merge_sys_path(controller_path)
+            fn = cache.get(spec)
+            if fn is None:
+                fn = cache[spec] = load_task(spec)
+            reply: tuple[Any, ...] = ("ok", task_id, fn(ctx, **(kwargs or {})))
+        except BaseException:  # noqa: BLE001 - report everything, incl. SystemExit
+            reply = ("error", task_id, traceback.format_exc())
+        try:
+            conn.send(reply)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            os._exit(1)
+        except Exception:  # result could not be pickled
+            conn.send(
+                (
+                    "error",
+                    task_id,
+                    "the task's return value could not be sent to the controller:\n"
+                    + traceback.format_exc(),
+                )
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Collectives over a process group of every visible GPU (gloo ranks on CPU), over a sweep of sizes.
+
+busbw and algbw as nccl-tests defines them; each result is checked after timing.  all_gather and
+reduce_scatter run out of place and in place; all_reduce, broadcast and reduce exist only in place in
+torch.distributed; all_to_all and send/recv only out of place.  --gpucomm-dtype picks the element types
+(float32 by default; bfloat16, float16 on request).
+"""
+
+import pytest
+
+from pytest_gpucomm import settings_of, sizes
+
+SWEEP = sizes(start="1KiB", stop="1GiB", factor=4)
+
+CASES = [
+    ("all_reduce", True),
+    ("all_gather", False),
+    ("all_gather", True),
+    ("reduce_scatter", False),
+    ("reduce_scatter", True),
+    ("broadcast", True),
+    ("reduce", True),
+    ("all_to_all", False),
+    ("send_recv", False),
+]
+
+
+def pytest_generate_tests(metafunc):
+    if "dtype" in metafunc.fixturenames:
+        metafunc.parametrize("dtype", settings_of(metafunc.config).dtypes)
+
+
+@pytest.mark.parametrize(
+    "op, in_place", CASES, ids=[f"{op}-{'in' if ip else 'out'}place" for op, ip in CASES]
+)
+@SWEEP
+def test_collective(op, in_place, dtype, process_group, size, comm):
+    comm.collective(op, process_group, size, dtype=dtype, in_place=in_place)

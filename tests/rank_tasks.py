@@ -1,0 +1,97 @@
+"""Task functions run on rank processes by tests/test_ranks.py.
+
+Each takes a :class:`pytest_gpucomm.ranks.context.RankContext` first and returns
+something picklable. Imported by module name ``rank_tasks`` (tests/ is on
+sys.path under pytest's default rootdir-relative import mode).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from pytest_gpucomm.ranks.context import RankContext
+
+
+def whoami(ctx: RankContext) -> dict[str, Any]:
+    """Identity of the rank plus its pid."""
+    return {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "local_rank": ctx.local_rank,
+        "backend": ctx.backend,
+        "device": ctx.device,
+        "pid": os.getpid(),
+    }
+
+
+def allreduce_sum(ctx: RankContext, scale: float = 1.0) -> list[float]:
+    """all_reduce(SUM) of a tensor [rank+1, 10*(rank+1)] * scale."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([ctx.rank + 1.0, 10.0 * (ctx.rank + 1)], device=ctx.device) * scale
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.cpu().tolist()
+
+
+def raise_on_rank(ctx: RankContext, bad_rank: int = 1, collective_after: bool = False) -> int:
+    """Raise on ``bad_rank``; the others optionally enter a collective afterwards."""
+    if ctx.rank == bad_rank:
+        raise ValueError(f"deliberate failure on rank {ctx.rank}")
+    if collective_after:
+        import torch
+        import torch.distributed as dist
+
+        dist.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def sleep_forever_on_rank(ctx: RankContext, bad_rank: int = 1) -> int:
+    """``bad_rank`` never returns; the others return at once."""
+    if ctx.rank == bad_rank:
+        while True:
+            time.sleep(3600)
+    return ctx.rank
+
+
+def lonely_collective(ctx: RankContext, lonely_rank: int = 0) -> int:
+    """Only ``lonely_rank`` enters an all_reduce, which therefore never completes."""
+    if ctx.rank == lonely_rank:
+        import torch
+        import torch.distributed as dist
+
+        dist.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def exit_on_rank(ctx: RankContext, bad_rank: int = 1, code: int = 3) -> int:
+    """``bad_rank`` dies with os._exit(code); the others wait in a collective."""
+    if ctx.rank == bad_rank:
+        os._exit(code)
+    import torch
+    import torch.distributed as dist
+
+    dist.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def unpicklable_result(ctx: RankContext) -> Any:
+    """Returns something that cannot be pickled."""
+    return lambda: ctx.rank
+
+
+def kill_self_on_rank(ctx: RankContext, bad_rank: int = 1) -> int:
+    """``bad_rank`` SIGKILLs itself; the others return."""
+    if ctx.rank == bad_rank:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    return ctx.rank
+
+
+def getenv(ctx: RankContext, names: list[str]) -> dict[str, str | None]:
+    """Values of the given environment variables on this rank."""
+    return {name: os.environ.get(name) for name in names}

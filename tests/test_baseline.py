@@ -1,0 +1,378 @@
+"""Tests of pytest_gpucomm.baseline: the baseline file format, saving, loading, resolving, fingerprints."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucomm import baseline as bl
+from pytest_gpucomm.baseline import (
+    ABSENT,
+    SCHEMA_ID,
+    SCHEMA_VERSION,
+    BaselineError,
+    BaselineNotFound,
+    CaseRecord,
+    baseline_name_for_model,
+    case_key,
+    diff_fingerprints,
+    format_fingerprint_diff,
+    load_baseline,
+    resolve_baseline,
+    save_run,
+)
+
+
+def rec(size=1 << 20, op="all_reduce", samples=(100.0, 101.0, 99.5), test_id="tests/test_comm.py::test_ar"):
+    return CaseRecord(
+        test_id=test_id,
+        op=op,
+        size_bytes=size,
+        world_size=2,
+        samples_gbps=list(samples),
+        dtype="float32",
+        devices=["cuda:0", "cuda:1"],
+        summary={"median_gbps": 100.0, "p50_us": 10.5, "p99_us": 12.0, "cv": 0.01, "n": len(samples)},
+    )
+
+
+def save(path, run_id, records, *, fingerprint=None, max_runs=5, name="h200"):
+    save_run(
+        path,
+        name=name,
+        run_id=run_id,
+        date=f"2024-06-07T10:00:00+00:00#{run_id}",
+        fingerprint=fingerprint or {"driver": "550.54", "date": run_id},
+        cases={r.key: r for r in records},
+        max_runs=max_runs,
+    )
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+# --- save / load ----------------------------------------------------------------------------------
+
+
+def test_round_trip_save_then_load(tmp_path):
+    p = tmp_path / "h200.json"
+    a, b = rec(), rec(size=1 << 24, samples=[170.0, 171.5])
+    save(p, "run1", [a, b], fingerprint={"driver": "550.54", "gpus": [{"name": "NVIDIA H200"}]})
+    base = load_baseline(p)
+    assert base.name == "h200" and base.source == "measured" and base.max_runs == 5 and base.path == p
+    assert set(base.cases) == {a.key, b.key}
+    entry = base.cases[b.key]
+    assert entry.runs_gbps == [[170.0, 171.5]]
+    assert (entry.op, entry.size_bytes, entry.world_size, entry.dtype) == ("all_reduce", 1 << 24, 2, "float32")
+    assert entry.devices == ["cuda:0", "cuda:1"] and entry.test_id == a.test_id and entry.floor_gbps is None
+    assert entry.runs[0].summary["p99_us"] == 12.0 and entry.runs[0].run_id == "run1"
+    assert base.latest_fingerprint() == {"driver": "550.54", "gpus": [{"name": "NVIDIA H200"}]}
+    assert [r.run_id for r in base.runs] == ["run1"]
+    doc = json.loads(p.read_text())
+    assert doc["schema"] == SCHEMA_ID and doc["schema_version"] == SCHEMA_VERSION
+    bl._VALIDATOR.validate(doc)
+
+
+def test_save_keeps_cases_not_run_this_time(tmp_path):
+    p = tmp_path / "h200.json"
+    a, b = rec(), rec(size=4096)
+    save(p, "run1", [a, b])
+    save(p, "run2", [a])
+    base = load_baseline(p)
+    assert len(base.cases[a.key].runs) == 2
+    assert [r.run_id for r in base.cases[b.key].runs] == ["run1"]
+    assert [r.run_id for r in base.runs] == ["run1", "run2"]
+
+
+def test_max_runs_drops_the_oldest_run_and_unreferenced_run_records(tmp_path):
+    p = tmp_path / "h200.json"
+    a = rec()
+    for i in range(4):
+        save(p, f"run{i}", [rec(samples=[100.0 + i])], max_runs=3)
+    base = load_baseline(p)
+    assert [r.run_id for r in base.cases[a.key].runs] == ["run1", "run2", "run3"]
+    assert base.cases[a.key].runs_gbps == [[101.0], [102.0], [103.0]]
+    assert [r.run_id for r in base.runs] == ["run1", "run2", "run3"]  # run0 no longer referenced
+
+
+def test_same_run_id_replaces_that_run_instead_of_adding_one(tmp_path):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec(samples=[1.0])])
+    save(p, "run1", [rec(samples=[2.0])])
+    base = load_baseline(p)
+    assert base.cases[rec().key].runs_gbps == [[2.0]] and len(base.runs) == 1
+
+
+def test_published_case_keeps_floor_when_it_gains_measured_runs(tmp_path):
+    p = tmp_path / "h200.json"
+    a = rec()
+    doc = {
+        "schema": SCHEMA_ID, "schema_version": 1, "name": "h200", "source": "published",
+        "source_detail": "vendor datasheet, table 3", "max_runs": 5, "runs": [],
+        "cases": {a.key: {"test_id": a.test_id, "op": "all_reduce", "size_bytes": a.size_bytes, "world_size": 2,
+                          "dtype": "float32", "devices": [], "runs": [], "floor_gbps": 44.0}},
+    }
+    p.write_text(json.dumps(doc))
+    base = load_baseline(p)
+    assert base.source == "published" and base.cases[a.key].floor_only and base.latest_fingerprint() is None
+    save(p, "run1", [a])
+    base = load_baseline(p)
+    entry = base.cases[a.key]
+    assert entry.floor_gbps == 44.0 and entry.has_runs and not entry.floor_only
+    assert base.source_detail == "vendor datasheet, table 3"
+
+
+def test_case_without_runs_and_without_floor_is_invalid(tmp_path):
+    p = tmp_path / "x.json"
+    a = rec()
+    doc = {"schema": SCHEMA_ID, "schema_version": 1, "name": "x", "source": "published", "max_runs": 5, "runs": [],
+           "cases": {a.key: {"test_id": "t", "op": "all_reduce", "size_bytes": 1, "world_size": 2, "runs": []}}}
+    p.write_text(json.dumps(doc))
+    with pytest.raises(BaselineError, match="floor_gbps"):
+        load_baseline(p)
+
+
+# --- atomicity and concurrency --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["replace", "write"])
+def test_atomic_write_crash_leaves_old_file_intact_and_no_temp_files(tmp_path, monkeypatch, where):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec()])
+    before = p.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("simulated crash")
+
+    if where == "replace":
+        monkeypatch.setattr(bl.os, "replace", boom)
+    else:  # the temporary file is written, then its fsync fails
+        monkeypatch.setattr(bl.os, "fsync", boom)
+    with pytest.raises(OSError, match="simulated crash"):
+        save(p, "run2", [rec(size=8)])
+    assert p.read_bytes() == before
+    assert leftovers(tmp_path) == []
+    monkeypatch.undo()
+    assert [r.run_id for r in load_baseline(p).runs] == ["run1"]
+
+
+def test_crash_during_temp_file_write_leaves_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec()])
+    before = p.read_bytes()
+    real_fdopen = os.fdopen
+
+    class HalfWriter:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+            return False
+
+        def write(self, text):
+            self.f.write(text[: len(text) // 2])
+            raise OSError("disk full")
+
+    monkeypatch.setattr(bl.os, "fdopen", lambda fd, *a, **k: HalfWriter(real_fdopen(fd, *a, **k)))
+    with pytest.raises(OSError, match="disk full"):
+        save(p, "run2", [rec(size=8)])
+    assert p.read_bytes() == before and leftovers(tmp_path) == []
+
+
+def _saver(path: str, worker: int, n_runs: int) -> None:
+    for i in range(n_runs):
+        r = rec(size=1000 + worker, samples=[float(100 + i)])
+        save_run(Path(path), name="h200", run_id=f"w{worker}-r{i}", date="2024-06-07", fingerprint={"w": worker},
+                 cases={r.key: r}, max_runs=10)
+
+
+def test_two_concurrent_savers_lose_nothing(tmp_path):
+    p = tmp_path / "h200.json"
+    ctx = multiprocessing.get_context("spawn" if os.name == "nt" else "fork")
+    procs = [ctx.Process(target=_saver, args=(str(p), w, 8)) for w in (1, 2)]
+    for pr in procs:
+        pr.start()
+    for pr in procs:
+        pr.join(60)
+        assert pr.exitcode == 0
+    base = load_baseline(p)
+    for w in (1, 2):
+        entry = base.cases[rec(size=1000 + w).key]
+        assert [r.run_id for r in entry.runs] == [f"w{w}-r{i}" for i in range(8)]
+    assert len(base.runs) == 16
+    assert leftovers(tmp_path) == []
+
+
+# --- bad files ------------------------------------------------------------------------------------
+
+
+def _valid_text(tmp_path) -> str:
+    p = tmp_path / "seed.json"
+    save(p, "run1", [rec()])
+    return p.read_text()
+
+
+def _bad_files(tmp_path):
+    good = json.loads(_valid_text(tmp_path))
+    missing = json.loads(json.dumps(good))
+    del next(iter(missing["cases"].values()))["runs"][0]["samples_gbps"]
+    ill_typed = json.loads(json.dumps(good))
+    next(iter(ill_typed["cases"].values()))["size_bytes"] = "1MB"
+    newer = dict(good, schema_version=SCHEMA_VERSION + 1)
+    return {
+        "corrupt": ('{"schema": "pytest-gpucomm-baseline",\n "name": h200}', r"invalid JSON at line 2 column 10"),
+        "truncated": (_valid_text(tmp_path)[:200], r"truncated"),
+        "empty": ("", r"empty"),
+        "wrong_schema": (json.dumps(dict(good, schema="something-else")), r"not a pytest-gpucomm baseline.*something-else"),
+        "missing_field": (json.dumps(missing), r"at \$\.cases\[.*\]\.runs\[0\]: 'samples_gbps' is missing"),
+        "ill_typed": (json.dumps(ill_typed), r"at \$\.cases\[.*\]\.size_bytes: '1MB' is not of type 'integer'"),
+        "newer_version": (json.dumps(newer), r"schema_version 2.*upgrade pytest-gpucomm"),
+        "not_object": ("[1, 2]", r"top level is a list"),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind", ["corrupt", "truncated", "empty", "wrong_schema", "missing_field", "ill_typed", "newer_version", "not_object"]
+)
+def test_bad_file_raises_baseline_error_naming_file_and_problem_and_save_leaves_it_unchanged(tmp_path, kind):
+    text, pattern = _bad_files(tmp_path)[kind]
+    p = tmp_path / "h200.json"
+    p.write_text(text)
+    with pytest.raises(BaselineError, match=pattern) as info:
+        load_baseline(p)
+    assert str(p) in str(info.value)
+    with pytest.raises(BaselineError, match=pattern):
+        save(p, "run2", [rec()])
+    assert p.read_text() == text
+    assert leftovers(tmp_path) == []
+
+
+def test_missing_file_says_it_does_not_exist(tmp_path):
+    p = tmp_path / "nope.json"
+    with pytest.raises(BaselineError, match=r"nope\.json: baseline file does not exist"):
+        load_baseline(p)
+
+
+def test_save_refuses_bad_samples(tmp_path):
+    p = tmp_path / "h200.json"
+    with pytest.raises(ValueError, match="positive finite"):
+        save(p, "run1", [rec(samples=[1.0, -2.0])])
+    assert not p.exists()
+
+
+# --- resolving names ------------------------------------------------------------------------------
+
+
+def _dirs(tmp_path):
+    d1, d2 = tmp_path / "local", tmp_path / "shipped"
+    d1.mkdir()
+    d2.mkdir()
+    (d2 / "h200.json").write_text("{}")
+    (d2 / "mi300x.json").write_text("{}")
+    (d1 / "h200.json").write_text("{}")
+    (d1 / "a100.json").write_text("{}")
+    return d1, d2
+
+
+def test_resolve_name_takes_first_directory_that_has_it(tmp_path):
+    d1, d2 = _dirs(tmp_path)
+    assert resolve_baseline("h200", search_dirs=[d1, d2], detected_model=None) == d1 / "h200.json"
+    assert resolve_baseline("mi300x", search_dirs=[d1, d2], detected_model=None) == d2 / "mi300x.json"
+
+
+def test_resolve_path_returns_that_file_even_if_missing(tmp_path):
+    d1, d2 = _dirs(tmp_path)
+    target = tmp_path / "new" / "mine.json"
+    assert resolve_baseline(str(target), search_dirs=[d1], detected_model=None) == target
+    assert resolve_baseline("mine.json", search_dirs=[d1], detected_model=None) == Path("mine.json")
+
+
+def test_resolve_auto_uses_detected_model(tmp_path):
+    d1, d2 = _dirs(tmp_path)
+    got = resolve_baseline("auto", search_dirs=[d1, d2], detected_model="AMD Instinct MI300X")
+    assert got == d2 / "mi300x.json"
+    with pytest.raises(BaselineError, match="no GPU model was detected"):
+        resolve_baseline("auto", search_dirs=[d1, d2], detected_model=None)
+    with pytest.raises(BaselineError, match="'Matrox G200'.*not one this plugin knows"):
+        resolve_baseline("auto", search_dirs=[d1, d2], detected_model="Matrox G200")
+    with pytest.raises(BaselineNotFound, match="no baseline named 'h100'.*auto"):
+        resolve_baseline("auto", search_dirs=[d1, d2], detected_model="NVIDIA H100 80GB HBM3")
+
+
+def test_resolve_unknown_name_lists_available(tmp_path):
+    d1, d2 = _dirs(tmp_path)
+    with pytest.raises(BaselineNotFound, match=r"no baseline named 'b200'.*available baselines: a100, h200, mi300x"):
+        resolve_baseline("b200", search_dirs=[d1, d2], detected_model=None)
+    assert issubclass(BaselineNotFound, BaselineError)
+    # for a first save: a new name lands in the first directory
+    assert resolve_baseline("b200", search_dirs=[d1, d2], detected_model=None, must_exist=False) == d1 / "b200.json"
+    with pytest.raises(BaselineError, match="invalid baseline name"):
+        resolve_baseline("h 200", search_dirs=[d1], detected_model=None)
+
+
+@pytest.mark.parametrize(
+    "model, name",
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 PCIe", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA A100 80GB PCIe", "a100"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("AMD Instinct MI250X", "mi250x"),
+        ("AMD Instinct MI250X/MI250", "mi250x"),
+        ("AMD Instinct MI250", "mi250"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA L40S", "l40s"),
+        ("Tesla V100-SXM2-16GB", "v100"),
+        ("Matrox G200", None),
+        ("", None),
+        ("cpu", None),
+    ],
+)
+def test_baseline_name_for_model_table(model, name):
+    assert baseline_name_for_model(model) == name
+
+
+def test_case_key_is_stable_and_distinguishes_cases():
+    k = case_key("tests/t.py::test_ar[16MiB]", "all_reduce", 16 << 20, "float32", 2)
+    assert k == "tests/t.py::test_ar[16MiB]|all_reduce|16777216B|float32|ws2"
+    assert case_key("t", "copy", 8, None, 1) == "t|copy|8B|-|ws1"
+    assert len({case_key("t", "all_reduce", 8, d, w) for d in ("float32", "bfloat16") for w in (2, 4)}) == 4
+    with pytest.raises(ValueError):
+        case_key("t", "copy", -1, None, 1)
+
+
+# --- fingerprints ---------------------------------------------------------------------------------
+
+
+def test_diff_fingerprints_reports_changes_additions_removals_and_ignores_volatile_keys():
+    old = {"driver": "550.54", "nccl": "2.20.5", "date": "2024-01-01", "run_id": "a",
+           "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-1"}], "torch": "2.3", "cuda": {"runtime": "12.4"}}
+    new = {"driver": "560.35", "nccl": "2.20.5", "date": "2024-06-01", "run_id": "b",
+           "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-2"}], "cuda": {"runtime": "12.4", "toolkit": "12.6"},
+           "world_size": 2}
+    diffs = diff_fingerprints(old, new)
+    assert diffs == [
+        ("cuda.toolkit", ABSENT, "12.6"),
+        ("driver", "550.54", "560.35"),
+        ("gpus.0.uuid", "GPU-1", "GPU-2"),
+        ("torch", "2.3", ABSENT),
+        ("world_size", ABSENT, 2),
+    ]
+    assert diff_fingerprints(old, old) == []
+    assert diff_fingerprints(None, {"a": 1}) == [("a", ABSENT, 1)]
+    assert diff_fingerprints({"a": 2}, {"a": 2.0}) == []
+    assert diff_fingerprints({"a": None}, {}) == [("a", None, ABSENT)]
+    text = format_fingerprint_diff(diffs)
+    assert "driver 550.54 -> 560.35" in text and "torch 2.3 -> (absent)" in text

@@ -1,0 +1,373 @@
+"""Unit tests for pytest_gpucomm.ranks: RankPool (gloo/cpu) and InProcessExecutor.
+
+Task functions live in tests/rank_tasks.py, imported by the workers as
+``rank_tasks`` (tests/ is on the controller's sys.path under pytest's default
+import mode, and the pool passes the controller's sys.path on to the workers).
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # rank_tasks, whatever the import mode
+
+from pytest_gpucomm.ranks.context import RankContext  # noqa: E402
+from pytest_gpucomm.ranks.errors import (  # noqa: E402
+    RankCrash,
+    RankError,
+    RankFailure,
+    RankStartError,
+    RankTimeout,
+)
+from pytest_gpucomm.ranks.pool import (  # noqa: E402
+    Executor,
+    InProcessExecutor,
+    RankPool,
+    _describe_returncode,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+ENV_MARK = "GPUCOMM_RANKS_TEST_MARK"
+
+
+def _listening_ports() -> set[int]:
+    """Local ports in LISTEN state, from /proc/net/tcp{,6}."""
+    ports: set[int] = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _pid_exists(pid: int) -> bool:
+    """True while /proc/<pid> exists (zombies included, so this also checks reaping)."""
+    return Path(f"/proc/{pid}").exists()
+
+
+def _expected_allreduce(world_size: int, scale: float = 1.0) -> list[float]:
+    total = sum(r + 1.0 for r in range(world_size)) * scale
+    return [total, 10.0 * total]
+
+
+@pytest.fixture(scope="module")
+def pool2() -> Iterator[RankPool]:
+    pool = RankPool(2, "gloo", "cpu", start_timeout=60, env={ENV_MARK: "from-pool"},
+                    error_grace=1.0)
+    pool.start()
+    yield pool
+    pool.close()
+
+
+# ----------------------------------------------------------------- happy path
+
+
+def test_world_of_two_allreduce_returns_sum_on_every_rank(pool2: RankPool) -> None:
+    results = pool2.run("rank_tasks:allreduce_sum", {"scale": 2.0}, timeout=30, label="t")
+    assert results == [_expected_allreduce(2, 2.0)] * 2
+
+
+def test_world_of_four_allreduce_returns_sum_on_every_rank() -> None:
+    with RankPool(4, "gloo", "cpu", start_timeout=60) as pool:
+        results = pool.run("rank_tasks:allreduce_sum", timeout=30)
+        assert results == [_expected_allreduce(4)] * 4
+        assert [r["rank"] for r in pool.run("rank_tasks:whoami", timeout=30)] == [0, 1, 2, 3]
+
+
+def test_results_are_ordered_by_rank_and_context_is_filled_in(pool2: RankPool) -> None:
+    results = pool2.run("rank_tasks:whoami", timeout=30)
+    assert [(r["rank"], r["world_size"], r["local_rank"], r["backend"], r["device"])
+            for r in results] == [(0, 2, 0, "gloo", "cpu"), (1, 2, 1, "gloo", "cpu")]
+
+
+def test_pool_is_reused_across_runs(pool2: RankPool) -> None:
+    pids = pool2.pids
+    first = [r["pid"] for r in pool2.run("rank_tasks:whoami", timeout=30)]
+    pool2.run("rank_tasks:allreduce_sum", timeout=30)
+    second = [r["pid"] for r in pool2.run("rank_tasks:whoami", timeout=30)]
+    assert first == second == pids == pool2.pids
+    assert pool2.alive
+
+
+def test_workers_inherit_environment_plus_overrides(pool2: RankPool) -> None:
+    results = pool2.run("rank_tasks:getenv", {"names": [ENV_MARK, "PATH"]}, timeout=30)
+    for r in results:
+        assert r[ENV_MARK] == "from-pool"
+        assert r["PATH"] == os.environ.get("PATH")
+
+
+def test_task_module_added_to_sys_path_after_start_is_importable(
+    pool2: RankPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "gpucomm_late_tasks.py").write_text(
+        "def square_rank(ctx, offset=0):\n    return ctx.rank * ctx.rank + offset\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # what pytester does, after the pool started
+    assert pool2.run("gpucomm_late_tasks:square_rank", {"offset": 1}, timeout=30) == [1, 2]
+
+
+def test_pool_satisfies_executor_protocol(pool2: RankPool) -> None:
+    assert isinstance(pool2, Executor)
+    assert pool2.world_size == 2
+
+
+# ----------------------------------------------------------------- task errors
+
+
+def test_rank_error_names_rank_and_traceback_and_pool_stays_usable(pool2: RankPool) -> None:
+    pids = pool2.pids
+    with pytest.raises(RankError) as excinfo:
+        pool2.run("rank_tasks:raise_on_rank", {"bad_rank": 1}, timeout=30,
+                  label="tests/x.py::test_bad")
+    err = excinfo.value
+    assert err.rank == 1 and err.ranks == (1,)
+    assert err.label == "tests/x.py::test_bad"
+    msg = str(err)
+    assert "rank(s) [1]" in msg and "tests/x.py::test_bad" in msg
+    assert "ValueError: deliberate failure on rank 1" in msg
+    assert "raise_on_rank" in msg  # the traceback's frame
+    assert "ValueError" in err.tracebacks[1]
+    # Every rank answered, so the process group is intact and kept.
+    assert pool2.pids == pids
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+
+
+def test_rank_error_with_peer_stuck_in_collective_tears_down_and_recovers(
+    pool2: RankPool,
+) -> None:
+    old_pids = pool2.pids
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as excinfo:
+        pool2.run("rank_tasks:raise_on_rank", {"bad_rank": 1, "collective_after": True},
+                  timeout=60)
+    assert time.monotonic() - t0 < 15
+    err = excinfo.value
+    assert err.rank == 1 and err.stuck == (0,)
+    assert "deliberate failure on rank 1" in str(err)
+    assert "all_reduce" in str(err)  # stack of the stuck rank
+    assert not pool2.alive
+    assert not any(_pid_exists(p) for p in old_pids)
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+    assert set(pool2.pids).isdisjoint(old_pids)
+
+
+def test_unknown_task_is_reported_as_rank_error(pool2: RankPool) -> None:
+    with pytest.raises(RankError) as excinfo:
+        pool2.run("rank_tasks:no_such_task", timeout=30)
+    assert excinfo.value.ranks == (0, 1)
+    assert "no_such_task" in str(excinfo.value)
+    assert pool2.alive
+
+
+def test_unpicklable_result_is_reported_as_rank_error(pool2: RankPool) -> None:
+    with pytest.raises(RankError, match="could not be sent"):
+        pool2.run("rank_tasks:unpicklable_result", timeout=30)
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+
+
+def test_bad_arguments_are_rejected_before_running(pool2: RankPool) -> None:
+    pids = pool2.pids
+    with pytest.raises(ValueError):
+        pool2.run("rank_tasks.whoami", timeout=30)
+    with pytest.raises(ValueError):
+        pool2.run("rank_tasks:whoami", timeout=0)
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pool2.run("rank_tasks:whoami", {"x": lambda: 1}, timeout=30)
+    assert pool2.alive and pool2.pids == pids  # a caller mistake does not cost the pool
+    with pytest.raises(ValueError):
+        RankPool(0)
+    with pytest.raises(ValueError):
+        RankPool(2, device="tpu")
+
+
+# ----------------------------------------------------------------- hangs
+
+
+def test_hung_rank_raises_timeout_with_its_stack_and_next_run_restarts(pool2: RankPool) -> None:
+    old_pids = pool2.pids
+    t0 = time.monotonic()
+    with pytest.raises(RankTimeout) as excinfo:
+        pool2.run("rank_tasks:sleep_forever_on_rank", {"bad_rank": 1}, timeout=3,
+                  label="tests/x.py::test_hang")
+    elapsed = time.monotonic() - t0
+    assert 3 <= elapsed < 8
+    err = excinfo.value
+    assert err.ranks == (1,) and err.finished == (0,)
+    msg = str(err)
+    assert "rank(s) [1]" in msg and "tests/x.py::test_hang" in msg
+    assert "sleep_forever_on_rank" in msg  # the hung rank's stack
+    assert "sleep_forever_on_rank" in err.stacks[1]
+    assert not any(_pid_exists(p) for p in old_pids)
+    results = pool2.run("rank_tasks:whoami", timeout=30)
+    new_pids = [r["pid"] for r in results]
+    assert set(new_pids).isdisjoint(old_pids)
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+
+
+def test_collective_entered_by_one_rank_times_out_with_collective_in_stack(
+    pool2: RankPool,
+) -> None:
+    with pytest.raises(RankTimeout) as excinfo:
+        pool2.run("rank_tasks:lonely_collective", {"lonely_rank": 0}, timeout=2)
+    err = excinfo.value
+    assert err.ranks == (0,) and err.finished == (1,)
+    assert "lonely_collective" in err.stacks[0] and "all_reduce" in err.stacks[0]
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+
+
+# ----------------------------------------------------------------- crashes
+
+
+def test_rank_exit_raises_crash_with_exit_code_promptly(pool2: RankPool) -> None:
+    old_pids = pool2.pids
+    t0 = time.monotonic()
+    with pytest.raises(RankCrash) as excinfo:
+        pool2.run("rank_tasks:exit_on_rank", {"bad_rank": 1, "code": 3}, timeout=120,
+                  label="tests/x.py::test_crash")
+    assert time.monotonic() - t0 < 10  # not the 120 s timeout
+    err = excinfo.value
+    assert err.rank == 1 and err.returncodes[1] == 3
+    msg = str(err)
+    assert "rank 1 crashed (exit code 3)" in msg and "tests/x.py::test_crash" in msg
+    assert not any(_pid_exists(p) for p in old_pids)
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+
+
+def test_crash_message_names_signal_for_killed_rank() -> None:
+    # A live SIGKILL is exercised by the timeout/teardown paths; here the wording.
+    assert _describe_returncode(-signal.SIGKILL) == "killed by SIGKILL"
+    assert _describe_returncode(-signal.SIGSEGV) == "killed by SIGSEGV"
+    assert _describe_returncode(3) == "exit code 3"
+
+
+def test_keyboard_interrupt_during_run_tears_down_and_reraises(pool2: RankPool) -> None:
+    old_pids = pool2.pids
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool2.run("rank_tasks:sleep_forever_on_rank", timeout=60)
+    finally:
+        timer.cancel()
+    assert not pool2.alive
+    assert not any(_pid_exists(p) for p in old_pids)
+    # (the next run restarts lazily, as pinned by the tests above)
+
+
+# ----------------------------------------------------------------- start / close
+
+
+def test_start_failure_raises_start_error_with_stderr_tail() -> None:
+    pool = RankPool(2, backend="no-such-backend", start_timeout=60)
+    try:
+        with pytest.raises(RankStartError) as excinfo:
+            pool.start()
+        err = excinfo.value
+        # Rank 0 fails in init_process_group; rank 1 may fail the same way or still be
+        # waiting for rank 0's rendezvous store when the pool gives up on it.
+        assert err.rank == 0 and set(err.ranks) <= {0, 1}
+        msg = str(err)
+        assert "rank 0" in msg and "failed during start-up" in msg
+        assert "init_process_group failed" in msg and "no-such-backend" in msg
+        assert "no-such-backend" in err.log_tails[0]  # the captured output tail
+        assert not pool.alive and pool.pids == []
+    finally:
+        pool.close()
+
+
+def test_close_reaps_workers_and_frees_ports_and_run_restarts_lazily() -> None:
+    pool = RankPool(2, start_timeout=60)
+    try:
+        assert not pool.alive and pool.pids == []
+        assert pool.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+        pids = pool.pids
+        log_dir = pool.log_dir
+        ports = (pool.rendezvous_port, pool.control_port)
+        assert pool.rendezvous_port in _listening_ports()  # so the check below means something
+        assert pids and all(_pid_exists(p) for p in pids)
+    finally:
+        pool.close()
+    pool.close()  # idempotent
+    assert not pool.alive and pool.pids == []
+    assert not any(_pid_exists(p) for p in pids)  # gone and reaped (no zombies)
+    assert not set(ports) & _listening_ports()
+    assert log_dir is not None and not log_dir.exists()
+    # A closed pool starts again on demand (and is closed by the atexit hook otherwise).
+    try:
+        assert pool.run("rank_tasks:whoami", timeout=30)[1]["rank"] == 1
+        assert set(pool.pids).isdisjoint(pids)
+    finally:
+        pool.close()
+    assert pool.pids == []
+
+
+# ----------------------------------------------------------------- in-process
+
+
+@pytest.fixture
+def single_process_group(tmp_path: Path) -> Iterator[None]:
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # pragma: no cover - never under plain pytest
+        pytest.skip("a default process group already exists")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_in_process_executor_runs_task_in_world_of_one(single_process_group: None) -> None:
+    ex = InProcessExecutor()
+    assert isinstance(ex, Executor)
+    assert ex.world_size == 1
+    assert ex.context() == RankContext(0, 1, 0, "gloo", "cpu")
+    assert ex.run("rank_tasks:allreduce_sum", {"scale": 3.0}, timeout=30) == [
+        _expected_allreduce(1, 3.0)
+    ]
+    with pytest.raises(RankError, match="deliberate failure on rank 0") as excinfo:
+        ex.run("rank_tasks:raise_on_rank", {"bad_rank": 0}, timeout=30, label="lbl")
+    assert excinfo.value.rank == 0 and excinfo.value.label == "lbl"
+
+
+def test_in_process_executor_requires_initialised_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # pragma: no cover
+        pytest.skip("a default process group already exists")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        InProcessExecutor()
+
+
+# ----------------------------------------------------------------- errors
+
+
+def test_rank_failures_pickle_round_trip() -> None:
+    errs: list[RankFailure] = [
+        RankError("boom", ranks=[1], label="l", tracebacks={1: "tb"}, stuck=[0]),
+        RankTimeout("hang", ranks=[0], label="l", timeout=3, finished=[1], stacks={0: "s"}),
+        RankCrash("dead", ranks=[1], label="l", returncodes={1: 3}, log_tails={1: "t"}),
+        RankStartError("nope", ranks=[0, 1], label="l", log_tails={0: "a"}),
+    ]
+    for err in errs:
+        copy = pickle.loads(pickle.dumps(err))
+        assert type(copy) is type(err) and str(copy) == str(err)
+        assert copy.__dict__ == err.__dict__
+        assert isinstance(copy, RankFailure)
