@@ -285,8 +285,9 @@ class Comm:
             "graph": bool(results[0]["graph"]),
             "timer": "device events" if group.backend != "gloo" else "host clock",
         }
-        if results[0].get("graph_error"):
-            info["graph_error"] = results[0]["graph_error"]
+        for key in ("graph_error", "registered", "register_note"):
+            if results[0].get(key):
+                info[key] = results[0][key]
         if actual != n:
             info["requested_bytes"] = n
         return self._record(Measurement(

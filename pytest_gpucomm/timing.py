@@ -39,6 +39,8 @@ class TimingSettings:
     target_batch_s: float = 200e-6
     #: at most this much work is enqueued before the host waits for the device
     max_enqueue_s: float = 0.25
+    #: and at most this many iterations, so the device queue never fills and blocks the host
+    max_inflight_iters: int = 256
 
     def __post_init__(self) -> None:
         if not (self.min_time_s >= 0 and math.isfinite(self.min_time_s)):
@@ -119,7 +121,8 @@ def measure(
         prepare(final)
     samples: list[float] = []
     per_sample = max(final.inner * final.estimate_s, 1e-9)
-    chunk = max(1, min(final.samples, int(settings.max_enqueue_s / per_sample)))
+    chunk = max(1, min(final.samples, int(settings.max_enqueue_s / per_sample),
+                       settings.max_inflight_iters // final.inner))
     while len(samples) < final.samples:
         k = min(chunk, final.samples - len(samples))
         getters = [op.sample(final.inner) for _ in range(k)]

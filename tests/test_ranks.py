@@ -29,6 +29,7 @@ from pytest_gpucomm.ranks.errors import (  # noqa: E402
     RankStartError,
     RankTimeout,
 )
+import pytest_gpucomm.ranks.pool as pool_module  # noqa: E402
 from pytest_gpucomm.ranks.pool import (  # noqa: E402
     Executor,
     InProcessExecutor,
@@ -273,7 +274,11 @@ def test_keyboard_interrupt_during_run_tears_down_and_reraises(pool2: RankPool) 
 # ----------------------------------------------------------------- start / close
 
 
-def test_start_failure_raises_start_error_with_stderr_tail() -> None:
+def test_start_failure_raises_start_error_with_stderr_tail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Time the other rank gets to report after rank 0 failed (default 3 s).
+    monkeypatch.setattr(pool_module, "_START_FAILURE_GRACE", 1.0)
     pool = RankPool(2, backend="no-such-backend", start_timeout=60)
     try:
         with pytest.raises(RankStartError) as excinfo:

@@ -184,44 +184,57 @@ def _reduce_scatter(dist: Any, out: Any, inp: Any) -> None:
 
 
 class _Timed:
-    """Adapter for the timing engine: graph replay + events on GPU, a loop + host clock on CPU."""
+    """Adapter for the timing engine: graph replay + events on GPU, a loop + host clock on CPU.
 
-    def __init__(self, torch: Any, case: _Case, gpu: bool) -> None:
+    On GPU the first ``eager_calls`` samples (the warm-up, which creates the communicator) launch the op
+    eagerly; every later sample of ``inner`` iterations replays a CUDA/HIP graph holding ``inner`` back-to-back
+    ops (captured once per batch size, as ``nccl-tests -G`` does), so small messages are timed without
+    Python's launch cost.  If capture fails, samples fall back to eager launches and the error is reported.
+    """
+
+    def __init__(self, torch: Any, case: _Case, gpu: bool, use_graph: bool, eager_calls: int) -> None:
         self.torch, self.case, self.gpu = torch, case, gpu
-        self.graph: Any = None
-        self.graph_inner = 0
+        self.use_graph = gpu and use_graph
+        self.eager_calls = eager_calls
+        self.calls = 0
+        self.graphs: dict[int, Any] = {}
         self.graph_error = ""
+        self.last_inner = 0
 
-    def capture(self, inner: int) -> None:
+    def _graph(self, inner: int) -> Any:
         torch = self.torch
-        if not self.gpu:
-            return
+        if inner in self.graphs:
+            return self.graphs[inner]
+        if self.graph_error:
+            return None
         try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    self.case.run()
-            torch.cuda.current_stream().wait_stream(s)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 for _ in range(inner):
                     self.case.run()
             torch.cuda.synchronize()
-            self.graph, self.graph_inner = g, inner
+            self.graphs[inner] = g
+            return g
         except Exception as e:  # fall back to eager launches, and say so in the result
-            self.graph, self.graph_error = None, f"{type(e).__name__}: {e}"
+            self.graph_error = f"{type(e).__name__}: {e}"
             torch.cuda.synchronize()
+            return None
+
+    def release(self) -> None:
+        self.graphs.clear()
 
     def sample(self, inner: int) -> Callable[[], float]:
         torch = self.torch
+        self.calls += 1
         if self.gpu:
+            g = self._graph(inner) if self.use_graph and self.calls > self.eager_calls else None
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            if self.graph is not None and inner == self.graph_inner:
-                self.graph.replay()
+            if g is not None:
+                g.replay()
+                self.last_inner = inner
             else:
                 for _ in range(inner):
                     self.case.run()
@@ -238,8 +251,32 @@ class _Timed:
             self.torch.cuda.synchronize()
 
 
+#: Registered (zero-copy) buffers pay off for large messages only, and gave wrong results on 2 x H200
+#: (torch 2.11, NCCL 2.28.9) for in-place all_gather and for send/recv from 4 MiB up -- caught by the
+#: check after timing -- so those keep ordinary buffers.
+REGISTER_MIN_BYTES = 4 << 20
+REGISTER_EXCLUDED = {("all_gather", True), ("send_recv", False)}
+
+
+def _register_helps(op: str, in_place: bool, nbytes: int) -> bool:
+    return nbytes >= REGISTER_MIN_BYTES and (op, in_place) not in REGISTER_EXCLUDED
+
+
+def _registered_buffers(torch: Any, dist: Any, device: str) -> tuple[Any, Any, str]:
+    """A memory pool of the communication library's own allocator (ncclMemAlloc), registered with the
+    communicator, as nccl-tests allocates its buffers: zero-copy transfers become possible for
+    all_gather, all_to_all and send/recv.  Returns (pool, backend, note); pool None when unavailable."""
+    try:
+        backend = dist.group.WORLD._get_backend(torch.device(device))
+        pool = torch.cuda.MemPool(backend.mem_allocator)
+        return pool, backend, ""
+    except Exception as e:  # older torch, or a backend without an allocator
+        return None, None, f"{type(e).__name__}: {e}"
+
+
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
-          min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000) -> dict[str, Any]:
+          min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
+          register: bool = True) -> dict[str, Any]:
     """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank."""
     import torch
     import torch.distributed as dist
@@ -261,8 +298,30 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
     count = element_count(op, size_bytes, n, dtype)
-    case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
-    timed = _Timed(torch, case, gpu)
+    pool, backend, pool_note = None, None, ""
+    if gpu and register and _register_helps(op, in_place, count * DTYPES[dtype]):
+        dist.all_reduce(torch.zeros(1, device=ctx.device))  # the communicator must exist before the pool
+        pool, backend, pool_note = _registered_buffers(torch, dist, ctx.device)
+    case = None
+    if pool is not None:
+        try:
+            with torch.cuda.use_mem_pool(pool):
+                case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
+            backend.register_mem_pool(pool)
+        except Exception as e:
+            pool_note = f"{type(e).__name__}: {e}"
+            backend = None
+    if case is None:
+        case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
+    settings = TimingSettings(
+        min_time_s=min_time_s,
+        max_samples=max_samples,
+        # a graph replay is one launch, so many can be in flight; a batch of about a millisecond
+        # spreads the ranks' start skew over many ops, as nccl-tests' -n 20 -G 10 does
+        max_inflight_iters=1 << 30,
+        target_batch_s=1e-3 if gpu and graph else 200e-6,
+    )
+    timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
     agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
 
     def agree(x: float) -> float:
@@ -271,14 +330,14 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         return float(agree_buf.item())
 
     def prepare(p: Any) -> None:
-        if graph and gpu:
-            timed.capture(p.inner)
+        timed.sample(p.inner)  # capture (on GPU) outside the timed samples
+        timed.sync()
         dist.barrier()
 
-    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples)
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
+    graph_inner = timed.last_inner
     # Correctness after timing: fresh inputs, poisoned outputs, one more op, compare.
-    timed.graph = None
+    timed.release()
     case.fill()
     timed.sync()
     dist.barrier()
@@ -296,12 +355,28 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         if wrong:
             i = int(bad.nonzero()[0].item())
             first = (i, float(got[i].item()), float(exp[i].item()))
+        del got, bad
+    del exp
+    registered = pool is not None and backend is not None
+    if registered:
+        try:
+            backend.deregister_mem_pool(pool)
+        except Exception as e:
+            pool_note = f"deregister: {type(e).__name__}: {e}"
+    graph_error = timed.graph_error
+    del case, timed
+    if gpu:
+        torch.cuda.synchronize()
+        del pool
+        torch.cuda.empty_cache()
     return {
         "rank": r,
         "samples_s": samples,
         "inner": plan.inner,
-        "graph": timed.graph_inner if (graph and gpu and not timed.graph_error) else 0,
-        "graph_error": timed.graph_error,
+        "graph": graph_inner,
+        "graph_error": graph_error,
+        "registered": registered,
+        "register_note": pool_note,
         "size_bytes": count * DTYPES[dtype],
         "wrong": wrong,
         "checked": checked,

@@ -22,6 +22,7 @@ from ..timing import TimingSettings, measure
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool"]
 
 _LATCH_MARGIN_S = 50e-6
+_LATCH_MAX_S = 0.02
 
 
 class CopyError(RuntimeError):
@@ -82,31 +83,39 @@ def _spin_rate(device_index: int) -> float:
     if device_index not in _CLOCK_HZ:
         with torch.cuda.device(device_index):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(1000)
+            torch.cuda._sleep(20_000_000)  # let the clocks ramp up from idle first
             s.record()
             torch.cuda._sleep(2_000_000)
             e.record()
             e.synchronize()
             secs = s.elapsed_time(e) / 1e3
-        _CLOCK_HZ[device_index] = 2_000_000 / max(secs, 1e-6)
+        _CLOCK_HZ[device_index] = min(max(2_000_000 / max(secs, 1e-6), 1e8), 5e9)
     return _CLOCK_HZ[device_index]
 
 
 class _Latch:
-    """Hold a stream with a spin kernel long enough for the host to enqueue a batch."""
+    """Hold a stream with a spin kernel long enough for the host to enqueue a batch.
+
+    The host's cost to enqueue one copy is observed as it goes, but capped: when the device queue is
+    full the host blocks, and a blocked enqueue must not stretch the next latch (that would feed on
+    itself).
+    """
+
+    MAX_ENQUEUE_S = 100e-6
 
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index
-        self.enqueue_s_per_iter = 20e-6  # refined from observation
+        self.enqueue_s_per_iter = 20e-6
 
     def hold(self, inner: int) -> None:
         import torch
 
-        secs = inner * self.enqueue_s_per_iter * 1.5 + _LATCH_MARGIN_S
+        secs = min(inner * self.enqueue_s_per_iter * 1.5 + _LATCH_MARGIN_S, _LATCH_MAX_S)
         torch.cuda._sleep(int(secs * _spin_rate(self.device_index)))
 
     def observe(self, inner: int, seconds: float) -> None:
-        self.enqueue_s_per_iter = max(self.enqueue_s_per_iter * 0.5, seconds / inner)
+        seen = min(seconds / inner, self.MAX_ENQUEUE_S)
+        self.enqueue_s_per_iter = 0.8 * self.enqueue_s_per_iter + 0.2 * seen
 
 
 class _CudaCopy:
