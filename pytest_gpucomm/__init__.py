@@ -22,6 +22,7 @@ __all__ = [
     "sizes",
     "gpus",
     "world",
+    "rank_timeout",
     "Measurement",
     "parse_size",
     "format_size",
@@ -42,6 +43,8 @@ sizes = pytest.mark.sizes
 gpus = pytest.mark.gpus
 #: ``@world(4)``: the process_group fixture of this test has four ranks.
 world = pytest.mark.world
+#: ``@rank_timeout(30)``: the test's work on the ranks fails as hung after 30 seconds.
+rank_timeout = pytest.mark.rank_timeout
 
 
 def settings_of(config: pytest.Config):  # -> pytest_gpucomm.settings.Settings

@@ -7,7 +7,7 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
       "schema": "pytest-gpucomm-baseline",   # fixed identifier: anything else is not a baseline file
       "schema_version": 1,                   # integer; a newer one than this plugin knows is refused
       "name": "h200",                        # the baseline's name (usually the GPU model short name)
-      "source": "measured",                  # "measured" (recorded by --gpucomm-save) or "published"
+      "source": "measured",                  # "measured" (recorded by --gpu-baseline-save) or "published"
       "source_detail": "",                   # free text; for "published": where the figures come from
       "max_runs": 5,                         # K: how many runs each case keeps (the oldest are dropped)
       "runs": [                              # the runs that cases refer to, oldest first
@@ -284,7 +284,7 @@ class Baseline:
 
 
 # ------------------------------------------------------------------------------------------------
-# Model names and resolving a --gpucomm-baseline spec
+# Model names and resolving a --gpu-baseline spec
 # ------------------------------------------------------------------------------------------------
 
 # Longer names first where one is a prefix of another (mi250x before mi250, l40s before l40).
@@ -329,13 +329,13 @@ def resolve_baseline(
     detected_model: Optional[str],
     must_exist: bool = True,
 ) -> Path:
-    """Turn a ``--gpucomm-baseline`` value into a file path.
+    """Turn a ``--gpu-baseline`` value into a file path.
 
     * ``"auto"``: the name for ``detected_model`` (see :func:`baseline_name_for_model`), then as NAME.
     * a value with a path separator or ending in ``.json``: that file (it may not exist yet: saving).
     * NAME: the first ``<dir>/<NAME>.json`` in ``search_dirs``.  If there is none: with ``must_exist``
       :class:`BaselineNotFound` listing the available names; without it, ``<search_dirs[0]>/<NAME>.json``
-      (where a first ``--gpucomm-save`` creates it).
+      (where a first ``--gpu-baseline-save`` creates it).
     """
     spec = (spec or "").strip()
     dirs = [Path(d) for d in search_dirs]
@@ -344,12 +344,12 @@ def resolve_baseline(
     if spec == "auto":
         if not detected_model:
             raise BaselineError(
-                "--gpucomm-baseline=auto: no GPU model was detected; give the baseline name or path explicitly"
+                "--gpu-baseline=auto: no GPU model was detected; give the baseline name or path explicitly"
             )
         name = baseline_name_for_model(detected_model)
         if name is None:
             raise BaselineError(
-                f"--gpucomm-baseline=auto: the detected model {detected_model!r} is not one this plugin "
+                f"--gpu-baseline=auto: the detected model {detected_model!r} is not one this plugin "
                 f"knows a baseline name for; give the baseline name or path explicitly"
             )
         return _resolve_name(name, dirs, must_exist, how=f"auto, from the detected model {detected_model!r}")
@@ -682,15 +682,11 @@ VOLATILE_KEYS = frozenset({"date", "run_id", "time", "timestamp", "start_time", 
 
 def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> None:
     if isinstance(obj, Mapping):
-        if not obj and prefix:
-            out[prefix] = {}
         for k, v in obj.items():
             if str(k) in ignore:
                 continue
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, ignore)
     elif isinstance(obj, (list, tuple)):
-        if not obj and prefix:
-            out[prefix] = []
         for i, v in enumerate(obj):
             _flatten(v, f"{prefix}.{i}" if prefix else str(i), out, ignore)
     else:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .markers import MarkerError, read_world
+from .markers import MarkerError, read_rank_timeout, read_world
 from .session import STATE_KEY, Comm, GpuPair, ProcessGroup, State
 
 __all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm", "process_group"]
@@ -71,6 +71,7 @@ def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> Proce
     world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU)."""
     try:
         world = read_world(request.node)
+        timeout = read_rank_timeout(request.node)
     except MarkerError as e:
         pytest.fail(str(e), pytrace=False)
-    return gpucomm_state.group(world or gpucomm_state.default_world())
+    return gpucomm_state.group(world or gpucomm_state.default_world(), timeout)

@@ -151,7 +151,7 @@ def detect(requested: str = "auto") -> DeviceInfo:
     """
     import torch
 
-    tv = torch.__version__
+    tv = str(torch.__version__)
     if requested not in ("auto", "gpu", "cpu"):
         raise ValueError(f"unknown device {requested!r}: expected auto, gpu or cpu")
     use_gpu = requested == "gpu" or (requested == "auto" and gpu_available())

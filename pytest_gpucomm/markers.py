@@ -30,6 +30,7 @@ __all__ = [
     "read_sizes",
     "read_gpus",
     "read_world",
+    "read_rank_timeout",
     "size_id",
 ]
 
@@ -43,6 +44,8 @@ MARKER_LINES = [
     "list of sizes or a geometric range start..stop; sizes above --gpucomm-max-size are left out.",
     "gpus(n): the test needs n devices (GPUs, or logical host devices in CPU mode); with fewer it is skipped.",
     "world(n): the process_group fixture of this test has n ranks (default: every visible GPU, 2 on CPU).",
+    "rank_timeout(seconds): the test fails as hung when its work on the ranks takes longer than this "
+    "(overrides --gpucomm-timeout for this test).",
 ]
 
 
@@ -171,6 +174,18 @@ def _count(item: pytest.Item, name: str) -> Optional[int]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise MarkerError(f"{item.nodeid}: @{name}({n!r}): expected a positive whole number")
     return n
+
+
+def _seconds_sig(seconds: Any) -> dict[str, Any]:
+    return {"seconds": seconds}
+
+
+def read_rank_timeout(item: pytest.Item) -> Optional[float]:
+    mark = item.get_closest_marker("rank_timeout")
+    if mark is None:
+        return None
+    v = _call(_seconds_sig, mark, item.nodeid)["seconds"]
+    return _number(v, "rank_timeout", "seconds", item.nodeid, positive=True)
 
 
 def read_gpus(item: pytest.Item) -> Optional[int]:

@@ -19,6 +19,7 @@ from .markers import (
     read_gpus,
     read_latency,
     read_sizes,
+    read_rank_timeout,
     read_world,
     size_id,
 )
@@ -27,7 +28,7 @@ from .settings import add_options, read_settings
 from .units import describe_size
 
 GPUCOMM_FIXTURES = {"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group"}
-GPUCOMM_MARKERS = ("bandwidth", "latency", "sizes", "gpus", "world")
+GPUCOMM_MARKERS = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
 
 del _fixtures
 
@@ -61,13 +62,28 @@ def _uses_gpucomm(item: pytest.Item) -> bool:
     return bool(names & GPUCOMM_FIXTURES) or any(item.get_closest_marker(m) for m in GPUCOMM_MARKERS)
 
 
+def _check_gate_options(state: State) -> None:  # not a hook: called from pytest_collection_finish
+    s = state.settings
+    if s.baseline_save and not s.baseline:
+        raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = _state(session.config)
+    _check_gate_options(state)
+    if state.gate.active and any(_uses_gpucomm(i) for i in session.items):
+        state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
+                        {i.nodeid for i in session.items})
+
+
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
     state = _state(config)
     if not any(_uses_gpucomm(i) for i in items):
         return []
     from .hardware import device_summary_lines
 
-    return device_summary_lines(state.info)
+    return device_summary_lines(state.info) + state.gate.header_lines()
 
 
 # -- collection: sweeps and device parametrization ---------------------------------------------------
@@ -143,6 +159,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         read_latency(item)
         need = read_gpus(item)
         world = read_world(item)
+        read_rank_timeout(item)
     except MarkerError as e:
         pytest.fail(str(e), pytrace=False)
     state = _state(item.config)
@@ -184,6 +201,34 @@ def _check_thresholds(item: pytest.Item, records: list[Record]) -> list[str]:
     return failures
 
 
+def _judge(state: State, item: pytest.Item, records: list[Record]) -> list[str]:
+    """The baseline decision for each measurement of the test (re-measuring a flagged one once)."""
+    bw = read_bandwidth(item)
+    tolerance = bw.tolerance if bw is not None else None
+    failures = []
+    for r in records:
+        def remeasure(r: Record = r) -> Any:
+            assert r.redo is not None
+            r.first = r.measurement
+            r.measurement = r.redo()
+            return r.measurement
+
+        v = state.gate.judge(r.nodeid, r.measurement, tolerance, remeasure if r.redo is not None else None)
+        r.baseline = v.to_dict()
+        if r.status != "FAIL":
+            r.status = v.status
+        if v.failed and not state.settings.baseline_save:
+            failures.append(v.message)  # a recording run reports its verdicts but does not fail on them
+        m = r.measurement
+        key = f"gpucomm.{m.op}.{m.size_bytes}"
+        item.user_properties.append((f"{key}.status", v.status))
+        if v.ratio is not None:
+            item.user_properties.append((f"{key}.ratio", f"{v.ratio:.4f}"))
+        if v.baseline_gbps is not None:
+            item.user_properties.append((f"{key}.baseline_gbps", f"{v.baseline_gbps:.4f}"))
+    return failures
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     state = _state(item.config)
@@ -191,6 +236,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     result = yield
     records = [r for r in state.records[before:] if r.nodeid == item.nodeid]
     failures = _check_thresholds(item, records)
+    if state.gate.active and state.gate.path is not None:
+        failures += _judge(state, item, records)
     for r in records:
         m = r.measurement
         key = f"gpucomm.{m.op}.{m.size_bytes}"
@@ -210,29 +257,65 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     from .report import LEGEND, render_table
 
+    from .report import GATE_HEADERS, gate_columns
+
     tr = terminalreporter
     tr.write_sep("=", "gpucomm results")
     if state._info is not None:
         tr.write_line(f"hardware: {state.info.headline()}")
-    for line in render_table(state.records).splitlines():
+    gated = state.gate.active and state.gate.path is not None
+    table = render_table(state.records, GATE_HEADERS if gated else None,
+                         gate_columns(state.records) if gated else None)
+    for line in table.splitlines():
         tr.write_line(line)
     tr.write_line(LEGEND)
-    if state.settings.json_path:
-        tr.write_line(f"gpucomm: wrote {len(state.records)} measurements to {state.settings.json_path}")
+    if gated:
+        counts: dict[str, int] = {}
+        for r in state.records:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        tr.write_line("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        for line in state.gate.header_lines()[1:]:
+            tr.write_line(line)
+    for line in state.notes:
+        tr.write_line(line)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Save the baseline and write the reports before the terminal summary is printed."""
     state = _state(session.config)
-    if state.settings.json_path and state.records:
-        from .hardware import fingerprint
-        from .report import json_document, write_json
+    s = state.settings
+    state.close()
+    if not state.records:
+        return
+    from .hardware import now_iso
+    from .report import benchmark_document, json_document, write_json
 
-        s = state.settings
+    date = now_iso()
+    if s.baseline_save and state.gate.path is not None:
+        path, n = state.gate.save(state.records, state.fingerprint, date)
+        state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}")
+    extra: dict[str, Any] = {}
+    if state.gate.active and state.gate.path is not None:
+        from .baseline import ABSENT
+
+        extra["baseline"] = {
+            "path": str(state.gate.path),
+            "comparisons": state.gate.n_comparisons,
+            "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b]
+                                 for k, a, b in state.gate.env_diff],
+        }
+    if s.json_path:
         doc = json_document(
             state.records,
             settings={"device": s.device, "min_time_s": s.min_time_s, "max_size": s.max_size,
-                      "baseline": s.baseline, "timeout_s": s.timeout_s},
-            fingerprint=fingerprint(state.info),
+                      "baseline": s.baseline, "timeout_s": s.timeout_s, "tolerance": s.tolerance,
+                      "alpha": s.alpha, "dtypes": list(s.dtypes)},
+            fingerprint=state.fingerprint,
+            extra=extra,
         )
         write_json(s.json_path, doc)
-    state.close()
+        state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
+    if s.benchmark_json:
+        write_json(s.benchmark_json, benchmark_document(state.records, state.fingerprint, date))
+        state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {s.benchmark_json}")

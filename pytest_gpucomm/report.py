@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 from .session import Record
 from .units import format_size
 
-__all__ = ["table_rows", "render_table", "json_document", "write_json"]
+__all__ = ["table_rows", "render_table", "json_document", "write_json", "benchmark_document", "gate_columns"]
 
 HEADERS = [
     "test",
@@ -77,6 +77,19 @@ def render_table(records: list[Record], extra_headers: Optional[list[str]] = Non
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True, stralign="right")
 
 
+GATE_HEADERS = ["baseline GB/s", "ratio", "status"]
+
+
+def gate_columns(records: Iterable[Record]) -> list[list[Any]]:
+    out = []
+    for r in records:
+        b = r.baseline or {}
+        base = b.get("baseline_gbps")
+        ratio = b.get("ratio")
+        out.append([fmt_gbps(base) if base else "-", f"{ratio:.3f}" if ratio else "-", r.status])
+    return out
+
+
 LEGEND = (
     "GB/s: median busbw for collectives, algbw for copies (GB = 1e9 bytes; a both-ways copy counts the bytes of "
     "both directions); p50/p99: per-iteration latency; CV: coefficient of variation of the per-iteration times; "
@@ -121,3 +134,47 @@ def write_json(path: str, doc: dict[str, Any]) -> None:
         except OSError:
             pass
         raise
+
+
+def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, Any]], date: str) -> dict[str, Any]:
+    """The same measurements in pytest-benchmark's JSON format, so ``pytest-benchmark compare`` reads them.
+
+    One benchmark per measurement; its "round" times are our per-iteration seconds, and the statistics
+    come from pytest-benchmark's own Stats class.  GB/s, the op and the size are in ``extra_info``.
+    """
+    from pytest_benchmark import __version__ as pb_version
+    from pytest_benchmark.stats import Stats
+
+    fp = fingerprint or {}
+    benchmarks = []
+    for r in records:
+        m = r.measurement
+        st = Stats()
+        for s in m.samples_s:
+            st.update(s)
+        stats = st.as_dict()
+        stats["data"] = list(m.samples_s)
+        stats["iterations"] = 1
+        name = r.nodeid.split("::", 1)[-1]
+        if sum(1 for x in records if x.nodeid == r.nodeid) > 1:
+            name += f"[{m.op}-{m.size_bytes}]"
+        benchmarks.append({
+            "group": m.op,
+            "name": name,
+            "fullname": r.nodeid if name == r.nodeid.split("::", 1)[-1] else f"{r.nodeid}[{m.op}-{m.size_bytes}]",
+            "params": {"size": m.size_bytes},
+            "param": str(m.size_bytes),
+            "extra_info": {"gbps": m.gbps, "algbw_gbps": m.algbw_gbps, "busbw_gbps": m.busbw_gbps,
+                           "size_bytes": m.size_bytes, "where": m.where, "status": r.status},
+            "options": {"timer": m.info.get("timer", ""), "min_rounds": 1, "max_time": 0, "min_time": 0,
+                        "warmup": True, "disable_gc": False},
+            "stats": stats,
+        })
+    return {
+        "machine_info": {"node": fp.get("host", ""), "processor": fp.get("cpu", ""), "machine": fp.get("model", ""),
+                         "python_version": fp.get("python", ""), "gpucomm": fp},
+        "commit_info": {},
+        "benchmarks": benchmarks,
+        "datetime": date,
+        "version": pb_version,
+    }

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
 
 import pytest
 
@@ -36,16 +37,28 @@ class Record:
     nodeid: str
     measurement: Measurement
     checks: list[str] = field(default_factory=list)  # human lines: "bandwidth >= 40 GB/s: ok"
-    status: str = "measured"  # measured | ok | FAIL | later: REGRESSION, improved, new, noisy
+    status: str = "measured"  # measured | ok | FAIL | gate verdicts: ok, REGRESSION, improved, new, noisy...
     baseline: Optional[dict[str, Any]] = None
+    redo: Optional[Callable[[], Measurement]] = None  # the same measurement again (the gate's re-measure)
+    first: Optional[Measurement] = None  # the first measurement when the gate re-measured
 
 
 class State:
     """Everything gpucomm keeps for one pytest session (in config.stash)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        from .gate import Gate, GateSettings
+
         self.config = config
         self.settings = settings
+        base_dir = Path(settings.baseline_dir) if settings.baseline_dir else Path(config.rootpath) / "baselines"
+        self.gate = Gate(GateSettings(
+            spec=settings.baseline, save=settings.baseline_save, search_dirs=(base_dir,),
+            max_runs=settings.baseline_runs, tolerance=settings.tolerance, alpha=settings.alpha,
+            strict=settings.baseline_strict,
+        ))
+        self._fingerprint: Optional[dict[str, Any]] = None
+        self.notes: list[str] = []  # lines for the end of the terminal summary
         self.records: list[Record] = []
         self._info: Any = None
         self._buffers: Any = None
@@ -64,6 +77,14 @@ class State:
             except RuntimeError as e:
                 raise pytest.UsageError(str(e)) from None
         return self._info
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None:
+            from .hardware import fingerprint
+
+            self._fingerprint = fingerprint(self.info)
+        return self._fingerprint
 
     @property
     def buffers(self) -> Any:
@@ -95,7 +116,7 @@ class State:
             return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"
         return f"needs a world of {world} ranks, at most {CPU_MAX_WORLD} gloo ranks run on CPU"
 
-    def group(self, world: int) -> "ProcessGroup":
+    def group(self, world: int, timeout_s: Optional[float] = None) -> "ProcessGroup":
         """The process group of ``world`` ranks: one pool of workers per world size and session."""
         if world > self.max_world():
             raise pytest.UsageError(self.world_skip_reason(world))
@@ -109,7 +130,7 @@ class State:
                 device=info.torch_device_type,
                 start_timeout=max(120.0, self.settings.timeout_s),
             )
-        return ProcessGroup(self.pools[world], info.backend, self.settings.timeout_s)
+        return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s)
 
     def devices(self) -> list[str]:
         return self.info.device_names()
@@ -194,9 +215,9 @@ class Comm:
             "or give size= to @bandwidth/@latency"
         )
 
-    def _record(self, m: Measurement) -> Measurement:
+    def _record(self, m: Measurement, redo: Optional[Callable[[], Measurement]] = None) -> Measurement:
         self.measurements.append(m)
-        self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m))
+        self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo))
         return m
 
     def _pair(self, pair: Any, dst: Optional[str]) -> GpuPair:
@@ -227,7 +248,11 @@ class Comm:
 
         p = self._pair(pair, dst)
         n = self._size(size, "copy")
-        return self._record(measure_copy(p.src, p.dst, n, self._state.timing, self._state.buffers, both_ways))
+
+        def run() -> Measurement:
+            return measure_copy(p.src, p.dst, n, self._state.timing, self._state.buffers, both_ways)
+
+        return self._record(run(), run)
 
     def copy_both_ways(self, pair: Any, size: Any = None) -> Measurement:
         return self.copy(pair, size, both_ways=True)
@@ -236,10 +261,12 @@ class Comm:
         """Pinned host memory -> device."""
         from .ops.copies import measure_host_device
 
-        d = self._dev(device)
-        return self._record(
-            measure_host_device(d, self._size(size, "host_to_device"), "h2d", self._state.timing, self._state.buffers)
-        )
+        d, n = self._dev(device), self._size(size, "host_to_device")
+
+        def run() -> Measurement:
+            return measure_host_device(d, n, "h2d", self._state.timing, self._state.buffers)
+
+        return self._record(run(), run)
 
     # -- collectives ------------------------------------------------------------------------------
     def collective(self, op: str, group: "ProcessGroup", size: Any = None, *, dtype: str = "float32",
@@ -262,6 +289,17 @@ class Comm:
             raise pytest.UsageError(f"{nodeid}: {op} has no {form.replace('_', '-')} form in torch.distributed")
         kwargs = {"op": op, "size_bytes": n, "dtype": dtype, "in_place": ip,
                   "min_time_s": self._state.settings.min_time_s}
+
+        def run() -> Measurement:
+            return self._collective_once(op, group, kwargs, n, dtype, ip)
+
+        return self._record(run(), run)
+
+    def _collective_once(self, op: str, group: "ProcessGroup", kwargs: dict[str, Any], n: int, dtype: str,
+                         ip: bool) -> Measurement:
+        from .ops.collectives import busbw_factor
+
+        nodeid = self._request.node.nodeid
         results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=nodeid)
         world = group.world_size
         actual = int(results[0]["size_bytes"])
@@ -290,7 +328,7 @@ class Comm:
                 info[key] = results[0][key]
         if actual != n:
             info["requested_bytes"] = n
-        return self._record(Measurement(
+        return Measurement(
             op=op,
             size_bytes=actual,
             samples_s=samples,
@@ -300,7 +338,7 @@ class Comm:
             dtype=dtype,
             kind="collective",
             info=info,
-        ))
+        )
 
     def all_reduce(self, group: "ProcessGroup", size: Any = None, **kw: Any) -> Measurement:
         return self.collective("all_reduce", group, size, **kw)
@@ -328,7 +366,9 @@ class Comm:
         """Device -> pinned host memory."""
         from .ops.copies import measure_host_device
 
-        d = self._dev(device)
-        return self._record(
-            measure_host_device(d, self._size(size, "device_to_host"), "d2h", self._state.timing, self._state.buffers)
-        )
+        d, n = self._dev(device), self._size(size, "device_to_host")
+
+        def run() -> Measurement:
+            return measure_host_device(d, n, "d2h", self._state.timing, self._state.buffers)
+
+        return self._record(run(), run)

@@ -33,6 +33,17 @@ _OPTIONS = [
      "Compare every measurement with this baseline: NAME (baselines/NAME.json), a PATH to a .json file, or "
      "'auto' (the baseline named for the detected hardware, e.g. h200, mi300x). Default: no comparison.",
      "NAME|PATH|auto"),
+    ("--gpu-baseline-dir", "gpucomm_baseline_dir", "gpucomm_baseline_dir", "GPUCOMM_BASELINE_DIR",
+     "Where baseline NAMEs are looked up (and created by --gpu-baseline-save). Default: baselines/ under the "
+     "rootdir.", "DIR"),
+    ("--gpu-baseline-runs", "gpucomm_baseline_runs", "gpucomm_baseline_runs", "GPUCOMM_BASELINE_RUNS",
+     f"Runs kept per case when saving (the oldest beyond this are dropped). Default: {DEFAULT_MAX_RUNS}.", "K"),
+    ("--gpu-tolerance", "gpucomm_tolerance", "gpucomm_tolerance", "GPUCOMM_TOLERANCE",
+     f"A slowdown smaller than this fraction is never a regression (a test's @bandwidth(tolerance=...) "
+     f"overrides it). Default: {DEFAULT_TOLERANCE}.", "FRACTION"),
+    ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
+     f"Suite-level significance level, Bonferroni-corrected over the gated comparisons. Default: {DEFAULT_ALPHA}.",
+     "ALPHA"),
     ("--gpucomm-device", "gpucomm_device", "gpucomm_device", "GPUCOMM_DEVICE",
      "Where to measure: 'auto' (GPUs when torch sees one, else the CPU variants), 'gpu' (error without one) "
      "or 'cpu' (host memory copies, gloo). Default: auto.", "auto|gpu|cpu"),
@@ -47,6 +58,9 @@ _OPTIONS = [
     ("--gpucomm-dtype", "gpucomm_dtype", "gpucomm_dtype", "GPUCOMM_DTYPE",
      "Element types of the collective suite, comma-separated: float32, bfloat16, float16. Default: float32.",
      "DTYPE[,DTYPE]"),
+    ("--gpucomm-benchmark-json", "gpucomm_benchmark_json", "gpucomm_benchmark_json", "GPUCOMM_BENCHMARK_JSON",
+     "Also write the measurements in pytest-benchmark's JSON format (for 'pytest-benchmark compare'). "
+     "Default: none.", "PATH"),
     ("--gpucomm-timeout", "gpucomm_timeout", "gpucomm_timeout", "GPUCOMM_TIMEOUT",
      f"Seconds a collective may take on the ranks before the test fails as hung. Default: {DEFAULT_TIMEOUT_S:g}.",
      "SECONDS"),
@@ -62,6 +76,13 @@ class Settings:
     json_path: Optional[str]
     timeout_s: float
     dtypes: tuple[str, ...] = ("float32",)
+    baseline_dir: Optional[str] = None
+    baseline_runs: int = DEFAULT_MAX_RUNS
+    tolerance: float = DEFAULT_TOLERANCE
+    alpha: float = DEFAULT_ALPHA
+    baseline_save: bool = False
+    baseline_strict: bool = False
+    benchmark_json: Optional[str] = None
 
     def describe(self) -> str:
         parts = [
@@ -70,8 +91,10 @@ class Settings:
             f"max-size={'default' if self.max_size is None else describe_size(self.max_size)}",
             f"timeout={self.timeout_s:g}s",
             f"dtype={','.join(self.dtypes)}",
-            f"baseline={self.baseline or 'none'}",
+            f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",
         ]
+        if self.baseline:
+            parts.append(f"tolerance={self.tolerance:g}, alpha={self.alpha:g}")
         if self.json_path:
             parts.append(f"json={self.json_path}")
         return "gpucomm settings: " + ", ".join(parts)
@@ -82,6 +105,12 @@ def add_options(parser: pytest.Parser) -> None:
     for opt, dest, ini, env, help_, metavar in _OPTIONS:
         group.addoption(opt, dest=dest, default=None, metavar=metavar, help=help_ + f" Env: {env}; ini: {ini}.")
         parser.addini(ini, help=help_, default=None)
+    group.addoption("--gpu-baseline-save", dest="gpucomm_baseline_save", action="store_true", default=False,
+                    help="Add this run's samples to the baseline named by --gpu-baseline (created if missing), "
+                         "keeping the cases not run this time. Default: off.")
+    group.addoption("--gpu-baseline-strict", dest="gpucomm_baseline_strict", action="store_true", default=False,
+                    help="A measured case with no baseline entry fails (status NEW) instead of passing as new. "
+                         "Default: off.")
 
 
 def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional[str], str]:
@@ -150,6 +179,33 @@ def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _parse_fraction(value: str, name: str, origin: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or not 0 <= x < 1:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected a fraction in [0, 1), e.g. 0.05")
+    return x
+
+
+def _parse_alpha(value: str, name: str, origin: str) -> float:
+    x = _parse_fraction(value, name, origin)
+    if x == 0:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): alpha must be above 0")
+    return x
+
+
+def _parse_runs(value: str, name: str, origin: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected a whole number >= 1")
+    return k
+
+
 def read_settings(config: pytest.Config) -> Settings:
     return Settings(
         baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip() or None, None),
@@ -160,4 +216,11 @@ def read_settings(config: pytest.Config) -> Settings:
         timeout_s=_get(config, "--gpucomm-timeout", lambda v, n, o: parse_seconds(v, n, o, allow_zero=False),
                        DEFAULT_TIMEOUT_S),
         dtypes=_get(config, "--gpucomm-dtype", _parse_dtypes, ("float32",)),
+        baseline_dir=_get(config, "--gpu-baseline-dir", lambda v, n, o: v, None),
+        baseline_runs=_get(config, "--gpu-baseline-runs", _parse_runs, DEFAULT_MAX_RUNS),
+        tolerance=_get(config, "--gpu-tolerance", _parse_fraction, DEFAULT_TOLERANCE),
+        alpha=_get(config, "--gpu-alpha", _parse_alpha, DEFAULT_ALPHA),
+        baseline_save=bool(config.getoption("gpucomm_baseline_save")),
+        baseline_strict=bool(config.getoption("gpucomm_baseline_strict")),
+        benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
     )

@@ -1,0 +1,152 @@
+"""The shipped published baseline (baselines/mi300x.json), its generator, and the floor check end to end."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucomm.baseline import SCHEMA_ID, case_key, load_baseline
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "baselines" / "mi300x.json"
+GENERATOR = ROOT / "baselines" / "make_published.py"
+FAST = ["--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
+
+MiB = 1024**2
+GiB = 1024**3
+
+# The documented figures (GB/s), independent of the generator's own constants.
+HEALTH_COPY = 44.0  # MI300X peer copy per pair, rocm-bandwidth-test health check
+TORCH_COPY_16MIB = 40.0  # PyTorch copy_ ~40 GB/s from ~8 MB messages
+ALL_REDUCE_BUSBW = 314.0  # RCCL all_reduce busbw on 8 GPUs, health check
+
+
+def expected_cases():
+    """case key -> floor, built from the suites' node ids on 8 GPUs (pairs 0..7)."""
+    out = {}
+    for size_id, nbytes, floor in [("16MiB", 16 * MiB, TORCH_COPY_16MIB), ("64MiB", 64 * MiB, HEALTH_COPY),
+                                   ("256MiB", 256 * MiB, HEALTH_COPY), ("1GiB", GiB, HEALTH_COPY)]:
+        for src in range(8):
+            for dst in range(8):
+                if src != dst:
+                    nodeid = f"suites/test_copies.py::test_peer_copy[{size_id}-{src}->{dst}]"
+                    out[case_key(nodeid, "copy", nbytes, None, 1)] = floor
+    nodeid = "suites/test_collectives.py::test_collective[float32-1GiB-all_reduce-inplace]"
+    out[case_key(nodeid, "all_reduce", GiB, "float32", 8)] = ALL_REDUCE_BUSBW
+    return out
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_published", GENERATOR)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shipped_mi300x_loads_and_is_published():
+    b = load_baseline(SHIPPED)
+    assert b.name == "mi300x"
+    assert b.source == "published"
+    assert b.runs == []
+    assert "--gpu-baseline-save" in b.source_detail
+    for figure in ("44 GB/s", "314 GB/s", "40 GB/s", "50 GB/s", "rocm-bandwidth-test"):
+        assert figure in b.source_detail
+    doc = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    assert doc["schema"] == SCHEMA_ID
+    assert doc["runs"] == []
+
+
+def test_every_shipped_case_is_floor_only():
+    b = load_baseline(SHIPPED)
+    assert b.cases
+    for key, c in b.cases.items():
+        assert c.floor_only, key
+        assert c.runs == []
+        assert c.floor_gbps is not None and c.floor_gbps > 0
+
+
+def test_shipped_keys_match_the_suites_node_ids_and_floors_are_the_documented_figures():
+    b = load_baseline(SHIPPED)
+    expected = expected_cases()
+    assert len(expected) == 56 * 4 + 1
+    assert set(b.cases) == set(expected)
+    for key, c in b.cases.items():
+        assert c.floor_gbps == expected[key], key
+        # each entry's own fields give back its key
+        assert case_key(c.test_id, c.op, c.size_bytes, c.dtype, c.world_size) == key
+
+
+def test_shipped_node_ids_are_the_ones_the_suites_collect(pytester):
+    """The copy ids of the shipped file, restricted to the 2 CPU devices, are collected by the suites."""
+    suites = pytester.mkdir("suites")
+    for name in ("test_copies.py", "test_collectives.py"):
+        (suites / name).write_text((ROOT / "suites" / name).read_text(encoding="utf-8"), encoding="utf-8")
+    result = pytester.runpytest("suites", "--collect-only", "-q", "--gpucomm-max-size=1GiB", *FAST)
+    collected = {line.strip() for line in result.stdout.lines if "::" in line}
+    b = load_baseline(SHIPPED)
+    on_two = {c.test_id for c in b.cases.values()
+              if c.op == "copy" and c.test_id.endswith(("-0->1]", "-1->0]"))}
+    assert len(on_two) == 8
+    assert on_two <= collected
+    assert "suites/test_collectives.py::test_collective[float32-1GiB-all_reduce-inplace]" in collected
+
+
+def test_generator_reproduces_the_shipped_file(tmp_path):
+    out = tmp_path / "mi300x.json"
+    assert _generator().main(["-o", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == SHIPPED.read_text(encoding="utf-8")
+    assert not [p for p in tmp_path.iterdir() if p.name != "mi300x.json"]  # no temporary file left
+
+
+def test_generator_leaves_an_existing_file_alone_when_the_document_is_invalid(tmp_path, monkeypatch):
+    gen = _generator()
+    out = tmp_path / "mi300x.json"
+    out.write_text("keep me", encoding="utf-8")
+    monkeypatch.setattr(gen, "COPY_FLOORS", [("16MiB", 16 * MiB, -1.0)])  # a floor must be > 0
+    assert gen.main(["-o", str(out)]) == 1
+    assert out.read_text(encoding="utf-8") == "keep me"
+    assert [p.name for p in tmp_path.iterdir()] == ["mi300x.json"]
+
+
+def _published(path: Path, floor: float) -> Path:
+    nodeid = "test_f.py::test_copy[0->1]"
+    doc = {
+        "schema": SCHEMA_ID,
+        "schema_version": 1,
+        "name": "tiny",
+        "source": "published",
+        "source_detail": "tiny test figure",
+        "max_runs": 5,
+        "runs": [],
+        "cases": {
+            case_key(nodeid, "copy", 4096, None, 1): {
+                "test_id": nodeid, "op": "copy", "size_bytes": 4096, "world_size": 1, "dtype": None,
+                "runs": [], "floor_gbps": floor,
+            }
+        },
+    }
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    load_baseline(path)  # the test's own input is valid
+    return path
+
+
+TEST_F = "def test_copy(gpu_pair, comm):\n    comm.copy(gpu_pair, 4096)\n"
+
+
+def test_a_copy_below_the_published_floor_fails(pytester):
+    pytester.makepyfile(test_f=TEST_F)
+    base = _published(pytester.path / "tiny.json", 1e9)
+    result = pytester.runpytest(f"--gpu-baseline={base}", "test_f.py::test_copy[0->1]", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*below the published floor*published floor 1e+09 GB/s*"])
+    result.stdout.fnmatch_lines(["*test_copy*copy*cpu:0->cpu:1*4096*FLOOR", "gpucomm verdicts: 1 FLOOR"])
+
+
+def test_a_copy_above_the_published_floor_passes_as_floor_ok(pytester):
+    pytester.makepyfile(test_f=TEST_F)
+    base = _published(pytester.path / "tiny.json", 1e-9)
+    result = pytester.runpytest(f"--gpu-baseline={base}", "test_f.py::test_copy[0->1]", *FAST)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_copy*copy*cpu:0->cpu:1*4096*floor-ok", "gpucomm verdicts: 1 floor-ok"])
+    result.stdout.no_fnmatch_line("*below the published floor*")
