@@ -258,3 +258,34 @@ def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "test_copy[64KiB-0->1]" in out.stdout
+
+
+def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pytester):
+    pytester.makepyfile(
+        pid_tasks="""
+        import os
+        def pid(ctx):
+            return os.getpid()
+        """
+    )
+    pytester.makepyfile(
+        """
+        SEEN = []
+
+        def test_all_reduce(process_group, comm):
+            SEEN.append(process_group.run("pid_tasks:pid"))
+            comm.all_reduce(process_group, 4096)
+
+        def test_after(process_group):
+            SEEN.append(process_group.run("pid_tasks:pid"))
+            open("pids.txt", "w").write(repr(SEEN))
+        """
+    )
+    pytester.syspathinsert()
+    assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+    _scale(pytester.path / "baselines" / "cpu.json", 20.0)
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*confirmed by a second measurement*"])
+    first, second = eval((pytester.path / "pids.txt").read_text())
+    assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
