@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from pytest_gpucomm.atomic import write_atomic
 from pytest_gpucomm.baseline import SCHEMA_ID, SCHEMA_VERSION, BaselineError, case_key, load_baseline
 
 NAME = "mi300x"
@@ -117,38 +116,17 @@ def write(path: Path) -> int:
     ``load_baseline`` (schema and finiteness checks) before ``os.replace`` puts it in place, so an
     invalid document never replaces an existing file and a crash never leaves a half-written one.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(render(build_document()))
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a shipped file gets the usual mode
-        loaded = load_baseline(Path(tmp))
+    count = 0
+
+    def check(tmp: Path) -> None:
+        nonlocal count
+        loaded = load_baseline(tmp)
         if loaded.source != "published" or not all(c.floor_only for c in loaded.cases.values()):
             raise BaselineError(f"{tmp}: expected a published, floor-only baseline")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return len(loaded.cases)
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-    return len(loaded.cases)
+        count = len(loaded.cases)
+
+    write_atomic(Path(path), render(build_document()), check)
+    return count
 
 
 def main(argv=None) -> int:

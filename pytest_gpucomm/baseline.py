@@ -47,13 +47,14 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import jsonschema
 from filelock import FileLock, Timeout
+
+from .atomic import write_atomic
 
 __all__ = [
     "SCHEMA_ID",
@@ -528,6 +529,11 @@ def _clean_summary(summary: Mapping[str, Any]) -> dict:
 def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
                max_runs: int) -> dict:
     doc["max_runs"] = max_runs
+    if doc.get("source") == "published" and cases:
+        # Measured runs now decide the cases they cover; floors stay for the cases still without runs.
+        doc["source"] = "measured"
+        doc["source_detail"] = (doc.get("source_detail", "") + f" Measured runs added from {date} on; published "
+                                "floors are kept for the cases that have no measured run.").strip()
     if not any(r["run_id"] == run_id for r in doc["runs"]):
         doc["runs"].append({"run_id": run_id, "date": date, "fingerprint": json.loads(json.dumps(dict(fingerprint)))})
     for key, rec in cases.items():
@@ -585,30 +591,7 @@ def _dumps(doc: dict) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    directory = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    write_atomic(path, text)
 
 
 def save_run(

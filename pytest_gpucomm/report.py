@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from .atomic import write_atomic
 from .session import Record
 from .units import format_size
 
@@ -120,20 +119,7 @@ def json_document(records: list[Record], *, settings: dict[str, Any], fingerprin
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
     """Write atomically: a temp file in the same folder, then rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(Path(path), json.dumps(doc, indent=1) + "\n")
 
 
 def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, Any]], date: str) -> dict[str, Any]:

@@ -286,7 +286,7 @@ class Comm:
     def collective(self, op: str, group: "ProcessGroup", size: Any = None, *, dtype: str = "float32",
                    in_place: Optional[bool] = None) -> Measurement:
         """Time ``op`` over ``group`` at ``size`` bytes (S as nccl-tests defines it) and check its result."""
-        from .ops.collectives import DTYPES, OPS, busbw_factor
+        from .ops.collectives import DTYPES, OPS
 
         nodeid = self._request.node.nodeid
         if op not in OPS:

@@ -124,7 +124,8 @@ def test_published_case_keeps_floor_when_it_gains_measured_runs(tmp_path):
     base = load_baseline(p)
     entry = base.cases[a.key]
     assert entry.floor_gbps == 44.0 and entry.has_runs and not entry.floor_only
-    assert base.source_detail == "vendor datasheet, table 3"
+    assert base.source == "measured"
+    assert base.source_detail.startswith("vendor datasheet, table 3 Measured runs added from")
 
 
 def test_case_without_runs_and_without_floor_is_invalid(tmp_path):
@@ -376,3 +377,23 @@ def test_diff_fingerprints_reports_changes_additions_removals_and_ignores_volati
     assert diff_fingerprints({"a": None}, {}) == [("a", None, ABSENT)]
     text = format_fingerprint_diff(diffs)
     assert "driver 550.54 -> 560.35" in text and "torch 2.3 -> (absent)" in text
+
+
+def test_saving_measured_runs_into_a_published_baseline_relabels_it_and_keeps_the_floors(tmp_path):
+    import shutil
+
+    from pytest_gpucomm.baseline import CaseRecord, load_baseline, save_run
+
+    src = Path(__file__).resolve().parents[1] / "baselines" / "mi300x.json"
+    path = tmp_path / "mi300x.json"
+    shutil.copy(src, path)
+    before = load_baseline(path)
+    key, entry = next(iter(before.cases.items()))
+    rec = CaseRecord(test_id=entry.test_id, op=entry.op, size_bytes=entry.size_bytes, world_size=entry.world_size,
+                     dtype=entry.dtype, samples_gbps=[45.0, 46.0, 47.0])
+    save_run(path, name="mi300x", run_id="r1", date="2026-11-29T00:00:00+00:00", fingerprint={"model": "MI300X"},
+             cases={rec.key: rec})
+    after = load_baseline(path)
+    assert after.source == "measured" and "Measured runs added" in after.source_detail
+    assert after.cases[key].has_runs and not after.cases[key].floor_only
+    assert sum(c.floor_only for c in after.cases.values()) == len(before.cases) - 1

@@ -1,7 +1,6 @@
 """Acceptance tests of the plugin on CPU: options, markers, validation, skips, sweeps, table, JSON."""
 
 import json
-import sys
 
 import pytest
 

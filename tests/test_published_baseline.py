@@ -4,7 +4,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pytest
 
 from pytest_gpucomm.baseline import SCHEMA_ID, case_key, load_baseline
 

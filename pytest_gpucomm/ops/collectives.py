@@ -364,7 +364,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         except Exception as e:
             pool_note = f"deregister: {type(e).__name__}: {e}"
     graph_error = timed.graph_error
-    del case, timed
+    case = timed = None  # drop the buffers and graphs before the pool and the cache are released
     if gpu:
         torch.cuda.synchronize()
         del pool
