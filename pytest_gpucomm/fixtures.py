@@ -73,5 +73,9 @@ def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> Proce
         world = read_world(request.node)
         timeout = read_rank_timeout(request.node)
     except MarkerError as e:
-        pytest.fail(str(e), pytrace=False)
-    return gpucomm_state.group(world or gpucomm_state.default_world(), timeout)
+        problem = str(e)
+    else:
+        problem = ""
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return gpucomm_state.group(world or gpucomm_state.default_world(), timeout, label=request.node.nodeid)

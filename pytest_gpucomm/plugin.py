@@ -161,7 +161,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         world = read_world(item)
         read_rank_timeout(item)
     except MarkerError as e:
-        pytest.fail(str(e), pytrace=False)
+        problem = str(e)
+    else:
+        problem = ""
+    if problem:
+        pytest.fail(problem, pytrace=False)  # outside the except block: no chained traceback
     state = _state(item.config)
     if need is not None and need > state.info.count:
         pytest.skip(_too_few(state, need))

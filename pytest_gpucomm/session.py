@@ -116,7 +116,7 @@ class State:
             return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"
         return f"needs a world of {world} ranks, at most {CPU_MAX_WORLD} gloo ranks run on CPU"
 
-    def group(self, world: int, timeout_s: Optional[float] = None) -> "ProcessGroup":
+    def group(self, world: int, timeout_s: Optional[float] = None, label: str = "") -> "ProcessGroup":
         """The process group of ``world`` ranks: one pool of workers per world size and session."""
         if world > self.max_world():
             raise pytest.UsageError(self.world_skip_reason(world))
@@ -130,7 +130,7 @@ class State:
                 device=info.torch_device_type,
                 start_timeout=max(120.0, self.settings.timeout_s),
             )
-        return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s)
+        return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
 
     def devices(self) -> list[str]:
         return self.info.device_names()
@@ -158,10 +158,11 @@ class ProcessGroup:
     rank's traceback or stack, and the workers are restarted for the next test.
     """
 
-    def __init__(self, executor: Any, backend: str, timeout_s: float) -> None:
+    def __init__(self, executor: Any, backend: str, timeout_s: float, label: str = "") -> None:
         self.executor = executor
         self.backend = backend
         self.timeout_s = timeout_s
+        self.label = label  # the test id, named in failure messages
 
     @property
     def world_size(self) -> int:
@@ -171,6 +172,8 @@ class ProcessGroup:
             label: str = "") -> list[Any]:
         from .ranks import RankFailure
 
+        if not label:
+            label = f"{self.label} (task {task})" if self.label else task
         try:
             return list(self.executor.run(task, kwargs or {}, timeout=timeout or self.timeout_s, label=label))
         except RankFailure as e:

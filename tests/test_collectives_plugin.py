@@ -377,7 +377,7 @@ import json, os
 def record(process_group, path):
     ex = process_group.executor
     with open(path + ".tmp", "w") as f:
-        json.dump({"controller": os.getpid(), "workers": ex.pids,
+        json.dump({"controller": os.getpid(), "workers": ex.pids, "log_dir": str(ex.log_dir),
                    "ports": [p for p in (ex.control_port, ex.rendezvous_port) if p]}, f)
     os.replace(path + ".tmp", path)
 """
@@ -403,6 +403,7 @@ def test_end_of_session_leaves_no_worker_process_and_no_listening_port(pytester)
     assert not _workers(info["controller"])
     listening = _listening_ports() & set(info["ports"])
     assert not listening, f"ports of the pool still listening: {listening}"
+    assert not Path(info["log_dir"]).exists()  # the ranks' log folder is removed too
 
 
 def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
@@ -429,7 +430,8 @@ def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
         assert started and proc.poll() is None, (pytester.path / "pytest.log").read_text()
         workers = _workers(proc.pid)
         assert len(workers) == 2, workers
-        assert sorted(workers) == sorted(json.loads(marker.read_text())["workers"])
+        info = json.loads(marker.read_text())
+        assert sorted(workers) == sorted(info["workers"])
         os.kill(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=30)
     finally:
@@ -442,6 +444,7 @@ def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
     assert "KeyboardInterrupt" in out
     assert _wait_until(lambda: not any(_is_worker(p) for p in workers), 5), _workers(proc.pid)
     assert not _workers(proc.pid)
+    assert not Path(info["log_dir"]).exists()
 
 
 # -- marker validation --------------------------------------------------------------------------------
@@ -467,3 +470,25 @@ def test_invalid_world_and_rank_timeout_markers_are_errors_naming_the_test_and_m
     timeout = _outcome(result, "test_negative_timeout", "setup").longreprtext
     assert "test_bad_markers.py::test_negative_timeout" in timeout and "@rank_timeout(seconds=-1)" in timeout
     assert not _workers(os.getpid())  # nothing was started for them
+
+
+def test_a_failing_task_run_by_the_test_itself_names_the_test(pytester):
+    pytester.makepyfile(
+        own_tasks="""
+        def boom(ctx):
+            if ctx.rank == 1:
+                raise RuntimeError("kaput")
+            return ctx.rank
+        """
+    )
+    pytester.makepyfile(
+        test_own="""
+        def test_own_task(process_group):
+            process_group.run("own_tasks:boom")
+        """
+    )
+    result = pytester.runpytest("--gpucomm-min-time=0.002", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "test_own.py::test_own_task (task own_tasks:boom)" in text
+    assert "rank 1" in text and "kaput" in text
