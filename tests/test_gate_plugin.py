@@ -117,14 +117,17 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
     )
 
 
-def test_a_baseline_claiming_one_and_a_half_times_the_bandwidth_is_a_regression(pytester):
+def test_a_baseline_claiming_one_and_a_half_times_the_bandwidth_is_a_regression(pytester, monkeypatch):
     pytester.makepyfile(TEST_FILE)
-    path = _save_runs(pytester, 3)
-    _scale(path, 1.5)
+    pytester.makeconftest(SIMULATED_NOISE_CONFTEST)
+    for run in range(3):
+        monkeypatch.setenv("SIM_RUN", str(run))
+        assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+    _scale(pytester.path / "baselines" / "cpu.json", 1.5)
+    monkeypatch.setenv("SIM_RUN", "5")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
-    assert "REGRESSION: copy on cpu:" in result.stdout.str()
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("failed", 0) >= 1
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): *0.6*x [[]*95% CI*"])
 
 
 def test_a_baseline_claiming_half_the_bandwidth_reports_improved_and_passes(pytester):
