@@ -15,7 +15,7 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any
 
 __all__ = [
     "DeviceInfo",
@@ -284,11 +284,3 @@ def device_summary_lines(info: DeviceInfo) -> list[str]:
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def optional_env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    try:
-        return int(v) if v is not None else None
-    except ValueError:
-        return None

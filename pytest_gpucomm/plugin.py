@@ -10,7 +10,6 @@ from typing import Any, Generator
 
 import pytest
 
-from . import fixtures as _fixtures
 from .fixtures import comm, gpu, gpu_link, gpu_pair, gpucomm_state, gpus, process_group, size  # noqa: F401  (fixtures)
 from .markers import (
     MARKER_LINES,
@@ -30,7 +29,6 @@ from .units import describe_size
 GPUCOMM_FIXTURES = {"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group"}
 GPUCOMM_MARKERS = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
 
-del _fixtures
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from proc_helpers import listening_ports  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc)")
 
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
@@ -59,19 +61,7 @@ def _is_worker(pid: int) -> bool:
     return WORKER_MODULE in argv
 
 
-def _listening_ports() -> set[int]:
-    """Local TCP ports in LISTEN state (/proc/net/tcp{,6})."""
-    ports: set[int] = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A":
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+_listening_ports = listening_ports
 
 
 def _wait_until(cond, timeout: float, step: float = 0.1) -> bool:

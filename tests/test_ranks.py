@@ -19,6 +19,8 @@ from typing import Iterator
 
 import pytest
 
+from proc_helpers import listening_ports  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rank_tasks, whatever the import mode
 
 from pytest_gpucomm.ranks.context import RankContext  # noqa: E402
@@ -42,19 +44,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 ENV_MARK = "GPUCOMM_RANKS_TEST_MARK"
 
 
-def _listening_ports() -> set[int]:
-    """Local ports in LISTEN state, from /proc/net/tcp{,6}."""
-    ports: set[int] = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A":
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+_listening_ports = listening_ports
 
 
 def _pid_exists(pid: int) -> bool:
