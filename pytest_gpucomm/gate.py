@@ -74,7 +74,6 @@ class Gate:
         self.path: Optional[Path] = None
         self.baseline: Any = None  # baseline.Baseline, or None when the file does not exist yet
         self.n_comparisons = 1
-        self.fingerprint: Optional[dict[str, Any]] = None
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]
 
@@ -89,7 +88,6 @@ class Gate:
 
         spec = self.settings.spec
         assert spec is not None
-        self.fingerprint = fingerprint
         try:
             self.path = resolve_baseline(spec, search_dirs=list(self.settings.search_dirs),
                                          detected_model=detected_model, must_exist=not self.settings.save)

@@ -63,7 +63,6 @@ class State:
         self._info: Any = None
         self._buffers: Any = None
         self.pools: dict[int, Any] = {}
-        self.used = False
 
     # -- lazily created, so nothing heavy happens unless a gpucomm fixture or marker is used ---------
     @property
@@ -71,7 +70,6 @@ class State:
         if self._info is None:
             from .hardware import detect
 
-            self.used = True
             try:
                 self._info = detect(self.settings.device)
             except RuntimeError as e:
@@ -201,7 +199,6 @@ class Comm:
     def __init__(self, state: State, request: pytest.FixtureRequest) -> None:
         self._state = state
         self._request = request
-        self.measurements: list[Measurement] = []
 
     # -- helpers ----------------------------------------------------------------------------------
     def _size(self, size: Any, what: str) -> int:
@@ -233,7 +230,6 @@ class Comm:
             fresh()
             return run()
 
-        self.measurements.append(m)
         self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo))
         return m
 

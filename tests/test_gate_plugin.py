@@ -60,12 +60,17 @@ def simulated_timing(monkeypatch, request):
 """
 
 
-def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytester, monkeypatch):
-    pytester.makepyfile(TEST_FILE)
+def _save_simulated_runs(pytester, monkeypatch, n=3):
+    """Record n baseline runs timed by the simulated noise model (run ids 0..n-1)."""
     pytester.makeconftest(SIMULATED_NOISE_CONFTEST)
-    for run in range(3):
+    for run in range(n):
         monkeypatch.setenv("SIM_RUN", str(run))
         assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+
+
+def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytester, monkeypatch):
+    pytester.makepyfile(TEST_FILE)
+    _save_simulated_runs(pytester, monkeypatch)
     path = pytester.path / "baselines" / "cpu.json"
     monkeypatch.setenv("SIM_RUN", "3")
     doc = json.loads(path.read_text())
@@ -89,10 +94,7 @@ def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytes
 @pytest.mark.parametrize("slower, failed", [(1.0 / 0.9, 2), (1.0 / 0.97, 0)], ids=["10%-drop", "3%-drop"])
 def test_a_simulated_drop_beyond_the_tolerance_fails_and_one_within_it_passes(pytester, monkeypatch, slower, failed):
     pytester.makepyfile(TEST_FILE)
-    pytester.makeconftest(SIMULATED_NOISE_CONFTEST)
-    for run in range(3):
-        monkeypatch.setenv("SIM_RUN", str(run))
-        assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+    _save_simulated_runs(pytester, monkeypatch)
     monkeypatch.setenv("SIM_RUN", "7")
     monkeypatch.setenv("SIM_SLOWER", str(slower))
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
@@ -119,10 +121,7 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
 
 def test_a_baseline_claiming_one_and_a_half_times_the_bandwidth_is_a_regression(pytester, monkeypatch):
     pytester.makepyfile(TEST_FILE)
-    pytester.makeconftest(SIMULATED_NOISE_CONFTEST)
-    for run in range(3):
-        monkeypatch.setenv("SIM_RUN", str(run))
-        assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+    _save_simulated_runs(pytester, monkeypatch)
     _scale(pytester.path / "baselines" / "cpu.json", 1.5)
     monkeypatch.setenv("SIM_RUN", "5")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
