@@ -414,20 +414,20 @@ def format_table(matched: list[dict]) -> str:
     def f(v, fmt):
         return "" if v is None else format(v, fmt)
 
-    headers = ["op", "size_bytes", "size", "ours busbw", "theirs busbw", "busbw ratio",
+    headers = ["op", "form", "size_bytes", "size", "ours busbw", "theirs busbw", "busbw ratio",
                "ours us", "theirs us", "time ratio", "target", "result"]
-    body = [[r["op"], r["size_bytes"], r["size"], f(r["ours_busbw"], ".2f"),
+    body = [[r["op"], "in" if r.get("in_place") else "out", r["size_bytes"], r["size"], f(r["ours_busbw"], ".2f"),
              f(r["theirs_busbw"], ".2f"), f(r["busbw_ratio"], ".3f"),
              f(r["ours_time_us"], ".2f"), f(r["theirs_time_us"], ".2f"),
              f(r["time_ratio"], ".3f"), r["target"] or "", r["status"]] for r in matched]
     try:
         from tabulate import tabulate  # optional
         return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True,
-                        colalign=("left",) + ("right",) * 9 + ("left",))
+                        colalign=("left", "left") + ("right",) * 9 + ("left",))
     except ImportError:
         cols = [headers] + [[str(c) for c in row] for row in body]
         widths = [max(len(row[i]) for row in cols) for i in range(len(headers))]
-        lines = ["  ".join(c.ljust(w) if i in (0, 10) else c.rjust(w)
+        lines = ["  ".join(c.ljust(w) if i in (0, 1, 11) else c.rjust(w)
                            for i, (c, w) in enumerate(zip(row, widths))) for row in cols]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)

@@ -32,11 +32,18 @@ class TimingSettings:
     min_time_s: float = 0.1
     min_samples: int = 10
     max_samples: int = 1000
+    #: warm-up: this many iterations first (they pay for set-up), then more until about
+    #: ``warmup_min_s`` of steady work has run (clocks, caches), at most ``max_warmup_iters``
     warmup_iters: int = 3
     warmup_min_s: float = 0.01
+    max_warmup_iters: int = 2000
     #: a batch of iterations should last at least this long, so that per-launch costs and the
     #: resolution of the clock do not dominate a sample
     target_batch_s: float = 200e-6
+    #: and at most this many iterations (None: no cap)
+    max_inner: Optional[int] = None
+    #: a batch larger than this is a whole multiple of it (the ops of one CUDA graph, replayed)
+    inner_step: int = 1
     #: at most this much work is enqueued before the host waits for the device
     max_enqueue_s: float = 0.25
     #: and at most this many iterations, so the device queue never fills and blocks the host
@@ -45,6 +52,12 @@ class TimingSettings:
     def __post_init__(self) -> None:
         if not (self.min_time_s >= 0 and math.isfinite(self.min_time_s)):
             raise ValueError(f"min_time_s must be a non-negative number of seconds, got {self.min_time_s!r}")
+        if self.max_inner is not None and self.max_inner < 1:
+            raise ValueError(f"max_inner must be at least 1, got {self.max_inner!r}")
+        if self.inner_step < 1 or (self.max_inner is not None and self.max_inner > self.inner_step
+                                   and self.max_inner % self.inner_step):
+            raise ValueError(f"inner_step must be at least 1 and divide max_inner, got {self.inner_step!r} "
+                             f"and {self.max_inner!r}")
         if self.min_samples < 1 or self.max_samples < self.min_samples:
             raise ValueError(
                 f"need 1 <= min_samples <= max_samples, got {self.min_samples} and {self.max_samples}"
@@ -70,6 +83,11 @@ def plan(estimate_s: float, settings: TimingSettings) -> Plan:
     """Choose the batch size and the number of samples from an estimated iteration time."""
     est = max(estimate_s, 1e-9)
     inner = 1 if est >= settings.target_batch_s else int(math.ceil(settings.target_batch_s / est - 1e-9))
+    step = settings.inner_step
+    if inner > step:
+        inner = int(math.ceil(inner / step)) * step
+    if settings.max_inner is not None:
+        inner = min(inner, settings.max_inner)
     per_sample = inner * est
     samples = int(math.ceil(settings.min_time_s / per_sample - 1e-9)) if settings.min_time_s > 0 else 0
     samples = max(settings.min_samples, min(settings.max_samples, samples))
@@ -92,20 +110,26 @@ def measure(
     ``agree`` maps a local value to the maximum over all participants (identity for a single process).
     ``prepare`` is called with the plan before the timed samples (a collective captures its graph there).
     """
-    distributed = agree is not None
     agree = agree or _identity
-    # Warm-up: first calls pay for allocation, peer-access set-up, communicator creation, caches.
-    # In a process group every rank must run the same number of iterations, so the count is fixed there.
-    start = time.perf_counter()
-    i = 0
-    while i < settings.warmup_iters or (
-        not distributed and time.perf_counter() - start < settings.warmup_min_s and i < 10_000
-    ):
+    # Warm-up: first calls pay for allocation, peer-access set-up, communicator creation, caches; then
+    # steady work until clocks and caches settle.  Every rank of a process group runs the same number of
+    # iterations: the count comes from the agreed (slowest) time per iteration.
+    for _ in range(settings.warmup_iters):
         op.sample(1)
-        i += 1
-        if i >= settings.warmup_iters:
-            op.sync()
     op.sync()
+    if settings.warmup_min_s > 0:
+        t0 = time.perf_counter()
+        for _ in range(3):
+            op.sample(1)
+        op.sync()
+        per = max(agree((time.perf_counter() - t0) / 3), 1e-9)
+        extra = min(settings.max_warmup_iters, int(math.ceil(settings.warmup_min_s / per)))
+        while extra > 0:
+            k = min(extra, 256)
+            for _ in range(k):
+                op.sample(1)
+            op.sync()
+            extra -= k
     # Estimate one iteration from a few single-iteration samples, then from a trial batch.
     probes = [op.sample(1) for _ in range(3)]
     op.sync()

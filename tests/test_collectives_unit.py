@@ -151,3 +151,11 @@ def test_measurement_of_a_collective_derives_busbw_from_algbw(op, n):
     d = m.to_dict(with_samples=False)
     assert d["busbw_gbps"] == pytest.approx(d["algbw_gbps"] * d["busbw_factor"])
     assert d["world_size"] == n and d["kind"] == "collective"
+
+
+def test_nccl_workers_get_graph_registration_off_unless_the_user_sets_it():
+    from pytest_gpucomm.ops.collectives import worker_env
+
+    assert worker_env("nccl", {}) == {"NCCL_GRAPH_REGISTER": "0"}
+    assert worker_env("nccl", {"NCCL_GRAPH_REGISTER": "1"}) == {}
+    assert worker_env("gloo", {}) == {}

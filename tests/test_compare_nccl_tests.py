@@ -261,6 +261,8 @@ def test_format_table_contains_columns():
     table = cmp.format_table(cmp.match_rows(ours, theirs))
     for word in ("busbw ratio", "time ratio", "PASS", "FAIL", "MISSING theirs", "1 GiB", "256 MiB"):
         assert word in table
+    rows = [line.split() for line in table.splitlines() if line.startswith("all_reduce")]
+    assert rows and all(r[1] in ("in", "out") for r in rows)  # the placement tells twin rows apart
 
 
 def test_main_offline_end_to_end(tmp_path, capsys):

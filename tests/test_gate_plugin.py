@@ -291,3 +291,37 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*confirmed by a second measurement*"])
     first, second = eval((pytester.path / "pids.txt").read_text())
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
+
+
+def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group(pytester):
+    pytester.makepyfile(
+        pid_tasks="""
+        import os
+        def pid(ctx):
+            return os.getpid()
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        SEEN = []
+
+        @pytest.mark.parametrize("n", [1024, 2048, 4096, 8192, 16384])
+        def test_all_reduce(process_group, comm, n):
+            SEEN.append(process_group.run("pid_tasks:pid"))
+            comm.all_reduce(process_group, n)
+
+        def test_after(process_group):
+            SEEN.append(process_group.run("pid_tasks:pid"))
+            open("pids.txt", "w").write(repr(SEEN))
+        """
+    )
+    pytester.syspathinsert()
+    assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+    _scale(pytester.path / "baselines" / "cpu.json", 1000.0)  # every case is flagged and re-measured
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.assert_outcomes(failed=5, passed=1)
+    seen = [tuple(p) for p in eval((pytester.path / "pids.txt").read_text())]
+    changed = [seen[i] != seen[i + 1] for i in range(len(seen) - 1)]
+    assert changed == [True, True, True, False, False]  # 3 restarts, then the same group with new buffers

@@ -43,6 +43,36 @@ def test_plan_respects_min_and_max_samples():
     assert plan(1e-4, TimingSettings(min_time_s=10, max_samples=100)).samples == 100
 
 
+def test_plan_caps_the_batch_and_rounds_it_to_whole_graphs():
+    s = TimingSettings(min_time_s=0.1, target_batch_s=1e-3, inner_step=5, max_inner=50)
+    assert plan(1e-5, s).inner == 50  # 100 wanted, capped
+    assert plan(6e-5, s).inner == 20  # 17 wanted, rounded up to whole graphs of 5
+    assert plan(3e-4, s).inner == 4  # below one graph: one graph of 4
+    assert plan(2e-3, s).inner == 1
+
+
+def test_settings_reject_a_graph_size_that_does_not_divide_the_cap():
+    with pytest.raises(ValueError, match="inner_step"):
+        TimingSettings(inner_step=3, max_inner=50)
+    with pytest.raises(ValueError, match="max_inner"):
+        TimingSettings(max_inner=0)
+
+
+def test_warmup_runs_the_agreed_count_to_fill_the_warmup_time():
+    op = FakeOp(1e-5)
+    agreed = []
+
+    def agree(x):
+        agreed.append(x)
+        return 5e-3 if len(agreed) == 1 else x  # the first value agreed is the warm-up's time per iteration
+
+    measure(op, TimingSettings(min_time_s=0.01, warmup_iters=3, warmup_min_s=0.05), agree=agree)
+    # 3 set-up iterations, 3 timed ones, 0.05 s at the slowest rank's 5 ms = 10 more, then 3 probes,
+    # then the first batch
+    assert op.calls[:19] == [1] * 19
+    assert op.calls[19] > 1
+
+
 def test_measure_returns_per_iteration_times_and_excludes_warmup():
     op = FakeOp(5e-6)
     samples, p = measure(op, TimingSettings(min_time_s=0.01, warmup_iters=3, warmup_min_s=0))

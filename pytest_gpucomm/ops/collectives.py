@@ -6,9 +6,10 @@ This module holds both halves:
   the controller, the report and the tests;
 * the per-rank task :func:`bench`, run on every rank of the group (in the rank pool, or in-process when
   pytest itself runs on every rank under torchrun): it builds the buffers, warms up, agrees with the
-  other ranks on a plan, captures ``inner`` iterations in a CUDA/HIP graph on GPU (as ``nccl-tests -G``)
-  or loops on CPU, times each sample (device events / host clock), and finally re-initializes the
-  buffers, runs the op once more and counts the wrong elements of the result.
+  other ranks on a plan, captures up to ``GRAPH_OPS`` iterations in a CUDA/HIP graph on GPU and replays
+  it (as ``nccl-tests -G``) or loops on CPU, times each sample (device events / host clock), and finally
+  re-initializes the buffers, runs the op once more -- from a graph and eagerly, the paths that were timed
+  -- and counts the wrong elements of the result.
 
 Sizes follow nccl-tests: S is the per-rank buffer for all_reduce, broadcast, reduce and send/recv, and the
 full gathered/scattered buffer for all_gather, reduce_scatter and all_to_all.  busbw = algbw x factor
@@ -17,6 +18,7 @@ with n ranks: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -187,9 +189,9 @@ class _Timed:
     """Adapter for the timing engine: graph replay + events on GPU, a loop + host clock on CPU.
 
     On GPU the first ``eager_calls`` samples (the warm-up, which creates the communicator) launch the op
-    eagerly; every later sample of ``inner`` iterations replays a CUDA/HIP graph holding ``inner`` back-to-back
-    ops (captured once per batch size, as ``nccl-tests -G`` does), so small messages are timed without
-    Python's launch cost.  If capture fails, samples fall back to eager launches and the error is reported.
+    eagerly; every later sample of ``inner`` iterations replays a CUDA/HIP graph of ``min(inner, GRAPH_OPS)``
+    back-to-back ops (captured once per size) ``inner / GRAPH_OPS`` times, as ``nccl-tests -G`` does, so
+    small messages are timed without Python's launch cost.  If capture fails, samples fall back to eager launches and the error is reported.
     """
 
     def __init__(self, torch: Any, case: _Case, gpu: bool, use_graph: bool, eager_calls: int) -> None:
@@ -201,12 +203,9 @@ class _Timed:
         self.graph_error = ""
         self.last_inner = 0
 
-    def _graph(self, inner: int) -> Any:
+    def capture(self, inner: int) -> Any:
+        """A graph of ``inner`` back-to-back ops, or None (and ``graph_error`` says why) if capture fails."""
         torch = self.torch
-        if inner in self.graphs:
-            return self.graphs[inner]
-        if self.graph_error:
-            return None
         try:
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
@@ -214,12 +213,18 @@ class _Timed:
                 for _ in range(inner):
                     self.case.run()
             torch.cuda.synchronize()
-            self.graphs[inner] = g
             return g
         except Exception as e:  # fall back to eager launches, and say so in the result
             self.graph_error = f"{type(e).__name__}: {e}"
             torch.cuda.synchronize()
             return None
+
+    def _graph(self, inner: int) -> Any:
+        if inner not in self.graphs and not self.graph_error:
+            g = self.capture(inner)
+            if g is not None:
+                self.graphs[inner] = g
+        return self.graphs.get(inner)
 
     def release(self) -> None:
         self.graphs.clear()
@@ -228,12 +233,19 @@ class _Timed:
         torch = self.torch
         self.calls += 1
         if self.gpu:
-            g = self._graph(inner) if self.use_graph and self.calls > self.eager_calls else None
+            g, replays = None, 1
+            if self.use_graph and self.calls > self.eager_calls:
+                ops = min(inner, GRAPH_OPS)
+                replays, rest = divmod(inner, ops)
+                if rest:  # the plan makes batches whole multiples; otherwise one graph holds them all
+                    ops, replays = inner, 1
+                g = self._graph(ops)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
             if g is not None:
-                g.replay()
+                for _ in range(replays):
+                    g.replay()
                 self.last_inner = inner
             else:
                 for _ in range(inner):
@@ -251,15 +263,38 @@ class _Timed:
             self.torch.cuda.synchronize()
 
 
-#: Registered (zero-copy) buffers pay off for large messages only, and gave wrong results on 2 x H200
-#: (torch 2.11, NCCL 2.28.9) for in-place all_gather and for send/recv from 4 MiB up -- caught by the
-#: check after timing -- so those keep ordinary buffers.
+#: Registered (zero-copy) buffers pay off for large messages only.
 REGISTER_MIN_BYTES = 4 << 20
-REGISTER_EXCLUDED = {("all_gather", True), ("send_recv", False)}
+
+#: Ops per CUDA/HIP graph, and graph replays per sample.  In torch's captured graphs the time per op grows
+#: with the number of ops in the graph (2 x H200, torch 2.11, NCCL 2.28.9, 1 KiB all_reduce: 8.4 us per op
+#: at 5-10 ops, 13 us at 100, 20 us at 200), while nccl-tests' own graphs stay at 6.2-6.4 us from 20 to 100
+#: ops.  A sample of small messages is therefore 10 replays of a 5-op graph between two events, and the
+#: host waits for it before the next (as ``nccl-tests -G 10`` launches graphs): of the shapes tried (1 to
+#: 200 ops per graph, 1 or 10 replays) this gave the lowest time per op for every op measured, and it makes
+#: the small-message batch the same in every run, so baselines and gate runs measure the same thing.
+GRAPH_OPS = 5
+GRAPH_REPLAYS = 10
+
+#: Environment defaults for nccl workers, unless the user's environment sets them.  NCCL registers the
+#: buffers of captured collectives by itself (NCCL_GRAPH_REGISTER=1); with torch's allocators that gave
+#: wrong results on 2 x H200 (out-of-place all_gather replayed from a graph left the peer's half
+#: unwritten, and after such graphs were freed, explicitly registered buffers came back wrong too), and
+#: once a hang.  With it off, and the buffers registered explicitly (below), every op was right and as fast
+#: as nccl-tests.
+NCCL_WORKER_ENV = {"NCCL_GRAPH_REGISTER": "0"}
 
 
-def _register_helps(op: str, in_place: bool, nbytes: int) -> bool:
-    return nbytes >= REGISTER_MIN_BYTES and (op, in_place) not in REGISTER_EXCLUDED
+def worker_env(backend: str, environ: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """The defaults of ``NCCL_WORKER_ENV`` that ``environ`` (the user's environment) does not set."""
+    environ = os.environ if environ is None else environ
+    if backend != "nccl":
+        return {}
+    return {k: v for k, v in NCCL_WORKER_ENV.items() if k not in environ}
+
+
+def _register_helps(nbytes: int) -> bool:
+    return nbytes >= REGISTER_MIN_BYTES
 
 
 def _registered_buffers(torch: Any, dist: Any, device: str) -> tuple[Any, Any, str]:
@@ -299,7 +334,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     tdtype = getattr(torch, dtype)
     count = element_count(op, size_bytes, n, dtype)
     pool, backend, pool_note = None, None, ""
-    if gpu and register and _register_helps(op, in_place, count * DTYPES[dtype]):
+    if gpu and register and _register_helps(count * DTYPES[dtype]):
         dist.all_reduce(torch.zeros(1, device=ctx.device))  # the communicator must exist before the pool
         pool, backend, pool_note = _registered_buffers(torch, dist, ctx.device)
     case = None
@@ -313,13 +348,17 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
             backend = None
     if case is None:
         case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
+    graphs = gpu and graph
     settings = TimingSettings(
         min_time_s=min_time_s,
         max_samples=max_samples,
-        # a graph replay is one launch, so many can be in flight; a batch of about a millisecond
-        # spreads the ranks' start skew over many ops, as nccl-tests' -n 20 -G 10 does
-        max_inflight_iters=1 << 30,
-        target_batch_s=1e-3 if gpu and graph else 200e-6,
+        warmup_min_s=0.02,
+        target_batch_s=1e-3 if graphs else 200e-6,
+        # GPU: a batch is replays of a graph of GRAPH_OPS ops, and the host waits for each batch of small
+        # ops before the next (a long queue of captured collectives slows each of them; see GRAPH_OPS)
+        inner_step=GRAPH_OPS if graphs else 1,
+        max_inner=GRAPH_OPS * GRAPH_REPLAYS if graphs else None,
+        max_inflight_iters=GRAPH_OPS * GRAPH_REPLAYS if graphs else 256,
     )
     timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
     agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
@@ -336,27 +375,36 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
     graph_inner = timed.last_inner
-    # Correctness after timing: fresh inputs, poisoned outputs, one more op, compare.
+    # Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
+    # inputs, poisoned outputs, one op, compare.
     timed.release()
-    case.fill()
-    timed.sync()
-    dist.barrier()
-    case.run()
-    timed.sync()
+    paths: list[tuple[str, Callable[[], None]]] = []
+    check_graph = None
+    if graph_inner:
+        check_graph = timed.capture(1)
+        if check_graph is not None:
+            paths.append(("a graph replay", check_graph.replay))
+    paths.append(("an eager launch" if graph_inner else "", case.run))
     exp = case.expected()
-    wrong, first = 0, None
-    checked = 0
-    if exp is not None:
+    wrong, first, checked, wrong_path = 0, None, 0, ""
+    for path, run_once in paths:
+        case.fill()
+        timed.sync()
+        dist.barrier()
+        run_once()
+        timed.sync()
+        if exp is None:
+            continue
         got = case.result().to(torch.float64)
         tol = 0.0 if dtype == "float32" else 1e-2
         bad = (got - exp).abs() > tol * exp.abs()
-        wrong = int(bad.sum().item())
+        n_bad = int(bad.sum().item())
         checked = int(got.numel())
-        if wrong:
+        if n_bad > wrong:
             i = int(bad.nonzero()[0].item())
-            first = (i, float(got[i].item()), float(exp[i].item()))
+            wrong, first, wrong_path = n_bad, (i, float(got[i].item()), float(exp[i].item())), path
         del got, bad
-    del exp
+    del exp, paths, check_graph
     registered = pool is not None and backend is not None
     if registered:
         try:
@@ -381,4 +429,5 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         "wrong": wrong,
         "checked": checked,
         "first_wrong": first,
+        "wrong_path": wrong_path,
     }
