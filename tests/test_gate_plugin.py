@@ -262,14 +262,13 @@ def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
     assert "test_copy[64KiB-0->1]" in out.stdout
 
 
+def _pid_task(pytester):
+    """A rank task `pid_tasks:pid` that returns the worker's pid (a restarted group has new pids)."""
+    pytester.makepyfile(pid_tasks="import os\n\ndef pid(ctx):\n    return os.getpid()\n")
+
+
 def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pytester):
-    pytester.makepyfile(
-        pid_tasks="""
-        import os
-        def pid(ctx):
-            return os.getpid()
-        """
-    )
+    _pid_task(pytester)
     pytester.makepyfile(
         """
         SEEN = []
@@ -294,13 +293,7 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
 
 
 def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group(pytester):
-    pytester.makepyfile(
-        pid_tasks="""
-        import os
-        def pid(ctx):
-            return os.getpid()
-        """
-    )
+    _pid_task(pytester)
     pytester.makepyfile(
         """
         import pytest
