@@ -133,6 +133,15 @@ class State:
             )
         return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
 
+    def restart_for_remeasure(self, group: "ProcessGroup") -> None:
+        """A new process group for the gate's re-measure of a collective -- for the first
+        ``MAX_REMEASURE_RESTARTS`` of the session; later ones keep the group (the bench allocates new
+        buffers anyway), since a change that slowed every collective would otherwise pay a group start
+        for each."""
+        if self.group_restarts < MAX_REMEASURE_RESTARTS:
+            self.group_restarts += 1
+            group.restart()
+
     def devices(self) -> list[str]:
         return self.info.device_names()
 
@@ -149,7 +158,7 @@ class State:
 
 STATE_KEY = pytest.StashKey[State]()
 
-#: Re-measures of flagged collectives that start a new process group, per session (see Comm._record).
+#: Re-measures of flagged collectives that start a new process group, per session (State.restart_for_remeasure).
 MAX_REMEASURE_RESTARTS = 3
 
 
@@ -227,23 +236,13 @@ class Comm:
             "or give size= to @bandwidth/@latency"
         )
 
-    def _record(self, m: Measurement, run: Callable[[], Measurement], fresh: Callable[[], None],
-                restarts_group: bool = False) -> Measurement:
+    def _record(self, m: Measurement, run: Callable[[], Measurement], fresh: Callable[[], None]) -> Measurement:
         """Keep ``m``; the gate may call ``redo`` to measure once more, after ``fresh`` has discarded the
         state a run keeps (buffers, the process group), so that a per-session condition -- an algorithm or
-        a buffer placement chosen at set-up -- does not decide the verdict twice.
-
-        A new process group costs seconds, so at most ``MAX_REMEASURE_RESTARTS`` re-measures per session
-        start one (a change that slowed every collective would otherwise restart the group for each);
-        later re-measures use the same group with new buffers."""
-        state = self._state
+        a buffer placement chosen at set-up -- does not decide the verdict twice."""
 
         def redo() -> Measurement:
-            if not restarts_group:
-                fresh()
-            elif state.group_restarts < MAX_REMEASURE_RESTARTS:
-                state.group_restarts += 1
-                fresh()
+            fresh()
             return run()
 
         self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo))
@@ -322,7 +321,7 @@ class Comm:
         def run() -> Measurement:
             return self._collective_once(op, group, kwargs, n, dtype, ip)
 
-        return self._record(run(), run, group.restart, restarts_group=True)
+        return self._record(run(), run, lambda: self._state.restart_for_remeasure(group))
 
     def _collective_once(self, op: str, group: "ProcessGroup", kwargs: dict[str, Any], n: int, dtype: str,
                          ip: bool) -> Measurement:

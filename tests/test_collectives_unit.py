@@ -159,3 +159,12 @@ def test_nccl_workers_get_graph_registration_off_unless_the_user_sets_it():
     assert worker_env("nccl", {}) == {"NCCL_GRAPH_REGISTER": "0"}
     assert worker_env("nccl", {"NCCL_GRAPH_REGISTER": "1"}) == {}
     assert worker_env("gloo", {}) == {}
+
+
+def test_a_batch_of_small_ops_is_replays_of_whole_graphs():
+    from pytest_gpucomm.ops.collectives import GRAPH_OPS, GRAPH_REPLAYS, graph_shape
+
+    assert graph_shape(GRAPH_OPS * GRAPH_REPLAYS) == (GRAPH_OPS, GRAPH_REPLAYS)
+    assert graph_shape(2 * GRAPH_OPS) == (GRAPH_OPS, 2)
+    assert graph_shape(GRAPH_OPS - 1) == (GRAPH_OPS - 1, 1)  # below one graph: one graph of the batch
+    assert graph_shape(1) == (1, 1)

@@ -191,7 +191,8 @@ class _Timed:
     On GPU the first ``eager_calls`` samples (the warm-up, which creates the communicator) launch the op
     eagerly; every later sample of ``inner`` iterations replays a CUDA/HIP graph of ``min(inner, GRAPH_OPS)``
     back-to-back ops (captured once per size) ``inner / GRAPH_OPS`` times, as ``nccl-tests -G`` does, so
-    small messages are timed without Python's launch cost.  If capture fails, samples fall back to eager launches and the error is reported.
+    small messages are timed without Python's launch cost.  If capture fails, samples fall back to eager
+    launches and the error is reported.
     """
 
     def __init__(self, torch: Any, case: _Case, gpu: bool, use_graph: bool, eager_calls: int) -> None:
@@ -235,10 +236,7 @@ class _Timed:
         if self.gpu:
             g, replays = None, 1
             if self.use_graph and self.calls > self.eager_calls:
-                ops = min(inner, GRAPH_OPS)
-                replays, rest = divmod(inner, ops)
-                if rest:  # the plan makes batches whole multiples; otherwise one graph holds them all
-                    ops, replays = inner, 1
+                ops, replays = graph_shape(inner)
                 g = self._graph(ops)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -276,6 +274,13 @@ REGISTER_MIN_BYTES = 4 << 20
 GRAPH_OPS = 5
 GRAPH_REPLAYS = 10
 
+def graph_shape(inner: int) -> tuple[int, int]:
+    """(ops per graph, replays) for a batch of ``inner`` ops: whole graphs of ``GRAPH_OPS`` (the plan makes
+    larger batches multiples of it), or one graph of a smaller batch."""
+    ops = GRAPH_OPS if inner % GRAPH_OPS == 0 else inner
+    return ops, inner // ops
+
+
 #: Environment defaults for nccl workers, unless the user's environment sets them.  NCCL registers the
 #: buffers of captured collectives by itself (NCCL_GRAPH_REGISTER=1); with torch's allocators that gave
 #: wrong results on 2 x H200 (out-of-place all_gather replayed from a graph left the peer's half
@@ -291,10 +296,6 @@ def worker_env(backend: str, environ: Optional[dict[str, str]] = None) -> dict[s
     if backend != "nccl":
         return {}
     return {k: v for k, v in NCCL_WORKER_ENV.items() if k not in environ}
-
-
-def _register_helps(nbytes: int) -> bool:
-    return nbytes >= REGISTER_MIN_BYTES
 
 
 def _registered_buffers(torch: Any, dist: Any, device: str) -> tuple[Any, Any, str]:
@@ -334,7 +335,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     tdtype = getattr(torch, dtype)
     count = element_count(op, size_bytes, n, dtype)
     pool, backend, pool_note = None, None, ""
-    if gpu and register and _register_helps(count * DTYPES[dtype]):
+    if gpu and register and count * DTYPES[dtype] >= REGISTER_MIN_BYTES:
         dist.all_reduce(torch.zeros(1, device=ctx.device))  # the communicator must exist before the pool
         pool, backend, pool_note = _registered_buffers(torch, dist, ctx.device)
     case = None
@@ -349,6 +350,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     if case is None:
         case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
     graphs = gpu and graph
+    batch = GRAPH_OPS * GRAPH_REPLAYS
     settings = TimingSettings(
         min_time_s=min_time_s,
         max_samples=max_samples,
@@ -357,8 +359,8 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         # GPU: a batch is replays of a graph of GRAPH_OPS ops, and the host waits for each batch of small
         # ops before the next (a long queue of captured collectives slows each of them; see GRAPH_OPS)
         inner_step=GRAPH_OPS if graphs else 1,
-        max_inner=GRAPH_OPS * GRAPH_REPLAYS if graphs else None,
-        max_inflight_iters=GRAPH_OPS * GRAPH_REPLAYS if graphs else 256,
+        max_inner=batch if graphs else None,
+        max_inflight_iters=batch if graphs else 256,
     )
     timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
     agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
