@@ -110,8 +110,12 @@ class Gate:
             return [f"gpucomm baseline: {self.path} does not exist yet; this run will create it (--gpu-baseline-save)"]
         b = self.baseline
         last = b.runs[-1].date if b.runs else "never"
+        runs = f"{len(b.runs)} run{'' if len(b.runs) == 1 else 's'}"
+        most = max((len(e.runs) for e in b.cases.values()), default=0)
+        if 0 < most < len(b.runs):  # runs that saved only some cases, or older runs beyond K for some
+            runs += f", at most {most} per case"
         lines = [
-            f"gpucomm baseline: {self.path} ({b.source}, {len(b.runs)} runs, {len(b.cases)} cases, last recorded "
+            f"gpucomm baseline: {self.path} ({b.source}, {runs}, {len(b.cases)} cases, last recorded "
             f"{last}); {self.n_comparisons} gated comparisons, alpha {self.settings.alpha:g} (Bonferroni), "
             f"tolerance {self.settings.tolerance:.0%}"
         ]

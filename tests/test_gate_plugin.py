@@ -222,6 +222,17 @@ def test_a_bad_baseline_file_is_an_error_naming_the_file_and_is_never_overwritte
         assert bad.read_text() == content
 
 
+def test_header_says_how_many_runs_a_case_has_when_runs_saved_only_some_cases(pytester):
+    pytester.makepyfile(TEST_FILE)
+    _save_runs(pytester, 2)
+    _save_runs(pytester, 1, "-k", "64KiB-1")
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 3 runs, 2 cases*"])
+    _save_runs(pytester, 1, "-k", "64KiB-1", "--gpu-baseline-runs=2")
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 4 runs, at most 2 per case, 2 cases*"])
+
+
 def test_saving_needs_a_baseline_name(pytester):
     pytester.makepyfile(TEST_FILE)
     result = pytester.runpytest("--gpu-baseline-save", *FAST)
@@ -235,7 +246,7 @@ def test_a_baseline_path_and_a_baseline_dir_are_accepted(pytester):
     result = pytester.runpytest(f"--gpu-baseline={target}", "--gpu-baseline-save", *FAST)
     assert result.ret == 0 and target.exists()
     result = pytester.runpytest("--gpu-baseline=mine", f"--gpu-baseline-dir={target.parent}", *FAST)
-    result.stdout.fnmatch_lines([f"gpucomm baseline: {target} (measured, 1 runs, 2 cases*"])
+    result.stdout.fnmatch_lines([f"gpucomm baseline: {target} (measured, 1 run, 2 cases*"])
 
 
 def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
