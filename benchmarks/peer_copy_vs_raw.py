@@ -22,17 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from pytest_gpucomm.ops.copies import _spin_rate  # noqa: E402  (imports no torch until called)
+from pytest_gpucomm.units import parse_size  # noqa: E402
+
 TARGET = 0.97
 BATCH_S = 1e-3  # a batch of copies lasts about this long
 ENQUEUE_S = 20e-6  # host time to enqueue one copy, with margin: sets the spin before the batch
-_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _size(text: str, where: str) -> int:
-    sys.path.insert(0, str(_ROOT))
-    from pytest_gpucomm.units import parse_size
-
-    return parse_size(text, where)
 
 
 def _device(name: str) -> Optional[int]:
@@ -40,9 +37,6 @@ def _device(name: str) -> Optional[int]:
 
 
 def _spin(torch: Any, device: int, seconds: float) -> None:
-    sys.path.insert(0, str(_ROOT))
-    from pytest_gpucomm.ops.copies import _spin_rate
-
     torch.cuda._sleep(int(seconds * _spin_rate(device)))
 
 
@@ -140,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-from", default="64KiB", help="smallest size the target applies to")
     ap.add_argument("--iters", type=int, default=30)
     args = ap.parse_args(argv)
-    sizes = {_size(s, "--sizes") for s in args.sizes.split(",")} if args.sizes else None
-    target_from = _size(args.target_from, "--target-from")
+    sizes = {parse_size(s, "--sizes") for s in args.sizes.split(",")} if args.sizes else None
+    target_from = parse_size(args.target_from, "--target-from")
     rows = ours_rows(Path(args.ours_json), sizes)
     if not rows:
         print(f"no GPU copy rows to compare in {args.ours_json}", file=sys.stderr)
