@@ -84,7 +84,7 @@ class Gate:
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
-        from .baseline import BaselineError, diff_fingerprints, load_baseline, resolve_baseline
+        from .baseline import VOLATILE_KEYS, BaselineError, diff_fingerprints, load_baseline, resolve_baseline
 
         spec = self.settings.spec
         assert spec is not None
@@ -96,10 +96,12 @@ class Gate:
         except BaselineError as e:
             raise pytest.UsageError(f"--gpu-baseline={spec}: {e}") from None
         if self.baseline is not None:
-            gated = sum(1 for e in self.baseline.cases.values() if e.test_id in nodeids)
+            # floor-only cases are checked against their floor, not tested: they spend no alpha
+            gated = sum(1 for e in self.baseline.cases.values() if e.has_runs and e.test_id in nodeids)
             self.n_comparisons = max(1, gated)
+            # another host of the same kind (a CI runner pool) is not an environment change
             self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
-                                              ignore={"date", "run_id", "host"})
+                                              ignore=VOLATILE_KEYS | {"host"})
 
     def header_lines(self) -> list[str]:
         from .baseline import format_fingerprint_diff

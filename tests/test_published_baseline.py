@@ -98,12 +98,13 @@ def test_generator_reproduces_the_shipped_file(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name != "mi300x.json"]  # no temporary file left
 
 
-def test_generator_leaves_an_existing_file_alone_when_the_document_is_invalid(tmp_path, monkeypatch):
+def test_generator_leaves_an_existing_file_alone_when_the_document_is_invalid(tmp_path, monkeypatch, capsys):
     gen = _generator()
     out = tmp_path / "mi300x.json"
     out.write_text("keep me", encoding="utf-8")
     monkeypatch.setattr(gen, "COPY_FLOORS", [("16MiB", 16 * MiB, -1.0)])  # a floor must be > 0
     assert gen.main(["-o", str(out)]) == 1
+    assert f"{out}: refusing to write an invalid baseline" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "keep me"
     assert [p.name for p in tmp_path.iterdir()] == ["mi300x.json"]
 
@@ -149,3 +150,19 @@ def test_a_copy_above_the_published_floor_passes_as_floor_ok(pytester):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_copy*copy*cpu:0->cpu:1*4096*floor-ok", "gpucomm verdicts: 1 floor-ok"])
     result.stdout.no_fnmatch_line("*below the published floor*")
+
+
+def test_floor_only_cases_spend_no_alpha(pytester):
+    """Only cases with measured runs are tested, so only they count in the Bonferroni correction."""
+    pytester.makepyfile(test_f=TEST_F)
+    base = _published(pytester.path / "tiny.json", 1e-9)
+    doc = json.loads(base.read_text(encoding="utf-8"))
+    measured = "test_f.py::test_copy[1->0]"
+    doc["runs"] = [{"run_id": "r1", "date": "2026-01-01T00:00:00+00:00", "fingerprint": {}}]
+    doc["cases"][case_key(measured, "copy", 4096, None, 1)] = {
+        "test_id": measured, "op": "copy", "size_bytes": 4096, "world_size": 1, "dtype": None,
+        "runs": [{"run_id": "r1", "samples_gbps": [1e-6] * 20}],
+    }
+    base.write_text(json.dumps(doc), encoding="utf-8")
+    result = pytester.runpytest(f"--gpu-baseline={base}", *FAST)
+    result.stdout.fnmatch_lines(["gpucomm baseline: *tiny.json (*2 cases*); 1 gated comparisons, alpha 0.01*"])
