@@ -6,14 +6,14 @@
     def test_peer_copy(gpu_pair, comm):
         comm.copy(gpu_pair)
 
-Importing this package is cheap: torch is imported only when a measurement runs.
+Importing this package is cheap: torch is imported only when a measurement runs, and pytest, numpy and
+scipy only when a name that needs them is used (the rank workers import nothing of them).
 """
 
 from __future__ import annotations
 
-import pytest
+from typing import TYPE_CHECKING, Any
 
-from .measurement import Measurement
 from .units import SizeError, format_size, parse_size
 
 __all__ = [
@@ -33,21 +33,42 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-#: ``@bandwidth(min_gbps=40, size="16MB")``: the median GB/s (busbw for collectives) must reach min_gbps.
-bandwidth = pytest.mark.bandwidth
-#: ``@latency(max_us=25, size="8KB", percentile=99)``: the latency percentile must stay under max_us.
-latency = pytest.mark.latency
-#: ``@sizes("4KB", "1MB")`` or ``@sizes(start="4KiB", stop="1GiB", factor=4)``: a sweep over sizes.
-sizes = pytest.mark.sizes
-#: ``@gpus(2)``: the test needs two devices, else it is skipped with the reason.
-gpus = pytest.mark.gpus
-#: ``@world(4)``: the process_group fixture of this test has four ranks.
-world = pytest.mark.world
+#: the markers, as ``pytest.mark.<name>`` (resolved on first use, see ``__getattr__``):
+#: ``@bandwidth(min_gbps=40, size="16MB")``: the median GB/s (busbw for collectives) must reach min_gbps;
+#: ``@latency(max_us=25, size="8KB", percentile=99)``: the latency percentile must stay under max_us;
+#: ``@sizes("4KB", "1MB")`` or ``@sizes(start="4KiB", stop="1GiB", factor=4)``: a sweep over sizes;
+#: ``@gpus(2)``: the test needs two devices, else it is skipped with the reason;
+#: ``@world(4)``: the process_group fixture of this test has four ranks;
 #: ``@rank_timeout(30)``: the test's work on the ranks fails as hung after 30 seconds.
-rank_timeout = pytest.mark.rank_timeout
+_MARKS = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
 
 
-def settings_of(config: pytest.Config):  # -> pytest_gpucomm.settings.Settings
+def __getattr__(name: str) -> Any:
+    if name in _MARKS:
+        import pytest
+
+        value = getattr(pytest.mark, name)
+    elif name == "Measurement":
+        from .measurement import Measurement as value
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    import pytest
+
+    from .measurement import Measurement  # noqa: F401
+
+    from .settings import Settings
+
+
+def settings_of(config: "pytest.Config") -> "Settings":
     """The gpucomm settings of a pytest session (options, environment and ini resolved)."""
     from .session import STATE_KEY
 

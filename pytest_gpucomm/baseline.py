@@ -152,7 +152,17 @@ JSON_SCHEMA: dict[str, Any] = {
     },
 }
 
-_VALIDATOR = jsonschema.Draft202012Validator(JSON_SCHEMA)
+
+def _structure_schema() -> dict[str, Any]:
+    """JSON_SCHEMA without the per-sample rule: _check_samples checks the samples (finite, > 0) in one
+    plain loop, which is about ten times faster on a file of 5 runs x 169 cases than the validator."""
+    schema = json.loads(json.dumps(JSON_SCHEMA))
+    run = schema["properties"]["cases"]["additionalProperties"]["properties"]["runs"]["items"]
+    del run["properties"]["samples_gbps"]["items"]
+    return schema
+
+
+_VALIDATOR = jsonschema.Draft202012Validator(_structure_schema())
 
 
 class BaselineError(Exception):
@@ -436,7 +446,7 @@ def _read_document(path: Path) -> dict:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise BaselineError(f"{path}: invalid baseline: at {_json_path(err.absolute_path)}: {_describe(err)}{more}")
-    _check_finite(path, doc)
+    _check_samples(path, doc)
     return doc
 
 
@@ -448,18 +458,21 @@ def _describe(err: "jsonschema.exceptions.ValidationError") -> str:
     return err.message
 
 
-def _check_finite(path: Path, doc: dict) -> None:
-    # JSON has no NaN/Infinity, but Python's json module reads them; refuse them in samples and floors.
+def _check_samples(path: Path, doc: dict) -> None:
+    """Samples and floors are positive finite numbers (JSON has no NaN/Infinity, but Python's json module
+    reads them)."""
     for key, case in doc["cases"].items():
         floor = case.get("floor_gbps")
         if floor is not None and not math.isfinite(floor):
-            raise BaselineError(f"{path}: invalid baseline: at {_json_path(['cases', key, 'floor_gbps'])}: not finite")
+            raise BaselineError(f"{path}: invalid baseline: at {_json_path(['cases', key, 'floor_gbps'])}: "
+                                f"{floor!r} is not finite")
         for i, run in enumerate(case["runs"]):
             for j, v in enumerate(run["samples_gbps"]):
-                if not math.isfinite(v):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
                     raise BaselineError(
                         f"{path}: invalid baseline: at "
-                        f"{_json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a finite number"
+                        f"{_json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a positive "
+                        "finite number"
                     )
 
 
@@ -582,12 +595,10 @@ def _dumps(doc: dict) -> str:
     for ci, entry in enumerate(shallow["cases"].values()):
         for ri, run in enumerate(entry["runs"]):
             tag = f"@@samples-{ci}-{ri}@@"
-            placeholders[json.dumps(tag)] = json.dumps(run["samples_gbps"])
+            placeholders[json.dumps(tag)] = json.dumps(run["samples_gbps"], allow_nan=False)
             run["samples_gbps"] = tag
     text = json.dumps(shallow, indent=2, allow_nan=False)
-    for tag, arr in placeholders.items():
-        text = text.replace(tag, arr, 1)
-    return text + "\n"
+    return re.sub(r'"@@samples-\d+-\d+@@"', lambda m: placeholders[m.group(0)], text) + "\n"
 
 
 def _write_atomic(path: Path, text: str) -> None:

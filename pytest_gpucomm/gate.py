@@ -14,6 +14,7 @@ The statistics are in :mod:`pytest_gpucomm.stats` (the rule is ``stats.DECISION_
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +76,8 @@ class Gate:
         self.baseline: Any = None  # baseline.Baseline, or None when the file does not exist yet
         self.n_comparisons = 1
         self.env_diff: list[tuple[str, Any, Any]] = []
-        self.run_id = uuid.uuid4().hex[:12]
+        # pytest-xdist workers of one session share its run id, so their saves make one run of the file
+        self.run_id = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:12]
 
     @property
     def active(self) -> bool:

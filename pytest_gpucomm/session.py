@@ -319,12 +319,12 @@ class Comm:
                   "min_time_s": self._state.settings.min_time_s}
 
         def run() -> Measurement:
-            return self._collective_once(op, group, kwargs, n, dtype, ip)
+            return self._collective_once(op, group, kwargs, n, dtype)
 
         return self._record(run(), run, lambda: self._state.restart_for_remeasure(group))
 
-    def _collective_once(self, op: str, group: "ProcessGroup", kwargs: dict[str, Any], n: int, dtype: str,
-                         ip: bool) -> Measurement:
+    def _collective_once(self, op: str, group: "ProcessGroup", kwargs: dict[str, Any], n: int,
+                         dtype: str) -> Measurement:
         from .ops.collectives import busbw_factor
 
         nodeid = self._request.node.nodeid
@@ -347,7 +347,7 @@ class Comm:
         samples = [max(x[i] for x in per_rank) for i in range(k)]  # an iteration ends when the slowest rank ends
         info: dict[str, Any] = {
             "backend": group.backend,
-            "in_place": ip,
+            "in_place": results[0]["in_place"],  # the form the ranks ran
             "batch": results[0]["inner"],
             "graph": bool(results[0]["graph"]),
             "timer": "device events" if group.backend != "gloo" else "host clock",

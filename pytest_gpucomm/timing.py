@@ -125,7 +125,7 @@ def measure(
         per = max(agree((time.perf_counter() - t0) / 3), 1e-9)
         extra = min(settings.max_warmup_iters, int(math.ceil(settings.warmup_min_s / per)))
         while extra > 0:
-            k = min(extra, 256)
+            k = min(extra, settings.max_inflight_iters)
             for _ in range(k):
                 op.sample(1)
             op.sync()

@@ -270,6 +270,17 @@ def test_save_refuses_bad_samples(tmp_path):
     assert not p.exists()
 
 
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "0", "-2.5", '"45"', "true", "null"])
+def test_a_sample_that_is_not_a_positive_finite_number_names_the_file_and_the_place(tmp_path, bad):
+    text = _valid_text(tmp_path)
+    first = json.dumps(json.loads(text)["cases"][next(iter(json.loads(text)["cases"]))]["runs"][0]["samples_gbps"])
+    p = tmp_path / "h200.json"
+    p.write_text(text.replace(first, "[45.0, " + bad + "]", 1))
+    with pytest.raises(BaselineError, match=rf"h200\.json: invalid baseline: at \$\.cases\[.*\]\.runs\[0\]"
+                                            rf"\.samples_gbps\[1\]: .* is not a positive finite number"):
+        load_baseline(p)
+
+
 # --- resolving names ------------------------------------------------------------------------------
 
 

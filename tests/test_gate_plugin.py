@@ -329,3 +329,14 @@ def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group
     seen = [tuple(p) for p in eval((pytester.path / "pids.txt").read_text())]
     changed = [seen[i] != seen[i + 1] for i in range(len(seen) - 1)]
     assert changed == [True, True, True, False, False]  # 3 restarts, then the same group with new buffers
+
+
+def test_xdist_workers_of_one_session_save_under_one_run_id(monkeypatch):
+    from pytest_gpucomm.gate import Gate, GateSettings
+
+    settings = GateSettings(spec="cpu", save=True, search_dirs=(), max_runs=5, tolerance=0.05, alpha=0.01,
+                            strict=False)
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "0123456789abcdef")
+    assert Gate(settings).run_id == Gate(settings).run_id == "0123456789ab"
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID")
+    assert Gate(settings).run_id != Gate(settings).run_id

@@ -81,7 +81,7 @@ class _Case:
     """Buffers, the op as a callable, and its expected result, for one rank."""
 
     def __init__(self, torch: Any, dist: Any, op: str, count: int, rank: int, n: int, device: str,
-                 dtype: Any, in_place: bool) -> None:
+                 dtype: Any, in_place: bool, fill: bool = True) -> None:
         self.torch, self.dist = torch, dist
         self.op, self.count, self.rank, self.n = op, count, rank, n
         self.device, self.dtype, self.in_place = device, dtype, in_place
@@ -102,7 +102,8 @@ class _Case:
             self.inp, self.out = mk(count), mk(count)
         else:
             raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
-        self.fill()
+        if fill:
+            self.fill()
 
     def fill(self) -> None:
         """Inputs that make a wrong element detectable; outputs poisoned."""
@@ -202,7 +203,6 @@ class _Timed:
         self.calls = 0
         self.graphs: dict[int, Any] = {}
         self.graph_error = ""
-        self.last_inner = 0
 
     def capture(self, inner: int) -> Any:
         """A graph of ``inner`` back-to-back ops, or None (and ``graph_error`` says why) if capture fails."""
@@ -244,7 +244,6 @@ class _Timed:
             if g is not None:
                 for _ in range(replays):
                     g.replay()
-                self.last_inner = inner
             else:
                 for _ in range(inner):
                     self.case.run()
@@ -341,8 +340,9 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     case = None
     if pool is not None:
         try:
-            with torch.cuda.use_mem_pool(pool):
-                case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
+            with torch.cuda.use_mem_pool(pool):  # only the buffers: fill()'s temporaries stay outside
+                case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place, fill=False)
+            case.fill()
             backend.register_mem_pool(pool)
         except Exception as e:
             pool_note = f"{type(e).__name__}: {e}"
@@ -376,7 +376,8 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         dist.barrier()
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
-    graph_inner = timed.last_inner
+    # the timed samples replayed a graph if the graph of their shape was captured
+    graph_inner = plan.inner if timed.use_graph and graph_shape(plan.inner)[0] in timed.graphs else 0
     # Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
     # inputs, poisoned outputs, one op, compare.
     timed.release()
@@ -421,6 +422,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         torch.cuda.empty_cache()
     return {
         "rank": r,
+        "in_place": in_place,
         "samples_s": samples,
         "inner": plan.inner,
         "graph": graph_inner,
