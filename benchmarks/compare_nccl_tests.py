@@ -10,7 +10,8 @@ Usage::
 What it does:
 
 1. Runs each nccl-tests perf binary (``all_reduce_perf``, ``all_gather_perf``, ...) in
-   single-process mode (``-g <gpus>``) over ``--min-size..--max-size`` with ``-f 2``,
+   single-process mode (``-g <gpus>``) over ``--min-size..--max-size`` with ``-f 4`` (the step of
+   our collective suite; ``--factor``),
    ``-n/-w`` iterations and optionally ``-G <launches>`` (CUDA graph).  The raw text of
    every run is saved beside ``--out`` (``<out stem>.nccl-tests/<binary>.txt``).
    Alternatively ``--theirs-raw DIR`` re-parses text captured earlier.
@@ -37,7 +38,8 @@ Conventions (taken from nccl-tests src/common.cu, src/util.cu and doc/PERFORMANC
   2(n-1)/n all_reduce, (n-1)/n all_gather / reduce_scatter / alltoall,
   1 broadcast / reduce / sendrecv.
 
-Only the standard library is required; ``tabulate`` is used for the table when present.
+Only the standard library and this checkout's ``pytest_gpucomm.units`` are required; ``tabulate`` is used
+for the table when present.  Sizes are read and printed as everywhere in pytest-gpucomm (README "Sizes").
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from pytest_gpucomm import units  # noqa: E402  (pure Python: imports no torch, pytest or numpy)
 
 # --------------------------------------------------------------------------------------
 # Constants (edit here when the plugin or the targets change)
@@ -107,7 +113,6 @@ DTYPE_ALIASES = {
 }
 DEFAULT_DTYPE = "float32"  # nccl-tests default (-d float)
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*$")
 _TIMESTAMP_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIMESTAMP_TIME_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
 _PROGRAM_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -117,24 +122,22 @@ _PROGRAM_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 # Small helpers
 # --------------------------------------------------------------------------------------
 
-def parse_size(text: str | int) -> int:
-    """'1K' -> 1024, '1G' -> 2**30, '256MiB' -> 2**28, '4096' -> 4096 (binary units,
-    like nccl-tests' own -b/-e parsing)."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError(f"invalid size: {text!r}")
-    mult = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": 1024 * GIB}[m.group(2).lower()]
-    return int(float(m.group(1)) * mult)
+def parse_size(text: str | int, where: str = "a size") -> int:
+    """A size as everywhere in pytest-gpucomm: '1K' and '1KiB' -> 1024, '1MB' -> 1,000,000, '4096' -> 4096."""
+    return text if isinstance(text, int) else units.parse_size(text, where)
 
 
-def human_size(n: int) -> str:
-    for unit, div in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= div:
-            v = n / div
-            return f"{v:g} {unit}" if v == int(v) else f"{v:.2f} {unit}"
-    return f"{n} B"
+def _size_arg(option: str):
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, option)
+        except ValueError as e:  # argparse would print only "invalid value"
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+#: "1 GiB", "1.5 KiB", "4096 B"
+human_size = units.format_size
 
 
 def normalize_op(name: str | None) -> str | None:
@@ -455,7 +458,7 @@ def find_wheel_nccl_lib() -> str | None:
 
 
 def nccl_tests_cmd(binary: Path, args) -> list[str]:
-    cmd = [str(binary), "-b", str(args.min_size), "-e", str(args.max_size), "-f", str(getattr(args, "factor", 2)),
+    cmd = [str(binary), "-b", str(args.min_size), "-e", str(args.max_size), "-f", str(args.factor),
            "-g", str(args.gpus), "-n", str(args.iters), "-w", str(args.warmup),
            "-c", str(args.check), "-d", args.nccl_dtype]
     if args.graph:
@@ -517,13 +520,24 @@ def load_theirs_raw(raw_dir: Path, ops) -> tuple[list[dict], dict]:
     return rows, meta
 
 
+def ours_command(args, out: Path, environ: dict) -> tuple[list[str], dict]:
+    """The pytest command and environment of --run-ours: our suite on the first ``--gpus`` GPUs (its
+    process group takes every visible GPU) in nccl-tests' dtype."""
+    cmd = [sys.executable, "-m", "pytest", OURS_SUITE, "-q", "-p", "no:cacheprovider",
+           PYTEST_JSON_FLAG, str(out), f"--gpucomm-dtype={normalize_dtype(args.nccl_dtype)}"]
+    env = dict(environ)
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    ids = [d.strip() for d in visible.split(",")] if visible else [str(i) for i in range(args.gpus)]
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(ids[:args.gpus])
+    return cmd, env
+
+
 def run_ours(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpucomm-cmp-") as tmp:
         out = Path(tmp) / "ours.json"
-        cmd = [sys.executable, "-m", "pytest", OURS_SUITE, "-q", "-p", "no:cacheprovider",
-               PYTEST_JSON_FLAG, str(out)]
-        print(f"[ours] {' '.join(cmd)}", file=sys.stderr)
-        p = subprocess.run(cmd, cwd=REPO_ROOT)
+        cmd, env = ours_command(args, out, dict(os.environ))
+        print(f"[ours] CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} {' '.join(cmd)}", file=sys.stderr)
+        p = subprocess.run(cmd, cwd=REPO_ROOT, env=env)
         if not out.exists():
             print(f"[ours] pytest exited {p.returncode} and wrote no {out} "
                   f"(is {PYTEST_JSON_FLAG} still the plugin's option?)", file=sys.stderr)
@@ -543,9 +557,10 @@ def build_parser() -> argparse.ArgumentParser:
     ours.add_argument("--ours-json", metavar="PATH", help="JSON report written by the plugin")
     ours.add_argument("--run-ours", action="store_true", help=f"run pytest {OURS_SUITE} {PYTEST_JSON_FLAG} ...")
     ap.add_argument("--gpus", type=int, default=2, help="GPUs (-g) and world_size to compare (default 2)")
-    ap.add_argument("--min-size", type=parse_size, default=parse_size("1K"))
-    ap.add_argument("--max-size", type=parse_size, default=parse_size("1G"))
-    ap.add_argument("--factor", type=int, default=2, help="nccl-tests -f size step factor (default 2)")
+    ap.add_argument("--min-size", type=_size_arg("--min-size"), default=parse_size("1K"))
+    ap.add_argument("--max-size", type=_size_arg("--max-size"), default=parse_size("1G"))
+    ap.add_argument("--factor", type=int, default=4,
+                    help="nccl-tests -f size step factor (default 4, the step of suites/test_collectives.py)")
     ap.add_argument("--iters", type=int, default=20, help="nccl-tests -n (default 20)")
     ap.add_argument("--warmup", type=int, default=5, help="nccl-tests -w (default 5)")
     ap.add_argument("--check", type=int, default=1, help="nccl-tests -c (default 1; 0 = no validation)")

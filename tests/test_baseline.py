@@ -276,8 +276,8 @@ def test_a_sample_that_is_not_a_positive_finite_number_names_the_file_and_the_pl
     first = json.dumps(json.loads(text)["cases"][next(iter(json.loads(text)["cases"]))]["runs"][0]["samples_gbps"])
     p = tmp_path / "h200.json"
     p.write_text(text.replace(first, "[45.0, " + bad + "]", 1))
-    with pytest.raises(BaselineError, match=rf"h200\.json: invalid baseline: at \$\.cases\[.*\]\.runs\[0\]"
-                                            rf"\.samples_gbps\[1\]: .* is not a positive finite number"):
+    with pytest.raises(BaselineError, match=r"h200\.json: invalid baseline: at \$\.cases\[.*\]\.runs\[0\]"
+                                            r"\.samples_gbps\[1\]: .* is not a positive finite number"):
         load_baseline(p)
 
 

@@ -147,7 +147,8 @@ def test_parse_size_and_human():
     assert cmp.parse_size("1G") == GIB
     assert cmp.parse_size("256MiB") == 256 * MIB
     assert cmp.parse_size("4096") == 4096
-    assert cmp.human_size(GIB) == "1 GiB" and cmp.human_size(1536) == "1.50 KiB"
+    assert cmp.parse_size("1MB") == 1_000_000  # decimal, as in the rest of pytest-gpucomm
+    assert cmp.human_size(GIB) == "1 GiB" and cmp.human_size(1536) == "1.5 KiB"
     with pytest.raises(ValueError):
         cmp.parse_size("1X")
 
@@ -293,3 +294,12 @@ def test_match_rows_by_default_compares_each_of_our_rows_with_the_same_placement
     (row,) = cmp.match_rows(ours, theirs)
     assert row["in_place"] is True
     assert row["busbw_ratio"] == pytest.approx(1.0)
+
+
+def test_run_ours_uses_the_first_gpus_and_the_nccl_tests_dtype(tmp_path):
+    args = cmp.build_parser().parse_args(["--nccl-tests-bin", "x", "--run-ours", "--gpus", "2", "--nccl-dtype", "half"])
+    cmd, env = cmp.ours_command(args, tmp_path / "o.json", {"PATH": "/bin"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["PATH"] == "/bin"
+    assert "--gpucomm-dtype=float16" in cmd and str(tmp_path / "o.json") in cmd
+    _, env = cmp.ours_command(args, tmp_path / "o.json", {"CUDA_VISIBLE_DEVICES": "3, 5,7"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "3,5"
