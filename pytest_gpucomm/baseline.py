@@ -287,12 +287,6 @@ class Baseline:
         """The fingerprint of the newest run recorded in the file, or None when there is none."""
         return dict(self.runs[-1].fingerprint) if self.runs else None
 
-    def run(self, run_id: str) -> Optional[RunRecord]:
-        for r in self.runs:
-            if r.run_id == run_id:
-                return r
-        return None
-
 
 # ------------------------------------------------------------------------------------------------
 # Model names and resolving a --gpu-baseline spec
@@ -557,29 +551,26 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
                 f"case {key!r}: samples_gbps must be a non-empty list of positive finite numbers"
                 + (f" (got {bad[0]!r})" if bad else " (got none)")
             )
-        entry = doc["cases"].get(key)
-        if entry is None:
-            entry = {"runs": []}
-        entry.update(
-            test_id=rec.test_id,
-            op=rec.op,
-            size_bytes=int(rec.size_bytes),
-            world_size=int(rec.world_size),
-            dtype=rec.dtype,
-            devices=[str(d) for d in rec.devices],
-        )
+        old = dict(doc["cases"].get(key) or {})
         summary = _clean_summary(rec.summary)
         summary.setdefault("n", len(samples))
-        runs = [r for r in entry.pop("runs") if r["run_id"] != run_id]  # a re-save of the same run
+        runs = [r for r in old.pop("runs", []) if r["run_id"] != run_id]  # a re-save of the same run
         runs.append({"run_id": run_id, "samples_gbps": samples, "summary": summary})
-        floor = entry.pop("floor_gbps", None)
-        entry["runs"] = runs  # metadata first, then runs, then the floor (if any), then unknown extras
-        if floor is not None:
-            entry["floor_gbps"] = floor
-        doc["cases"][key] = {**{k: entry.pop(k) for k in ("test_id", "op", "size_bytes", "world_size",
-                                                           "dtype", "devices", "runs")},
-                             **({"floor_gbps": entry.pop("floor_gbps")} if "floor_gbps" in entry else {}),
-                             **entry}
+        floor = old.pop("floor_gbps", None)
+        for k in ("test_id", "op", "size_bytes", "world_size", "dtype", "devices"):
+            old.pop(k, None)
+        # metadata first, then runs, then the floor (if any), then fields this version does not know
+        doc["cases"][key] = {
+            "test_id": rec.test_id,
+            "op": rec.op,
+            "size_bytes": int(rec.size_bytes),
+            "world_size": int(rec.world_size),
+            "dtype": rec.dtype,
+            "devices": [str(d) for d in rec.devices],
+            "runs": runs,
+            **({"floor_gbps": floor} if floor is not None else {}),
+            **old,
+        }
     for entry in doc["cases"].values():
         if len(entry["runs"]) > max_runs:
             entry["runs"] = entry["runs"][-max_runs:]
@@ -599,10 +590,6 @@ def _dumps(doc: dict) -> str:
             run["samples_gbps"] = tag
     text = json.dumps(shallow, indent=2, allow_nan=False)
     return re.sub(r'"@@samples-\d+-\d+@@"', lambda m: placeholders[m.group(0)], text) + "\n"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    write_atomic(path, text)
 
 
 def save_run(
@@ -646,7 +633,7 @@ def save_run(
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
                 raise BaselineError(f"{path}: refusing to write an invalid baseline: at {_json_path(e.absolute_path)}: {e.message}")
-            _write_atomic(path, _dumps(doc))
+            write_atomic(path, _dumps(doc))
     except Timeout:
         raise BaselineError(
             f"{path}: could not lock {path}.lock within {lock_timeout_s:g} s (another save in progress?)"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .markers import MarkerError, read_rank_timeout, read_world
+from .markers import read_rank_timeout, read_world
 from .session import STATE_KEY, Comm, GpuPair, ProcessGroup, State
 
 __all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm", "process_group"]
@@ -69,13 +69,7 @@ def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> Comm:
 def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> ProcessGroup:
     """A world of ranks (NCCL/RCCL on GPUs, gloo on CPU): one worker process per rank, started once per
     world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU)."""
-    try:
-        world = read_world(request.node)
-        timeout = read_rank_timeout(request.node)
-    except MarkerError as e:
-        problem = str(e)
-    else:
-        problem = ""
-    if problem:
-        pytest.fail(problem, pytrace=False)
+    # the markers were checked in pytest_runtest_setup, before any fixture: a bad one never gets here
+    world = read_world(request.node)
+    timeout = read_rank_timeout(request.node)
     return gpucomm_state.group(world or gpucomm_state.default_world(), timeout, label=request.node.nodeid)

@@ -83,6 +83,11 @@ class Gate:
     def active(self) -> bool:
         return self.settings.spec is not None
 
+    @property
+    def loaded(self) -> bool:
+        """The baseline file was resolved (it may not exist yet when this run saves it)."""
+        return self.path is not None
+
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
@@ -143,9 +148,7 @@ class Gate:
         key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size)
         entry = self.baseline.cases.get(key)
         if entry is None:
-            v = Verdict("NEW" if self.settings.strict else "new",
-                        message=f"no entry for {key} in {self.path}")
-            return v
+            return Verdict("NEW" if self.settings.strict else "new", message=f"no entry for {key} in {self.path}")
         tol = self.settings.tolerance if tolerance is None else tolerance
         if entry.floor_only:
             fc = check_floor(m.samples_gbps, entry.floor_gbps)
@@ -156,16 +159,16 @@ class Gate:
                              f"(median of {fc.n_current} samples), published floor {fc.floor_gbps:g} GB/s "
                              f"({fc.ratio:.3f}x); source: {self.baseline.source_detail}")
             return v
-        c = compare(m.samples_gbps, entry.runs_gbps, tolerance=tol, alpha=self.settings.alpha,
-                    n_comparisons=self.n_comparisons)
+        def decide(measurement: Measurement) -> Any:
+            return compare(measurement.samples_gbps, entry.runs_gbps, tolerance=tol, alpha=self.settings.alpha,
+                           n_comparisons=self.n_comparisons)
+
+        c = decide(m)
         remeasured = False
         if c.status == "regression" and remeasure is not None:
-            m2 = remeasure()
-            c2 = compare(m2.samples_gbps, entry.runs_gbps, tolerance=tol, alpha=self.settings.alpha,
-                         n_comparisons=self.n_comparisons)
+            m = remeasure()
+            c = decide(m)  # the second measurement decides: a passing glitch is not a regression
             remeasured = True
-            c = c2  # the second measurement decides: a passing glitch is not a regression
-            m = m2
         status = {"ok": "ok", "regression": "REGRESSION", "improved": "improved", "noisy": "noisy"}[c.status]
         v = Verdict(status, baseline_gbps=c.baseline_median_gbps, ratio=c.ratio, ci=(c.ci_low, c.ci_high),
                     p_value=c.p_value, remeasured=remeasured,

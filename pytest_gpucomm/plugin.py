@@ -211,7 +211,6 @@ def _judge(state: State, item: pytest.Item, records: list[Record]) -> list[str]:
     for r in records:
         def remeasure(r: Record = r) -> Any:
             assert r.redo is not None
-            r.first = r.measurement
             r.measurement = r.redo()
             return r.measurement
 
@@ -238,7 +237,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     result = yield
     records = [r for r in state.records[before:] if r.nodeid == item.nodeid]
     failures = _check_thresholds(item, records)
-    if state.gate.active and state.gate.path is not None:
+    if state.gate.loaded:
         failures += _judge(state, item, records)
     for r in records:
         m = r.measurement
@@ -265,7 +264,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_sep("=", "gpucomm results")
     if state._info is not None:
         tr.write_line(f"hardware: {state.info.headline()}")
-    gated = state.gate.active and state.gate.path is not None
+    gated = state.gate.loaded
     table = render_table(state.records, GATE_HEADERS if gated else None,
                          gate_columns(state.records) if gated else None)
     for line in table.splitlines():
@@ -294,11 +293,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from .report import benchmark_document, json_document, write_json
 
     date = now_iso()
-    if s.baseline_save and state.gate.path is not None:
+    if s.baseline_save and state.gate.loaded:
         path, n = state.gate.save(state.records, state.fingerprint, date)
         state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}")
     extra: dict[str, Any] = {}
-    if state.gate.active and state.gate.path is not None:
+    if state.gate.loaded:
         from .baseline import ABSENT
 
         extra["baseline"] = {

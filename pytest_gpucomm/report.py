@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -133,6 +134,7 @@ def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, An
 
     fp = fingerprint or {}
     benchmarks = []
+    per_test = Counter(r.nodeid for r in records)  # a test that measured more than once gets a suffix
     for r in records:
         m = r.measurement
         st = Stats()
@@ -141,13 +143,11 @@ def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, An
         stats = st.as_dict()
         stats["data"] = list(m.samples_s)
         stats["iterations"] = 1
-        name = r.nodeid.split("::", 1)[-1]
-        if sum(1 for x in records if x.nodeid == r.nodeid) > 1:
-            name += f"[{m.op}-{m.size_bytes}]"
+        suffix = f"[{m.op}-{m.size_bytes}]" if per_test[r.nodeid] > 1 else ""
         benchmarks.append({
             "group": m.op,
-            "name": name,
-            "fullname": r.nodeid if name == r.nodeid.split("::", 1)[-1] else f"{r.nodeid}[{m.op}-{m.size_bytes}]",
+            "name": r.nodeid.split("::", 1)[-1] + suffix,
+            "fullname": r.nodeid + suffix,
             "params": {"size": m.size_bytes},
             "param": str(m.size_bytes),
             "extra_info": {"gbps": m.gbps, "algbw_gbps": m.algbw_gbps, "busbw_gbps": m.busbw_gbps,

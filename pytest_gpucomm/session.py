@@ -40,7 +40,6 @@ class Record:
     status: str = "measured"  # measured | ok | FAIL | gate verdicts: ok, REGRESSION, improved, new, noisy...
     baseline: Optional[dict[str, Any]] = None
     redo: Optional[Callable[[], Measurement]] = None  # the same measurement again (the gate's re-measure)
-    first: Optional[Measurement] = None  # the first measurement when the gate re-measured
 
 
 class State:

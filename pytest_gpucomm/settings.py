@@ -13,6 +13,7 @@ from typing import Callable, Optional, TypeVar
 
 import pytest
 
+from .ops.collectives import DTYPES as COLLECTIVE_DTYPES
 from .units import SizeError, describe_size, parse_size
 
 __all__ = ["Settings", "add_options", "read_settings", "parse_seconds"]
@@ -161,7 +162,7 @@ def _parse_size(value: str, name: str, origin: str) -> int:
         raise pytest.UsageError(str(e)) from None
 
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = tuple(COLLECTIVE_DTYPES)  # the dtypes the collectives know, in their order
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 

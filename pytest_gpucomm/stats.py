@@ -394,7 +394,8 @@ def compare(
     m90 = z_v * s_r
     m95 = _Z_TWO_SIDED_95 * s_r
     # "noisy" looks at the baseline's own spread: the larger of the moderated and the observed one
-    m_noise = z_v * max(spread, 0.0 if math.isnan(observed) else observed) * run_factor
+    noise_spread = spread if math.isnan(observed) else max(spread, observed)
+    m_noise = z_v * noise_spread * run_factor
     lower = math.exp(shift - math.hypot(h_lo90, m90))
     upper = math.exp(shift + math.hypot(h_hi90, m90))
     ci_low = math.exp(shift - math.hypot(h_lo95, m95))
@@ -422,7 +423,7 @@ def compare(
         status = "noisy"
         reason = (
             f"bandwidth is {est} of the baseline, but the baseline's run-to-run spread "
-            f"({max(spread, observed if observed == observed else 0.0) * 100:.2g}% over {len(runs)} runs) "
+            f"({noise_spread * 100:.2g}% over {len(runs)} runs) "
             f"is too wide to hold a {tol_pct} tolerance; "
             f"record more baseline runs on a quieter machine or raise the tolerance"
         )

@@ -9,20 +9,12 @@ torch.distributed; all_to_all and send/recv only out of place.  --gpucomm-dtype 
 import pytest
 
 from pytest_gpucomm import settings_of, sizes
+from pytest_gpucomm.ops.collectives import OPS
 
 SWEEP = sizes(start="1KiB", stop="1GiB", factor=4)
 
-CASES = [
-    ("all_reduce", True),
-    ("all_gather", False),
-    ("all_gather", True),
-    ("reduce_scatter", False),
-    ("reduce_scatter", True),
-    ("broadcast", True),
-    ("reduce", True),
-    ("all_to_all", False),
-    ("send_recv", False),
-]
+#: every op in every form torch.distributed has for it: (op, in_place)
+CASES = [(op, form == "in_place") for op, spec in OPS.items() for form in spec.forms]
 
 
 def pytest_generate_tests(metafunc):
