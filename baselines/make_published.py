@@ -15,16 +15,15 @@ re-running this script reproduces the shipped file byte for byte.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from pytest_gpucomm.atomic import write_atomic
-from pytest_gpucomm.baseline import SCHEMA_ID, SCHEMA_VERSION, BaselineError, case_key, load_baseline
+from pytest_gpucomm.baseline import BaselineError, _dumps, _new_document, case_key, load_baseline
+from pytest_gpucomm.settings import DEFAULT_MAX_RUNS
 
 NAME = "mi300x"
 N_GPUS = 8
-MAX_RUNS = 5  # the plugin's default --gpu-baseline-runs: what a later --gpu-baseline-save keeps per case
 
 COPY_TEST = "suites/test_copies.py::test_peer_copy"
 COLLECTIVE_TEST = "suites/test_collectives.py::test_collective"
@@ -93,20 +92,10 @@ def build_document() -> dict:
         key, entry = _case(f"{COLLECTIVE_TEST}[{dtype}-{size_id}-{op}-{form}]", op, size_bytes, dtype, N_GPUS,
                            [f"rank{r}" for r in range(N_GPUS)], floor)
         cases[key] = entry
-    return {
-        "schema": SCHEMA_ID,
-        "schema_version": SCHEMA_VERSION,
-        "name": NAME,
-        "source": "published",
-        "source_detail": SOURCE_DETAIL,
-        "max_runs": MAX_RUNS,
-        "runs": [],
-        "cases": dict(sorted(cases.items())),
-    }
-
-
-def render(doc: dict) -> str:
-    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    # runs kept per case: the plugin's default --gpu-baseline-runs, what a later --gpu-baseline-save keeps
+    doc = _new_document(NAME, DEFAULT_MAX_RUNS)
+    doc.update(source="published", source_detail=SOURCE_DETAIL, cases=dict(sorted(cases.items())))
+    return doc
 
 
 def write(path: Path) -> int:
@@ -124,7 +113,7 @@ def write(path: Path) -> int:
         except BaselineError as e:  # it names the temporary file, which is gone by the time it is read
             raise BaselineError(f"{path}: refusing to write an invalid baseline: {e}") from None
 
-    write_atomic(Path(path), render(doc), check)
+    write_atomic(Path(path), _dumps(doc), check)
     return len(doc["cases"])
 
 
