@@ -240,8 +240,18 @@ def test_rank_exit_raises_crash_with_exit_code_promptly(pool2: RankPool) -> None
     assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
 
 
+def test_a_rank_killed_by_a_signal_is_a_crash_naming_the_signal(pool2: RankPool) -> None:
+    old_pids = pool2.pids
+    with pytest.raises(RankCrash) as excinfo:
+        pool2.run("rank_tasks:kill_self_on_rank", {"bad_rank": 1}, timeout=120)
+    err = excinfo.value
+    assert err.rank == 1 and err.returncodes[1] == -signal.SIGKILL
+    assert "rank 1 crashed (killed by SIGKILL)" in str(err)
+    assert not any(_pid_exists(p) for p in old_pids)
+    assert pool2.run("rank_tasks:allreduce_sum", timeout=30) == [_expected_allreduce(2)] * 2
+
+
 def test_crash_message_names_signal_for_killed_rank() -> None:
-    # A live SIGKILL is exercised by the timeout/teardown paths; here the wording.
     assert _describe_returncode(-signal.SIGKILL) == "killed by SIGKILL"
     assert _describe_returncode(-signal.SIGSEGV) == "killed by SIGSEGV"
     assert _describe_returncode(3) == "exit code 3"
