@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pytest_gpucomm.atomic import write_atomic
 from pytest_gpucomm.baseline import BaselineError, _dumps, _new_document, case_key, load_baseline
-from pytest_gpucomm.settings import DEFAULT_MAX_RUNS
+from pytest_gpucomm.vocab import DEFAULT_MAX_RUNS
 
 NAME = "mi300x"
 N_GPUS = 8

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from .vocab import CPU_LOGICAL_DEVICES
+
 __all__ = [
     "DeviceInfo",
     "detect",
@@ -25,9 +27,6 @@ __all__ = [
     "COMM_ENV_PREFIXES",
 ]
 
-#: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
-#: two-rank collectives have something real to measure.
-CPU_LOGICAL_DEVICES = 2
 
 #: Environment variables recorded in the fingerprint: everything that steers the communication stack.
 COMM_ENV_PREFIXES = (

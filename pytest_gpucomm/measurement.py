@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Optional
 
-from .stats import Summary, summarize
+from . import summary as _summary
+from .summary import Summary
 from .units import GB, describe_size
 
 __all__ = ["Measurement"]
@@ -43,7 +44,7 @@ class Measurement:
     # -- statistics, derived from the raw samples on demand ------------------------------------------
     @cached_property
     def summary(self) -> Summary:
-        return summarize(self.samples_s)
+        return _summary.summarize(self.samples_s)
 
     @property
     def n(self) -> int:
@@ -86,9 +87,7 @@ class Measurement:
         return self.summary.cv
 
     def latency_us(self, percentile: float = 50.0) -> float:
-        import numpy as np
-
-        return float(np.percentile(self.samples_s, percentile)) * 1e6
+        return _summary.percentile(self.samples_s, percentile) * 1e6
 
     @property
     def where(self) -> str:

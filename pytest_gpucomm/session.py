@@ -9,14 +9,13 @@ from typing import Any, Callable, NamedTuple, Optional
 import pytest
 
 from .measurement import Measurement
-from .settings import DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, Settings
+from .settings import Settings
+from .vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, MAX_REMEASURE_RESTARTS
 from .timing import TimingSettings
 from .units import SizeError, describe_size, parse_size
 
 __all__ = ["GpuPair", "Record", "State", "Comm", "STATE_KEY", "CPU_MAX_WORLD"]
 
-#: gloo worlds on CPU may be larger than the logical device count; this bounds them.
-CPU_MAX_WORLD = 8
 
 
 class GpuPair(NamedTuple):
@@ -157,8 +156,6 @@ class State:
 
 STATE_KEY = pytest.StashKey[State]()
 
-#: Re-measures of flagged collectives that start a new process group, per session (State.restart_for_remeasure).
-MAX_REMEASURE_RESTARTS = 3
 
 
 class ProcessGroup:
@@ -347,7 +344,7 @@ class Comm:
         info: dict[str, Any] = {
             "backend": group.backend,
             "in_place": results[0]["in_place"],  # the form the ranks ran
-            "batch": results[0]["inner"],
+            "batch": results[0]["batch"],
             "graph": bool(results[0]["graph"]),
             "timer": "device events" if group.backend != "gloo" else "host clock",
         }

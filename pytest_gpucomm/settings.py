@@ -13,20 +13,24 @@ from typing import Callable, Optional, TypeVar
 
 import pytest
 
-from .ops.collectives import DTYPES as COLLECTIVE_DTYPES
 from .units import SizeError, describe_size, parse_size
 
 __all__ = ["Settings", "add_options", "read_settings", "parse_seconds"]
 
 T = TypeVar("T")
 
-DEFAULT_MIN_TIME_S = 0.1
-DEFAULT_TIMEOUT_S = 300.0
-DEFAULT_GPU_MAX_SIZE = 1 << 30  # 1 GiB
-DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
-DEFAULT_TOLERANCE = 0.05
-DEFAULT_ALPHA = 0.01
-DEFAULT_MAX_RUNS = 5
+from .vocab import (
+    DEFAULT_ALPHA,
+    DEFAULT_CPU_MAX_SIZE,
+    DEFAULT_DTYPE,
+    DEFAULT_GPU_MAX_SIZE,
+    DEFAULT_MAX_RUNS,
+    DEFAULT_MIN_TIME_S,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TOLERANCE,
+    DTYPE_ALIASES,
+    DTYPES,
+)
 
 # (option, dest, ini key, env var, help, metavar)
 _OPTIONS = [
@@ -76,7 +80,7 @@ class Settings:
     max_size: Optional[int]  # None: the default for the device kind
     json_path: Optional[str]
     timeout_s: float
-    dtypes: tuple[str, ...] = ("float32",)
+    dtypes: tuple[str, ...] = (DEFAULT_DTYPE,)
     baseline_dir: Optional[str] = None
     baseline_runs: int = DEFAULT_MAX_RUNS
     tolerance: float = DEFAULT_TOLERANCE
@@ -162,15 +166,13 @@ def _parse_size(value: str, name: str, origin: str) -> int:
         raise pytest.UsageError(str(e)) from None
 
 
-DTYPES = tuple(COLLECTIVE_DTYPES)  # the dtypes the collectives know, in their order
-_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
 def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
     out = []
     for part in value.split(","):
         p = part.strip().lower()
-        p = _DTYPE_ALIASES.get(p, p)
+        p = DTYPE_ALIASES.get(p, p)
         if p not in DTYPES:
             raise pytest.UsageError(
                 f"invalid {name} {value!r} (from {origin}): unknown dtype {part.strip()!r}; known: {', '.join(DTYPES)}"
@@ -216,7 +218,7 @@ def read_settings(config: pytest.Config) -> Settings:
         json_path=_get(config, "--gpucomm-json", lambda v, n, o: v, None),
         timeout_s=_get(config, "--gpucomm-timeout", lambda v, n, o: parse_seconds(v, n, o, allow_zero=False),
                        DEFAULT_TIMEOUT_S),
-        dtypes=_get(config, "--gpucomm-dtype", _parse_dtypes, ("float32",)),
+        dtypes=_get(config, "--gpucomm-dtype", _parse_dtypes, (DEFAULT_DTYPE,)),
         baseline_dir=_get(config, "--gpu-baseline-dir", lambda v, n, o: v, None),
         baseline_runs=_get(config, "--gpu-baseline-runs", _parse_runs, DEFAULT_MAX_RUNS),
         tolerance=_get(config, "--gpu-tolerance", _parse_fraction, DEFAULT_TOLERANCE),

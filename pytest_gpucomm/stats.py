@@ -1,4 +1,4 @@
-"""Pure statistics on per-iteration samples: summaries now, the regression decision below.
+"""The regression decision: pure statistics on per-iteration bandwidth samples.
 
 Nothing here imports torch or touches a device; every function takes plain sequences of floats.
 """
@@ -11,44 +11,6 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Summary", "summarize"]
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Statistics of a list of per-iteration times (seconds)."""
-
-    n: int
-    mean_s: float
-    median_s: float
-    min_s: float
-    max_s: float
-    p50_s: float
-    p99_s: float
-    stdev_s: float
-    cv: float  # coefficient of variation of the times: stdev / mean (0.02 = 2 %)
-
-
-def summarize(samples_s: Sequence[float]) -> Summary:
-    """Summarize per-iteration times.  Raises ValueError on an empty list or a non-positive time."""
-    arr = np.asarray(samples_s, dtype=float)
-    if arr.size == 0:
-        raise ValueError("no samples to summarize")
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"samples must be positive finite times, got min={arr.min()!r}")
-    mean = float(arr.mean())
-    stdev = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return Summary(
-        n=int(arr.size),
-        mean_s=mean,
-        median_s=float(np.median(arr)),
-        min_s=float(arr.min()),
-        max_s=float(arr.max()),
-        p50_s=float(np.percentile(arr, 50)),
-        p99_s=float(np.percentile(arr, 99)),
-        stdev_s=stdev,
-        cv=stdev / mean if mean > 0 and not math.isnan(stdev) else 0.0,
-    )
 
 
 # ================================================================================================
@@ -109,7 +71,7 @@ from statistics import NormalDist  # noqa: E402
 
 from scipy import stats as _sstats  # noqa: E402
 
-__all__ += [
+__all__ = [
     "Comparison",
     "FloorCheck",
     "corrected_alpha",
@@ -121,9 +83,7 @@ __all__ += [
     "DEFAULT_ALPHA",
 ]
 
-DEFAULT_TOLERANCE = 0.05
-DEFAULT_ALPHA = 0.01
-DEFAULT_CONFIDENCE = 0.925  # one-sided confidence of the bounds the verdict uses (calibrated, see DECISION_RULE)
+from .vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE  # noqa: E402
 PRIOR_RUN_SPREAD = 0.01  # assumed run-to-run relative sd when the baseline cannot tell (one run)
 PRIOR_RUN_SPREAD_DF = 4.0  # weight of that prior, in degrees of freedom
 MAX_PAIRS = 1_000_000  # above this many (current, baseline) pairs a fixed subsample of pairs is used

@@ -1,9 +1,9 @@
 """The timing engine: warm-up, adaptive iteration counts, per-iteration samples.
 
-An operation to time implements :class:`Timed`: ``sample(inner)`` enqueues ``inner`` back-to-back
+An operation to time implements :class:`Timed`: ``sample(batch)`` enqueues ``batch`` back-to-back
 iterations and returns a callable that, once the work has finished, gives the seconds they took.
 GPU operations time with device events (CUDA or ROCm/HIP through torch); host operations with the host
-clock.  A *sample* is the time of one iteration; for small messages one sample is the mean of ``inner``
+clock.  A *sample* is the time of one iteration; for small messages one sample is the mean of ``batch``
 iterations run back to back (a batch), so that what is measured is the transfer and not the launch.
 
 The engine is deterministic once its estimate is agreed: with ``agree`` (the maximum of a value over all
@@ -41,9 +41,9 @@ class TimingSettings:
     #: resolution of the clock do not dominate a sample
     target_batch_s: float = 200e-6
     #: and at most this many iterations (None: no cap)
-    max_inner: Optional[int] = None
+    max_batch: Optional[int] = None
     #: a batch larger than this is a whole multiple of it (the ops of one CUDA graph, replayed)
-    inner_step: int = 1
+    batch_step: int = 1
     #: at most this much work is enqueued before the host waits for the device
     max_enqueue_s: float = 0.25
     #: and at most this many iterations, so the device queue never fills and blocks the host
@@ -52,12 +52,12 @@ class TimingSettings:
     def __post_init__(self) -> None:
         if not (self.min_time_s >= 0 and math.isfinite(self.min_time_s)):
             raise ValueError(f"min_time_s must be a non-negative number of seconds, got {self.min_time_s!r}")
-        if self.max_inner is not None and self.max_inner < 1:
-            raise ValueError(f"max_inner must be at least 1, got {self.max_inner!r}")
-        if self.inner_step < 1 or (self.max_inner is not None and self.max_inner > self.inner_step
-                                   and self.max_inner % self.inner_step):
-            raise ValueError(f"inner_step must be at least 1 and divide max_inner, got {self.inner_step!r} "
-                             f"and {self.max_inner!r}")
+        if self.max_batch is not None and self.max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {self.max_batch!r}")
+        if self.batch_step < 1 or (self.max_batch is not None and self.max_batch > self.batch_step
+                                   and self.max_batch % self.batch_step):
+            raise ValueError(f"batch_step must be at least 1 and divide max_batch, got {self.batch_step!r} "
+                             f"and {self.max_batch!r}")
         if self.min_samples < 1 or self.max_samples < self.min_samples:
             raise ValueError(
                 f"need 1 <= min_samples <= max_samples, got {self.min_samples} and {self.max_samples}"
@@ -65,8 +65,8 @@ class TimingSettings:
 
 
 class Timed(Protocol):
-    def sample(self, inner: int) -> Callable[[], float]:
-        """Enqueue ``inner`` iterations; the returned callable gives their total seconds after sync()."""
+    def sample(self, batch: int) -> Callable[[], float]:
+        """Enqueue ``batch`` iterations; the returned callable gives their total seconds after sync()."""
 
     def sync(self) -> None:
         """Wait until all enqueued work has finished."""
@@ -74,7 +74,7 @@ class Timed(Protocol):
 
 @dataclass(frozen=True)
 class Plan:
-    inner: int  # iterations per sample (batch)
+    batch: int  # iterations per sample (batch)
     samples: int  # samples to take
     estimate_s: float  # estimated time of one iteration
 
@@ -82,16 +82,16 @@ class Plan:
 def plan(estimate_s: float, settings: TimingSettings) -> Plan:
     """Choose the batch size and the number of samples from an estimated iteration time."""
     est = max(estimate_s, 1e-9)
-    inner = 1 if est >= settings.target_batch_s else int(math.ceil(settings.target_batch_s / est - 1e-9))
-    step = settings.inner_step
-    if inner > step:
-        inner = int(math.ceil(inner / step)) * step
-    if settings.max_inner is not None:
-        inner = min(inner, settings.max_inner)
-    per_sample = inner * est
+    batch = 1 if est >= settings.target_batch_s else int(math.ceil(settings.target_batch_s / est - 1e-9))
+    step = settings.batch_step
+    if batch > step:
+        batch = int(math.ceil(batch / step)) * step
+    if settings.max_batch is not None:
+        batch = min(batch, settings.max_batch)
+    per_sample = batch * est
     samples = int(math.ceil(settings.min_time_s / per_sample - 1e-9)) if settings.min_time_s > 0 else 0
     samples = max(settings.min_samples, min(settings.max_samples, samples))
-    return Plan(inner=inner, samples=samples, estimate_s=est)
+    return Plan(batch=batch, samples=samples, estimate_s=est)
 
 
 def _identity(x: float) -> float:
@@ -135,21 +135,21 @@ def measure(
     op.sync()
     est = sorted(p() for p in probes)[1]
     trial = plan(agree(est), settings)
-    if trial.inner > 1:
+    if trial.batch > 1:
         # Launch and clock overheads inflate a single iteration: re-estimate from a batch.
-        getter = op.sample(trial.inner)
+        getter = op.sample(trial.batch)
         op.sync()
-        est = getter() / trial.inner
+        est = getter() / trial.batch
     final = plan(agree(est), settings)
     if prepare is not None:
         prepare(final)
     samples: list[float] = []
-    per_sample = max(final.inner * final.estimate_s, 1e-9)
+    per_sample = max(final.batch * final.estimate_s, 1e-9)
     chunk = max(1, min(final.samples, int(settings.max_enqueue_s / per_sample),
-                       settings.max_inflight_iters // final.inner))
+                       settings.max_inflight_iters // final.batch))
     while len(samples) < final.samples:
         k = min(chunk, final.samples - len(samples))
-        getters = [op.sample(final.inner) for _ in range(k)]
+        getters = [op.sample(final.batch) for _ in range(k)]
         op.sync()
-        samples.extend(g() / final.inner for g in getters)
+        samples.extend(g() / final.batch for g in getters)
     return samples, final

@@ -23,8 +23,8 @@ from pytest_gpucomm.stats import (
     compare,
     corrected_alpha,
     hodges_lehmann,
-    summarize,
 )
+from pytest_gpucomm.summary import summarize
 
 TRUE_GBPS = 100.0
 

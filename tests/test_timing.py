@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.stats import summarize
+from pytest_gpucomm.summary import summarize
 from pytest_gpucomm.timing import TimingSettings, measure, plan
 
 
@@ -15,9 +15,9 @@ class FakeOp:
         self.calls = []
         self.syncs = 0
 
-    def sample(self, inner):
-        self.calls.append(inner)
-        return lambda: inner * self.per_iter
+    def sample(self, batch):
+        self.calls.append(batch)
+        return lambda: batch * self.per_iter
 
     def sync(self):
         self.syncs += 1
@@ -26,14 +26,14 @@ class FakeOp:
 def test_plan_batches_small_iterations_to_fill_the_target_batch_time():
     s = TimingSettings(min_time_s=0.1, target_batch_s=200e-6)
     p = plan(2e-6, s)
-    assert p.inner == 100
+    assert p.batch == 100
     assert p.samples == 500
 
 
 def test_plan_uses_single_iterations_for_large_messages_and_fills_min_time():
     s = TimingSettings(min_time_s=1.0)
     p = plan(0.02, s)
-    assert p.inner == 1
+    assert p.batch == 1
     assert p.samples == 50
 
 
@@ -44,18 +44,18 @@ def test_plan_respects_min_and_max_samples():
 
 
 def test_plan_caps_the_batch_and_rounds_it_to_whole_graphs():
-    s = TimingSettings(min_time_s=0.1, target_batch_s=1e-3, inner_step=5, max_inner=50)
-    assert plan(1e-5, s).inner == 50  # 100 wanted, capped
-    assert plan(6e-5, s).inner == 20  # 17 wanted, rounded up to whole graphs of 5
-    assert plan(3e-4, s).inner == 4  # below one graph: one graph of 4
-    assert plan(2e-3, s).inner == 1
+    s = TimingSettings(min_time_s=0.1, target_batch_s=1e-3, batch_step=5, max_batch=50)
+    assert plan(1e-5, s).batch == 50  # 100 wanted, capped
+    assert plan(6e-5, s).batch == 20  # 17 wanted, rounded up to whole graphs of 5
+    assert plan(3e-4, s).batch == 4  # below one graph: one graph of 4
+    assert plan(2e-3, s).batch == 1
 
 
 def test_settings_reject_a_graph_size_that_does_not_divide_the_cap():
-    with pytest.raises(ValueError, match="inner_step"):
-        TimingSettings(inner_step=3, max_inner=50)
-    with pytest.raises(ValueError, match="max_inner"):
-        TimingSettings(max_inner=0)
+    with pytest.raises(ValueError, match="batch_step"):
+        TimingSettings(batch_step=3, max_batch=50)
+    with pytest.raises(ValueError, match="max_batch"):
+        TimingSettings(max_batch=0)
 
 
 def test_warmup_runs_the_agreed_count_to_fill_the_warmup_time():
@@ -76,7 +76,7 @@ def test_warmup_runs_the_agreed_count_to_fill_the_warmup_time():
 def test_measure_returns_per_iteration_times_and_excludes_warmup():
     op = FakeOp(5e-6)
     samples, p = measure(op, TimingSettings(min_time_s=0.01, warmup_iters=3, warmup_min_s=0))
-    assert p.inner > 1
+    assert p.batch > 1
     assert len(samples) == p.samples
     assert all(s == pytest.approx(5e-6) for s in samples)
     assert op.calls[:3] == [1, 1, 1]  # warm-up iterations come first and are not in the samples

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 __all__ = ["OPS", "OpSpec", "busbw_factor", "element_count", "bench", "DTYPES"]
 
-DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+from ..vocab import DTYPES
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,8 @@ class _Timed:
     """Adapter for the timing engine: graph replay + events on GPU, a loop + host clock on CPU.
 
     On GPU the first ``eager_calls`` samples (the warm-up, which creates the communicator) launch the op
-    eagerly; every later sample of ``inner`` iterations replays a CUDA/HIP graph of ``min(inner, GRAPH_OPS)``
-    back-to-back ops (captured once per size) ``inner / GRAPH_OPS`` times, as ``nccl-tests -G`` does, so
+    eagerly; every later sample of ``batch`` iterations replays a CUDA/HIP graph of ``min(batch, GRAPH_OPS)``
+    back-to-back ops (captured once per size) ``batch / GRAPH_OPS`` times, as ``nccl-tests -G`` does, so
     small messages are timed without Python's launch cost.  If capture fails, samples fall back to eager
     launches and the error is reported.
     """
@@ -204,14 +204,14 @@ class _Timed:
         self.graphs: dict[int, Any] = {}
         self.graph_error = ""
 
-    def capture(self, inner: int) -> Any:
-        """A graph of ``inner`` back-to-back ops, or None (and ``graph_error`` says why) if capture fails."""
+    def capture(self, batch: int) -> Any:
+        """A graph of ``batch`` back-to-back ops, or None (and ``graph_error`` says why) if capture fails."""
         torch = self.torch
         try:
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                for _ in range(inner):
+                for _ in range(batch):
                     self.case.run()
             torch.cuda.synchronize()
             return g
@@ -220,23 +220,23 @@ class _Timed:
             torch.cuda.synchronize()
             return None
 
-    def _graph(self, inner: int) -> Any:
-        if inner not in self.graphs and not self.graph_error:
-            g = self.capture(inner)
+    def _graph(self, batch: int) -> Any:
+        if batch not in self.graphs and not self.graph_error:
+            g = self.capture(batch)
             if g is not None:
-                self.graphs[inner] = g
-        return self.graphs.get(inner)
+                self.graphs[batch] = g
+        return self.graphs.get(batch)
 
     def release(self) -> None:
         self.graphs.clear()
 
-    def sample(self, inner: int) -> Callable[[], float]:
+    def sample(self, batch: int) -> Callable[[], float]:
         torch = self.torch
         self.calls += 1
         if self.gpu:
             g, replays = None, 1
             if self.use_graph and self.calls > self.eager_calls:
-                ops, replays = graph_shape(inner)
+                ops, replays = graph_shape(batch)
                 g = self._graph(ops)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
@@ -245,12 +245,12 @@ class _Timed:
                 for _ in range(replays):
                     g.replay()
             else:
-                for _ in range(inner):
+                for _ in range(batch):
                     self.case.run()
             end.record()
             return lambda: start.elapsed_time(end) / 1e3
         t0 = time.perf_counter()
-        for _ in range(inner):
+        for _ in range(batch):
             self.case.run()
         dt = time.perf_counter() - t0
         return lambda: dt
@@ -273,11 +273,11 @@ REGISTER_MIN_BYTES = 4 << 20
 GRAPH_OPS = 5
 GRAPH_REPLAYS = 10
 
-def graph_shape(inner: int) -> tuple[int, int]:
-    """(ops per graph, replays) for a batch of ``inner`` ops: whole graphs of ``GRAPH_OPS`` (the plan makes
+def graph_shape(batch: int) -> tuple[int, int]:
+    """(ops per graph, replays) for a batch of ``batch`` ops: whole graphs of ``GRAPH_OPS`` (the plan makes
     larger batches multiples of it), or one graph of a smaller batch."""
-    ops = GRAPH_OPS if inner % GRAPH_OPS == 0 else inner
-    return ops, inner // ops
+    ops = GRAPH_OPS if batch % GRAPH_OPS == 0 else batch
+    return ops, batch // ops
 
 
 #: Environment defaults for nccl workers, unless the user's environment sets them.  NCCL registers the
@@ -358,8 +358,8 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         target_batch_s=1e-3 if graphs else 200e-6,
         # GPU: a batch is replays of a graph of GRAPH_OPS ops, and the host waits for each batch of small
         # ops before the next (a long queue of captured collectives slows each of them; see GRAPH_OPS)
-        inner_step=GRAPH_OPS if graphs else 1,
-        max_inner=batch if graphs else None,
+        batch_step=GRAPH_OPS if graphs else 1,
+        max_batch=batch if graphs else None,
         max_inflight_iters=batch if graphs else 256,
     )
     timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
@@ -371,13 +371,13 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         return float(agree_buf.item())
 
     def prepare(p: Any) -> None:
-        timed.sample(p.inner)  # capture (on GPU) outside the timed samples
+        timed.sample(p.batch)  # capture (on GPU) outside the timed samples
         timed.sync()
         dist.barrier()
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
     # the timed samples replayed a graph if the graph of their shape was captured
-    graph_inner = plan.inner if timed.use_graph and graph_shape(plan.inner)[0] in timed.graphs else 0
+    graph_inner = plan.batch if timed.use_graph and graph_shape(plan.batch)[0] in timed.graphs else 0
     # Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
     # inputs, poisoned outputs, one op, compare.
     timed.release()
@@ -424,7 +424,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         "rank": r,
         "in_place": in_place,
         "samples_s": samples,
-        "inner": plan.inner,
+        "batch": plan.batch,
         "graph": graph_inner,
         "graph_error": graph_error,
         "registered": registered,

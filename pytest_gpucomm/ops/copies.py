@@ -126,14 +126,14 @@ class _Latch:
         self.device_index = device_index
         self.enqueue_s_per_iter = 20e-6
 
-    def hold(self, inner: int) -> None:
+    def hold(self, batch: int) -> None:
         import torch
 
-        secs = min(inner * self.enqueue_s_per_iter * 1.5 + _LATCH_MARGIN_S, _LATCH_MAX_S)
+        secs = min(batch * self.enqueue_s_per_iter * 1.5 + _LATCH_MARGIN_S, _LATCH_MAX_S)
         torch.cuda._sleep(int(secs * _spin_rate(self.device_index)))
 
-    def observe(self, inner: int, seconds: float) -> None:
-        seen = min(seconds / inner, self.MAX_ENQUEUE_S)
+    def observe(self, batch: int, seconds: float) -> None:
+        seen = min(seconds / batch, self.MAX_ENQUEUE_S)
         self.enqueue_s_per_iter = 0.8 * self.enqueue_s_per_iter + 0.2 * seen
 
 
@@ -201,27 +201,27 @@ class _CudaCopy:
         for dev in {t.device for pair in self.pairs for t in pair if t.device.type == "cuda"}:
             self.torch.cuda.synchronize(dev)
 
-    def _copies(self, index: int, inner: int) -> None:
+    def _copies(self, index: int, batch: int) -> None:
         if self.driver is None:
             src, dst = self.pairs[index]
             other = self.streams[index][1]
             with _maybe_stream(self.torch, other):
-                for _ in range(inner):
+                for _ in range(batch):
                     dst.copy_(src, non_blocking=True)
             return
         memcpy = self.driver.memcpy
         d, s, n, h = self.calls[index]
-        for _ in range(inner):
+        for _ in range(batch):
             rc = memcpy(d, s, n, h)
             if rc:
                 raise CopyError(f"{self.what}: cuMemcpyAsync failed with {self.driver.error_name(rc)}")
 
-    def sample(self, inner: int) -> Callable[[], float]:
+    def sample(self, batch: int) -> Callable[[], float]:
         torch = self.torch
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(self.main):
-            self.latch.hold(inner)
+            self.latch.hold(batch)
             start.record(self.main)
         t0 = time.perf_counter()
         ends = []
@@ -229,7 +229,7 @@ class _CudaCopy:
             if stream is not self.main:
                 stream.wait_event(start)
             with torch.cuda.stream(stream):
-                self._copies(index, inner)
+                self._copies(index, batch)
             if stream is not self.main:
                 ev = torch.cuda.Event()
                 ev.record(stream)
@@ -237,7 +237,7 @@ class _CudaCopy:
         for ev in ends:
             self.main.wait_event(ev)
         end.record(self.main)
-        self.latch.observe(inner, time.perf_counter() - t0)
+        self.latch.observe(batch, time.perf_counter() - t0)
         return lambda: start.elapsed_time(end) / 1e3
 
     def sync(self) -> None:
@@ -264,11 +264,11 @@ class _HostCopy:
     def __init__(self, pairs: list[tuple[Any, Any]]):
         self.pairs = pairs
 
-    def sample(self, inner: int) -> Callable[[], float]:
+    def sample(self, batch: int) -> Callable[[], float]:
         if len(self.pairs) == 1:
             src, dst = self.pairs[0]
             t0 = time.perf_counter()
-            for _ in range(inner):
+            for _ in range(batch):
                 dst.copy_(src)
             dt = time.perf_counter() - t0
             return lambda: dt
@@ -277,7 +277,7 @@ class _HostCopy:
 
         def work(src: Any, dst: Any) -> None:
             barrier.wait()
-            for _ in range(inner):
+            for _ in range(batch):
                 dst.copy_(src)
             done.append(time.perf_counter())
 
@@ -388,7 +388,7 @@ def measure_copy(
     with _single_threaded(not src_dev.startswith("cuda")):
         samples, p = measure(timed, settings)
     _verify(timed, pairs, what)
-    info["batch"] = p.inner
+    info["batch"] = p.batch
     return Measurement(
         op=op,
         size_bytes=size,
@@ -422,5 +422,5 @@ def measure_host_device(device: str, size: int, direction: str, settings: Timing
         samples_s=samples,
         devices=("host", device) if direction == "h2d" else (device, "host"),
         kind="copy",
-        info={"timer": "device events", "engine": timed.engine, "pinned": True, "batch": p.inner},
+        info={"timer": "device events", "engine": timed.engine, "pinned": True, "batch": p.batch},
     )

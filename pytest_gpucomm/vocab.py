@@ -1,0 +1,86 @@
+"""One vocabulary for the whole plugin: the verdict statuses, the defaults, the dtypes, the marker and
+fixture names.  Every other module takes these from here, so a default or a name is defined once.
+
+Standard library only: the worker processes, the plugin's import and the gate all read it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = [
+    "Status",
+    "DTYPES",
+    "DTYPE_ALIASES",
+    "MARKER_NAMES",
+    "FIXTURE_NAMES",
+    "DEFAULT_MIN_TIME_S",
+    "DEFAULT_TIMEOUT_S",
+    "DEFAULT_GPU_MAX_SIZE",
+    "DEFAULT_CPU_MAX_SIZE",
+    "DEFAULT_TOLERANCE",
+    "DEFAULT_ALPHA",
+    "DEFAULT_MAX_RUNS",
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_DTYPE",
+    "CPU_MAX_WORLD",
+    "CPU_LOGICAL_DEVICES",
+    "MAX_REMEASURE_RESTARTS",
+]
+
+
+class Status(str, Enum):
+    """What became of one measurement: the row's status in the table, the JSON report and JUnit.
+
+    The values are the words users see; ``Status.OK == "ok"`` holds, and JSON writes the value.
+    """
+
+    MEASURED = "measured"  # no threshold, no baseline: just a figure
+    OK = "ok"  # every threshold met / consistent with the baseline
+    FAILED = "FAIL"  # a @bandwidth / @latency threshold was missed
+    REGRESSION = "REGRESSION"  # slower than the baseline beyond the tolerance, confirmed
+    IMPROVED = "improved"  # faster than the baseline beyond the tolerance
+    NOISY = "noisy"  # the baseline's own spread is too wide to hold the tolerance
+    NEW = "new"  # no baseline entry for the case
+    NEW_STRICT = "NEW"  # no baseline entry, and --gpu-baseline-strict
+    FLOOR_OK = "floor-ok"  # a published case: at or above its floor
+    FLOOR = "FLOOR"  # a published case: below its floor
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def failed(self) -> bool:
+        """Whether this status fails the test (outside a recording run, for the gate's statuses)."""
+        return self in _FAILING
+
+
+_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.NEW_STRICT, Status.FLOOR})
+
+#: element types of the collectives: name -> bytes per element
+DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_ALIASES: dict[str, str] = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
+                                 "half": "float16"}
+DEFAULT_DTYPE = "float32"
+
+#: the markers the plugin registers and reads, and the fixtures it provides
+MARKER_NAMES: tuple[str, ...] = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
+FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group"})
+
+# -- defaults (options, gate, timing) -----------------------------------------------------------------
+DEFAULT_MIN_TIME_S = 0.1  # measuring time per case, warm-up excluded
+DEFAULT_TIMEOUT_S = 300.0  # how long the ranks' work on one measurement may take
+DEFAULT_GPU_MAX_SIZE = 1 << 30  # 1 GiB: the largest size of the @sizes sweeps on GPU
+DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
+DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression
+DEFAULT_ALPHA = 0.01  # suite-level significance, Bonferroni-corrected
+DEFAULT_MAX_RUNS = 5  # runs kept per case in a baseline file
+DEFAULT_CONFIDENCE = 0.925  # one-sided confidence of the bounds the verdict uses (gate.decision)
+
+#: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
+#: two-rank collectives have something real to measure.
+CPU_LOGICAL_DEVICES = 2
+#: gloo worlds on CPU may be larger than the logical device count; this bounds them.
+CPU_MAX_WORLD = 8
+#: Re-measures of flagged collectives that start a new process group, per session.
+MAX_REMEASURE_RESTARTS = 3
