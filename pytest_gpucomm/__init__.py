@@ -40,7 +40,7 @@ __version__ = "0.1.0"
 #: ``@gpus(2)``: the test needs two devices, else it is skipped with the reason;
 #: ``@world(4)``: the process_group fixture of this test has four ranks;
 #: ``@rank_timeout(30)``: the test's work on the ranks fails as hung after 30 seconds.
-_MARKS = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
+from .vocab import MARKER_NAMES as _MARKS  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
@@ -70,6 +70,6 @@ if TYPE_CHECKING:
 
 def settings_of(config: "pytest.Config") -> "Settings":
     """The gpucomm settings of a pytest session (options, environment and ini resolved)."""
-    from .session import STATE_KEY
+    from .state import state_of
 
-    return config.stash[STATE_KEY].settings
+    return state_of(config).settings

@@ -1,17 +1,21 @@
-"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``size``, ``comm`` (and ``process_group``).
+"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``size``, ``comm``, ``process_group``.
 
-``gpu_pair``, ``gpu`` and ``size`` are parametrized at collection by the plugin (every ordered pair of
-devices, every device, the sizes of ``@sizes``); the fixtures hand the parameter to the test.
+``gpu_pair``, ``gpu_link``, ``gpu`` and ``size`` are parametrized at collection (:mod:`.parametrize`);
+the fixtures hand the parameter to the test.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .markers import read_rank_timeout, read_world
-from .session import STATE_KEY, Comm, GpuPair, ProcessGroup, State
+from .markers import marks_of
+from .state import State, state_of
+
+if TYPE_CHECKING:
+    from .comm import Comm, GpuPair
+    from .group import ProcessGroup
 
 __all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm", "process_group"]
 
@@ -19,7 +23,7 @@ __all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm
 @pytest.fixture(scope="session")
 def gpucomm_state(pytestconfig: pytest.Config) -> State:
     """The gpucomm session state (settings, detected hardware, records)."""
-    return pytestconfig.stash[STATE_KEY]
+    return state_of(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +39,13 @@ def gpu(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def gpu_pair(request: pytest.FixtureRequest) -> GpuPair:
+def gpu_pair(request: pytest.FixtureRequest) -> "GpuPair":
     """An ordered pair of devices (src, dst); the test runs once per pair, with ids like "0->1"."""
     return _param(request, "gpu_pair")
 
 
 @pytest.fixture
-def gpu_link(request: pytest.FixtureRequest) -> GpuPair:
+def gpu_link(request: pytest.FixtureRequest) -> "GpuPair":
     """An unordered pair of devices (lower index first), for both-ways tests; ids like "0<->1"."""
     return _param(request, "gpu_link")
 
@@ -60,16 +64,17 @@ def _param(request: pytest.FixtureRequest, name: str) -> Any:
 
 
 @pytest.fixture
-def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> Comm:
-    """Runs measurements (copies, collectives) and returns Measurement objects; see pytest_gpucomm.Comm."""
+def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> "Comm":
+    """Runs measurements (copies, collectives) and returns Measurement objects; see pytest_gpucomm.comm.Comm."""
+    from .comm import Comm
+
     return Comm(gpucomm_state, request)
 
 
 @pytest.fixture
-def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> ProcessGroup:
+def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> "ProcessGroup":
     """A world of ranks (NCCL/RCCL on GPUs, gloo on CPU): one worker process per rank, started once per
     world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU)."""
-    # the markers were checked in pytest_runtest_setup, before any fixture: a bad one never gets here
-    world = read_world(request.node)
-    timeout = read_rank_timeout(request.node)
-    return gpucomm_state.group(world or gpucomm_state.default_world(), timeout, label=request.node.nodeid)
+    marks = marks_of(request.node)  # checked in pytest_runtest_setup, before any fixture
+    world = marks.world or gpucomm_state.default_world()
+    return gpucomm_state.group(world, marks.rank_timeout_s, label=request.node.nodeid)

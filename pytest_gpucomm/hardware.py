@@ -23,8 +23,9 @@ __all__ = [
     "DeviceInfo",
     "detect",
     "fingerprint",
-    "CPU_LOGICAL_DEVICES",
     "COMM_ENV_PREFIXES",
+    "parse_nvidia_topo",
+    "parse_rocm_topo",
 ]
 
 
@@ -208,34 +209,84 @@ def detect(requested: str = "auto") -> DeviceInfo:
     )
 
 
+_GPU_TOKEN = re.compile(r"GPU(\d+)$")
+_DEVICE_COLUMN = re.compile(r"(GPU|NIC)\d+$|mlx\d+_\d+$")
+
+
+def _pair(i: int, j: int) -> str:
+    return f"{min(i, j)}-{max(i, j)}"
+
+
+def parse_nvidia_topo(text: str) -> dict[str, str]:
+    """Link type between each pair of GPUs from ``nvidia-smi topo -m``: {"0-1": "NV18", ...}.
+
+    The matrix has a header of device columns (GPU0.., then NICs) followed by affinity columns, and one
+    row per device; a GPU row's first cells are its links to the header's devices ("X" to itself).  The
+    legend and the NIC rows are ignored.  Text that holds no such matrix gives {}.
+    """
+    columns: list[str] = []
+    links: dict[str, str] = {}
+    for line in text.splitlines():
+        cells = re.sub(r"\x1b\[[0-9;]*m", "", line).split()
+        if not cells:
+            continue
+        if not columns:
+            # the header names the device columns; a device row has "X" (itself) among its first cells
+            if _GPU_TOKEN.match(cells[0]) and "X" not in cells:
+                columns = _take_while(cells, _DEVICE_COLUMN)
+            continue
+        row = _GPU_TOKEN.match(cells[0])
+        if row is None:
+            continue
+        i = int(row.group(1))
+        for col, value in zip(columns, cells[1:]):
+            g = _GPU_TOKEN.match(col)
+            if g is not None and int(g.group(1)) != i and value != "X":
+                links[_pair(i, int(g.group(1)))] = value
+    return links
+
+
+def _take_while(cells: list[str], pattern: "re.Pattern[str]") -> list[str]:
+    out = []
+    for c in cells:
+        if not pattern.match(c):
+            break
+        out.append(c)
+    return out
+
+
+def parse_rocm_topo(text: str) -> dict[str, str]:
+    """Link type between each pair of GPUs from ``rocm-smi --showtopotype``: {"0-1": "XGMI", ...}.
+
+    rocm-smi prints a matrix: a header row of GPU columns, then one row per GPU with "0" on the diagonal
+    and PCIE, XGMI (or XXXX, unknown) elsewhere, between lines of "=" banners.  Text without it gives {}.
+    """
+    columns: list[int] = []
+    links: dict[str, str] = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if not cells or cells[0].startswith("="):
+            continue
+        if all(_GPU_TOKEN.match(c) for c in cells):  # the header: GPU0 GPU1 ...
+            columns = [int(c[3:]) for c in cells]
+            continue
+        row = _GPU_TOKEN.match(cells[0])
+        if row is None or not columns:
+            continue
+        i = int(row.group(1))
+        for j, value in zip(columns, cells[1:]):
+            if j != i:
+                links[_pair(i, j)] = value
+    return links
+
+
 def topology(info: DeviceInfo) -> dict[str, str]:
     """Link type between each pair of GPUs ("0-1": "NV18", "PIX", "XGMI"...), from the vendor tool."""
     if info.kind != "gpu" or info.count < 2:
         return {}
-    links: dict[str, str] = {}
     if info.vendor == "NVIDIA":
-        out = _run(["nvidia-smi", "topo", "-m"])
-        rows = [ln.split() for ln in out.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
-        for row in rows:
-            i = int(row[0][3:])
-            for j in range(info.count):
-                if j != i and 1 + j < len(row):
-                    links[f"{min(i, j)}-{max(i, j)}"] = row[1 + j]
-    else:
-        out = _run(["rocm-smi", "--showtopotype"])
-        for m in re.finditer(r"GPU(\d+)\s+GPU(\d+)\s+(\S+)", out):
-            i, j = int(m.group(1)), int(m.group(2))
-            if i != j:
-                links[f"{min(i, j)}-{max(i, j)}"] = m.group(3)
-        if not links:
-            for line in out.splitlines():
-                cells = line.split()
-                if cells and re.fullmatch(r"GPU\d+", cells[0]):
-                    i = int(cells[0][3:])
-                    for j, c in enumerate(cells[1 : 1 + info.count]):
-                        if j != i:
-                            links[f"{min(i, j)}-{max(i, j)}"] = c
-    return links
+        return parse_nvidia_topo(_run(["nvidia-smi", "topo", "-m"]))
+    return parse_rocm_topo(_run(["rocm-smi", "--showtopotype"]))
 
 
 def comm_environment() -> dict[str, str]:

@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pytest
 
-from .units import SizeError, format_size, parse_size
+from .units import SizeError, describe_size, format_size, parse_size
+from .vocab import MARKER_NAMES, Status
+
+if TYPE_CHECKING:
+    from .state import Record
 
 __all__ = [
     "MarkerError",
+    "Marks",
+    "MARKS_KEY",
+    "marks_of",
+    "uses_gpucomm",
+    "check_thresholds",
     "MARKER_LINES",
     "BandwidthSpec",
     "LatencySpec",
@@ -34,19 +43,21 @@ __all__ = [
     "size_id",
 ]
 
-MARKER_LINES = [
-    "bandwidth(min_gbps=None, size=None, tolerance=None): the measured median bandwidth in GB/s (busbw for "
+_MARKER_HELP = {
+    "bandwidth": "bandwidth(min_gbps=None, size=None, tolerance=None): the measured median bandwidth in GB/s (busbw for "
     "collectives) must be at least min_gbps; size is the default message size of the test's measurements; "
     "tolerance overrides the baseline tolerance (default 0.05) for this test.",
-    "latency(max_us=None, size=None, percentile=50): the given percentile of per-iteration latency in "
+    "latency": "latency(max_us=None, size=None, percentile=50): the given percentile of per-iteration latency in "
     "microseconds must be at most max_us (percentile=99 for tail latency).",
-    "sizes(*sizes, start=None, stop=None, factor=2): parametrize the test's 'size' argument (bytes) over a "
+    "sizes": "sizes(*sizes, start=None, stop=None, factor=2): parametrize the test's 'size' argument (bytes) over a "
     "list of sizes or a geometric range start..stop; sizes above --gpucomm-max-size are left out.",
-    "gpus(n): the test needs n devices (GPUs, or logical host devices in CPU mode); with fewer it is skipped.",
-    "world(n): the process_group fixture of this test has n ranks (default: every visible GPU, 2 on CPU).",
-    "rank_timeout(seconds): the test fails as hung when its work on the ranks takes longer than this "
+    "gpus": "gpus(n): the test needs n devices (GPUs, or logical host devices in CPU mode); with fewer it is skipped.",
+    "world": "world(n): the process_group fixture of this test has n ranks (default: every visible GPU, 2 on CPU).",
+    "rank_timeout": "rank_timeout(seconds): the test fails as hung when its work on the ranks takes longer than this "
     "(overrides --gpucomm-timeout for this test).",
-]
+}
+#: the ``markers`` ini lines, one per name of vocab.MARKER_NAMES
+MARKER_LINES = [_MARKER_HELP[name] for name in MARKER_NAMES]
 
 
 class MarkerError(pytest.UsageError):
@@ -199,3 +210,66 @@ def read_world(item: pytest.Item) -> Optional[int]:
 def size_id(nbytes: int) -> str:
     """Test id of a size: '4KiB', '1.5MB', '512B'."""
     return format_size(nbytes).replace(" ", "")
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The gpucomm markers of one test, read and checked once (``marks_of``)."""
+
+    bandwidth: Optional[BandwidthSpec]
+    latency: Optional[LatencySpec]
+    gpus: Optional[int]
+    world: Optional[int]
+    rank_timeout_s: Optional[float]
+
+
+MARKS_KEY = pytest.StashKey[Marks]()
+
+
+def marks_of(item: pytest.Item) -> Marks:
+    """The test's markers, parsed on first use and kept in ``item.stash``; a bad one raises MarkerError."""
+    marks = item.stash.get(MARKS_KEY, None)
+    if marks is None:
+        marks = Marks(read_bandwidth(item), read_latency(item), read_gpus(item), read_world(item),
+                      read_rank_timeout(item))
+        item.stash[MARKS_KEY] = marks
+    return marks
+
+
+def uses_gpucomm(item: pytest.Item, fixtures: "frozenset[str]") -> bool:
+    """Whether the test uses a gpucomm fixture or marker."""
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(names & fixtures) or any(item.get_closest_marker(m) for m in MARKER_NAMES)
+
+
+def check_thresholds(marks: Marks, records: "list[Record]") -> list[str]:
+    """Check each measurement against the test's @bandwidth / @latency thresholds; note the result on the
+    record (``checks``, ``status``) and return the failure messages."""
+    failures: list[str] = []
+    bw, lat = marks.bandwidth, marks.latency
+    for r in records:
+        m = r.measurement
+        failed = False
+        what = f"{m.op} on {m.where} at {describe_size(m.size_bytes)}"
+        label = "busbw" if m.kind == "collective" else "algbw"
+        if bw is not None and bw.min_gbps is not None:
+            ok = m.gbps >= bw.min_gbps
+            r.checks.append(f"bandwidth >= {bw.min_gbps:g} GB/s: {'ok' if ok else 'FAIL'} ({m.gbps:.2f} GB/s)")
+            if not ok:
+                failed = True
+                failures.append(
+                    f"bandwidth below threshold: {what}: measured {m.gbps:.2f} GB/s ({label}, median of {m.n} "
+                    f"samples), required >= {bw.min_gbps:g} GB/s"
+                )
+        if lat is not None and lat.max_us is not None:
+            got = m.latency_us(lat.percentile)
+            ok = got <= lat.max_us
+            r.checks.append(f"p{lat.percentile:g} latency <= {lat.max_us:g} us: {'ok' if ok else 'FAIL'} ({got:.2f} us)")
+            if not ok:
+                failed = True
+                failures.append(
+                    f"latency above threshold: {what}: measured p{lat.percentile:g} {got:.2f} us per iteration "
+                    f"({m.n} samples), required <= {lat.max_us:g} us"
+                )
+        r.status = Status.FAILED if failed else (Status.OK if r.checks else Status.MEASURED)
+    return failures

@@ -1,17 +1,21 @@
-"""Reports: the terminal table and the JSON file."""
+"""Reports: the terminal table and summary, the JSON report, the pytest-benchmark export, JUnit properties."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from .atomic import write_atomic
-from .session import Record
+from .state import Record
 from .units import format_size
 
-__all__ = ["table_rows", "render_table", "json_document", "write_json", "benchmark_document", "gate_columns"]
+if TYPE_CHECKING:
+    from .state import State
+
+__all__ = ["table_rows", "render_table", "json_document", "write_json", "benchmark_document", "gate_columns",
+           "junit_properties", "summary_lines", "write_reports"]
 
 HEADERS = [
     "test",
@@ -164,3 +168,69 @@ def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, An
         "datetime": date,
         "version": pb_version,
     }
+
+
+def junit_properties(records: Iterable[Record], gated: bool) -> list[tuple[str, str]]:
+    """The figures and verdicts of a test's measurements as JUnit properties:
+    ``gpucomm.<op>.<bytes>.gbps``, ``.p50_us``, ``.p99_us`` and, when gated, ``.status``, ``.ratio``,
+    ``.baseline_gbps``."""
+    props: list[tuple[str, str]] = []
+    for r in records:
+        m = r.measurement
+        key = f"gpucomm.{m.op}.{m.size_bytes}"
+        if gated:
+            b = r.baseline or {}
+            props.append((f"{key}.status", str(r.baseline["status"] if r.baseline else r.status)))
+            if b.get("ratio") is not None:
+                props.append((f"{key}.ratio", f"{b['ratio']:.4f}"))
+            if b.get("baseline_gbps") is not None:
+                props.append((f"{key}.baseline_gbps", f"{b['baseline_gbps']:.4f}"))
+        props.append((f"{key}.gbps", f"{m.gbps:.4f}"))
+        props.append((f"{key}.p50_us", f"{m.p50_us:.3f}"))
+        props.append((f"{key}.p99_us", f"{m.p99_us:.3f}"))
+    return props
+
+
+def summary_lines(state: "State") -> list[str]:
+    """The "gpucomm results" section of the terminal summary: hardware, table, legend, verdicts, notes."""
+    lines = []
+    if state.detected:
+        lines.append(f"hardware: {state.info.headline()}")
+    gated = state.gate.loaded
+    table = render_table(state.records, GATE_HEADERS if gated else None,
+                         gate_columns(state.records) if gated else None)
+    lines += table.splitlines()
+    lines.append(LEGEND)
+    if gated:
+        counts = Counter(str(r.status) for r in state.records)
+        lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        lines += state.gate.header_lines()[1:]
+    return lines + state.notes
+
+
+def write_reports(state: "State") -> None:
+    """At the end of the session: save the run into the baseline (--gpu-baseline-save), write the JSON
+    report and the pytest-benchmark export; each adds a line to ``state.notes``."""
+    from .baseline import ABSENT  # MERGE: from .gate
+    from .hardware import now_iso
+
+    s, gate = state.settings, state.gate
+    date = now_iso()
+    if s.baseline_save and gate.loaded:
+        path, n = gate.save(state.records, state.fingerprint, date)
+        state.notes.append(f"gpucomm: saved {n} cases of this run (id {gate.run_id}) to {path}")
+    extra: dict[str, Any] = {}
+    if gate.loaded:
+        extra["baseline"] = {
+            "path": str(gate.path),
+            "comparisons": gate.n_comparisons,
+            "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b]
+                                 for k, a, b in gate.env_diff],
+        }
+    if s.json_path:
+        doc = json_document(state.records, settings=s.to_dict(), fingerprint=state.fingerprint, extra=extra)
+        write_json(s.json_path, doc)
+        state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
+    if s.benchmark_json:
+        write_json(s.benchmark_json, benchmark_document(state.records, state.fingerprint, date))
+        state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {s.benchmark_json}")

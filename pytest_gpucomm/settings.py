@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import pytest
 
@@ -88,6 +88,13 @@ class Settings:
     baseline_save: bool = False
     baseline_strict: bool = False
     benchmark_json: Optional[str] = None
+    allow_xdist: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings that shaped the figures, for the JSON report."""
+        return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
+                "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
+                "alpha": self.alpha, "dtypes": list(self.dtypes)}
 
     def describe(self) -> str:
         parts = [
@@ -116,6 +123,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gpu-baseline-strict", dest="gpucomm_baseline_strict", action="store_true", default=False,
                     help="A measured case with no baseline entry fails (status NEW) instead of passing as new. "
                          "Default: off.")
+    group.addoption("--gpucomm-allow-xdist", dest="gpucomm_allow_xdist", action="store_true", default=False,
+                    help="Measure GPUs in pytest-xdist workers (-n) too; only right when each worker sees GPUs of its "
+                         "own (CUDA_VISIBLE_DEVICES per worker), else they measure each other's traffic. "
+                         "Env: GPUCOMM_ALLOW_XDIST=1. Default: off (GPU measurements under -n fail with the reason).")
 
 
 def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional[str], str]:
@@ -226,4 +237,16 @@ def read_settings(config: pytest.Config) -> Settings:
         baseline_save=bool(config.getoption("gpucomm_baseline_save")),
         baseline_strict=bool(config.getoption("gpucomm_baseline_strict")),
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
+        allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
     )
+
+
+def _env_flag(name: str) -> bool:
+    """A yes/no environment variable: 1/true/yes/on or 0/false/no/off/empty; anything else is an error."""
+    raw = os.environ.get(name, "")
+    v = raw.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("", "0", "false", "no", "off"):
+        return False
+    raise pytest.UsageError(f"invalid {name} {raw!r} (from the {name} environment variable): expected 1 or 0")

@@ -32,12 +32,13 @@ def test_markers_are_registered_with_their_signatures(pytester):
     )
 
 
-def test_loading_the_plugin_does_not_import_torch(pytester):
+def test_loading_the_plugin_imports_no_torch_numpy_or_scipy(pytester):
     pytester.makepyfile(
         """
         import sys
         def test_plain():
-            assert "torch" not in sys.modules
+            heavy = [m for m in ("torch", "numpy", "scipy", "jsonschema", "filelock") if m in sys.modules]
+            assert heavy == []
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
@@ -390,3 +391,67 @@ def test_forcing_gpu_on_a_machine_without_one_is_a_clear_error(pytester):
     result = pytester.runpytest("--gpucomm-device=gpu", *FAST)
     assert result.ret != 0
     assert "--gpucomm-device=gpu was asked for, but torch sees no GPU" in result.stdout.str() + result.stderr.str()
+
+
+FAKE_GPU_CONFTEST = """
+import pytest_gpucomm.hardware as hw
+
+def _fake_detect(requested="auto"):
+    return hw.DeviceInfo(kind="gpu", count=2, vendor="NVIDIA", model="NVIDIA H200", runtime="CUDA 13.0",
+                         driver="580", torch="2.x", comm_library="NCCL 2.28.9")
+
+hw.detect = _fake_detect  # every xdist worker imports this conftest: each believes it has 2 GPUs
+"""
+
+
+def test_gpu_measurements_under_xdist_fail_with_the_reason(pytester):
+    pytest.importorskip("xdist")
+    pytester.makeconftest(FAKE_GPU_CONFTEST)
+    pytester.makepyfile(
+        """
+        def test_pair(gpu_pair):
+            pass
+
+        def test_plain():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*refusing to measure GPUs in pytest-xdist worker gw*they would measure each "
+                                 "other's traffic*--gpucomm-allow-xdist*"])
+
+
+@pytest.mark.parametrize("allow", [["--gpucomm-allow-xdist"], ["GPUCOMM_ALLOW_XDIST=1"]], ids=["option", "env"])
+def test_gpu_measurements_under_xdist_run_when_allowed(pytester, monkeypatch, allow):
+    pytest.importorskip("xdist")
+    pytester.makeconftest(FAKE_GPU_CONFTEST)
+    pytester.makepyfile("def test_pair(gpu_pair):\n    assert gpu_pair.src.startswith('cuda:')\n")
+    args = ["-p", "no:cacheprovider", "-n", "2"]
+    if allow[0].startswith("GPUCOMM"):
+        monkeypatch.setenv("GPUCOMM_ALLOW_XDIST", "1")
+    else:
+        args += allow
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=2)
+
+
+def test_cpu_measurements_run_under_xdist(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        def test_copy(gpu_pair, comm):
+            assert comm.copy(gpu_pair, "4KiB").gbps > 0
+        """
+    )
+    result = pytester.runpytest_subprocess(*FAST, "-n", "2")
+    result.assert_outcomes(passed=2)
+
+
+def test_a_bad_allow_xdist_variable_is_a_usage_error_naming_it(pytester, monkeypatch):
+    monkeypatch.setenv("GPUCOMM_ALLOW_XDIST", "maybe")
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid GPUCOMM_ALLOW_XDIST 'maybe' (from the GPUCOMM_ALLOW_XDIST environment "
+                                 "variable)*"])

@@ -1,0 +1,58 @@
+"""Collection: which tests a gpucomm test becomes.
+
+``@sizes`` becomes one test per size (sizes above ``--gpucomm-max-size`` are left out), ``gpu_pair`` one
+test per ordered pair of devices, ``gpu_link`` one per unordered pair, ``gpu`` one per GPU.  Where nothing
+is left, the test is collected once and skipped with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .comm import GpuPair
+from .markers import MarkerError, read_sizes, size_id
+from .state import State
+from .units import describe_size
+
+__all__ = ["parametrize"]
+
+
+def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids: list[str], reason: str,
+                   empty_id: str) -> None:
+    if values:
+        metafunc.parametrize(name, values, ids=ids, indirect=True)
+    else:
+        metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=[empty_id],
+                             indirect=True)
+
+
+def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
+    """Parametrize ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of one test function."""
+    where = metafunc.definition.nodeid
+    mark = metafunc.definition.get_closest_marker("sizes")
+    if mark is not None:
+        try:
+            sizes = read_sizes(mark, where)
+        except MarkerError as e:
+            raise pytest.Collector.CollectError(str(e)) from None
+        if "size" not in metafunc.fixturenames:
+            raise pytest.Collector.CollectError(f"{where}: @sizes needs the test to take a 'size' argument")
+        cap = state.max_size
+        kept = [s for s in sizes if s <= cap]
+        _param_or_skip(metafunc, "size", kept, [size_id(s) for s in kept],
+                       f"every size of @sizes is above --gpucomm-max-size {describe_size(cap)}", "no-size")
+    if "gpu_pair" in metafunc.fixturenames:
+        devs = state.devices()
+        pairs = [GpuPair(a, b) for a in devs for b in devs if a != b]
+        _param_or_skip(metafunc, "gpu_pair", pairs, [p.id for p in pairs], state.too_few(2), "no-pair")
+    if "gpu_link" in metafunc.fixturenames:
+        devs = state.devices()
+        links = [GpuPair(a, b) for i, a in enumerate(devs) for b in devs[i + 1:]]
+        _param_or_skip(metafunc, "gpu_link", links, [p.id.replace("->", "<->") for p in links], state.too_few(2),
+                       "no-pair")
+    if "gpu" in metafunc.fixturenames:
+        gpus = state.devices() if state.info.kind == "gpu" else []
+        _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],
+                       "needs a GPU (host<->device copies); none is used: running the CPU variants", "no-gpu")

@@ -1,0 +1,216 @@
+"""What gpucomm keeps for one pytest session: settings, the detected hardware, the gate, the rank pools,
+and a :class:`Record` for every measurement a test made.
+
+Nothing heavy happens on construction: the hardware is detected, torch imported and rank pools started
+only when a test first uses a gpucomm fixture or marker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import pytest
+
+from .settings import Settings
+from .vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, MAX_REMEASURE_RESTARTS, Status
+
+if TYPE_CHECKING:
+    from .group import ProcessGroup
+    from .hardware import DeviceInfo
+    from .measurement import Measurement
+    from .ops.copies import BufferPool
+    from .timing import TimingSettings
+
+__all__ = ["Record", "State", "STATE_KEY", "state_of", "xdist_refusal"]
+
+
+@dataclass
+class Record:
+    """One measurement made by one test, with what was checked of it."""
+
+    nodeid: str
+    measurement: "Measurement"
+    checks: list[str] = field(default_factory=list)  # human lines: "bandwidth >= 40 GB/s: ok"
+    status: Status = Status.MEASURED
+    baseline: Optional[dict[str, Any]] = None  # the gate's verdict, as in the JSON report
+    redo: Optional[Callable[[], "Measurement"]] = None  # the same measurement again (the gate's re-measure)
+
+
+def xdist_refusal(kind: str, worker: Optional[str], allowed: bool) -> Optional[str]:
+    """Why GPU measurements are refused in this process, or None when they may run.
+
+    Under pytest-xdist every worker (``worker``: its id, e.g. ``gw0``) would start its own copies and
+    rank pools on the same GPUs, and the workers would measure each other's traffic.
+    """
+    if kind != "gpu" or not worker or allowed:
+        return None
+    return (
+        f"gpucomm: refusing to measure GPUs in pytest-xdist worker {worker}: each worker would run its own "
+        "copies and rank pools on the same GPUs, so they would measure each other's traffic and every figure "
+        "and verdict would be wrong. Run the GPU suites without -n, or pass --gpucomm-allow-xdist "
+        "(GPUCOMM_ALLOW_XDIST=1) if each worker sees GPUs of its own (CUDA_VISIBLE_DEVICES per worker)."
+    )
+
+
+class State:
+    """Everything gpucomm keeps for one pytest session (in ``config.stash[STATE_KEY]``)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        from .gate import Gate, GateSettings
+
+        self.config = config
+        self.settings = settings
+        base_dir = Path(settings.baseline_dir) if settings.baseline_dir else Path(config.rootpath) / "baselines"
+        self.gate = Gate(GateSettings(
+            spec=settings.baseline, save=settings.baseline_save, search_dirs=(base_dir,),
+            max_runs=settings.baseline_runs, tolerance=settings.tolerance, alpha=settings.alpha,
+            strict=settings.baseline_strict,
+        ))
+        self.notes: list[str] = []  # lines for the end of the terminal summary
+        self.records: list[Record] = []
+        self.group_restarts = 0  # process groups restarted for the gate's re-measures
+        self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
+        self._info: Optional["DeviceInfo"] = None
+        self._fingerprint: Optional[dict[str, Any]] = None
+        self._buffers: Optional["BufferPool"] = None
+
+    # -- lazily created, so nothing heavy happens unless a gpucomm fixture or marker is used ---------
+    @property
+    def detected(self) -> bool:
+        """Whether the hardware has been detected (by a test that used gpucomm)."""
+        return self._info is not None
+
+    @property
+    def info(self) -> "DeviceInfo":
+        if self._info is None:
+            from .hardware import detect
+
+            try:
+                self._info = detect(self.settings.device)
+            except RuntimeError as e:
+                raise pytest.UsageError(str(e)) from None
+        return self._info
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None:
+            from .hardware import fingerprint
+
+            self._fingerprint = fingerprint(self.info)
+        return self._fingerprint
+
+    @property
+    def buffers(self) -> "BufferPool":
+        if self._buffers is None:
+            from .ops.copies import BufferPool
+
+            self._buffers = BufferPool()
+        return self._buffers
+
+    @property
+    def timing(self) -> "TimingSettings":
+        from .timing import TimingSettings
+
+        return TimingSettings(min_time_s=self.settings.min_time_s)
+
+    @property
+    def max_size(self) -> int:
+        if self.settings.max_size is not None:
+            return self.settings.max_size
+        return DEFAULT_GPU_MAX_SIZE if self.info.kind == "gpu" else DEFAULT_CPU_MAX_SIZE
+
+    def devices(self) -> list[str]:
+        return self.info.device_names()
+
+    def refusal(self) -> Optional[str]:
+        """Why this process may not measure (GPUs under pytest-xdist), or None."""
+        worker = os.environ.get("PYTEST_XDIST_WORKER") or None
+        return xdist_refusal(self.info.kind, worker, self.settings.allow_xdist)
+
+    def too_few(self, needed: int) -> str:
+        info = self.info
+        if info.kind == "gpu":
+            return f"needs {needed} GPUs, found {info.count}"
+        return f"needs {needed} devices, found {info.count} logical host devices (no GPU: CPU variant)"
+
+    # -- process groups -------------------------------------------------------------------------------
+    def max_world(self) -> int:
+        """The largest process group: one rank per GPU, or up to CPU_MAX_WORLD gloo ranks on CPU."""
+        return self.info.count if self.info.kind == "gpu" else CPU_MAX_WORLD
+
+    def default_world(self) -> int:
+        return self.info.count
+
+    def world_skip_reason(self, world: int) -> str:
+        if self.info.kind == "gpu":
+            return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"
+        return f"needs a world of {world} ranks, at most {CPU_MAX_WORLD} gloo ranks run on CPU"
+
+    def group(self, world: int, timeout_s: Optional[float] = None, label: str = "") -> "ProcessGroup":
+        """The process group of ``world`` ranks: one pool of workers per world size and session."""
+        from .group import ProcessGroup
+
+        if world > self.max_world():
+            raise pytest.UsageError(self.world_skip_reason(world))
+        info = self.info
+        if world not in self.pools:
+            from .ops.collectives import worker_env
+            from .ranks import RankPool
+
+            self.pools[world] = RankPool(
+                world,
+                backend=info.backend,
+                device=info.torch_device_type,
+                env=worker_env(info.backend),
+                start_timeout_s=max(120.0, self.settings.timeout_s),
+            )
+        return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
+
+    def restart_for_remeasure(self, group: "ProcessGroup") -> None:
+        """A new process group for the gate's re-measure of a collective -- for the first
+        ``MAX_REMEASURE_RESTARTS`` of the session; later ones keep the group (the bench allocates new
+        buffers anyway), since a change that slowed every collective would otherwise pay a group start
+        for each."""
+        if self.group_restarts < MAX_REMEASURE_RESTARTS:
+            self.group_restarts += 1
+            group.restart()
+
+    # -- the gate -------------------------------------------------------------------------------------
+    def judge(self, records: list[Record], tolerance: Optional[float]) -> list[str]:
+        """The baseline verdict on each record (a flagged one is measured once more first); returns the
+        failure messages.  A recording run (--gpu-baseline-save) reports its verdicts but does not fail."""
+        failures = []
+        for r in records:
+            def remeasure(r: Record = r) -> "Measurement":
+                assert r.redo is not None  # only passed when there is one
+                r.measurement = r.redo()
+                return r.measurement
+
+            v = self.gate.judge(r.nodeid, r.measurement, tolerance, remeasure if r.redo is not None else None)
+            r.baseline = v.to_dict()
+            if r.status is not Status.FAILED:
+                r.status = Status(v.status)
+            if v.failed and not self.settings.baseline_save:
+                failures.append(v.message)
+        return failures
+
+    def close(self) -> None:
+        for pool in list(self.pools.values()):
+            try:
+                pool.close()
+            except Exception:  # pragma: no cover - best effort at teardown
+                pass
+        self.pools.clear()
+        if self._buffers is not None:
+            self._buffers.clear()
+
+
+STATE_KEY = pytest.StashKey[State]()
+
+
+def state_of(config: pytest.Config) -> State:
+    """The gpucomm state of a pytest session."""
+    return config.stash[STATE_KEY]
