@@ -1,0 +1,15 @@
+"""The status type that every table, report and JUnit property prints."""
+
+import json
+
+from pytest_gpucomm.vocab import Status
+
+
+def test_a_status_prints_and_serialises_as_its_word():
+    assert f"{Status.REGRESSION}" == "REGRESSION" and str(Status.FLOOR_OK) == "floor-ok"
+    assert json.dumps({"status": Status.NOISY}) == '{"status": "noisy"}'
+    assert Status("improved") is Status.IMPROVED and Status.OK == "ok"
+
+
+def test_only_missed_thresholds_regressions_strict_new_and_floors_fail():
+    assert {s for s in Status if s.failed} == {Status.FAILED, Status.REGRESSION, Status.NEW_STRICT, Status.FLOOR}
