@@ -127,7 +127,7 @@ class State:
                 backend=info.backend,
                 device=info.torch_device_type,
                 env=worker_env(info.backend),
-                start_timeout=max(120.0, self.settings.timeout_s),
+                start_timeout_s=max(120.0, self.settings.timeout_s),
             )
         return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
 
@@ -184,7 +184,7 @@ class ProcessGroup:
         if not label:
             label = f"{self.label} (task {task})" if self.label else task
         try:
-            return list(self.executor.run(task, kwargs or {}, timeout=timeout or self.timeout_s, label=label))
+            return list(self.executor.run(task, kwargs or {}, timeout_s=timeout or self.timeout_s, label=label))
         except RankFailure as e:
             failure = str(e)
         pytest.fail(failure, pytrace=False)
