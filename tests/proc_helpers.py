@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
+from typing import Iterable
 
 
-def listening_ports() -> set[int]:
-    """Local TCP ports in LISTEN state, from /proc/net/tcp{,6}."""
-    ports: set[int] = set()
+def _decode_address(hex_addr: str) -> str:
+    """An address of /proc/net/tcp{,6} (hex, 32-bit words in host byte order) as text."""
+    raw = bytes.fromhex(hex_addr)
+    # each 4-byte word is stored little-endian on the usual (little-endian) hosts
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def _listening() -> list[tuple[str, int, int]]:
+    """(address, port, socket inode) of every TCP socket in LISTEN state."""
+    out: list[tuple[str, int, int]] = []
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(name).read_text().splitlines()[1:]
@@ -15,6 +26,31 @@ def listening_ports() -> set[int]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A":
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+            if len(fields) > 9 and fields[3] == "0A":
+                addr, port = fields[1].rsplit(":", 1)
+                out.append((_decode_address(addr), int(port, 16), int(fields[9])))
+    return out
+
+
+def listening_ports() -> set[int]:
+    """Local TCP ports in LISTEN state, from /proc/net/tcp{,6}."""
+    return {port for _, port, _ in _listening()}
+
+
+def listening_sockets(pids: Iterable[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state that one of ``pids`` holds open."""
+    inodes: set[int] = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                target = os.readlink(fd_dir / name)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[len("socket:["):-1]))
+    return {(addr, port) for addr, port, inode in _listening() if inode in inodes}

@@ -2,7 +2,9 @@
 
 Public API (imported lazily, so ``python -m pytest_gpucomm.ranks.worker`` stays light):
 
-* :class:`RankPool`, :class:`InProcessExecutor`, :class:`Executor` -- :mod:`.pool`
+* :class:`RankPool` -- :mod:`.pool` (the run loop; processes are started by :mod:`.spawn`,
+  failure messages written by :mod:`.report`, messages to and from the workers are the
+  dataclasses of :mod:`.protocol`)
 * :class:`RankContext`, :func:`load_task` -- :mod:`.context`
 * :class:`RankFailure`, :class:`RankError`, :class:`RankTimeout`,
   :class:`RankCrash`, :class:`RankStartError` -- :mod:`.errors`
@@ -15,8 +17,6 @@ from typing import Any
 
 _EXPORTS = {
     "RankPool": "pool",
-    "InProcessExecutor": "pool",
-    "Executor": "pool",
     "RankContext": "context",
     "load_task": "context",
     "RankFailure": "errors",

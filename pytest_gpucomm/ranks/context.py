@@ -1,7 +1,7 @@
 """What a task function gets to know about the rank it runs on.
 
-This module imports nothing heavy (stdlib only) so that task modules, the
-worker and in-process executors can all share it.
+This module imports nothing heavy (stdlib only) so that task modules and the
+worker can both share it.
 
 A *task* is a plain function ``fn(ctx: RankContext, **kwargs) -> Any`` named
 by a ``"module:function"`` string (``"module:Class.attr"`` also works). It

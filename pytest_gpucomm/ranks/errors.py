@@ -71,8 +71,8 @@ class RankError(RankFailure):
 class RankTimeout(RankFailure):
     """A task did not finish on every rank within its timeout.
 
-    ``ranks`` are the hung ranks, ``finished`` the ranks that answered, and
-    ``stacks`` maps each hung rank to its Python stack dump (faulthandler).
+    ``ranks`` are the hung ranks, ``timeout_s`` the timeout in seconds,
+    ``finished`` the ranks that answered, and ``stacks`` maps each hung rank to its Python stack dump (faulthandler).
     """
 
     def __init__(
@@ -81,12 +81,12 @@ class RankTimeout(RankFailure):
         *,
         ranks: Iterable[int],
         label: str = "",
-        timeout: float = 0.0,
+        timeout_s: float = 0.0,
         finished: Iterable[int] = (),
         stacks: Mapping[int, str] | None = None,
     ) -> None:
         super().__init__(message, ranks=ranks, label=label)
-        self.timeout: float = timeout
+        self.timeout_s: float = timeout_s
         self.finished: tuple[int, ...] = tuple(sorted(finished))
         self.stacks: dict[int, str] = dict(stacks or {})
 

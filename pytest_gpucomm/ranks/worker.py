@@ -1,25 +1,26 @@
 """Rank worker process: joins a torch.distributed process group and runs tasks.
 
-Started by :class:`pytest_gpucomm.ranks.pool.RankPool` as::
+Started by :func:`pytest_gpucomm.ranks.spawn.start_ranks` (for a
+:class:`~pytest_gpucomm.ranks.pool.RankPool`) as::
 
     python -m pytest_gpucomm.ranks.worker --rank R --world-size N ...
 
 with the control-channel authkey (hex) written to its stdin (never on the
 command line). It imports only the stdlib, torch and the stdlib-only
-:mod:`pytest_gpucomm.ranks.context`.
+:mod:`pytest_gpucomm.ranks.context` and :mod:`pytest_gpucomm.ranks.protocol`.
 
-Protocol over the control connection (``multiprocessing.connection``, pickled
-tuples):
+Protocol over the control connection (``multiprocessing.connection``): the pickled
+dataclasses of :mod:`pytest_gpucomm.ranks.protocol`.
 
 worker -> controller
-    ``("hello", rank, pid)`` right after connecting,
-    ``("ready", rank)`` once the process group is initialised,
-    ``("init_error", rank, traceback_text)`` when that failed,
-    ``("ok", task_id, result)`` / ``("error", task_id, traceback_text)`` per task,
-    ``("bye", rank)`` on shutdown.
+    ``Hello(rank, pid)`` right after connecting,
+    ``Ready(rank)`` once the process group is initialised,
+    ``InitError(rank, traceback)`` when that failed (then the worker exits),
+    ``TaskOk(task_id, result)`` / ``TaskError(task_id, traceback)`` per task,
+    ``Bye(rank)`` on shutdown.
 controller -> worker
-    ``("task", task_id, "module:function", kwargs, sys_path)``,
-    ``("shutdown",)``.
+    ``Task(task_id, "module:function", kwargs, sys_path)``,
+    ``Shutdown()``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ from multiprocessing.connection import Client
 from typing import Any, Callable
 
 from pytest_gpucomm.ranks.context import RankContext, load_task
+from pytest_gpucomm.ranks.protocol import (
+    Bye,
+    Hello,
+    InitError,
+    Ready,
+    Shutdown,
+    Task,
+    TaskError,
+    TaskOk,
+)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -115,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     conn = Client(("127.0.0.1", args.control_port), authkey=authkey)
-    conn.send(("hello", args.rank, os.getpid()))
+    conn.send(Hello(rank=args.rank, pid=os.getpid()))
 
     device = "cpu" if args.device == "cpu" else f"{args.device}:{args.local_rank}"
     try:
@@ -148,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         tb = traceback.format_exc()
         print(f"rank {args.rank}: process group initialisation failed:\n{tb}",
               file=sys.stderr, flush=True)
-        conn.send(("init_error", args.rank, tb))
+        conn.send(InitError(rank=args.rank, traceback=tb))
         conn.close()
         return 1
-    conn.send(("ready", args.rank))
+    conn.send(Ready(rank=args.rank))
 
     ctx = RankContext(
         rank=args.rank,
@@ -168,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             # Controller went away without saying goodbye: leave at once, a
             # process-group teardown could block on peers.
             os._exit(1)
-        kind = msg[0]
-        if kind == "shutdown":
+        if isinstance(msg, Shutdown):
             code = 0
             try:
                 dist.destroy_process_group()
@@ -177,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 traceback.print_exc()
                 code = 1
             try:
-                conn.send(("bye", args.rank))
+                conn.send(Bye(rank=args.rank))
                 conn.close()
             except OSError:
                 pass
@@ -187,31 +197,29 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             _stack_file.close()
             os._exit(code)
-        if kind != "task":
-            conn.send(("error", None, f"rank {args.rank}: unknown message {kind!r}"))
+        if not isinstance(msg, Task):
+            conn.send(TaskError(task_id=None,
+                                traceback=f"rank {args.rank}: unknown message {msg!r}"))
             continue
-        _, task_id, spec, kwargs, controller_path = msg
+        reply: TaskOk | TaskError
         try:
-            _merge_sys_path(controller_path)
-            fn = cache.get(spec)
+            _merge_sys_path(msg.sys_path)
+            fn = cache.get(msg.spec)
             if fn is None:
-                fn = cache[spec] = load_task(spec)
-            reply: tuple[Any, ...] = ("ok", task_id, fn(ctx, **(kwargs or {})))
+                fn = cache[msg.spec] = load_task(msg.spec)
+            reply = TaskOk(task_id=msg.task_id, result=fn(ctx, **(msg.kwargs or {})))
         except BaseException:  # noqa: BLE001 - report everything, incl. SystemExit
-            reply = ("error", task_id, traceback.format_exc())
+            reply = TaskError(task_id=msg.task_id, traceback=traceback.format_exc())
         try:
             conn.send(reply)
         except (EOFError, BrokenPipeError, ConnectionResetError):
             os._exit(1)
         except Exception:  # result could not be pickled
-            conn.send(
-                (
-                    "error",
-                    task_id,
-                    "the task's return value could not be sent to the controller:\n"
-                    + traceback.format_exc(),
-                )
-            )
+            conn.send(TaskError(
+                task_id=msg.task_id,
+                traceback="the task's return value could not be sent to the controller:\n"
+                + traceback.format_exc(),
+            ))
 
 
 if __name__ == "__main__":

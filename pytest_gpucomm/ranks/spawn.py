@@ -1,0 +1,436 @@
+"""Starting and stopping the rank processes of a pool.
+
+:func:`start_ranks` spawns one ``python -m pytest_gpucomm.ranks.worker`` per rank and waits
+until every rank has initialised its process group:
+
+* the control channel is a TCP listener on 127.0.0.1; each worker connects to it and both
+  sides authenticate with a fresh random key that the worker reads from its stdin (never
+  from its command line), then the worker says :class:`~.protocol.Hello`;
+* the rendezvous store's socket is bound here, on 127.0.0.1, and its file descriptor is
+  handed to rank 0, which serves the store on it (no free-port race, no bind to every
+  interface);
+* every rank reports :class:`~.protocol.Ready` or :class:`~.protocol.InitError`; when a rank
+  fails (or exits), the others get :data:`START_FAILURE_GRACE_S` to report too, then
+  everything is killed and :class:`~.errors.RankStartError` says what each failed rank
+  said and printed.
+
+Workers run in their own process group (so a kill takes their children too), die with the
+controller (``PR_SET_PDEATHSIG``, set by the worker) and write a faulthandler dump of their
+stacks to ``rank<N>.stacks`` on SIGUSR1 (:func:`dump_stacks`); their stdout/stderr go to
+``rank<N>.log``.  Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
+from pathlib import Path
+from typing import IO, Any, Mapping, Sequence
+
+from pytest_gpucomm.ranks import report
+from pytest_gpucomm.ranks.errors import RankStartError
+from pytest_gpucomm.ranks.protocol import Hello, InitError, Ready
+
+__all__ = [
+    "RankProcess",
+    "StartedRanks",
+    "start_ranks",
+    "dump_stacks",
+    "kill_ranks",
+    "release_ranks",
+    "controller_sys_path",
+    "loopback_listener",
+    "accept_authenticated",
+]
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+LOG_TAIL_LINES = 40
+LOG_TAIL_BYTES = 8192
+POLL_INTERVAL_S = 0.2
+START_FAILURE_GRACE_S = 3.0  # after one rank failed to start, time for the others to report
+
+
+def controller_sys_path() -> list[str]:
+    """This process's sys.path with '' resolved, the package root first."""
+    out: list[str] = [_PACKAGE_ROOT]
+    for entry in sys.path:
+        entry = os.path.abspath(entry) if entry else os.getcwd()
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """Last ``lines`` lines (at most ``max_bytes``) of a text file; '' if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(eq=False)
+class RankProcess:
+    """Controller-side bookkeeping for one rank process."""
+
+    rank: int
+    proc: subprocess.Popen
+    log_path: Path
+    stack_path: Path
+    log_file: IO[bytes]
+    conn: Connection | None = field(default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def output_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the rank's captured stdout/stderr ('' if unreadable)."""
+        return _tail(self.log_path, lines=lines)
+
+
+@dataclass
+class StartedRanks:
+    """What :func:`start_ranks` hands back: every rank ready, connected, ordered by rank."""
+
+    processes: list[RankProcess]
+    control_port: int
+    rendezvous_port: int
+
+
+# --------------------------------------------------------------------------- sockets
+
+
+def loopback_listener(backlog: int) -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 on a free port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def accept_authenticated(listener: socket.socket, authkey: bytes) -> Connection | None:
+    """Accept one connection and run the mutual authkey challenge; None if either fails."""
+    try:
+        sock, _ = listener.accept()
+    except OSError:
+        return None
+    conn: Connection | None = None
+    try:
+        sock.setblocking(True)  # Connection does plain blocking reads on the fd
+        conn = Connection(sock.detach())
+        deliver_challenge(conn, authkey)
+        answer_challenge(conn, authkey)
+    except Exception:
+        if conn is not None:
+            conn.close()
+        else:
+            sock.close()
+        return None
+    return conn
+
+
+# --------------------------------------------------------------------------- start
+
+
+def _worker_env(env: Mapping[str, str], backend: str) -> dict[str, str]:
+    out = dict(os.environ)
+    out.update(env)
+    path = os.pathsep.join(controller_sys_path())
+    user_path = env.get("PYTHONPATH")
+    out["PYTHONPATH"] = path + (os.pathsep + user_path if user_path else "")
+    out["PYTHONUNBUFFERED"] = "1"
+    if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in out:
+        # Single-node pool: keep gloo's pair sockets on loopback too
+        # (its default follows the hostname, which may not resolve usefully).
+        out["GLOO_SOCKET_IFNAME"] = "lo"
+    return out
+
+
+def start_ranks(
+    world_size: int,
+    backend: str,
+    device: str,
+    *,
+    start_timeout_s: float,
+    env: Mapping[str, str],
+    log_dir: Path,
+    label: str = "",
+) -> StartedRanks:
+    """Spawn ``world_size`` workers and wait until each has its process group ready.
+
+    Args:
+        world_size, backend, device: of the process group (rank *r* uses GPU *r* on cuda).
+        start_timeout_s: how long every rank gets to get ready; also the process group's
+            own timeout.
+        env: environment overrides for the workers, on top of ``os.environ``.
+        log_dir: where ``rank<N>.log`` and ``rank<N>.stacks`` go.
+        label: what the pool is started for, named in the failure message.
+
+    Raises:
+        RankStartError: a rank failed or did not get ready in time; every worker has been
+            killed and reaped.
+    """
+    authkey = secrets.token_bytes(32)
+    processes: list[RankProcess] = []
+    listener = loopback_listener(world_size)
+    try:
+        control_port = listener.getsockname()[1]
+        # Rendezvous socket: bound here on loopback, served by rank 0 (fd passed down).
+        rdzv = loopback_listener(max(128, world_size))
+        rendezvous_port = rdzv.getsockname()[1]
+        try:
+            worker_env = _worker_env(env, backend)
+            for rank in range(world_size):
+                cmd = [
+                    sys.executable, "-m", "pytest_gpucomm.ranks.worker",
+                    "--rank", str(rank),
+                    "--world-size", str(world_size),
+                    "--local-rank", str(rank),
+                    "--backend", backend,
+                    "--device", device,
+                    "--control-port", str(control_port),
+                    "--rendezvous-port", str(rendezvous_port),
+                    *(["--rendezvous-fd", str(rdzv.fileno())] if rank == 0 else []),
+                    "--stack-file", str(log_dir / f"rank{rank}.stacks"),
+                    "--init-timeout", str(start_timeout_s),
+                    "--parent-pid", str(os.getpid()),
+                ]
+                processes.append(_spawn(rank, cmd, worker_env, log_dir, authkey,
+                                        pass_fds=(rdzv.fileno(),) if rank == 0 else ()))
+        finally:
+            rdzv.close()  # rank 0 has its own copy; only it keeps the port open
+        handshake = _Handshake(processes, listener, authkey, world_size=world_size,
+                               backend=backend, device=device, label=label)
+        handshake.await_ready(start_timeout_s)
+    except BaseException:
+        release_ranks(processes)
+        raise
+    finally:
+        listener.close()  # only the handshaken connections matter now
+    return StartedRanks(processes, control_port, rendezvous_port)
+
+
+def _spawn(rank: int, cmd: list[str], env: dict[str, str], log_dir: Path, authkey: bytes,
+           pass_fds: Sequence[int]) -> RankProcess:
+    log_path = log_dir / f"rank{rank}.log"
+    stack_path = log_dir / f"rank{rank}.stacks"
+    stack_path.write_bytes(b"")
+    log_file = open(log_path, "wb")
+    try:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds),
+        )
+    except BaseException:
+        log_file.close()
+        raise
+    try:
+        if proc.stdin is None:  # pragma: no cover - stdin=PIPE always sets it
+            raise OSError("no stdin pipe")
+        proc.stdin.write(authkey.hex().encode() + b"\n")
+        proc.stdin.close()
+    except OSError:
+        pass  # died at once; the handshake reports it
+    return RankProcess(rank, proc, log_path, stack_path, log_file)
+
+
+class _Handshake:
+    """The start-up conversation: accept, authenticate, and collect Hello/Ready/InitError."""
+
+    def __init__(self, processes: list[RankProcess], listener: socket.socket, authkey: bytes,
+                 *, world_size: int, backend: str, device: str, label: str) -> None:
+        self.processes = processes
+        self.listener = listener
+        self.authkey = authkey
+        self.world_size = world_size
+        self.backend = backend
+        self.device = device
+        self.label = label
+        self.conns: list[Connection] = []  # authenticated, not closed
+        self.rank_of: dict[Connection, int] = {}  # those that said Hello
+        self.ready: set[int] = set()
+        self.init_errors: dict[int, str] = {}
+
+    def await_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        failure_deadline: float | None = None
+        try:
+            while True:
+                failed = self._failed()
+                if not failed and len(self.ready) == self.world_size:
+                    return
+                now = time.monotonic()
+                if failed:
+                    # Let the other ranks report too (they often fail the same way),
+                    # but don't wait for ranks stuck waiting on the failed one.
+                    if failure_deadline is None:
+                        failure_deadline = now + START_FAILURE_GRACE_S
+                    unaccounted = [p.rank for p in self.processes
+                                   if p.rank not in self.ready and p.rank not in failed]
+                    if not unaccounted or now >= failure_deadline:
+                        self._drain(0.3)
+                        raise self._failure(self._failed(), "failed during start-up")
+                remaining = deadline - now
+                if remaining <= 0:
+                    not_ready = [p.rank for p in self.processes if p.rank not in self.ready]
+                    stacks = dump_stacks(self.processes, not_ready)
+                    raise self._failure(set(not_ready),
+                                        f"did not become ready within {timeout_s:g} s",
+                                        stacks=stacks)
+                objs: list[Any] = [self.listener, *self.conns]
+                for obj in wait(objs, timeout=min(POLL_INTERVAL_S, remaining)):
+                    if obj is self.listener:
+                        conn = accept_authenticated(self.listener, self.authkey)
+                        if conn is not None:
+                            self.conns.append(conn)
+                    else:
+                        self._receive(obj)
+        finally:
+            for conn in self.conns:
+                if conn not in self.rank_of:
+                    conn.close()
+
+    def _failed(self) -> set[int]:
+        return set(self.init_errors) | {p.rank for p in self.processes
+                                        if p.exited() and p.rank not in self.ready}
+
+    def _receive(self, conn: Connection) -> None:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            self.conns.remove(conn)
+            rank = self.rank_of.pop(conn, None)
+            conn.close()
+            if rank is not None:
+                self.processes[rank].conn = None
+            return
+        if isinstance(msg, Hello):
+            if 0 <= msg.rank < self.world_size and self.processes[msg.rank].conn is None:
+                self.rank_of[conn] = msg.rank
+                self.processes[msg.rank].conn = conn
+        elif isinstance(msg, Ready):
+            self.ready.add(msg.rank)
+        elif isinstance(msg, InitError):
+            self.init_errors[msg.rank] = msg.traceback
+
+    def _drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while self.conns and (left := end - time.monotonic()) > 0:
+            for conn in wait(list(self.conns), timeout=left):
+                self._receive(conn)
+
+    def _failure(self, failed: set[int], what: str,
+                 stacks: Mapping[int, str] | None = None) -> RankStartError:
+        kill_ranks(self.processes)
+        return report.start_failure(
+            what, failed=failed, ready=self.ready, world_size=self.world_size,
+            backend=self.backend, device=self.device, label=self.label,
+            pids={p.rank: p.pid for p in self.processes},
+            returncodes={p.rank: p.proc.returncode for p in self.processes},
+            init_errors=self.init_errors, stacks=stacks or {},
+            tails={p.rank: p.output_tail() for p in self.processes},
+        )
+
+
+# --------------------------------------------------------------------------- stacks, stop
+
+
+def dump_stacks(processes: Sequence[RankProcess], ranks: Sequence[int],
+                wait_s: float = 2.0) -> dict[int, str]:
+    """SIGUSR1 the given ranks and collect the faulthandler dumps they write."""
+    if not hasattr(signal, "SIGUSR1"):
+        return {}
+    offsets: dict[int, int] = {}
+    for rank in ranks:
+        p = processes[rank]
+        if p.exited():
+            continue
+        try:
+            offsets[rank] = p.stack_path.stat().st_size
+            os.kill(p.pid, signal.SIGUSR1)
+        except OSError:
+            offsets.pop(rank, None)
+    stacks: dict[int, str] = {}
+    sizes: dict[int, int] = {}
+    end = time.monotonic() + wait_s
+    while offsets and time.monotonic() < end:
+        time.sleep(0.1)
+        done = True
+        for rank, off in offsets.items():
+            try:
+                size = processes[rank].stack_path.stat().st_size
+            except OSError:
+                continue
+            # Done with a rank once its dump exists and stopped growing.
+            if size <= off or sizes.get(rank) != size:
+                done = False
+            sizes[rank] = size
+        if done:
+            break
+    for rank, off in offsets.items():
+        try:
+            with open(processes[rank].stack_path, "rb") as f:
+                f.seek(off)
+                stacks[rank] = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            stacks[rank] = ""
+    return stacks
+
+
+def kill_ranks(processes: Sequence[RankProcess]) -> None:
+    """SIGKILL every rank process (and its process group) and reap it."""
+    for p in processes:
+        if p.proc.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                try:
+                    p.proc.kill()
+                except OSError:
+                    pass
+    for p in processes:
+        try:
+            p.proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            pass
+
+
+def release_ranks(processes: Sequence[RankProcess]) -> None:
+    """Kill and reap every rank process, close its connection, stdin and log file."""
+    kill_ranks(processes)
+    for p in processes:
+        if p.conn is not None:
+            try:
+                p.conn.close()
+            except OSError:
+                pass
+            p.conn = None
+        if p.proc.stdin is not None:
+            try:
+                p.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            p.log_file.close()
+        except OSError:
+            pass
