@@ -298,7 +298,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}")
     extra: dict[str, Any] = {}
     if state.gate.loaded:
-        from .baseline import ABSENT
+        from .gate import ABSENT
 
         extra["baseline"] = {
             "path": str(state.gate.path),
