@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, Optional, Sequence
 
-from pytest_gpucomm.atomic import write_atomic
-from pytest_gpucomm.baseline import BaselineError, _dumps, _new_document, case_key, load_baseline
+from pytest_gpucomm.gate import BaselineError, case_key, new_document, write_document
 from pytest_gpucomm.vocab import DEFAULT_MAX_RUNS
 
 NAME = "mi300x"
@@ -62,7 +62,8 @@ SOURCE_DETAIL = (
 )
 
 
-def _case(test_id: str, op: str, size_bytes: int, dtype, world_size: int, devices: list, floor: float):
+def _case(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int, devices: list[str],
+          floor: float) -> tuple[str, dict[str, Any]]:
     key = case_key(test_id, op, size_bytes, dtype, world_size)
     entry = {
         "test_id": test_id,
@@ -77,9 +78,9 @@ def _case(test_id: str, op: str, size_bytes: int, dtype, world_size: int, device
     return key, entry
 
 
-def build_document() -> dict:
+def build_document() -> dict[str, Any]:
     """The baseline document (a plain dict in the file's layout)."""
-    cases: dict[str, dict] = {}
+    cases: dict[str, dict[str, Any]] = {}
     for size_id, size_bytes, floor in COPY_FLOORS:
         for src in range(N_GPUS):
             for dst in range(N_GPUS):
@@ -93,7 +94,7 @@ def build_document() -> dict:
                            [f"rank{r}" for r in range(N_GPUS)], floor)
         cases[key] = entry
     # runs kept per case: the plugin's default --gpu-baseline-runs, what a later --gpu-baseline-save keeps
-    doc = _new_document(NAME, DEFAULT_MAX_RUNS)
+    doc = new_document(NAME, DEFAULT_MAX_RUNS)
     doc.update(source="published", source_detail=SOURCE_DETAIL, cases=dict(sorted(cases.items())))
     return doc
 
@@ -101,23 +102,15 @@ def build_document() -> dict:
 def write(path: Path) -> int:
     """Write the document to ``path`` atomically, validated first; returns the number of cases.
 
-    The text goes to a temporary file in the same directory, which is loaded back with
-    ``load_baseline`` (schema and finiteness checks) before ``os.replace`` puts it in place, so an
+    ``write_document`` checks the text as ``load_baseline`` would before it replaces anything, so an
     invalid document never replaces an existing file and a crash never leaves a half-written one.
     """
     doc = build_document()
-
-    def check(tmp: Path) -> None:
-        try:
-            load_baseline(tmp)
-        except BaselineError as e:  # it names the temporary file, which is gone by the time it is read
-            raise BaselineError(f"{path}: refusing to write an invalid baseline: {e}") from None
-
-    write_atomic(Path(path), _dumps(doc), check)
+    write_document(Path(path), doc)
     return len(doc["cases"])
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", type=Path, default=Path(__file__).resolve().parent / f"{NAME}.json",
                         help="where to write (default: mi300x.json next to this script)")

@@ -6,6 +6,11 @@ import sys
 
 import pytest
 
+# The gate imports numpy, scipy, jsonschema and filelock on first use.  pytester's in-process runs drop the
+# modules imported during a run, and some extension modules cannot be loaded twice in one process, so
+# load them here, before any run (as conftest.py does for torch): the file then also passes on its own.
+from pytest_gpucomm.gate import decision, store  # noqa: F401
+
 FAST = ["--gpucomm-min-time=0.01", "-p", "no:cacheprovider"]
 
 TEST_FILE = """
@@ -282,6 +287,8 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     _pid_task(pytester)
     pytester.makepyfile(
         """
+        import json
+
         SEEN = []
 
         def test_all_reduce(process_group, comm):
@@ -290,7 +297,7 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
 
         def test_after(process_group):
             SEEN.append(process_group.run("pid_tasks:pid"))
-            open("pids.txt", "w").write(repr(SEEN))
+            open("pids.json", "w").write(json.dumps(SEEN))
         """
     )
     pytester.syspathinsert()
@@ -299,7 +306,7 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*confirmed by a second measurement*"])
-    first, second = eval((pytester.path / "pids.txt").read_text())
+    first, second = json.loads((pytester.path / "pids.json").read_text())
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
 
 
@@ -307,6 +314,8 @@ def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group
     _pid_task(pytester)
     pytester.makepyfile(
         """
+        import json
+
         import pytest
 
         SEEN = []
@@ -318,7 +327,7 @@ def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group
 
         def test_after(process_group):
             SEEN.append(process_group.run("pid_tasks:pid"))
-            open("pids.txt", "w").write(repr(SEEN))
+            open("pids.json", "w").write(json.dumps(SEEN))
         """
     )
     pytester.syspathinsert()
@@ -326,17 +335,6 @@ def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group
     _scale(pytester.path / "baselines" / "cpu.json", 1000.0)  # every case is flagged and re-measured
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=5, passed=1)
-    seen = [tuple(p) for p in eval((pytester.path / "pids.txt").read_text())]
+    seen = [tuple(p) for p in json.loads((pytester.path / "pids.json").read_text())]
     changed = [seen[i] != seen[i + 1] for i in range(len(seen) - 1)]
     assert changed == [True, True, True, False, False]  # 3 restarts, then the same group with new buffers
-
-
-def test_xdist_workers_of_one_session_save_under_one_run_id(monkeypatch):
-    from pytest_gpucomm.gate import Gate, GateSettings
-
-    settings = GateSettings(spec="cpu", save=True, search_dirs=(), max_runs=5, tolerance=0.05, alpha=0.01,
-                            strict=False)
-    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "0123456789abcdef")
-    assert Gate(settings).run_id == Gate(settings).run_id == "0123456789ab"
-    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID")
-    assert Gate(settings).run_id != Gate(settings).run_id

@@ -4,8 +4,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+from pytest_gpucomm.gate import SCHEMA_ID, case_key, load_baseline
 
-from pytest_gpucomm.baseline import SCHEMA_ID, case_key, load_baseline
+# The gate imports numpy, scipy, jsonschema and filelock on first use.  pytester's in-process runs drop the
+# modules imported during a run, and some extension modules cannot be loaded twice in one process, so
+# load them here, before any run (as conftest.py does for torch): the file then also passes on its own.
+from pytest_gpucomm.gate import decision, store  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "baselines" / "mi300x.json"

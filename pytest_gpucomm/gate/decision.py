@@ -1,17 +1,32 @@
 """The regression decision: pure statistics on per-iteration bandwidth samples.
 
-Nothing here imports torch or touches a device; every function takes plain sequences of floats.
+Nothing here imports torch or touches a device, and nothing here knows about files or pytest; every
+function takes plain sequences of floats.  The statuses are the decision's own lower-case words
+("ok", "regression", "improved", "noisy"); :mod:`pytest_gpucomm.gate.verdicts` turns them into
+:class:`pytest_gpucomm.vocab.Status`.  This module imports numpy and scipy: import it only when judging.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
+from scipy import stats as _sstats
 
+from ..vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE
 
+__all__ = [
+    "Comparison",
+    "FloorCheck",
+    "corrected_alpha",
+    "compare",
+    "check_floor",
+    "hodges_lehmann",
+    "DECISION_RULE",
+]
 
 # ================================================================================================
 # The regression decision: compare this run's per-iteration bandwidth with the stored baseline runs.
@@ -67,29 +82,12 @@ flags 0.10 % of 3 % drops, 92.5 % catches 99.4 % and flags 0.13 %, 97.5 % (the 9
 catches 97.5 % and flags 0.02 %.  compare(confidence=...) picks another point on that curve.
 """
 
-from statistics import NormalDist  # noqa: E402
-
-from scipy import stats as _sstats  # noqa: E402
-
-__all__ = [
-    "Comparison",
-    "FloorCheck",
-    "corrected_alpha",
-    "compare",
-    "check_floor",
-    "hodges_lehmann",
-    "DECISION_RULE",
-    "DEFAULT_TOLERANCE",
-    "DEFAULT_ALPHA",
-]
-
-from .vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE  # noqa: E402
 PRIOR_RUN_SPREAD = 0.01  # assumed run-to-run relative sd when the baseline cannot tell (one run)
 PRIOR_RUN_SPREAD_DF = 4.0  # weight of that prior, in degrees of freedom
 MAX_PAIRS = 1_000_000  # above this many (current, baseline) pairs a fixed subsample of pairs is used
 _Z_TWO_SIDED_95 = 1.959963984540054  # norm.ppf(0.975)
 
-__doc__ = (__doc__ or "") + "\n" + DECISION_RULE  # the final rule, also for help(stats) and the README
+__doc__ = (__doc__ or "") + "\n" + DECISION_RULE  # the final rule, also for help() and the README
 _PAIR_SEED = 20240607
 
 

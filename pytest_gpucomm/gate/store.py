@@ -1,4 +1,4 @@
-"""Baseline files: the raw bandwidth samples of the last K runs of each benchmark case, per hardware.
+"""The baseline store: the raw bandwidth samples of the last K runs of each benchmark case, per hardware.
 
 A baseline is one JSON file, ``<NAME>.json`` (``h200.json``, ``mi300x.json``, ...), written and read only
 through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCHEMA` via ``jsonschema``)::
@@ -31,14 +31,18 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
     }
 
 Rules beyond the JSON types: a case with no runs must have ``floor_gbps`` (a published figure); a case
-with runs is checked statistically against them (``stats.compare``), and keeps its floor as well.
+with runs is checked statistically against them (``gate.decision.compare``), and keeps its floor as well.
 Unknown extra keys are kept on read and ignored, so a later minor addition does not break older readers.
 
 Writing (:func:`save_run`) takes an exclusive lock (``<file>.lock``, via ``filelock``), re-reads the file,
 merges this run in, and replaces the file atomically (temporary file in the same directory, fsync,
 ``os.replace``, fsync of the directory), so concurrent savers (xdist workers, parallel CI jobs on a
 shared directory) lose nothing and a crash never leaves a half-written baseline.  A corrupt existing file
-is never overwritten: fix or remove it by hand.
+is never overwritten: fix or remove it by hand.  A whole document built elsewhere (a published baseline:
+``baselines/make_published.py``) starts from :func:`new_document` and is written with
+:func:`write_document`, which checks it as :func:`load_baseline` would before it replaces anything.
+
+This module imports ``jsonschema`` and ``filelock``: :mod:`pytest_gpucomm.gate` imports it only on use.
 """
 
 from __future__ import annotations
@@ -54,13 +58,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import jsonschema
 from filelock import FileLock, Timeout
 
-from .atomic import write_atomic
+from ..atomic import write_atomic
+from ..vocab import DEFAULT_MAX_RUNS
 
 __all__ = [
     "SCHEMA_ID",
     "SCHEMA_VERSION",
     "JSON_SCHEMA",
-    "ABSENT",
     "BaselineError",
     "BaselineNotFound",
     "CaseRecord",
@@ -74,8 +78,9 @@ __all__ = [
     "resolve_baseline",
     "load_baseline",
     "save_run",
-    "diff_fingerprints",
-    "format_fingerprint_diff",
+    "new_document",
+    "dumps_document",
+    "write_document",
 ]
 
 SCHEMA_ID = "pytest-gpucomm-baseline"
@@ -259,7 +264,7 @@ class CaseEntry:
 
     @property
     def runs_gbps(self) -> list[list[float]]:
-        """The samples of each stored run, oldest first: what ``stats.compare`` takes."""
+        """The samples of each stored run, oldest first: what ``decision.compare`` takes."""
         return [list(r.samples_gbps) for r in self.runs]
 
     @property
@@ -268,7 +273,7 @@ class CaseEntry:
 
     @property
     def floor_only(self) -> bool:
-        """A published case without measured runs: checked with ``stats.check_floor``."""
+        """A published case without measured runs: checked with ``decision.check_floor``."""
         return not self.runs and self.floor_gbps is not None
 
 
@@ -508,7 +513,8 @@ def load_baseline(path: Path) -> Baseline:
 # ------------------------------------------------------------------------------------------------
 
 
-def _new_document(name: str, max_runs: int) -> dict:
+def new_document(name: str, max_runs: int = DEFAULT_MAX_RUNS) -> dict[str, Any]:
+    """An empty baseline document (no runs, no cases, source "measured") in the file's layout."""
     return {
         "schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
@@ -579,7 +585,7 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
     return doc
 
 
-def _dumps(doc: dict) -> str:
+def dumps_document(doc: dict[str, Any]) -> str:
     """Indented JSON with each samples list on one line (readable, diff-friendly, not 1 number a line)."""
     placeholders: dict[str, str] = {}
     shallow = json.loads(json.dumps(doc))
@@ -600,7 +606,7 @@ def save_run(
     date: str,
     fingerprint: Mapping[str, Any],
     cases: Mapping[str, CaseRecord],
-    max_runs: int = 5,
+    max_runs: int = DEFAULT_MAX_RUNS,
     lock_timeout_s: float = LOCK_TIMEOUT_S,
 ) -> None:
     """Add this run's samples to the baseline at ``path`` (created if missing).
@@ -626,81 +632,35 @@ def save_run(
     lock = FileLock(str(path) + ".lock", timeout=lock_timeout_s)
     try:
         with lock:
-            doc = _read_document(path) if path.exists() else _new_document(name, int(max_runs))
+            doc = _read_document(path) if path.exists() else new_document(name, int(max_runs))
             doc = _merge_run(doc, run_id=run_id, date=date, fingerprint=fingerprint, cases=cases,
                              max_runs=int(max_runs))
             errors = list(_VALIDATOR.iter_errors(doc))
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
                 raise BaselineError(f"{path}: refusing to write an invalid baseline: at {_json_path(e.absolute_path)}: {e.message}")
-            write_atomic(path, _dumps(doc))
+            write_atomic(path, dumps_document(doc))
     except Timeout:
         raise BaselineError(
             f"{path}: could not lock {path}.lock within {lock_timeout_s:g} s (another save in progress?)"
         ) from None
 
 
-# ------------------------------------------------------------------------------------------------
-# Fingerprints
-# ------------------------------------------------------------------------------------------------
+def write_document(path: Path, doc: dict[str, Any]) -> None:
+    """Write a whole baseline document to ``path`` (as :func:`dumps_document` lays it out), atomically.
 
+    The text goes to a temporary file in the same directory, which is read back as :func:`load_baseline`
+    reads a file (schema, samples and floors positive and finite) before ``os.replace`` puts it in place:
+    an invalid document raises :class:`BaselineError` and never replaces an existing file, and a crash
+    never leaves a half-written one.  No lock is taken: this is for generating a file, not for merging runs
+    into a shared one (:func:`save_run` does that).
+    """
+    path = Path(path)
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "(absent)"
+    def check(tmp: Path) -> None:
+        try:
+            load_baseline(tmp)
+        except BaselineError as e:  # it names the temporary file, which is gone by the time it is read
+            raise BaselineError(f"{path}: refusing to write an invalid baseline: {e}") from None
 
-    __str__ = __repr__
-
-    def __reduce__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT: Any = _Absent()
-"""Stands for a key missing on one side in :func:`diff_fingerprints` results."""
-
-VOLATILE_KEYS = frozenset({"date", "run_id", "time", "timestamp", "start_time", "end_time", "pid", "uptime_s"})
-
-
-def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> None:
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            if str(k) in ignore:
-                continue
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, ignore)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _flatten(v, f"{prefix}.{i}" if prefix else str(i), out, ignore)
-    else:
-        out[prefix] = obj
-
-
-def diff_fingerprints(
-    old: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]], *, ignore: Iterable[str] = VOLATILE_KEYS
-) -> list[tuple[str, Any, Any]]:
-    """What changed between two fingerprints: ``(dotted.key, old, new)`` for every leaf that was added
-    (old is ABSENT), removed (new is ABSENT) or changed, sorted by key.  Nested objects and lists are
-    flattened (``gpus.0.name``); keys named in ``ignore`` (volatile: date, run_id, ...) are skipped at
-    any depth."""
-    ign = frozenset(ignore)
-    a: dict[str, Any] = {}
-    b: dict[str, Any] = {}
-    _flatten(old or {}, "", a, ign)
-    _flatten(new or {}, "", b, ign)
-    out = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k, ABSENT), b.get(k, ABSENT)
-        if va is ABSENT or vb is ABSENT or va != vb or type(va) is not type(vb):
-            if va is not ABSENT and vb is not ABSENT and va == vb and {type(va), type(vb)} <= {int, float}:
-                continue  # 2 and 2.0 are the same figure
-            out.append((k, va, vb))
-    return out
-
-
-def format_fingerprint_diff(diffs: Sequence[tuple[str, Any, Any]], limit: int = 8) -> str:
-    """One line for a message: ``driver 550.54 -> 560.35; nccl 2.20.5 -> 2.21.5``."""
-    if not diffs:
-        return "no fingerprint change"
-    parts = [f"{k} {old} -> {new}" for k, old, new in diffs[:limit]]
-    if len(diffs) > limit:
-        parts.append(f"and {len(diffs) - limit} more")
-    return "; ".join(parts)
+    write_atomic(path, dumps_document(doc), check)

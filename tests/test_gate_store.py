@@ -1,4 +1,4 @@
-"""Tests of pytest_gpucomm.baseline: the baseline file format, saving, loading, resolving, fingerprints."""
+"""Tests of pytest_gpucomm.gate.store: the baseline file format, saving, loading, resolving, writing."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import multiprocessing
 import os
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-from pytest_gpucomm import baseline as bl
-from pytest_gpucomm.baseline import (
-    ABSENT,
+from pytest_gpucomm.gate.store import (
+    JSON_SCHEMA,
     SCHEMA_ID,
     SCHEMA_VERSION,
     BaselineError,
@@ -19,11 +19,12 @@ from pytest_gpucomm.baseline import (
     CaseRecord,
     baseline_name_for_model,
     case_key,
-    diff_fingerprints,
-    format_fingerprint_diff,
+    dumps_document,
     load_baseline,
+    new_document,
     resolve_baseline,
     save_run,
+    write_document,
 )
 
 
@@ -75,7 +76,7 @@ def test_round_trip_save_then_load(tmp_path):
     assert [r.run_id for r in base.runs] == ["run1"]
     doc = json.loads(p.read_text())
     assert doc["schema"] == SCHEMA_ID and doc["schema_version"] == SCHEMA_VERSION
-    bl._VALIDATOR.validate(doc)
+    jsonschema.Draft202012Validator(JSON_SCHEMA).validate(doc)  # the documented schema, samples included
 
 
 def test_save_keeps_cases_not_run_this_time(tmp_path):
@@ -151,9 +152,9 @@ def test_atomic_write_crash_leaves_old_file_intact_and_no_temp_files(tmp_path, m
         raise OSError("simulated crash")
 
     if where == "replace":
-        monkeypatch.setattr(bl.os, "replace", boom)
+        monkeypatch.setattr(os, "replace", boom)
     else:  # the temporary file is written, then its fsync fails
-        monkeypatch.setattr(bl.os, "fsync", boom)
+        monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError, match="simulated crash"):
         save(p, "run2", [rec(size=8)])
     assert p.read_bytes() == before
@@ -183,7 +184,7 @@ def test_crash_during_temp_file_write_leaves_old_file(tmp_path, monkeypatch):
             self.f.write(text[: len(text) // 2])
             raise OSError("disk full")
 
-    monkeypatch.setattr(bl.os, "fdopen", lambda fd, *a, **k: HalfWriter(real_fdopen(fd, *a, **k)))
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: HalfWriter(real_fdopen(fd, *a, **k)))
     with pytest.raises(OSError, match="disk full"):
         save(p, "run2", [rec(size=8)])
     assert p.read_bytes() == before and leftovers(tmp_path) == []
@@ -365,35 +366,8 @@ def test_case_key_is_stable_and_distinguishes_cases():
         case_key("t", "copy", -1, None, 1)
 
 
-# --- fingerprints ---------------------------------------------------------------------------------
-
-
-def test_diff_fingerprints_reports_changes_additions_removals_and_ignores_volatile_keys():
-    old = {"driver": "550.54", "nccl": "2.20.5", "date": "2024-01-01", "run_id": "a",
-           "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-1"}], "torch": "2.3", "cuda": {"runtime": "12.4"}}
-    new = {"driver": "560.35", "nccl": "2.20.5", "date": "2024-06-01", "run_id": "b",
-           "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-2"}], "cuda": {"runtime": "12.4", "toolkit": "12.6"},
-           "world_size": 2}
-    diffs = diff_fingerprints(old, new)
-    assert diffs == [
-        ("cuda.toolkit", ABSENT, "12.6"),
-        ("driver", "550.54", "560.35"),
-        ("gpus.0.uuid", "GPU-1", "GPU-2"),
-        ("torch", "2.3", ABSENT),
-        ("world_size", ABSENT, 2),
-    ]
-    assert diff_fingerprints(old, old) == []
-    assert diff_fingerprints(None, {"a": 1}) == [("a", ABSENT, 1)]
-    assert diff_fingerprints({"a": 2}, {"a": 2.0}) == []
-    assert diff_fingerprints({"a": None}, {}) == [("a", None, ABSENT)]
-    text = format_fingerprint_diff(diffs)
-    assert "driver 550.54 -> 560.35" in text and "torch 2.3 -> (absent)" in text
-
-
 def test_saving_measured_runs_into_a_published_baseline_relabels_it_and_keeps_the_floors(tmp_path):
     import shutil
-
-    from pytest_gpucomm.baseline import CaseRecord, load_baseline, save_run
 
     src = Path(__file__).resolve().parents[1] / "baselines" / "mi300x.json"
     path = tmp_path / "mi300x.json"
@@ -408,3 +382,34 @@ def test_saving_measured_runs_into_a_published_baseline_relabels_it_and_keeps_th
     assert after.source == "measured" and "Measured runs added" in after.source_detail
     assert after.cases[key].has_runs and not after.cases[key].floor_only
     assert sum(c.floor_only for c in after.cases.values()) == len(before.cases) - 1
+
+
+# --- whole documents (new_document / dumps_document / write_document) ----------------------------
+
+
+def test_a_written_new_document_loads_back_as_an_empty_measured_baseline(tmp_path):
+    p = tmp_path / "sub" / "fresh.json"
+    write_document(p, new_document("fresh", 3))
+    base = load_baseline(p)
+    assert (base.name, base.source, base.max_runs, base.runs, base.cases) == ("fresh", "measured", 3, [], {})
+    assert p.read_text(encoding="utf-8") == dumps_document(new_document("fresh", 3))
+
+
+def test_dumps_document_keeps_each_samples_list_on_one_line(tmp_path):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec(samples=[100.0, 101.5, 99.0])])
+    text = p.read_text(encoding="utf-8")
+    assert '"samples_gbps": [100.0, 101.5, 99.0]' in text
+    assert dumps_document(json.loads(text)) == text
+
+
+def test_write_document_refuses_an_invalid_document_and_keeps_the_old_file(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("keep me", encoding="utf-8")
+    doc = new_document("x")
+    a = rec()
+    doc["cases"][a.key] = {"test_id": a.test_id, "op": a.op, "size_bytes": a.size_bytes, "world_size": 2,
+                           "runs": [], "floor_gbps": -1.0}
+    with pytest.raises(BaselineError, match=rf"^{p}: refusing to write an invalid baseline: .*floor_gbps"):
+        write_document(p, doc)
+    assert p.read_text(encoding="utf-8") == "keep me" and leftovers(tmp_path) == []

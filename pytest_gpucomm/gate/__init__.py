@@ -1,0 +1,118 @@
+"""The regression gate: per-hardware baseline files, the statistical decision, and the session's verdicts.
+
+* :mod:`.decision`    -- the pure statistics: ``compare`` a run's samples with the baseline runs,
+  ``check_floor`` against a published floor (numpy, scipy).
+* :mod:`.store`       -- the baseline file: schema, read and validate, resolve NAME|PATH|auto, merge a run
+  in under a lock, write atomically (jsonschema, filelock).
+* :mod:`.fingerprint` -- what changed in the environment since the baseline was recorded (stdlib).
+* :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
+  and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`).
+
+Importing this package, building a ``Gate`` and asking ``.active`` / ``.loaded`` is cheap: the decision
+and store names are resolved on first use (module ``__getattr__``), so numpy, scipy, jsonschema and
+filelock are imported only when a baseline is actually read, judged against or written.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
+from .verdicts import Gate, GateSettings, Verdict
+
+__all__ = [
+    # the session's gate
+    "Gate",
+    "GateSettings",
+    "Verdict",
+    # the decision (gate.decision)
+    "DECISION_RULE",
+    "Comparison",
+    "FloorCheck",
+    "compare",
+    "check_floor",
+    "corrected_alpha",
+    "hodges_lehmann",
+    # the baseline store (gate.store)
+    "SCHEMA_ID",
+    "SCHEMA_VERSION",
+    "JSON_SCHEMA",
+    "BaselineError",
+    "BaselineNotFound",
+    "Baseline",
+    "CaseEntry",
+    "CaseRecord",
+    "CaseRun",
+    "RunRecord",
+    "case_key",
+    "baseline_name_for_model",
+    "available_baselines",
+    "resolve_baseline",
+    "load_baseline",
+    "save_run",
+    "new_document",
+    "dumps_document",
+    "write_document",
+    # fingerprints (gate.fingerprint)
+    "ABSENT",
+    "VOLATILE_KEYS",
+    "diff_fingerprints",
+    "format_fingerprint_diff",
+]
+
+#: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock)
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(["DECISION_RULE", "Comparison", "FloorCheck", "compare", "check_floor", "corrected_alpha",
+                     "hodges_lehmann"], "decision"),
+    **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
+                     "CaseEntry", "CaseRecord", "CaseRun", "RunRecord", "case_key", "baseline_name_for_model",
+                     "available_baselines", "resolve_baseline", "load_baseline", "save_run", "new_document",
+                     "dumps_document", "write_document"], "store"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from .decision import (  # noqa: F401
+        DECISION_RULE,
+        Comparison,
+        FloorCheck,
+        check_floor,
+        compare,
+        corrected_alpha,
+        hodges_lehmann,
+    )
+    from .store import (  # noqa: F401
+        JSON_SCHEMA,
+        SCHEMA_ID,
+        SCHEMA_VERSION,
+        Baseline,
+        BaselineError,
+        BaselineNotFound,
+        CaseEntry,
+        CaseRecord,
+        CaseRun,
+        RunRecord,
+        available_baselines,
+        baseline_name_for_model,
+        case_key,
+        dumps_document,
+        load_baseline,
+        new_document,
+        resolve_baseline,
+        save_run,
+        write_document,
+    )

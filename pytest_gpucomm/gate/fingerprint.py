@@ -1,0 +1,78 @@
+"""What changed in the environment since a baseline was recorded: the diff of two fingerprints.
+
+A fingerprint is any JSON object (driver, library versions, GPUs, ...); finding it on this machine is
+:mod:`pytest_gpucomm.hardware`'s job.  Here two of them are compared leaf by leaf and the result is put in
+one line for the messages.  Standard library only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+__all__ = ["ABSENT", "VOLATILE_KEYS", "diff_fingerprints", "format_fingerprint_diff"]
+
+
+class _Absent:
+    """The type of :data:`ABSENT` (one instance; it pickles as that instance)."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+"""Stands for a key missing on one side in :func:`diff_fingerprints` results."""
+
+#: keys that change from run to run on an unchanged machine: never reported as a change
+VOLATILE_KEYS: frozenset[str] = frozenset(
+    {"date", "run_id", "time", "timestamp", "start_time", "end_time", "pid", "uptime_s"}
+)
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> None:
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if str(k) in ignore:
+                continue
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, ignore)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _flatten(v, f"{prefix}.{i}" if prefix else str(i), out, ignore)
+    else:
+        out[prefix] = obj
+
+
+def diff_fingerprints(
+    old: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]], *, ignore: Iterable[str] = VOLATILE_KEYS
+) -> list[tuple[str, Any, Any]]:
+    """What changed between two fingerprints: ``(dotted.key, old, new)`` for every leaf that was added
+    (old is ABSENT), removed (new is ABSENT) or changed, sorted by key.  Nested objects and lists are
+    flattened (``gpus.0.name``); keys named in ``ignore`` (volatile: date, run_id, ...) are skipped at
+    any depth."""
+    ign = frozenset(ignore)
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    _flatten(old or {}, "", a, ign)
+    _flatten(new or {}, "", b, ign)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k, ABSENT), b.get(k, ABSENT)
+        if va is ABSENT or vb is ABSENT or va != vb or type(va) is not type(vb):
+            if va is not ABSENT and vb is not ABSENT and va == vb and {type(va), type(vb)} <= {int, float}:
+                continue  # 2 and 2.0 are the same figure
+            out.append((k, va, vb))
+    return out
+
+
+def format_fingerprint_diff(diffs: Sequence[tuple[str, Any, Any]], limit: int = 8) -> str:
+    """One line for a message: ``driver 550.54 -> 560.35; nccl 2.20.5 -> 2.21.5``."""
+    if not diffs:
+        return "no fingerprint change"
+    parts = [f"{k} {old} -> {new}" for k, old, new in diffs[:limit]]
+    if len(diffs) > limit:
+        parts.append(f"and {len(diffs) - limit} more")
+    return "; ".join(parts)

@@ -1,0 +1,144 @@
+"""Tests of the pytest_gpucomm.gate package: its cheap import, its public names, and Gate's verdicts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import pytest_gpucomm
+from pytest_gpucomm import gate
+from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, Verdict, save_run
+from pytest_gpucomm.vocab import Status
+
+PACKAGE_ROOT = Path(pytest_gpucomm.__file__).resolve().parent.parent
+HEAVY = ("numpy", "scipy", "jsonschema", "filelock", "torch")
+
+
+def test_importing_the_gate_and_building_one_imports_nothing_heavy():
+    code = (
+        "import json, sys\n"
+        "from pytest_gpucomm.gate import Gate, GateSettings\n"
+        "g = Gate(GateSettings(spec='h200', save=True, search_dirs=('baselines',)))\n"
+        "off = Gate(GateSettings(spec=None))\n"
+        "assert (g.active, g.loaded, off.active, off.loaded) == (True, False, False, False)\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+
+
+def test_every_public_name_resolves_and_an_unknown_one_is_an_attribute_error():
+    for name in gate.__all__:
+        assert getattr(gate, name) is not None, name
+    assert set(gate.__all__) <= set(dir(gate))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        gate.nope  # noqa: B018
+
+
+# --- Gate.judge with a baseline file ----------------------------------------------------------------
+
+
+@dataclass
+class FakeMeasurement:
+    """What Gate.judge reads of a measurement."""
+
+    samples_gbps: list[float]
+    op: str = "copy"
+    size_bytes: int = 4096
+    dtype: str | None = None
+    world_size: int = 1
+    where: str = "cpu:0->cpu:1"
+
+
+NODEID = "test_f.py::test_copy[0->1]"
+
+
+def _record(samples: list[float]) -> CaseRecord:
+    return CaseRecord(test_id=NODEID, op="copy", size_bytes=4096, world_size=1, samples_gbps=samples)
+
+
+def _loaded_gate(tmp_path: Path, runs: list[list[float]], **settings) -> Gate:
+    path = tmp_path / "cpu.json"
+    for i, samples in enumerate(runs):
+        r = _record(samples)
+        save_run(path, name="cpu", run_id=f"r{i}", date="2026-01-01T00:00:00+00:00", fingerprint={},
+                 cases={r.key: r})
+    g = Gate(GateSettings(spec=str(path), **settings))
+    g.load(None, {}, {NODEID})
+    return g
+
+
+def _steady(level: float, n: int = 40) -> list[float]:
+    return [level * (1 + 0.001 * ((i * 7) % 11 - 5)) for i in range(n)]
+
+
+def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_path):
+    g = _loaded_gate(tmp_path, [_steady(100.0)] * 3)
+    ok = g.judge(NODEID, FakeMeasurement(_steady(100.0)), None, None)
+    assert ok.status is Status.OK and not ok.failed
+    slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None, None)
+    assert slow.status is Status.REGRESSION and slow.failed
+    assert slow.message.startswith("REGRESSION: copy on cpu:0->cpu:1 at 4 KiB")
+    assert json.loads(json.dumps(slow.to_dict()))["status"] == "REGRESSION"
+    fast = g.judge(NODEID, FakeMeasurement(_steady(200.0)), None, None)
+    assert fast.status is Status.IMPROVED and not fast.failed
+
+
+def test_a_flagged_case_is_measured_again_and_the_second_measurement_decides(tmp_path):
+    g = _loaded_gate(tmp_path, [_steady(100.0)] * 3)
+    v = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None, lambda: FakeMeasurement(_steady(100.0)))
+    assert v.status is Status.OK and v.remeasured
+
+
+def test_a_case_missing_from_the_baseline_is_new_or_fails_as_NEW_when_strict(tmp_path):
+    other = "test_f.py::test_other"
+    v = _loaded_gate(tmp_path, [_steady(100.0)]).judge(other, FakeMeasurement(_steady(1.0)), None, None)
+    assert v.status is Status.NEW and not v.failed
+    v = _loaded_gate(tmp_path, [_steady(100.0)], strict=True).judge(other, FakeMeasurement(_steady(1.0)), None, None)
+    assert v.status is Status.NEW_STRICT and v.failed and "no entry for test_f.py::test_other" in v.message
+
+
+def test_a_floor_only_case_is_floor_ok_or_FLOOR(tmp_path):
+    path = tmp_path / "tiny.json"
+    r = _record([1.0])
+    doc = gate.new_document("tiny")
+    doc["source"] = "published"
+    doc["cases"][r.key] = {"test_id": NODEID, "op": "copy", "size_bytes": 4096, "world_size": 1, "runs": [],
+                           "floor_gbps": 44.0}
+    gate.write_document(path, doc)
+    g = Gate(GateSettings(spec=str(path)))
+    g.load(None, {}, {NODEID})
+    assert g.n_comparisons == 1  # floor-only cases spend no alpha (and there is always at least one)
+    above = g.judge(NODEID, FakeMeasurement([45.0, 46.0, 47.0]), None, None)
+    assert above.status is Status.FLOOR_OK and not above.failed
+    below = g.judge(NODEID, FakeMeasurement([40.0, 41.0, 42.0]), None, None)
+    assert below.status is Status.FLOOR and below.failed and "below the published floor" in below.message
+
+
+def test_a_verdict_takes_a_status_word_and_refuses_an_unknown_one():
+    assert Verdict("noisy").status is Status.NOISY
+    with pytest.raises(ValueError):
+        Verdict("fine")
+
+
+def test_loading_a_missing_baseline_name_is_a_usage_error(tmp_path):
+    g = Gate(GateSettings(spec="h200", search_dirs=(tmp_path,)))
+    with pytest.raises(pytest.UsageError, match="--gpu-baseline=h200: no baseline named 'h200'"):
+        g.load(None, {}, set())
+    assert not g.loaded
+
+
+def test_xdist_workers_of_one_session_save_under_one_run_id(monkeypatch):
+    settings = GateSettings(spec="cpu", save=True, search_dirs=(), max_runs=5, tolerance=0.05, alpha=0.01,
+                            strict=False)
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "0123456789abcdef")
+    assert Gate(settings).run_id == Gate(settings).run_id == "0123456789ab"
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID")
+    assert Gate(settings).run_id != Gate(settings).run_id
