@@ -211,7 +211,7 @@ def summary_lines(state: "State") -> list[str]:
 def write_reports(state: "State") -> None:
     """At the end of the session: save the run into the baseline (--gpu-baseline-save), write the JSON
     report and the pytest-benchmark export; each adds a line to ``state.notes``."""
-    from .baseline import ABSENT  # MERGE: from .gate
+    from .gate import ABSENT
     from .hardware import now_iso
 
     s, gate = state.settings, state.gate
