@@ -12,9 +12,9 @@ import pytest
 
 from .group import ProcessGroup
 from .markers import marks_of
-from .ops.collectives import OPS
+from .ops.collectives import OPS, add_op_methods
 from .state import Record, State
-from .units import SizeError, describe_size, parse_size
+from .units import SizeError, parse_size
 from .vocab import DTYPES
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ class GpuPair(NamedTuple):
         return f"{self.src.split(':')[-1]}->{self.dst.split(':')[-1]}"
 
 
+@add_op_methods
 class Comm:
     """The measuring fixture: each method runs one measurement and returns a :class:`Measurement`.
 
@@ -150,52 +151,16 @@ class Comm:
 
         return self._record(run(), run, lambda: self._state.restart_for_remeasure(group))
 
-    def _collective_once(self, op: str, group: "ProcessGroup", kwargs: dict[str, Any], n: int,
-                         dtype: str) -> Measurement:
-        from .measurement import Measurement
-        from .ops.collectives import busbw_factor
+    def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
+                         dtype: str) -> "Measurement":
+        from .ops.collectives import WrongResult, to_measurement
 
-        nodeid = self._request.node.nodeid
-        results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=nodeid)
-        world = group.world_size
-        actual = int(results[0]["size_bytes"])
-        bad = [r for r in results if r["wrong"]]
-        if bad:
-            lines = [
-                f"{op} produced a wrong result at {describe_size(actual)} on {world} ranks ({group.backend}):"
-            ]
-            for r in bad:
-                i, got, exp = r["first_wrong"]
-                path = f" after {r['wrong_path']}" if r.get("wrong_path") else ""
-                lines.append(f"  rank {r['rank']}: {r['wrong']} of {r['checked']} elements wrong{path} "
-                             f"(first at index {i}: got {got:g}, expected {exp:g})")
-            pytest.fail("\n".join(lines), pytrace=False)
-        per_rank = [r["samples_s"] for r in results]
-        k = min(len(x) for x in per_rank)
-        samples = [max(x[i] for x in per_rank) for i in range(k)]  # an iteration ends when the slowest rank ends
-        info: dict[str, Any] = {
-            "backend": group.backend,
-            "in_place": results[0]["in_place"],  # the form the ranks ran
-            "batch": results[0]["batch"],
-            "graph": bool(results[0]["graph"]),
-            "timer": "device events" if group.backend != "gloo" else "host clock",
-        }
-        for key in ("graph_error", "registered", "register_note"):
-            if results[0].get(key):
-                info[key] = results[0][key]
-        if actual != n:
-            info["requested_bytes"] = n
-        return Measurement(
-            op=op,
-            size_bytes=actual,
-            samples_s=samples,
-            devices=tuple(f"rank{r}" for r in range(world)),
-            busbw_factor=busbw_factor(op, world),
-            world_size=world,
-            dtype=dtype,
-            kind="collective",
-            info=info,
-        )
+        results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=self._request.node.nodeid)
+        try:
+            return to_measurement(results, op=op, backend=group.backend, dtype=dtype, requested_bytes=n)
+        except WrongResult as e:
+            failure = str(e)
+        pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""
@@ -208,16 +173,3 @@ class Comm:
 
         return self._record(run(), run, self._state.buffers.clear)
 
-
-def _collective_method(op: str) -> Callable[..., "Measurement"]:
-    def method(self: Comm, group: ProcessGroup, size: Any = None, **kw: Any) -> "Measurement":
-        return self.collective(op, group, size, **kw)
-
-    method.__name__ = method.__qualname__ = op
-    doc = getattr(OPS[op], "doc", "")
-    method.__doc__ = f"``comm.collective({op!r}, group, size, dtype=..., in_place=...)``" + (f": {doc}" if doc else "")
-    return method
-
-
-for _op in OPS:
-    setattr(Comm, _op, _collective_method(_op))

@@ -21,10 +21,12 @@ import pytest
 
 from proc_helpers import listening_ports  # noqa: E402
 
+from pytest_gpucomm.ops.collectives import OPS as OP_DEFS, busbw_factor
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc)")
 
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
-OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"]
+OPS = list(OP_DEFS)
 WORKER_MODULE = "pytest_gpucomm.ranks.worker"
 
 
@@ -115,7 +117,7 @@ def test_gloo_worlds_of_2_and_4_run_every_collective_and_report_busbw(pytester):
         """
     )
     result = pytester.runpytest(*FAST, "--gpucomm-json=report.json")
-    result.assert_outcomes(passed=14)
+    result.assert_outcomes(passed=2 * len(OPS))
     result.stdout.fnmatch_lines(["*= gpucomm results =*", "*devices / world*GB/s*"])
 
     # The terminal table: one row per measurement, "N ranks (gloo)", 4 KiB, a positive GB/s (busbw) figure.
@@ -130,16 +132,13 @@ def test_gloo_worlds_of_2_and_4_run_every_collective_and_report_busbw(pytester):
 
     # The JSON report: busbw = algbw x nccl-tests' factor for the world size.
     doc = json.loads((pytester.path / "report.json").read_text())
-    assert len(doc["rows"]) == 14
-    factor = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-              "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0}
-    for r in doc["rows"]:
+    assert len(doc["rows"]) == 2 * len(OPS)
+    for r in doc["rows"]:  # (the factors themselves are checked against nccl-tests in test_collectives_unit)
         n = r["world_size"]
         assert r["info"]["backend"] == "gloo"
         assert r["size_bytes"] == 4096
-        assert r["busbw_factor"] == pytest.approx(factor[r["op"]](n))
-        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factor[r["op"]](n))
+        assert r["busbw_factor"] == pytest.approx(busbw_factor(r["op"], n))
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * busbw_factor(r["op"], n))
 
 
 def test_in_place_and_out_of_place_forms_pass_and_out_of_place_all_reduce_is_an_error(pytester):
@@ -311,7 +310,7 @@ def test_a_hung_rank_fails_the_test_after_rank_timeout_with_its_stack_and_the_po
     result = pytester.runpytest(*FAST)
     result.assert_outcomes(passed=1, failed=1)
     report = _outcome(result, "test_hangs")
-    assert 2.9 <= report.duration < 15, report.duration  # 3 s, plus a stack dump; not the 300 s default
+    assert 2.9 <= report.duration < 120, report.duration  # 3 s, plus a stack dump; not the 300 s default
     text = report.longreprtext
     assert "timed out after 3 s on rank(s) [1]" in text
     assert "rank 1 (hung) stack" in text
@@ -331,7 +330,7 @@ def test_gpucomm_timeout_option_bounds_work_on_the_ranks(pytester):
     result = pytester.runpytest(*FAST, "--gpucomm-timeout=3")
     result.assert_outcomes(failed=1)
     report = _outcome(result, "test_hangs")
-    assert 2.9 <= report.duration < 15, report.duration
+    assert 2.9 <= report.duration < 120, report.duration  # not the 300 s default
     text = report.longreprtext
     assert "timed out after 3 s on rank(s) [1]" in text
     assert "in sleep_forever_on_rank_one" in text
@@ -349,10 +348,10 @@ def test_a_rank_that_dies_fails_the_test_as_a_crash_of_that_rank_and_the_next_te
             assert comm.all_reduce(process_group, "4KiB").size_bytes == 4096
         """
     )
-    result = pytester.runpytest(*FAST, "--gpucomm-timeout=60")
+    result = pytester.runpytest(*FAST, "--gpucomm-timeout=200")
     result.assert_outcomes(passed=1, failed=1)
     report = _outcome(result, "test_dies")
-    assert report.duration < 30, report.duration  # noticed as a crash, not as a timeout
+    assert report.duration < 150, report.duration  # noticed as a crash, not as a timeout
     text = report.longreprtext
     assert "rank 1 crashed (exit code 3) while running 'test_dies.py::test_dies'" in text, text
     assert "torn down" in text
@@ -389,7 +388,7 @@ def test_end_of_session_leaves_no_worker_process_and_no_listening_port(pytester)
     info = json.loads((pytester.path / "pool.json").read_text())
     assert len(info["workers"]) == 2
     # pytest has exited: its workers must be gone (not even zombies: /proc/<pid> is checked)
-    assert _wait_until(lambda: not any(_is_worker(p) for p in info["workers"]), 5), info
+    assert _wait_until(lambda: not any(_is_worker(p) for p in info["workers"]), 30), info
     assert not _workers(info["controller"])
     listening = _listening_ports() & set(info["ports"])
     assert not listening, f"ports of the pool still listening: {listening}"
@@ -432,7 +431,7 @@ def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
     out = (pytester.path / "pytest.log").read_text()
     assert rc == 2, out  # pytest.ExitCode.INTERRUPTED
     assert "KeyboardInterrupt" in out
-    assert _wait_until(lambda: not any(_is_worker(p) for p in workers), 5), _workers(proc.pid)
+    assert _wait_until(lambda: not any(_is_worker(p) for p in workers), 30), _workers(proc.pid)
     assert not _workers(proc.pid)
     assert not Path(info["log_dir"]).exists()
 

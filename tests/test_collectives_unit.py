@@ -1,55 +1,82 @@
-"""Unit tests of the collectives' arithmetic: busbw factors, element counts, forms, Measurement.
+"""Unit tests of the collectives: busbw factors and S against nccl-tests' conventions, element counts, the
+controller's combination of the ranks' results, and -- on 2 and 3 gloo ranks -- that every op of OPS, in
+every form, computes what its definition expects.
 
-No processes are started here; everything is pure Python (pytest_gpucomm.ops.collectives imports torch
-only inside the per-rank task).
+Everything iterates over OPS, so an op added there is covered without editing this file (its nccl-tests
+binary must be added to ``NCCL_TESTS`` below, with nccl-tests' own formula).
 """
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+
 import pytest
 
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.ops.collectives import DTYPES, OPS, busbw_factor, element_count
+from pytest_gpucomm.units import describe_size
+from pytest_gpucomm.ops.collectives import (
+    DTYPES,
+    OPS,
+    BenchResult,
+    Shape,
+    WrongResult,
+    add_op_methods,
+    busbw_factor,
+    element_count,
+    to_measurement,
+)
 
-ALL_OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"]
-SPLIT_OPS = ["all_gather", "reduce_scatter", "all_to_all"]
-WHOLE_OPS = ["all_reduce", "broadcast", "reduce", "send_recv"]
+#: nccl-tests binary -> (busbw / algbw with n ranks, whether its "size" column is the full buffer of
+#: n chunks), from nccl-tests doc/PERFORMANCE.md and src/*.cu (GetBw, GetCollByteCount).
+NCCL_TESTS = {
+    "all_reduce_perf": (lambda n: 2 * (n - 1) / n, False),
+    "all_gather_perf": (lambda n: (n - 1) / n, True),
+    "reduce_scatter_perf": (lambda n: (n - 1) / n, True),
+    "alltoall_perf": (lambda n: (n - 1) / n, True),
+    "broadcast_perf": (lambda n: 1.0, False),
+    "reduce_perf": (lambda n: 1.0, False),
+    "sendrecv_perf": (lambda n: 1.0, False),
+}
+
+SPLIT_OPS = [op for op, spec in OPS.items() if spec.split]
+WHOLE_OPS = [op for op, spec in OPS.items() if not spec.split]
+CASES = [(op, form == "in_place") for op, spec in OPS.items() for form in spec.forms]
+CASE_IDS = [f"{op}-{'in' if ip else 'out'}place" for op, ip in CASES]
 
 
 def nccl_tests_factor(op: str, n: int) -> float:
-    """busbw / algbw as nccl-tests' PERFORMANCE.md defines it."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+    return NCCL_TESTS[OPS[op].nccl_tests][0](n)
 
 
-def test_the_seven_collectives_are_known():
-    assert sorted(OPS) == sorted(ALL_OPS)
+# -- what an op is --------------------------------------------------------------------------------
 
-
-@pytest.mark.parametrize("n", [2, 4, 8])
-@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+@pytest.mark.parametrize("op", list(OPS))
 def test_busbw_factor_matches_nccl_tests(op, n):
     assert busbw_factor(op, n) == pytest.approx(nccl_tests_factor(op, n), rel=1e-12)
 
 
-@pytest.mark.parametrize(
-    "op, n, expected",
-    [
-        ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
-        ("all_gather", 2, 0.5), ("all_gather", 4, 0.75), ("all_gather", 8, 0.875),
-        ("reduce_scatter", 2, 0.5), ("reduce_scatter", 4, 0.75), ("reduce_scatter", 8, 0.875),
-        ("all_to_all", 2, 0.5), ("all_to_all", 4, 0.75), ("all_to_all", 8, 0.875),
-        ("broadcast", 2, 1.0), ("broadcast", 4, 1.0), ("broadcast", 8, 1.0),
-        ("reduce", 2, 1.0), ("reduce", 4, 1.0), ("reduce", 8, 1.0),
-        ("send_recv", 2, 1.0), ("send_recv", 4, 1.0), ("send_recv", 8, 1.0),
-    ],
-)
-def test_busbw_factor_literal_values(op, n, expected):
-    # the same table written out as numbers, so a wrong formula above cannot hide a wrong factor
-    assert busbw_factor(op, n) == pytest.approx(expected, rel=1e-12)
+def test_busbw_factors_at_8_ranks():
+    # a few numbers written out, so that a wrong formula in NCCL_TESTS cannot hide a wrong factor
+    assert busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert busbw_factor("all_gather", 4) == pytest.approx(0.75)
+    assert busbw_factor("send_recv", 8) == 1.0
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_s_is_the_full_buffer_where_nccl_tests_says_so(op):
+    assert OPS[op].split is NCCL_TESTS[OPS[op].nccl_tests][1]
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_op_has_a_default_form_and_compares_with_the_same_nccl_tests_column(op):
+    spec = OPS[op]
+    assert spec.forms and set(spec.forms) <= {"in_place", "out_of_place"}
+    assert spec.default_in_place is (spec.forms[0] == "in_place")
+    for form in spec.forms:
+        assert spec.nccl_tests_column(form) == form
 
 
 def test_busbw_factor_of_an_unknown_op_is_an_error():
@@ -62,7 +89,6 @@ def test_split_ops_round_the_element_count_down_to_a_multiple_of_the_world(op):
     # 1000 bytes of float32 = 250 elements; on 3 ranks that rounds down to 249 (83 per rank), 996 bytes
     count = element_count(op, 1000, 3, "float32")
     assert count == 249
-    assert count % 3 == 0
     assert count * DTYPES["float32"] == 996
 
 
@@ -104,30 +130,85 @@ def test_element_count_of_an_unknown_dtype_is_an_error():
         element_count("all_reduce", 1024, 2, "float64")
 
 
-@pytest.mark.parametrize(
-    "op, forms",
-    [
-        ("all_reduce", ("in_place",)),
-        ("broadcast", ("in_place",)),
-        ("reduce", ("in_place",)),
-        ("all_gather", ("out_of_place", "in_place")),
-        ("reduce_scatter", ("out_of_place", "in_place")),
-        ("all_to_all", ("out_of_place",)),
-        ("send_recv", ("out_of_place",)),
-    ],
-)
-def test_forms_of_each_op_default_first(op, forms):
-    assert OPS[op].forms == forms
-    assert OPS[op].default_in_place is (forms[0] == "in_place")
+def test_op_definitions_and_comparisons_import_without_torch():
+    code = ("import sys\n"
+            "import pytest_gpucomm.ops.collectives, pytest_gpucomm.compare.nccl_tests, "
+            "pytest_gpucomm.compare.raw_copies\n"
+            "heavy = [m for m in ('torch', 'cupy', 'numpy', 'pytest') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("op", ALL_OPS)
-def test_split_flag_marks_the_ops_whose_s_is_the_full_buffer(op):
-    assert OPS[op].split is (op in SPLIT_OPS)
+# -- the controller's side ------------------------------------------------------------------------
+
+def _result(rank=0, samples=(1e-3, 2e-3, 3e-3), **kw) -> BenchResult:
+    fields = dict(rank=rank, in_place=False, samples_s=tuple(samples), batch=4, graph=0, graph_error="",
+                  registered=False, register_note="", size_bytes=4096, wrong=0, checked=1024,
+                  first_wrong=None, wrong_path="")
+    fields.update(kw)
+    return BenchResult(**fields)
+
+
+def test_a_bench_result_survives_pickling():
+    r = _result(wrong=2, first_wrong=(3, 0.0, 2.0), wrong_path="a graph replay")
+    assert pickle.loads(pickle.dumps(r)) == r
+
+
+def test_to_measurement_takes_the_slowest_rank_of_each_iteration():
+    results = [_result(0, (1e-3, 5e-3, 2e-3, 9e-3)), _result(1, (2e-3, 1e-3, 4e-3))]
+    m = to_measurement(results, op="all_gather", backend="gloo", dtype="float32", requested_bytes=4096)
+    assert m.samples_s == [2e-3, 5e-3, 4e-3]  # the shorter series bounds the count
+    assert (m.op, m.size_bytes, m.world_size, m.dtype, m.kind) == ("all_gather", 4096, 2, "float32", "collective")
+    assert m.devices == ("rank0", "rank1")
+    assert m.busbw_factor == pytest.approx(busbw_factor("all_gather", 2))
+    assert m.info == {"backend": "gloo", "in_place": False, "batch": 4, "graph": False, "timer": "host clock"}
+
+
+def test_to_measurement_notes_graphs_registration_and_a_rounded_size():
+    results = [_result(r, graph=50, graph_error="RuntimeError: no", registered=True, register_note="x",
+                       size_bytes=996, in_place=True) for r in range(3)]
+    m = to_measurement(results, op="reduce_scatter", backend="nccl", dtype="bfloat16", requested_bytes=1000)
+    assert m.size_bytes == 996
+    assert m.info == {"backend": "nccl", "in_place": True, "batch": 4, "graph": True, "timer": "device events",
+                      "graph_error": "RuntimeError: no", "registered": True, "register_note": "x",
+                      "requested_bytes": 1000}
+
+
+def test_a_wrong_element_on_any_rank_is_a_wrong_result_naming_each_such_rank():
+    results = [
+        _result(0),
+        _result(1, wrong=5, checked=1024, first_wrong=(0, 0.0, 3.0)),
+        _result(2, wrong=1, checked=1024, first_wrong=(7, 2.5, 1.0), wrong_path="a graph replay"),
+    ]
+    with pytest.raises(WrongResult) as e:
+        to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096)
+    assert str(e.value) == (
+        f"all_reduce produced a wrong result at {describe_size(4096)} on 3 ranks (gloo):\n"
+        "  rank 1: 5 of 1024 elements wrong (first at index 0: got 0, expected 3)\n"
+        "  rank 2: 1 of 1024 elements wrong after a graph replay (first at index 7: got 2.5, expected 1)"
+    )
+    assert [r.rank for r in e.value.bad] == [1, 2]
+
+
+def test_add_op_methods_gives_a_method_per_op_that_calls_collective():
+    class Fixture:
+        def collective(self, op, group, size=None, **kw):
+            return (op, group, size, kw)
+
+        def all_reduce(self, group, size=None, **kw):  # a method the class defines itself stays
+            return "own"
+
+    add_op_methods(Fixture)
+    f = Fixture()
+    assert f.all_reduce("g") == "own"
+    for op in OPS:
+        if op != "all_reduce":
+            assert getattr(f, op)("g", "4KiB", in_place=True) == (op, "g", "4KiB", {"in_place": True})
+            assert getattr(Fixture, op).__name__ == op and getattr(Fixture, op).__doc__
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("op", list(OPS))
 def test_measurement_of_a_collective_derives_busbw_from_algbw(op, n):
     # median 2 ms over samples of 1, 2 and 3 ms: algbw = 4096 B / 2 ms = 2.048e6 B/s = 0.002048 GB/s
     m = Measurement(
@@ -168,3 +249,39 @@ def test_a_batch_of_small_ops_is_replays_of_whole_graphs():
     assert graph_shape(2 * GRAPH_OPS) == (GRAPH_OPS, 2)
     assert graph_shape(GRAPH_OPS - 1) == (GRAPH_OPS - 1, 1)  # below one graph: one graph of the batch
     assert graph_shape(1) == (1, 1)
+
+
+# -- every op computes what its definition expects (gloo ranks) -----------------------------------
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])
+def gloo_pool(request):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    from pytest_gpucomm.ranks import RankPool
+
+    pool = RankPool(request.param, backend="gloo", device="cpu")
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("op, in_place", CASES, ids=CASE_IDS)
+def test_every_op_and_form_gives_its_expected_result_on_gloo(gloo_pool, op, in_place):
+    n = gloo_pool.world_size
+    kwargs = {"op": op, "size_bytes": 1000, "dtype": "float32", "in_place": in_place, "min_time_s": 0.002}
+    results = list(gloo_pool.run("pytest_gpucomm.ops.collectives:bench", kwargs, timeout=120))
+    assert [r.rank for r in results] == list(range(n))
+    for r in results:
+        assert isinstance(r, BenchResult)
+        assert (r.wrong, r.first_wrong, r.in_place) == (0, None, in_place)
+        assert r.size_bytes == element_count(op, 1000, n, "float32") * 4
+        assert r.samples_s and r.graph == 0 and not r.registered
+    # each rank checked every element of its result (reduce: only rank 0 has one)
+    import torch
+
+    count = element_count(op, 1000, n, "float32")
+    for r in results:
+        exp = OPS[op].expected(torch, Shape(count, count // n if OPS[op].split else count, r.rank, n), "cpu")
+        assert r.checked == (0 if exp is None else exp.numel())
+    assert results[0].checked > 0
+    m = to_measurement(results, op=op, backend="gloo", dtype="float32", requested_bytes=1000)
+    assert m.world_size == n and m.busbw_gbps > 0

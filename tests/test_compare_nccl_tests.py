@@ -1,19 +1,15 @@
-"""Unit tests for benchmarks/compare_nccl_tests.py (pure parsing / matching logic only)."""
+"""Unit tests for pytest_gpucomm.compare.nccl_tests (pure parsing / matching logic only)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "compare_nccl_tests.py"
-_spec = importlib.util.spec_from_file_location("compare_nccl_tests", _PATH)
-cmp = importlib.util.module_from_spec(_spec)
-sys.modules["compare_nccl_tests"] = cmp
-_spec.loader.exec_module(cmp)
+from pytest_gpucomm.compare import nccl_tests as cmp
+from pytest_gpucomm.ops.collectives import OPS
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 
@@ -303,3 +299,27 @@ def test_run_ours_uses_the_first_gpus_and_the_nccl_tests_dtype(tmp_path):
     assert "--gpucomm-dtype=float16" in cmd and str(tmp_path / "o.json") in cmd
     _, env = cmp.ours_command(args, tmp_path / "o.json", {"CUDA_VISIBLE_DEVICES": "3, 5,7"})
     assert env["CUDA_VISIBLE_DEVICES"] == "3,5"
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_op_is_compared_with_its_nccl_tests_binary_under_any_spelling(op):
+    binary = OPS[op].nccl_tests
+    assert cmp.NCCL_TESTS_BINARIES[binary] == op
+    stem = binary[: -len("_perf")]
+    for name in (op, op.replace("_", ""), binary, stem, f"/build/{binary}", f"{binary}_mpi", op.upper()):
+        assert cmp.normalize_op(name) == op, name
+    assert op in cmp.build_parser().parse_args(["--theirs-raw", "x", "--ours-json", "y"]).ops.split(",")
+
+
+def test_raw_text_of_every_op_is_read_back(tmp_path):
+    for op, spec in OPS.items():
+        (tmp_path / f"{spec.nccl_tests}.txt").write_text(ALLTOALL_ROWS)
+    rows, meta = cmp.load_theirs_raw(tmp_path, set(OPS))
+    assert sorted({r["op"] for r in rows}) == sorted(OPS)
+    assert set(meta) == {spec.nccl_tests for spec in OPS.values()}
+
+
+@pytest.mark.parametrize("module", ["pytest_gpucomm.compare.nccl_tests", "pytest_gpucomm.compare.raw_copies"])
+def test_comparisons_run_as_modules(module):
+    p = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "--ours-json" in p.stdout

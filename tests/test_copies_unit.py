@@ -3,22 +3,14 @@ verified on a GPU, see the issue notes)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
+from pytest_gpucomm.compare import raw_copies as bench
 from pytest_gpucomm.ops import copies
-
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "peer_copy_vs_raw.py"
-_spec = importlib.util.spec_from_file_location("peer_copy_vs_raw", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["peer_copy_vs_raw"] = bench
-_spec.loader.exec_module(bench)
 
 
 @pytest.fixture

@@ -1,11 +1,15 @@
 """Collectives over a torch.distributed process group, timed as nccl-tests times them.
 
-This module holds both halves:
+This module holds three parts:
 
-* what an op is (its message size S, its busbw factor, whether it has an in-place form) -- pure, used by
-  the controller, the report and the tests;
-* the per-rank task :func:`bench`, run on every rank of the group (in the rank pool, or in-process when
-  pytest itself runs on every rank under torchrun): it builds the buffers, warms up, agrees with the
+* what an op is: one :class:`CollectiveOp` subclass per op, registered in :data:`OPS` -- its buffers,
+  input fill, expected result and torch.distributed call (per rank, torch passed in), its busbw factor,
+  its forms, whether S is split among the ranks, and its nccl-tests counterpart.  Everything else (the
+  bench, the controller, the suites, the comparison with nccl-tests, the tests) reads OPS;
+* the controller's side: :class:`BenchResult` (one rank's result), :func:`to_measurement` (the ranks'
+  results -> one :class:`~pytest_gpucomm.measurement.Measurement`, or :class:`WrongResult`), and
+  :func:`op_method` / :func:`add_op_methods` (the measuring fixture's ``comm.all_reduce(...)`` etc.);
+* the per-rank task :func:`bench`, run on every rank of the group (by the rank pool): it builds the buffers, warms up, agrees with the
   other ranks on a plan, captures up to ``GRAPH_OPS`` iterations in a CUDA/HIP graph on GPU and replays
   it (as ``nccl-tests -G``) or loops on CPU, times each sample (device events / host clock), and finally
   re-initializes the buffers, runs the op once more -- from a graph and eagerly, the paths that were timed
@@ -14,6 +18,11 @@ This module holds both halves:
 Sizes follow nccl-tests: S is the per-rank buffer for all_reduce, broadcast, reduce and send/recv, and the
 full gathered/scattered buffer for all_gather, reduce_scatter and all_to_all.  busbw = algbw x factor
 with n ranks: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
+all_reduce, broadcast and reduce exist only in place in torch (an out-of-place form would add a device copy
+of S bytes to every iteration, which nccl-tests does not do), so they are measured in place and compared
+with nccl-tests' in-place column.
+
+Imports no torch: the per-rank functions import it when they run.
 """
 
 from __future__ import annotations
@@ -21,42 +30,289 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence
 
-__all__ = ["OPS", "OpSpec", "busbw_factor", "element_count", "bench", "DTYPES"]
-
+from ..measurement import Measurement
+from ..units import describe_size
 from ..vocab import DTYPES
 
+__all__ = [
+    "OPS",
+    "CollectiveOp",
+    "Shape",
+    "BenchResult",
+    "WrongResult",
+    "busbw_factor",
+    "element_count",
+    "to_measurement",
+    "op_method",
+    "add_op_methods",
+    "bench",
+    "DTYPES",
+]
 
-@dataclass(frozen=True)
-class OpSpec:
-    """``forms``: the forms torch.distributed offers, the default first.  all_reduce, broadcast and
-    reduce exist only in place in torch (an out-of-place form would add a device copy of S bytes to
-    every iteration, which nccl-tests does not do), so they are measured in place and compared with
-    nccl-tests' in-place column."""
+IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
 
-    name: str
-    factor: Callable[[int], float]
-    forms: tuple[str, ...]
-    split: bool = False  # S is the full buffer made of n chunks (all_gather, reduce_scatter, all_to_all)
+
+# -- what an op is ---------------------------------------------------------------------------------
+
+class Shape(NamedTuple):
+    """One rank's view of an op's buffers: ``count`` elements make S; ``chunk`` is a rank's share of them
+    (``count / world`` for split ops, else ``count``)."""
+
+    count: int
+    chunk: int
+    rank: int
+    world: int
+
+
+def _pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
+    """1, 2, 3, 1, 2, 3, ...: small integers, exact in every dtype, no zeros."""
+    return (torch.arange(n, device=device, dtype=torch.int64) % 3 + 1).to(dtype)
+
+
+def _tri(n: int) -> int:
+    """1 + 2 + ... + n: the sum over the ranks of inputs scaled by rank + 1."""
+    return n * (n + 1) // 2
+
+
+class CollectiveOp:
+    """One collective, defined once: everything the bench, the controller, the report and the comparison
+    with nccl-tests need to know of it.  A new op is a subclass and an entry in :data:`OPS`.
+
+    Class attributes:
+
+    * ``name``: our name (``comm.<name>()``, the report's ``op``);
+    * ``forms``: the forms torch.distributed offers, ``IN_PLACE`` / ``OUT_OF_PLACE``, the default first;
+    * ``split``: S is the full buffer made of ``world`` chunks (else S is the buffer of each rank);
+    * ``nccl_tests``: the nccl-tests binary that measures the same op (``all_reduce_perf``);
+    * ``aliases``: other spellings of the op (NCCL API, nccl-tests) beyond the names derived from
+      ``name`` and ``nccl_tests``.
+
+    The per-rank methods (``buffers``, ``fill``, ``expected``, ``run``) get torch or torch.distributed
+    passed in, so that this module imports without torch.
+    """
+
+    name: ClassVar[str]
+    forms: ClassVar[tuple[str, ...]]
+    nccl_tests: ClassVar[str]
+    split: ClassVar[bool] = False
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    def factor(self, n: int) -> float:
+        """busbw / algbw on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
+        return 1.0
 
     @property
     def default_in_place(self) -> bool:
-        return self.forms[0] == "in_place"
+        return self.forms[0] == IN_PLACE
+
+    def nccl_tests_column(self, form: str) -> str:
+        """The nccl-tests column (``IN_PLACE`` / ``OUT_OF_PLACE``) that our ``form`` compares with:
+        nccl-tests measures both placements, and each of ours meets the same one."""
+        return form
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        """(input, output) of one rank; ``new(k)`` allocates ``k`` elements.  The same tensor twice (or
+        a view) for an in-place form."""
+        raise NotImplementedError
+
+    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+        """The input values of one rank, given ``v``: the pattern 1, 2, 3, 1, ... in the buffer's dtype
+        and length.  Values that make a wrong element detectable."""
+        return v * (s.rank + 1)
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        """The output one rank must see (float64), or None when it has none to check."""
+        raise NotImplementedError
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        """The op, once (captured in a graph, or launched eagerly)."""
+        raise NotImplementedError
+
+    @property
+    def doc(self) -> str:
+        """The first line of the op's docstring."""
+        return (type(self).__doc__ or "").strip().splitlines()[0]
+
+    def __repr__(self) -> str:
+        return f"<collective {self.name}>"
 
 
-OPS: dict[str, OpSpec] = {
-    "all_reduce": OpSpec("all_reduce", lambda n: 2 * (n - 1) / n, ("in_place",)),
-    "all_gather": OpSpec("all_gather", lambda n: (n - 1) / n, ("out_of_place", "in_place"), split=True),
-    "reduce_scatter": OpSpec("reduce_scatter", lambda n: (n - 1) / n, ("out_of_place", "in_place"), split=True),
-    "broadcast": OpSpec("broadcast", lambda n: 1.0, ("in_place",)),
-    "reduce": OpSpec("reduce", lambda n: 1.0, ("in_place",)),
-    "all_to_all": OpSpec("all_to_all", lambda n: (n - 1) / n, ("out_of_place",), split=True),
-    "send_recv": OpSpec("send_recv", lambda n: 1.0, ("out_of_place",)),
+class AllReduce(CollectiveOp):
+    """Every rank gets the sum of every rank's buffer (S bytes each)."""
+
+    name = "all_reduce"
+    forms = (IN_PLACE,)  # an out-of-place form would add a copy of S to every iteration (not in torch)
+    nccl_tests = "all_reduce_perf"
+
+    def factor(self, n: int) -> float:
+        return 2 * (n - 1) / n
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        buf = new(s.count)
+        return buf, buf
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        return _pattern(torch, s.count, device, torch.float64) * _tri(s.world)
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        dist.all_reduce(inp)
+
+
+class AllGather(CollectiveOp):
+    """Every rank gets every rank's chunk; S is the gathered buffer."""
+
+    name = "all_gather"
+    forms = (OUT_OF_PLACE, IN_PLACE)
+    nccl_tests = "all_gather_perf"
+    split = True
+
+    def factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        c = s.chunk
+        out = new(s.count)
+        return (out[s.rank * c:(s.rank + 1) * c] if in_place else new(c)), out
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        idx = torch.arange(s.count, device=device)
+        base = _pattern(torch, s.chunk, device, torch.float64).repeat(s.world)
+        return base * (idx // s.chunk + 1)
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        fn(out, inp)
+
+
+class ReduceScatter(CollectiveOp):
+    """Every rank gets its chunk of the sum of every rank's buffer; S is the full buffer."""
+
+    name = "reduce_scatter"
+    forms = (OUT_OF_PLACE, IN_PLACE)
+    nccl_tests = "reduce_scatter_perf"
+    split = True
+
+    def factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        c = s.chunk
+        inp = new(s.count)
+        return inp, (inp[s.rank * c:(s.rank + 1) * c] if in_place else new(c))
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        full = _pattern(torch, s.count, device, torch.float64) * _tri(s.world)
+        return full[s.rank * s.chunk:(s.rank + 1) * s.chunk]
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        fn(out, inp)
+
+
+class Broadcast(CollectiveOp):
+    """Every rank gets rank 0's buffer (S bytes)."""
+
+    name = "broadcast"
+    forms = (IN_PLACE,)
+    nccl_tests = "broadcast_perf"
+    aliases = ("bcast",)
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        buf = new(s.count)
+        return buf, buf
+
+    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+        return v if s.rank == 0 else torch.full_like(v, -3)
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        return _pattern(torch, s.count, device, torch.float64)
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        dist.broadcast(inp, src=0)
+
+
+class Reduce(CollectiveOp):
+    """Rank 0 gets the sum of every rank's buffer (S bytes each)."""
+
+    name = "reduce"
+    forms = (IN_PLACE,)
+    nccl_tests = "reduce_perf"
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        buf = new(s.count)
+        return buf, buf
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        if s.rank != 0:
+            return None
+        return _pattern(torch, s.count, device, torch.float64) * _tri(s.world)
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        dist.reduce(inp, dst=0)
+
+
+class AllToAll(CollectiveOp):
+    """Chunk j of rank i goes to rank j, as chunk i; S is a rank's full buffer."""
+
+    name = "all_to_all"
+    forms = (OUT_OF_PLACE,)
+    nccl_tests = "alltoall_perf"
+    split = True
+
+    def factor(self, n: int) -> float:
+        return (n - 1) / n
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        return new(s.count), new(s.count)
+
+    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+        r, n, c = s.rank, s.world, s.chunk
+        idx = torch.arange(s.count, device=device)
+        # element k of the chunk for rank j: r*n + j + 1, plus a ripple inside the chunk
+        return (r * n + idx // c + 1 + (idx % c % 3) * n * n).to(v.dtype)
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        r, n, c = s.rank, s.world, s.chunk
+        i = torch.arange(s.count, device=device)
+        src = i // c  # source rank of this chunk
+        return (src * n + r + 1 + (i % c % 3) * n * n).to(torch.float64)
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        dist.all_to_all_single(out, inp)
+
+
+class SendRecv(CollectiveOp):
+    """Every rank sends to the next and receives from the previous at once (nccl-tests sendrecv)."""
+
+    name = "send_recv"
+    forms = (OUT_OF_PLACE,)
+    nccl_tests = "sendrecv_perf"
+
+    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+        return new(s.count), new(s.count)
+
+    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+        src = (s.rank - 1) % s.world
+        return _pattern(torch, s.count, device, torch.float64) * (src + 1)
+
+    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+        nxt, prv = (s.rank + 1) % s.world, (s.rank - 1) % s.world
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, nxt), dist.P2POp(dist.irecv, out, prv)])
+        for req in reqs:
+            req.wait()
+
+
+#: The collectives, by name, in the order of the suites and the reports.
+OPS: dict[str, CollectiveOp] = {
+    op.name: op
+    for op in (AllReduce(), AllGather(), ReduceScatter(), Broadcast(), Reduce(), AllToAll(), SendRecv())
 }
 
 
 def busbw_factor(op: str, world_size: int) -> float:
+    """busbw / algbw of ``op`` on ``world_size`` ranks."""
     return OPS[op].factor(world_size)
 
 
@@ -70,120 +326,142 @@ def element_count(op: str, size_bytes: int, world_size: int, dtype: str) -> int:
     return max(1, count)
 
 
+# -- a rank's result, and the controller's combination of them ---------------------------------------
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What :func:`bench` returns from one rank."""
+
+    rank: int
+    in_place: bool  # the form the rank ran
+    samples_s: tuple[float, ...]  # seconds per iteration, one per sample
+    batch: int  # iterations per sample
+    graph: int  # iterations per sample replayed from a CUDA/HIP graph; 0 if none
+    graph_error: str  # why graph capture failed ("" if it did not)
+    registered: bool  # the buffers were registered with the communicator
+    register_note: str  # why they were not, or what failed at deregistration
+    size_bytes: int  # the S measured (rounded to whole elements, and to the world for split ops)
+    wrong: int  # wrong elements of the result (on the path with the most)
+    checked: int  # elements checked (0 when the rank has no result to check)
+    first_wrong: Optional[tuple[int, float, float]]  # (index, got, expected) of the first wrong one
+    wrong_path: str  # the path that gave the wrong result ("a graph replay", "an eager launch", "")
+
+
+class WrongResult(Exception):
+    """A collective left wrong elements on some rank; the message names each such rank."""
+
+    def __init__(self, message: str, bad: Sequence[BenchResult]) -> None:
+        super().__init__(message)
+        self.bad = tuple(bad)
+
+
+def _wrong_message(op: str, backend: str, results: Sequence[BenchResult], bad: Sequence[BenchResult]) -> str:
+    lines = [
+        f"{op} produced a wrong result at {describe_size(results[0].size_bytes)} on {len(results)} ranks "
+        f"({backend}):"
+    ]
+    for r in bad:
+        assert r.first_wrong is not None
+        i, got, exp = r.first_wrong
+        path = f" after {r.wrong_path}" if r.wrong_path else ""
+        lines.append(f"  rank {r.rank}: {r.wrong} of {r.checked} elements wrong{path} "
+                     f"(first at index {i}: got {got:g}, expected {exp:g})")
+    return "\n".join(lines)
+
+
+def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dtype: str,
+                   requested_bytes: int) -> Measurement:
+    """The measurement of the ranks' results (one per rank, ordered by rank): an iteration ends when the
+    slowest rank ends.  Raises :class:`WrongResult` if any rank saw a wrong element."""
+    world = len(results)
+    first = results[0]
+    bad = [r for r in results if r.wrong]
+    if bad:
+        raise WrongResult(_wrong_message(op, backend, results, bad), bad)
+    k = min(len(r.samples_s) for r in results)
+    samples = [max(r.samples_s[i] for r in results) for i in range(k)]
+    info: dict[str, Any] = {
+        "backend": backend,
+        "in_place": first.in_place,  # the form the ranks ran
+        "batch": first.batch,
+        "graph": bool(first.graph),
+        "timer": "device events" if backend != "gloo" else "host clock",
+    }
+    for key in ("graph_error", "registered", "register_note"):
+        if getattr(first, key):
+            info[key] = getattr(first, key)
+    if first.size_bytes != requested_bytes:
+        info["requested_bytes"] = requested_bytes
+    return Measurement(
+        op=op,
+        size_bytes=first.size_bytes,
+        samples_s=samples,
+        devices=tuple(f"rank{r}" for r in range(world)),
+        busbw_factor=busbw_factor(op, world),
+        world_size=world,
+        dtype=dtype,
+        kind="collective",
+        info=info,
+    )
+
+
+# -- the measuring fixture's per-op methods ---------------------------------------------------------
+
+def op_method(name: str) -> Callable[..., Measurement]:
+    """A method for the measuring fixture (a class with ``collective(op, group, size, **kw)``):
+    ``comm.<name>(group, size=None, **kw)`` is ``comm.collective(name, group, size, **kw)``."""
+    if name not in OPS:
+        raise ValueError(f"unknown collective {name!r}; known: {', '.join(OPS)}")
+
+    def method(self: Any, group: Any, size: Any = None, **kw: Any) -> Measurement:
+        return self.collective(name, group, size, **kw)
+
+    method.__name__ = name
+    method.__doc__ = OPS[name].doc
+    return method
+
+
+def add_op_methods(cls: type) -> type:
+    """Class decorator: give ``cls`` a method per op of :data:`OPS` (:func:`op_method`), except where
+    the class defines that name itself."""
+    for name in OPS:
+        if name not in vars(cls):
+            method = op_method(name)
+            method.__qualname__ = f"{cls.__qualname__}.{name}"
+            setattr(cls, name, method)
+    return cls
+
+
 # -- per-rank side --------------------------------------------------------------------------------
-
-def _pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
-    """1, 2, 3, 1, 2, 3, ...: small integers, exact in every dtype, no zeros."""
-    return (torch.arange(n, device=device, dtype=torch.int64) % 3 + 1).to(dtype)
-
 
 class _Case:
     """Buffers, the op as a callable, and its expected result, for one rank."""
 
-    def __init__(self, torch: Any, dist: Any, op: str, count: int, rank: int, n: int, device: str,
+    def __init__(self, torch: Any, dist: Any, op: CollectiveOp, count: int, rank: int, n: int, device: str,
                  dtype: Any, in_place: bool, fill: bool = True) -> None:
-        self.torch, self.dist = torch, dist
-        self.op, self.count, self.rank, self.n = op, count, rank, n
+        self.torch, self.dist, self.op = torch, dist, op
         self.device, self.dtype, self.in_place = device, dtype, in_place
-        c = count // n if OPS[op].split else count
-        self.chunk = c
+        self.shape = Shape(count, count // n if op.split else count, rank, n)
         mk = lambda k: torch.empty(k, device=device, dtype=dtype)  # noqa: E731
-        if op in ("all_reduce", "broadcast", "reduce"):
-            self.inp = self.out = mk(count)
-        elif op == "all_gather":
-            self.out = mk(count)
-            self.inp = self.out[rank * c:(rank + 1) * c] if in_place else mk(c)
-        elif op == "reduce_scatter":
-            self.inp = mk(count)
-            self.out = self.inp[rank * c:(rank + 1) * c] if in_place else mk(c)
-        elif op == "all_to_all":
-            self.inp, self.out = mk(count), mk(count)
-        elif op == "send_recv":
-            self.inp, self.out = mk(count), mk(count)
-        else:
-            raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+        self.inp, self.out = op.buffers(mk, self.shape, in_place)
         if fill:
             self.fill()
 
     def fill(self) -> None:
         """Inputs that make a wrong element detectable; outputs poisoned."""
-        torch, r, n, c = self.torch, self.rank, self.n, self.chunk
         if self.out is not self.inp:
             self.out.fill_(-7)
-        v = _pattern(torch, self.inp.numel(), self.device, self.dtype)
-        if self.op == "all_to_all":
-            idx = torch.arange(self.inp.numel(), device=self.device)
-            # element k of the chunk for rank j: r*n + j + 1, plus a ripple inside the chunk
-            v = r * n + idx // c + 1 + (idx % c % 3) * n * n
-            self.inp.copy_(v.to(self.dtype))
-        elif self.op == "broadcast":
-            self.inp.copy_(v if r == 0 else torch.full_like(v, -3))
-        else:
-            self.inp.copy_(v * (r + 1))
+        v = _pattern(self.torch, self.inp.numel(), self.device, self.dtype)
+        self.inp.copy_(self.op.fill(self.torch, v, self.shape, self.device))
 
     def expected(self) -> Any:
-        torch, r, n, c = self.torch, self.rank, self.n, self.chunk
-        tri = n * (n + 1) // 2
-        if self.op == "all_reduce":
-            return _pattern(torch, self.count, self.device, torch.float64) * tri
-        if self.op == "all_gather":
-            idx = torch.arange(self.count, device=self.device)
-            base = _pattern(torch, c, self.device, torch.float64).repeat(n)
-            return base * (idx // c + 1)
-        if self.op == "reduce_scatter":
-            full = _pattern(torch, self.count, self.device, torch.float64) * tri
-            return full[r * c:(r + 1) * c]
-        if self.op == "broadcast":
-            return _pattern(torch, self.count, self.device, torch.float64)
-        if self.op == "reduce":
-            if r != 0:
-                return None
-            return _pattern(torch, self.count, self.device, torch.float64) * tri
-        if self.op == "all_to_all":
-            i = torch.arange(self.count, device=self.device)
-            s = i // c  # source rank of this chunk
-            return (s * n + r + 1 + (i % c % 3) * n * n).to(torch.float64)
-        if self.op == "send_recv":
-            src = (r - 1) % n
-            return _pattern(torch, self.count, self.device, torch.float64) * (src + 1)
-        raise AssertionError(self.op)
+        return self.op.expected(self.torch, self.shape, self.device)
 
     def result(self) -> Any:
         return self.out
 
     def run(self) -> None:
-        dist, torch = self.dist, self.torch
-        op = self.op
-        if op == "all_reduce":
-            dist.all_reduce(self.inp)
-        elif op == "all_gather":
-            _all_gather(dist, self.out, self.inp)
-        elif op == "reduce_scatter":
-            _reduce_scatter(dist, self.out, self.inp)
-        elif op == "broadcast":
-            dist.broadcast(self.inp, src=0)
-        elif op == "reduce":
-            dist.reduce(self.inp, dst=0)
-        elif op == "all_to_all":
-            dist.all_to_all_single(self.out, self.inp)
-        elif op == "send_recv":
-            nxt, prv = (self.rank + 1) % self.n, (self.rank - 1) % self.n
-            reqs = dist.batch_isend_irecv(
-                [dist.P2POp(dist.isend, self.inp, nxt), dist.P2POp(dist.irecv, self.out, prv)]
-            )
-            for req in reqs:
-                req.wait()
-        del torch
-
-
-def _all_gather(dist: Any, out: Any, inp: Any) -> None:
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(out, inp)
-
-
-def _reduce_scatter(dist: Any, out: Any, inp: Any) -> None:
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    fn(out, inp)
+        self.op.run(self.dist, self.inp, self.out, self.shape)
 
 
 class _Timed:
@@ -311,7 +589,7 @@ def _registered_buffers(torch: Any, dist: Any, device: str) -> tuple[Any, Any, s
 
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
           min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
-          register: bool = True) -> dict[str, Any]:
+          register: bool = True) -> BenchResult:
     """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank."""
     import torch
     import torch.distributed as dist
@@ -325,7 +603,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     spec = OPS[op]
     if in_place is None:
         in_place = spec.default_in_place
-    form = "in_place" if in_place else "out_of_place"
+    form = IN_PLACE if in_place else OUT_OF_PLACE
     if form not in spec.forms:
         raise ValueError(f"{op} has no {form.replace('_', '-')} form in torch.distributed (it has: "
                          f"{', '.join(f.replace('_', '-') for f in spec.forms)})")
@@ -341,14 +619,14 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     if pool is not None:
         try:
             with torch.cuda.use_mem_pool(pool):  # only the buffers: fill()'s temporaries stay outside
-                case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place, fill=False)
+                case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False)
             case.fill()
             backend.register_mem_pool(pool)
         except Exception as e:
             pool_note = f"{type(e).__name__}: {e}"
             backend = None
     if case is None:
-        case = _Case(torch, dist, op, count, r, n, ctx.device, tdtype, in_place)
+        case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place)
     graphs = gpu and graph
     batch = GRAPH_OPS * GRAPH_REPLAYS
     settings = TimingSettings(
@@ -420,18 +698,18 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         torch.cuda.synchronize()
         del pool
         torch.cuda.empty_cache()
-    return {
-        "rank": r,
-        "in_place": in_place,
-        "samples_s": samples,
-        "batch": plan.batch,
-        "graph": graph_inner,
-        "graph_error": graph_error,
-        "registered": registered,
-        "register_note": pool_note,
-        "size_bytes": count * DTYPES[dtype],
-        "wrong": wrong,
-        "checked": checked,
-        "first_wrong": first,
-        "wrong_path": wrong_path,
-    }
+    return BenchResult(
+        rank=r,
+        in_place=in_place,
+        samples_s=tuple(samples),
+        batch=plan.batch,
+        graph=graph_inner,
+        graph_error=graph_error,
+        registered=registered,
+        register_note=pool_note,
+        size_bytes=count * DTYPES[dtype],
+        wrong=wrong,
+        checked=checked,
+        first_wrong=first,
+        wrong_path=wrong_path,
+    )
