@@ -268,7 +268,7 @@ def gloo_pool(request):
 def test_every_op_and_form_gives_its_expected_result_on_gloo(gloo_pool, op, in_place):
     n = gloo_pool.world_size
     kwargs = {"op": op, "size_bytes": 1000, "dtype": "float32", "in_place": in_place, "min_time_s": 0.002}
-    results = list(gloo_pool.run("pytest_gpucomm.ops.collectives:bench", kwargs, timeout=120))
+    results = list(gloo_pool.run("pytest_gpucomm.ops.collectives:bench", kwargs, timeout_s=120))
     assert [r.rank for r in results] == list(range(n))
     for r in results:
         assert isinstance(r, BenchResult)
