@@ -15,8 +15,9 @@ filelock are imported only when a baseline is actually read, judged against or w
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 from .fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
 from .verdicts import Gate, GateSettings, Verdict
@@ -72,17 +73,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
 
 
 if TYPE_CHECKING:
