@@ -46,7 +46,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = state_of(session.config)
     if state.settings.baseline_save and not state.settings.baseline:
         raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
-    if state.gate.active and any(uses_gpucomm(i, FIXTURE_NAMES) for i in session.items):
+    if state.settings.baseline and any(uses_gpucomm(i, FIXTURE_NAMES) for i in session.items):
         state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
                         {i.nodeid for i in session.items})
 
@@ -57,7 +57,7 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     from .hardware import device_summary_lines
 
     state = state_of(config)
-    return device_summary_lines(state.info) + state.gate.header_lines()
+    return device_summary_lines(state.info) + (state.gate.header_lines() if state.settings.baseline else [])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

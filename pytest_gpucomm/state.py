@@ -18,6 +18,7 @@ from .settings import Settings
 from .vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, MAX_REMEASURE_RESTARTS, Status
 
 if TYPE_CHECKING:
+    from .gate import Gate
     from .group import ProcessGroup
     from .hardware import DeviceInfo
     from .measurement import Measurement
@@ -59,16 +60,9 @@ class State:
     """Everything gpucomm keeps for one pytest session (in ``config.stash[STATE_KEY]``)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
-        from .gate import Gate, GateSettings
-
         self.config = config
         self.settings = settings
-        base_dir = Path(settings.baseline_dir) if settings.baseline_dir else Path(config.rootpath) / "baselines"
-        self.gate = Gate(GateSettings(
-            spec=settings.baseline, save=settings.baseline_save, search_dirs=(base_dir,),
-            max_runs=settings.baseline_runs, tolerance=settings.tolerance, alpha=settings.alpha,
-            strict=settings.baseline_strict,
-        ))
+        self._gate: Optional["Gate"] = None
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.records: list[Record] = []
         self.group_restarts = 0  # process groups restarted for the gate's re-measures
@@ -78,6 +72,20 @@ class State:
         self._buffers: Optional["BufferPool"] = None
 
     # -- lazily created, so nothing heavy happens unless a gpucomm fixture or marker is used ---------
+    @property
+    def gate(self) -> "Gate":
+        """The regression gate of the session (inactive without --gpu-baseline)."""
+        if self._gate is None:
+            from .gate import Gate, GateSettings
+
+            s = self.settings
+            base_dir = Path(s.baseline_dir) if s.baseline_dir else Path(self.config.rootpath) / "baselines"
+            self._gate = Gate(GateSettings(
+                spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,), max_runs=s.baseline_runs,
+                tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict,
+            ))
+        return self._gate
+
     @property
     def detected(self) -> bool:
         """Whether the hardware has been detected (by a test that used gpucomm)."""
