@@ -19,7 +19,7 @@ import math
 import re
 from typing import Union
 
-__all__ = ["SizeError", "parse_size", "format_size", "describe_size", "gbps", "GB"]
+__all__ = ["SizeError", "parse_size", "format_size", "describe_size", "is_exact_size_text", "gbps", "GB"]
 
 GB = 1e9
 
@@ -108,13 +108,26 @@ def format_size(nbytes: int) -> str:
             text = f"{nbytes / factor:.4g} {unit}"
             if "e" in text:
                 continue
-            if parse_size(text.replace(" ", "")) == nbytes:
+            if _is_exact(text, nbytes):
                 exact.append(text)
             elif base == 1000:
                 approx = text
     if exact:
         return min(exact, key=len)  # stable: binary first on a tie
     return approx or f"{nbytes} B"
+
+
+def _is_exact(text: str, nbytes: int) -> bool:
+    """Whether the short form ``text`` reads back as exactly ``nbytes`` (a rounded one may not be whole)."""
+    try:
+        return parse_size(text.replace(" ", "")) == nbytes
+    except SizeError:
+        return False
+
+
+def is_exact_size_text(nbytes: int) -> bool:
+    """Whether :func:`format_size` gives an exact form of ``nbytes`` (else it is rounded)."""
+    return nbytes < 1000 or _is_exact(format_size(nbytes), nbytes)
 
 
 def describe_size(nbytes: int) -> str:

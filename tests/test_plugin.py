@@ -455,3 +455,23 @@ def test_a_bad_allow_xdist_variable_is_a_usage_error_naming_it(pytester, monkeyp
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*invalid GPUCOMM_ALLOW_XDIST 'maybe' (from the GPUCOMM_ALLOW_XDIST environment "
                                  "variable)*"])
+
+
+def test_sizes_that_are_not_round_are_measured_and_printed(pytester):
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import sizes
+
+        @sizes(4097, 12345)
+        def test_sweep(gpu_pair, size, comm):
+            comm.copy(gpu_pair, size)
+
+        def test_direct(gpu_pair, comm):
+            comm.copy(gpu_pair, 12345)
+        """
+    )
+    result = pytester.runpytest(*FAST, "--gpucomm-json=report.json")
+    result.assert_outcomes(passed=6)
+    result.stdout.re_match_lines([r".*gpucomm results", r".*test_sweep\[4\.097KB-0->1\] .* 4097 +4\.097 KB ",
+                                  r".*test_sweep\[12345B-0->1\] .* 12345 +12\.35 KB "])
+    assert {r["size_bytes"] for r in json.loads((pytester.path / "report.json").read_text())["rows"]} == {4097, 12345}

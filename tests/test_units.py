@@ -76,3 +76,14 @@ def test_format_then_parse_round_trips_when_exact(n):
 def test_format_size_approximates_sizes_with_no_short_exact_form():
     assert format_size(3 * 10**9 + 7) == "3 GB"
     assert describe_size(3 * 10**9 + 7) == "3 GB (3,000,000,007 bytes)"
+
+
+@pytest.mark.parametrize("n", [12345, 4097, 999_999, 1_000_001, 123_456_789, 2**40 + 3, 10**15 + 7])
+def test_format_size_prints_every_accepted_size_without_raising(n):
+    text = format_size(n)
+    assert text and describe_size(n).endswith(f"({n:,} bytes)")
+
+
+def test_format_size_never_raises_on_a_dense_range_of_byte_counts():
+    for n in range(1, 70_000, 7):
+        format_size(n)
