@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from .units import SizeError, describe_size, format_size, is_exact_size_text, parse_size
-from .vocab import MARKER_NAMES, Status
+from .vocab import MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TIMEOUT_S, Status
 
 if TYPE_CHECKING:
     from .state import Record
 
 __all__ = [
     "MarkerError",
+    "closest_mark",
     "Marks",
     "MARKS_KEY",
     "marks_of",
@@ -62,6 +63,28 @@ MARKER_LINES = [_MARKER_HELP[name] for name in MARKER_NAMES]
 
 class MarkerError(pytest.UsageError):
     """A marker with a bad argument; the message names the test and the keyword."""
+
+
+def closest_mark(node: pytest.Item, name: str) -> Optional[pytest.Mark]:
+    """The test's ``@name`` marker: the closest one (the function's over its class's over its module's).
+    Two of them on the same function, class or module are a MarkerError: which one was meant is unclear."""
+    first_owner, first = None, None
+    for owner, mark in node.iter_markers_with_node(name):
+        if first_owner is None:
+            first_owner, first = owner, mark
+        elif owner is first_owner:
+            raise MarkerError(
+                f"{node.nodeid}: {owner.nodeid or owner.name} has two @{name} markers ({_show(first)} and "
+                f"{_show(mark)}); give one"
+            )
+        else:
+            break
+    return first
+
+
+def _show(mark: pytest.Mark) -> str:
+    args = [repr(a) for a in mark.args] + [f"{k}={v!r}" for k, v in mark.kwargs.items()]
+    return f"@{mark.name}({', '.join(args)})"
 
 
 def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> dict[str, Any]:
@@ -114,7 +137,7 @@ def _latency_sig(max_us: Any = None, size: Any = None, percentile: Any = 50) -> 
 
 
 def read_bandwidth(item: pytest.Item) -> Optional[BandwidthSpec]:
-    mark = item.get_closest_marker("bandwidth")
+    mark = closest_mark(item, "bandwidth")
     if mark is None:
         return None
     where = item.nodeid
@@ -130,7 +153,7 @@ def read_bandwidth(item: pytest.Item) -> Optional[BandwidthSpec]:
 
 
 def read_latency(item: pytest.Item) -> Optional[LatencySpec]:
-    mark = item.get_closest_marker("latency")
+    mark = closest_mark(item, "latency")
     if mark is None:
         return None
     where = item.nodeid
@@ -153,6 +176,8 @@ def read_sizes(mark: pytest.Mark, where: str) -> list[int]:
     listed, start, stop = kw["sizes"], kw["start"], kw["stop"]
     if listed and (start is not None or stop is not None):
         raise MarkerError(f"{where}: invalid @sizes marker: give either a list of sizes or start=/stop=, not both")
+    if len(listed) > MAX_SWEEP_SIZES:
+        raise MarkerError(f"{where}: @sizes lists {len(listed):,} sizes; at most {MAX_SWEEP_SIZES}")
     if listed:
         out = [_size(v, "sizes", f"#{i}", where) for i, v in enumerate(listed)]
     else:
@@ -165,6 +190,12 @@ def read_sizes(mark: pytest.Mark, where: str) -> list[int]:
             raise MarkerError(f"{where}: @sizes(factor={kw['factor']!r}): factor must be greater than 1")
         if hi < lo:
             raise MarkerError(f"{where}: invalid @sizes marker: stop {hi} bytes is smaller than start {lo} bytes")
+        count = int(math.floor(math.log(hi / lo) / math.log(f) + 1e-9)) + 1
+        if count > MAX_SWEEP_SIZES:
+            raise MarkerError(
+                f"{where}: @sizes(start={start!r}, stop={stop!r}, factor={kw['factor']!r}) would make {count:,} "
+                f"sizes; at most {MAX_SWEEP_SIZES} (raise the factor)"
+            )
         out, s = [], float(lo)
         while s <= hi * (1 + 1e-12):
             out.append(int(round(s)))
@@ -178,7 +209,7 @@ def _count_sig(n: Any) -> dict[str, Any]:
 
 
 def _count(item: pytest.Item, name: str) -> Optional[int]:
-    mark = item.get_closest_marker(name)
+    mark = closest_mark(item, name)
     if mark is None:
         return None
     n = _call(_count_sig, mark, item.nodeid)["n"]
@@ -192,11 +223,14 @@ def _seconds_sig(seconds: Any) -> dict[str, Any]:
 
 
 def read_rank_timeout(item: pytest.Item) -> Optional[float]:
-    mark = item.get_closest_marker("rank_timeout")
+    mark = closest_mark(item, "rank_timeout")
     if mark is None:
         return None
     v = _call(_seconds_sig, mark, item.nodeid)["seconds"]
-    return _number(v, "rank_timeout", "seconds", item.nodeid, positive=True)
+    x = _number(v, "rank_timeout", "seconds", item.nodeid, positive=True)
+    if x > MAX_TIMEOUT_S:
+        raise MarkerError(f"{item.nodeid}: @rank_timeout({v!r}): at most {MAX_TIMEOUT_S:g} seconds")
+    return x
 
 
 def read_gpus(item: pytest.Item) -> Optional[int]:

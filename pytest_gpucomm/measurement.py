@@ -103,6 +103,14 @@ class Measurement:
             f"{self.gbps:.2f} GB/s median over {self.n} samples (CV {self.cv * 100:.1f}%)"
         )
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Measurement":
+        """The measurement of a ``to_dict()`` with samples (as a pytest-xdist worker sends it)."""
+        return cls(op=d["op"], size_bytes=int(d["size_bytes"]), samples_s=list(d["samples_s"]),
+                   devices=tuple(d["devices"]), bytes_per_iter=int(d["bytes_per_iter"]),
+                   busbw_factor=float(d["busbw_factor"]), world_size=int(d["world_size"]), dtype=d.get("dtype"),
+                   kind=d.get("kind", "copy"), info=dict(d.get("info") or {}))
+
     def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {
             "op": self.op,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from .comm import GpuPair
-from .markers import MarkerError, read_sizes, size_id
+from .markers import MarkerError, closest_mark, read_sizes, size_id
 from .state import State
 from .units import describe_size
 
@@ -31,7 +31,10 @@ def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids:
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
     """Parametrize ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of one test function."""
     where = metafunc.definition.nodeid
-    mark = metafunc.definition.get_closest_marker("sizes")
+    try:
+        mark = closest_mark(metafunc.definition, "sizes")
+    except MarkerError as e:
+        raise pytest.Collector.CollectError(str(e)) from None
     if mark is not None:
         try:
             sizes = read_sizes(mark, where)

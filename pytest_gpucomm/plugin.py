@@ -10,6 +10,8 @@ test uses a gpucomm fixture or marker (``benchmarks/plugin_import.py`` measures 
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any, Generator
 
 import pytest
@@ -25,16 +27,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt: pytest stops as on Ctrl-C, and the rank workers, their temporary
+    folders and the reports are dealt with as after Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated(f"gpucomm: stopped by signal {signal.Signals(signum).name}")
+
+
+_SIGTERM_KEY = pytest.StashKey[Any]()
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKER_LINES:
         config.addinivalue_line("markers", line)
-    config.stash[STATE_KEY] = State(config, read_settings(config))
+    settings = read_settings(config)
+    if not _is_xdist_worker(config):  # the controller writes the reports: check where, before any test runs
+        from .outputs import check_output_path
+
+        for path, option in ((settings.json_path, "--gpucomm-json"),
+                             (settings.benchmark_json, "--gpucomm-benchmark-json")):
+            if path:
+                check_output_path(path, option)
+    config.stash[STATE_KEY] = State(config, settings)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         state.close()
+    previous = config.stash.get(_SIGTERM_KEY, None)
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -49,6 +80,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if state.settings.baseline and any(uses_gpucomm(i, FIXTURE_NAMES) for i in session.items):
         state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
                         {i.nodeid for i in session.items})
+        if state.settings.baseline_save and state.gate.path is not None:
+            from .outputs import check_output_path
+
+            check_output_path(state.gate.path, "--gpu-baseline-save: the baseline")
+            check_output_path(f"{state.gate.path}.lock", "--gpu-baseline-save: the baseline's lock")
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
@@ -124,10 +160,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Stop the ranks, save the baseline and write the reports before the terminal summary is printed."""
-    state = state_of(session.config)
+    """Stop the ranks, save the baseline and write the reports before the terminal summary is printed.
+
+    A pytest-xdist worker saves its cases into the baseline and hands its records to the controller, which
+    writes the reports and prints the table of every worker's rows.  An output that cannot be written is
+    named in the summary and makes the exit status non-zero."""
+    config = session.config
+    state = state_of(config)
     state.close()
+    worker = _is_xdist_worker(config)
     if state.records:
         from .report import write_reports
 
-        write_reports(state)
+        finished = exitstatus != pytest.ExitCode.INTERRUPTED and not session.shouldstop and not session.shouldfail
+        write_reports(state, finished=finished, is_worker=worker)
+    if worker:
+        config.workeroutput["gpucomm"] = state.worker_output()  # type: ignore[attr-defined]
+    if state.write_failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist, in the controller: a worker finished; take its records for the table and reports."""
+    data = getattr(node, "workeroutput", {}).get("gpucomm")
+    if data:
+        state_of(node.config).add_worker_output(data)

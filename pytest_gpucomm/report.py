@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .state import State
 
 __all__ = ["table_rows", "render_table", "json_document", "write_json", "benchmark_document", "gate_columns",
+           "baseline_extra",
            "junit_properties", "summary_lines", "write_reports"]
 
 HEADERS = [
@@ -194,9 +195,10 @@ def junit_properties(records: Iterable[Record], gated: bool) -> list[tuple[str, 
 def summary_lines(state: "State") -> list[str]:
     """The "gpucomm results" section of the terminal summary: hardware, table, legend, verdicts, notes."""
     lines = []
-    if state.detected:
-        lines.append(f"hardware: {state.info.headline()}")
-    gated = state.gate.loaded
+    headline = state.headline()
+    if headline:
+        lines.append(f"hardware: {headline}")
+    gated = any(r.baseline is not None for r in state.records)
     table = render_table(state.records, GATE_HEADERS if gated else None,
                          gate_columns(state.records) if gated else None)
     lines += table.splitlines()
@@ -204,33 +206,70 @@ def summary_lines(state: "State") -> list[str]:
     if gated:
         counts = Counter(str(r.status) for r in state.records)
         lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-        lines += state.gate.header_lines()[1:]
+        if state.settings.baseline and state.gate.loaded:
+            lines += state.gate.header_lines()[1:]
     return lines + state.notes
 
 
-def write_reports(state: "State") -> None:
-    """At the end of the session: save the run into the baseline (--gpu-baseline-save), write the JSON
-    report and the pytest-benchmark export; each adds a line to ``state.notes``."""
+def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
+    """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
+    in the environment (or what the xdist workers said of it)."""
+    if not (state.settings.baseline and state.gate.loaded):
+        return state.from_workers.get("baseline")
     from .gate import ABSENT
+
+    gate = state.gate
+    return {
+        "path": str(gate.path),
+        "comparisons": gate.n_comparisons,
+        "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b] for k, a, b in gate.env_diff],
+    }
+
+
+def write_reports(state: "State", *, finished: bool = True, is_worker: bool = False) -> None:
+    """At the end of the session: save the run into the baseline (--gpu-baseline-save; a run that did not
+    finish only with --gpu-baseline-save-partial), write the JSON report and the pytest-benchmark export
+    (not in a pytest-xdist worker: the controller writes them with every worker's rows).  Each adds a line
+    to ``state.notes``; one that cannot be written says so there and sets ``state.write_failed``, and the
+    others are still written."""
     from .hardware import now_iso
 
-    s, gate = state.settings, state.gate
+    s = state.settings
     date = now_iso()
-    if s.baseline_save and gate.loaded:
-        path, n = gate.save(state.records, state.fingerprint, date)
-        state.notes.append(f"gpucomm: saved {n} cases of this run (id {gate.run_id}) to {path}")
-    extra: dict[str, Any] = {}
-    if gate.loaded:
-        extra["baseline"] = {
-            "path": str(gate.path),
-            "comparisons": gate.n_comparisons,
-            "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b]
-                                 for k, a, b in gate.env_diff],
-        }
+
+    def attempt(what: str, write: Any) -> None:
+        try:
+            write()
+        except Exception as e:  # any failure: say what was not written, keep the rest
+            state.write_failed = True
+            state.notes.append(f"gpucomm: ERROR: {what} was NOT written: {e}")
+
+    if s.baseline_save and state.gate.loaded:
+        if finished or s.baseline_save_partial:
+            def save() -> None:
+                path, n = state.gate.save(state.records, state.fingerprint, date)
+                state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}"
+                                   + ("" if finished else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
+
+            attempt(f"the baseline {state.gate.path}", save)
+        else:
+            state.notes.append(
+                f"gpucomm: the run did not finish, so its {len(state.records)} measurements were NOT saved to "
+                f"{state.gate.path} (--gpu-baseline-save-partial saves an unfinished run)"
+            )
+    if is_worker:
+        return
     if s.json_path:
-        doc = json_document(state.records, settings=s.to_dict(), fingerprint=state.fingerprint, extra=extra)
-        write_json(s.json_path, doc)
-        state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
+        def json_report() -> None:
+            extra = {"baseline": baseline_extra(state)} if baseline_extra(state) else {}
+            doc = json_document(state.records, settings=s.to_dict(), fingerprint=state.fingerprint, extra=extra)
+            write_json(s.json_path, doc)
+            state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
+
+        attempt(f"the JSON report {s.json_path}", json_report)
     if s.benchmark_json:
-        write_json(s.benchmark_json, benchmark_document(state.records, state.fingerprint, date))
-        state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {s.benchmark_json}")
+        def benchmark_report() -> None:
+            write_json(s.benchmark_json, benchmark_document(state.records, state.fingerprint, date))
+            state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {s.benchmark_json}")
+
+        attempt(f"the pytest-benchmark export {s.benchmark_json}", benchmark_report)

@@ -30,6 +30,9 @@ from .vocab import (
     DEFAULT_TOLERANCE,
     DTYPE_ALIASES,
     DTYPES,
+    MAX_BASELINE_RUNS,
+    MAX_MIN_TIME_S,
+    MAX_TIMEOUT_S,
 )
 
 # (option, dest, ini key, env var, help, metavar)
@@ -87,6 +90,7 @@ class Settings:
     alpha: float = DEFAULT_ALPHA
     baseline_save: bool = False
     baseline_strict: bool = False
+    baseline_save_partial: bool = False
     benchmark_json: Optional[str] = None
     allow_xdist: bool = False
 
@@ -120,6 +124,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gpu-baseline-save", dest="gpucomm_baseline_save", action="store_true", default=False,
                     help="Add this run's samples to the baseline named by --gpu-baseline (created if missing), "
                          "keeping the cases not run this time. Default: off.")
+    group.addoption("--gpu-baseline-save-partial", dest="gpucomm_baseline_save_partial", action="store_true",
+                    default=False,
+                    help="With --gpu-baseline-save: save the cases of a run that did not finish (Ctrl-C, SIGTERM, "
+                         "-x or --maxfail) too. Default: off (an unfinished recording run saves nothing).")
     group.addoption("--gpu-baseline-strict", dest="gpucomm_baseline_strict", action="store_true", default=False,
                     help="A measured case with no baseline entry fails (status NEW) instead of passing as new. "
                          "Default: off.")
@@ -141,15 +149,17 @@ def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional
     return None, "the default"
 
 
-def parse_seconds(value: str, name: str, origin: str, allow_zero: bool = True) -> float:
+def parse_seconds(value: str, name: str, origin: str, allow_zero: bool = True,
+                  maximum: float = MAX_TIMEOUT_S) -> float:
+    """A number of seconds, at least 0 (above 0 without ``allow_zero``) and at most ``maximum``."""
     try:
         x = float(value)
     except ValueError:
         x = math.nan
-    if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
+    if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero) or x > maximum:
         raise pytest.UsageError(
             f"invalid {name} {value!r} (from {origin}): expected a "
-            f"{'non-negative' if allow_zero else 'positive'} number of seconds"
+            f"{'non-negative' if allow_zero else 'positive'} number of seconds, at most {maximum:g}"
         )
     return x
 
@@ -158,7 +168,14 @@ def _get(config: pytest.Config, opt: str, parse: Callable[[str, str, str], T], d
     for o, dest, ini, env, _, _ in _OPTIONS:
         if o == opt:
             raw, origin = _raw(config, dest, ini, env)
-            return default if raw is None else parse(raw, opt, origin)
+            if raw is None:
+                return default
+            if not raw.strip():  # an empty value must not silently mean "off" (an ungated run, no report)
+                raise pytest.UsageError(
+                    f"invalid {opt} {raw!r} (from {origin}): the value is empty; give one, or leave the option "
+                    f"out for its default"
+                )
+            return parse(raw, opt, origin)
     raise KeyError(opt)  # pragma: no cover
 
 
@@ -215,16 +232,19 @@ def _parse_runs(value: str, name: str, origin: str) -> int:
         k = int(value)
     except ValueError:
         k = 0
-    if k < 1:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected a whole number >= 1")
+    if not 1 <= k <= MAX_BASELINE_RUNS:
+        raise pytest.UsageError(
+            f"invalid {name} {value!r} (from {origin}): expected a whole number from 1 to {MAX_BASELINE_RUNS}"
+        )
     return k
 
 
 def read_settings(config: pytest.Config) -> Settings:
     return Settings(
-        baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip() or None, None),
+        baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip(), None),
         device=_get(config, "--gpucomm-device", _parse_device, "auto"),
-        min_time_s=_get(config, "--gpucomm-min-time", parse_seconds, DEFAULT_MIN_TIME_S),
+        min_time_s=_get(config, "--gpucomm-min-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
+                        DEFAULT_MIN_TIME_S),
         max_size=_get(config, "--gpucomm-max-size", _parse_size, None),
         json_path=_get(config, "--gpucomm-json", lambda v, n, o: v, None),
         timeout_s=_get(config, "--gpucomm-timeout", lambda v, n, o: parse_seconds(v, n, o, allow_zero=False),
@@ -236,6 +256,7 @@ def read_settings(config: pytest.Config) -> Settings:
         alpha=_get(config, "--gpu-alpha", _parse_alpha, DEFAULT_ALPHA),
         baseline_save=bool(config.getoption("gpucomm_baseline_save")),
         baseline_strict=bool(config.getoption("gpucomm_baseline_strict")),
+        baseline_save_partial=bool(config.getoption("gpucomm_baseline_save_partial")),
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
         allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
     )

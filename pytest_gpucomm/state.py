@@ -64,6 +64,8 @@ class State:
         self.settings = settings
         self._gate: Optional["Gate"] = None
         self.notes: list[str] = []  # lines for the end of the terminal summary
+        self.write_failed = False  # an output (report, baseline) could not be written at the end
+        self.from_workers: dict[str, Any] = {}  # under pytest-xdist, in the controller: what workers sent
         self.records: list[Record] = []
         self.group_restarts = 0  # process groups restarted for the gate's re-measures
         self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
@@ -102,8 +104,16 @@ class State:
                 raise pytest.UsageError(str(e)) from None
         return self._info
 
+    def headline(self) -> Optional[str]:
+        """The hardware line of the summary: of this process, or of the xdist workers that measured."""
+        if self.detected:
+            return self.info.headline()
+        return self.from_workers.get("headline")
+
     @property
     def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None and self.from_workers.get("fingerprint") is not None:
+            self._fingerprint = dict(self.from_workers["fingerprint"])
         if self._fingerprint is None:
             from .hardware import fingerprint
 
@@ -204,6 +214,36 @@ class State:
             if v.failed and not self.settings.baseline_save:
                 failures.append(v.message)
         return failures
+
+    # -- pytest-xdist: the workers measure, the controller reports ------------------------------------
+    def worker_output(self) -> dict[str, Any]:
+        """What a pytest-xdist worker sends the controller: its records, fingerprint and notes, as plain
+        JSON values (execnet carries no other types)."""
+        import json
+
+        from .report import baseline_extra
+
+        data = {
+            "records": [{"nodeid": r.nodeid, "measurement": r.measurement.to_dict(with_samples=True),
+                         "checks": r.checks, "status": str(r.status), "baseline": r.baseline} for r in self.records],
+            "fingerprint": self.fingerprint if self.records else None,
+            "headline": self.headline() if self.records else None,
+            "notes": self.notes,
+            "baseline": baseline_extra(self) if self.records else None,
+        }
+        return json.loads(json.dumps(data))
+
+    def add_worker_output(self, data: dict[str, Any]) -> None:
+        """In the controller: take a worker's records (see ``worker_output``) into this session's."""
+        from .measurement import Measurement
+
+        for r in data.get("records", []):
+            self.records.append(Record(nodeid=r["nodeid"], measurement=Measurement.from_dict(r["measurement"]),
+                                       checks=list(r["checks"]), status=Status(r["status"]), baseline=r["baseline"]))
+        for key in ("fingerprint", "headline", "baseline"):
+            if data.get(key) is not None and key not in self.from_workers:
+                self.from_workers[key] = data[key]
+        self.notes += [n for n in data.get("notes", []) if n not in self.notes]
 
     def close(self) -> None:
         for pool in list(self.pools.values()):

@@ -19,9 +19,11 @@ import math
 import re
 from typing import Union
 
-__all__ = ["SizeError", "parse_size", "format_size", "describe_size", "is_exact_size_text", "gbps", "GB"]
+__all__ = ["SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "gbps", "GB"]
 
 GB = 1e9
+#: the largest size accepted anywhere: 1 TiB, more than any device's memory
+MAX_SIZE = 1 << 40
 
 _UNITS: dict[str, int] = {
     "": 1,
@@ -61,11 +63,11 @@ def parse_size(value: SizeLike, where: str = "") -> int:
     if isinstance(value, int):
         if value <= 0:
             raise SizeError(f"invalid size {value!r}{origin}: a size must be a positive number of bytes")
-        return value
+        return _at_most_max(value, value, origin)
     if isinstance(value, float):
         if not math.isfinite(value) or value <= 0 or value != int(value):
             raise SizeError(f"invalid size {value!r}{origin}: a size must be a positive whole number of bytes")
-        return int(value)
+        return _at_most_max(value, int(value), origin)
     if not isinstance(value, str):
         raise SizeError(
             f"invalid size {value!r}{origin}: expected a byte count or a string like '16MB', "
@@ -87,9 +89,18 @@ def parse_size(value: SizeLike, where: str = "") -> int:
     if not math.isfinite(amount) or amount <= 0:
         raise SizeError(f"invalid size {value!r}{origin}: a size must be a positive number of bytes")
     rounded = round(amount)
+    if rounded < 1:
+        raise SizeError(f"invalid size {value!r}{origin}: {amount:g} bytes is less than one byte")
     if abs(amount - rounded) > 1e-6 * max(1.0, amount):
         raise SizeError(f"invalid size {value!r}{origin}: {amount:g} is not a whole number of bytes")
-    return int(rounded)
+    return _at_most_max(value, int(rounded), origin)
+
+
+def _at_most_max(value: SizeLike, nbytes: int, origin: str) -> int:
+    if nbytes > MAX_SIZE:
+        raise SizeError(f"invalid size {value!r}{origin}: {nbytes:,} bytes is above the largest size, 1 TiB "
+                        f"({MAX_SIZE:,} bytes)")
+    return nbytes
 
 
 def format_size(nbytes: int) -> str:

@@ -26,6 +26,10 @@ __all__ = [
     "CPU_MAX_WORLD",
     "CPU_LOGICAL_DEVICES",
     "MAX_REMEASURE_RESTARTS",
+    "MAX_MIN_TIME_S",
+    "MAX_TIMEOUT_S",
+    "MAX_BASELINE_RUNS",
+    "MAX_SWEEP_SIZES",
 ]
 
 
@@ -82,5 +86,11 @@ DEFAULT_CONFIDENCE = 0.925  # one-sided confidence of the bounds the verdict use
 CPU_LOGICAL_DEVICES = 2
 #: gloo worlds on CPU may be larger than the logical device count; this bounds them.
 CPU_MAX_WORLD = 8
+# -- limits: values past these are usage errors, not overflows deep in the timing engine ----------------
+MAX_MIN_TIME_S = 3600.0  # --gpucomm-min-time: an hour per case
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --gpucomm-timeout, @rank_timeout: a week
+MAX_BASELINE_RUNS = 1000  # --gpu-baseline-runs
+MAX_SWEEP_SIZES = 1000  # sizes one @sizes marker may make
+
 #: Re-measures of flagged collectives that start a new process group, per session.
 MAX_REMEASURE_RESTARTS = 3

@@ -1,0 +1,290 @@
+"""Hostile input and faults (CPU): errors before the work, nothing lost at the end, nothing left behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAST = ["--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
+
+COPY_TEST = """
+def test_copy(gpu_pair, comm):
+    comm.copy(gpu_pair, "4KiB")
+"""
+
+
+# -- empty values and numbers past their range: usage errors before any test --------------------------
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--gpu-baseline="], {}, "invalid --gpu-baseline '' (from the command line): the value is empty*"),
+        (["--gpu-baseline=", "--gpu-baseline-strict"], {}, "invalid --gpu-baseline '' *empty*"),
+        ([], {"GPUCOMM_BASELINE": ""}, "invalid --gpu-baseline '' (from the GPUCOMM_BASELINE environment variable)*"),
+        (["--gpucomm-json= "], {}, "invalid --gpucomm-json ' ' (from the command line): the value is empty*"),
+        ([], {"GPUCOMM_BENCHMARK_JSON": ""}, "invalid --gpucomm-benchmark-json '' *empty*"),
+        (["--gpu-baseline-dir="], {}, "invalid --gpu-baseline-dir '' *empty*"),
+        (["--gpucomm-min-time=1e300"], {}, "invalid --gpucomm-min-time '1e300' *at most 3600*"),
+        (["--gpucomm-timeout=1e12"], {}, "invalid --gpucomm-timeout '1e12' *at most 604800*"),
+        (["--gpu-baseline-runs=100000000000"], {}, "invalid --gpu-baseline-runs '100000000000' *from 1 to 1000*"),
+        (["--gpucomm-max-size=1e30"], {}, "invalid size '1e30' *above the largest size, 1 TiB*"),
+    ],
+)
+def test_empty_and_out_of_range_settings_are_usage_errors(pytester, monkeypatch, args, env, message):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest(*args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*" + message])
+
+
+def test_a_sweep_of_absurdly_many_sizes_is_refused_at_once(pytester):
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import sizes
+
+        @sizes(start="1KiB", stop="1GiB", factor=1.0000001)
+        def test_a(size):
+            pass
+        """
+    )
+    t0 = time.monotonic()
+    result = pytester.runpytest(*FAST)
+    assert time.monotonic() - t0 < 30  # it used to spend most of a minute collecting
+    result.stdout.fnmatch_lines(["*@sizes(start='1KiB', stop='1GiB', factor=1.0000001) would make 138,629,443 sizes; "
+                                 "at most 1000 (raise the factor)*"])
+
+
+def test_a_huge_rank_timeout_is_an_error_naming_the_test(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.rank_timeout(1e300)
+        def test_a(process_group):
+            pass
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_a_huge_rank_timeout_is_an_error_naming_the_test.py::test_a: "
+                                 "@rank_timeout(1e+300): at most 604800 seconds*"])
+
+
+# -- ambiguity: two markers of one kind on one test ----------------------------------------------------
+
+def test_two_bandwidth_markers_on_one_test_are_an_error_naming_both(pytester):
+    pytester.makepyfile(
+        test_two="""
+        from pytest_gpucomm import bandwidth
+
+        @bandwidth(min_gbps=1)
+        @bandwidth(min_gbps=1000)
+        def test_a(gpu_pair, comm):
+            comm.copy(gpu_pair, "4KiB")
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*test_two.py::test_a*has two @bandwidth markers (@bandwidth(min_gbps=1*) and "
+                                 "@bandwidth(min_gbps=1*)); give one*"])
+
+
+def test_a_function_marker_overrides_its_class_marker(pytester):
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import bandwidth
+
+        @bandwidth(min_gbps=1e9)
+        class TestCopies:
+            @bandwidth(min_gbps=1e-9)
+            def test_a(self, gpu_pair, comm):
+                comm.copy(gpu_pair, "4KiB")
+        """
+    )
+    pytester.runpytest(*FAST).assert_outcomes(passed=2)
+
+
+def test_two_sizes_markers_on_one_test_are_a_collection_error(pytester):
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import sizes
+
+        @sizes("4KiB")
+        @sizes("8KiB")
+        def test_a(size):
+            pass
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    result.stdout.fnmatch_lines(["*has two @sizes markers*give one*"])
+    assert result.ret != 0
+
+
+# -- outputs: checked at the start; a write that fails at the end keeps the summary and fails the run ---
+
+@pytest.mark.parametrize("option", ["--gpucomm-json", "--gpucomm-benchmark-json"])
+def test_a_report_path_that_is_a_directory_stops_before_any_test(pytester, option):
+    pytester.mkdir("out")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest(f"{option}=out", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option} 'out': is a directory, not a file to write*"])
+    assert "passed" not in result.stdout.str()
+
+
+def test_a_report_under_a_file_stops_before_any_test(pytester):
+    pytester.makefile(".txt", notadir="x")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest("--gpucomm-json=notadir.txt/report.json", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpucomm-json 'notadir.txt/report.json': cannot be written: Not a directory*"])
+
+
+def test_a_baseline_path_that_is_a_directory_stops_a_recording_run_before_any_test(pytester):
+    pytester.mkdir("base.json")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-baseline=base.json: base.json: is a directory, not a baseline file*"])
+    assert "test_copy" not in result.stdout.str()
+
+
+def test_a_report_that_cannot_be_written_at_the_end_keeps_the_table_and_fails_the_run(pytester):
+    pytester.makeconftest(
+        """
+        import os, pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_sessionfinish(session):
+            os.mkdir("report.json")  # the path was fine at the start; now it is taken by a folder
+        """
+    )
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest("--gpucomm-json=report.json", *FAST)
+    result.stdout.fnmatch_lines(["*gpucomm results*", "*test_copy*copy*4096*",
+                                 "gpucomm: ERROR: the JSON report report.json was NOT written: *"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "2 passed" in result.stdout.str()
+
+
+# -- interrupted recordings are not saved unless asked -------------------------------------------------
+
+INTERRUPTING = """
+import pytest
+
+def test_copy(gpu_pair, comm):
+    comm.copy(gpu_pair, "4KiB")
+
+def test_stop():
+    raise KeyboardInterrupt
+"""
+
+
+def test_an_interrupted_recording_run_saves_nothing(pytester):
+    pytester.makepyfile(INTERRUPTING)
+    result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["gpucomm: the run did not finish, so its 2 measurements were NOT saved to "
+                                 "base.json (--gpu-baseline-save-partial saves an unfinished run)"])
+    assert not (pytester.path / "base.json").exists()
+
+
+def test_a_recording_run_stopped_by_maxfail_saves_nothing(pytester):
+    pytester.makepyfile(COPY_TEST + "\ndef test_z_fail():\n    assert False\n\ndef test_zz_never_run():\n    pass\n")
+    result = pytester.runpytest("--gpu-baseline=base.json", "--gpu-baseline-save", "-x", *FAST)
+    result.stdout.fnmatch_lines(["*the run did not finish*NOT saved*"])
+    assert not (pytester.path / "base.json").exists()
+
+
+def test_an_interrupted_recording_run_saves_its_cases_when_asked(pytester):
+    pytester.makepyfile(INTERRUPTING)
+    result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save",
+                                           "--gpu-baseline-save-partial", *FAST)
+    result.stdout.fnmatch_lines(["*saved 2 cases of this run*(an unfinished run, saved with "
+                                 "--gpu-baseline-save-partial)*"])
+    assert len(json.loads((pytester.path / "base.json").read_text())["cases"]) == 2
+
+
+# -- SIGTERM: an orderly stop, as Ctrl-C --------------------------------------------------------------
+
+def _gpucomm_dirs() -> set[str]:
+    import tempfile
+
+    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("gpucomm-")}
+
+
+def test_sigterm_stops_the_run_like_ctrl_c_and_leaves_no_worker_or_folder(pytester):
+    started = pytester.path / "started"
+    pytester.makepyfile(
+        f"""
+        import time
+        from pathlib import Path
+
+        def test_hold(process_group):
+            process_group.executor.start()
+            Path({str(started)!r}).write_text(",".join(str(p) for p in process_group.executor.pids))
+            time.sleep(120)
+        """
+    )
+    before = _gpucomm_dirs()
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s"], cwd=pytester.path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert started.exists(), proc.communicate(timeout=30)[0]
+        pids = [int(p) for p in started.read_text().split(",")]
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "stopped by signal SIGTERM" in out
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert _gpucomm_dirs() <= before
+
+
+# -- pytest-xdist: the controller reports every worker's rows ------------------------------------------
+
+def test_under_xdist_the_json_report_and_the_table_hold_every_workers_rows(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import sizes
+
+        @sizes("4KiB", "8KiB", "16KiB")
+        def test_copy(gpu_pair, size, comm):
+            comm.copy(gpu_pair, size)
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--gpucomm-json=report.json", *FAST)
+    result.assert_outcomes(passed=6)
+    rows = json.loads((pytester.path / "report.json").read_text())["rows"]
+    assert len(rows) == 6
+    assert {(r["size_bytes"], tuple(r["devices"])) for r in rows} == {
+        (s, d) for s in (4096, 8192, 16384) for d in (("cpu:0", "cpu:1"), ("cpu:1", "cpu:0"))}
+    out = result.stdout.str()
+    assert "gpucomm results" in out and out.count("test_copy[") >= 6
+    result.stdout.fnmatch_lines(["hardware: no GPU used: CPU*", "gpucomm: wrote 6 measurements to report.json"])
+
+
+def test_under_xdist_a_gated_run_prints_the_verdicts_of_every_worker(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(COPY_TEST)
+    assert pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST).ret == 0
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", *FAST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["gpucomm verdicts: *"])
+    verdicts = [ln for ln in result.stdout.lines if ln.startswith("gpucomm verdicts:")][0]
+    assert sum(int(part.split()[0]) for part in verdicts.split(":", 1)[1].split(",")) == 2
