@@ -54,3 +54,34 @@ def listening_sockets(pids: Iterable[int]) -> set[tuple[str, int]]:
             if target.startswith("socket:["):
                 inodes.add(int(target[len("socket:["):-1]))
     return {(addr, port) for addr, port, inode in _listening() if inode in inodes}
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first); None if no process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` (clock ticks since boot; tells a reused pid apart)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def process_running(pid: int, start_time: int | None) -> bool:
+    """True while the process ``pid`` started at ``start_time`` exists and is not a zombie.
+
+    A zombie counts as gone unless it is this process's child: it is dead, merely not
+    reaped yet by its parent (a killed rank's children are reparented to init or a
+    subreaper, which reaps them in its own time). A process with the same pid and another
+    start time is a different process.
+    """
+    fields = _stat_fields(pid)
+    if fields is None or (start_time is not None and int(fields[19]) != start_time):
+        return False
+    if fields[0] in ("Z", "X", "x"):
+        return int(fields[1]) == os.getpid()  # a zombie of ours is a child we failed to reap
+    return True

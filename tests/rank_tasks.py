@@ -95,3 +95,32 @@ def kill_self_on_rank(ctx: RankContext, bad_rank: int = 1) -> int:
 def getenv(ctx: RankContext, names: list[str]) -> dict[str, str | None]:
     """Values of the given environment variables on this rank."""
     return {name: os.environ.get(name) for name in names}
+
+
+_children: list[Any] = []  # keeps the Popen objects of start_sleeper alive (no warnings)
+
+
+def start_sleeper(ctx: RankContext, seconds: int = 1000) -> dict[str, Any]:
+    """Start a ``sleep`` child left running after the task returns; its pid and start time."""
+    import subprocess
+
+    from proc_helpers import process_start_time
+
+    child = subprocess.Popen(["sleep", str(seconds)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _children.append(child)
+    return {"rank": ctx.rank, "pid": child.pid, "start": process_start_time(child.pid)}
+
+
+def start_sleeper_then_exit_on_rank(ctx: RankContext, bad_rank: int = 1,
+                                    marker_dir: str = "") -> int:
+    """Every rank starts a ``sleep`` child (pid+start time written to ``marker_dir``);
+    ``bad_rank`` then dies with os._exit(3), the others wait in a collective."""
+    import json
+
+    info = start_sleeper(ctx)
+    path = os.path.join(marker_dir, f"rank{ctx.rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(info, f)
+    os.replace(path + ".tmp", path)
+    return exit_on_rank(ctx, bad_rank=bad_rank, code=3)

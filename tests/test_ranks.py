@@ -25,7 +25,11 @@ from typing import Iterator
 
 import pytest
 
-from proc_helpers import listening_ports, listening_sockets  # noqa: E402
+from proc_helpers import (  # noqa: E402
+    listening_ports,
+    listening_sockets,
+    process_running,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rank_tasks, whatever the import mode
 
@@ -36,6 +40,7 @@ from pytest_gpucomm.ranks.errors import (  # noqa: E402
     RankStartError,
     RankTimeout,
 )
+import pytest_gpucomm.ranks.logdirs as logdirs_module  # noqa: E402
 import pytest_gpucomm.ranks.spawn as spawn_module  # noqa: E402
 from pytest_gpucomm.ranks.pool import RankPool  # noqa: E402
 from pytest_gpucomm.ranks.protocol import Hello  # noqa: E402
@@ -53,6 +58,28 @@ _listening_ports = listening_ports
 def _pid_exists(pid: int) -> bool:
     """True while /proc/<pid> exists (zombies included, so this also checks reaping)."""
     return Path(f"/proc/{pid}").exists()
+
+
+def _wait_until(predicate, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def _sleepers_gone(sleepers: list[dict], timeout_s: float = 5.0) -> bool:
+    """Whether every ``sleep`` started by rank_tasks:start_sleeper is gone within the time."""
+    return _wait_until(
+        lambda: not any(process_running(s["pid"], s["start"]) for s in sleepers), timeout_s)
+
+
+def _start_sleepers(pool: RankPool) -> list[dict]:
+    sleepers = pool.run("rank_tasks:start_sleeper", timeout_s=30)
+    assert [s["rank"] for s in sleepers] == list(range(pool.world_size))
+    assert all(process_running(s["pid"], s["start"]) for s in sleepers)  # left running
+    return sleepers
 
 
 def _expected_allreduce(world_size: int, scale: float = 1.0) -> list[float]:
@@ -393,3 +420,105 @@ def test_rank_failures_pickle_round_trip() -> None:
         assert type(copy) is type(err) and str(copy) == str(err)
         assert copy.__dict__ == err.__dict__
         assert isinstance(copy, RankFailure)
+
+
+# ----------------------------------------------------------------- leftovers
+
+
+def test_close_kills_processes_left_running_by_tasks() -> None:
+    pool = RankPool(2, start_timeout_s=60)
+    try:
+        sleepers = _start_sleepers(pool)
+        pids = pool.pids
+    finally:
+        pool.close()
+    assert _sleepers_gone(sleepers), sleepers
+    assert not any(_pid_exists(p) for p in pids)  # the workers are reaped too
+
+
+def test_teardown_after_task_error_and_restarted_pool_close_kill_task_children() -> None:
+    pool = RankPool(2, start_timeout_s=60, error_grace_s=1.0)
+    try:
+        first = _start_sleepers(pool)
+        with pytest.raises(RankError):  # rank 0 stuck in the collective: torn down
+            pool.run("rank_tasks:raise_on_rank", {"bad_rank": 1, "collective_after": True},
+                     timeout_s=60)
+        assert not pool.alive
+        assert _sleepers_gone(first), first
+        second = _start_sleepers(pool)  # restarted
+        assert {s["pid"] for s in second}.isdisjoint(s["pid"] for s in first)
+    finally:
+        pool.close()
+    assert _sleepers_gone(second), second
+
+
+def test_children_of_a_crashed_rank_and_of_its_peers_are_killed(tmp_path: Path) -> None:
+    pool = RankPool(2, start_timeout_s=60)
+    try:
+        with pytest.raises(RankCrash, match=r"rank 1 crashed \(exit code 3\)"):
+            pool.run("rank_tasks:start_sleeper_then_exit_on_rank",
+                     {"bad_rank": 1, "marker_dir": str(tmp_path)}, timeout_s=60)
+        sleepers = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert _sleepers_gone(sleepers), sleepers
+    finally:
+        pool.close()
+
+
+def test_log_dir_is_under_a_folder_of_this_process_removed_when_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # no other pool's folder there
+    pool = RankPool(1, start_timeout_s=60)
+    try:
+        pool.start()
+        log_dir = pool.log_dir
+        assert log_dir is not None and log_dir.name.startswith("gpucomm-ranks-")
+        root = log_dir.parent
+        assert root.parent == tmp_path
+        match = logdirs_module.ROOT_NAME.fullmatch(root.name)
+        assert match is not None and int(match.group(1)) == os.getpid(), root
+    finally:
+        pool.close()
+    assert not log_dir.exists() and not root.exists()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert not _pid_exists(proc.pid)
+    return proc.pid
+
+
+def test_new_pool_removes_temp_folders_of_dead_controllers_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"gpucomm-{_dead_pid()}-abcd_123"
+    (dead / "gpucomm-ranks-k2j4h5g6").mkdir(parents=True)
+    (dead / "gpucomm-ranks-k2j4h5g6" / "rank0.log").write_text("left behind\n")
+    live = tmp_path / f"gpucomm-{os.getppid()}-abcd_123"  # pytest's parent: alive
+    (live / "gpucomm-ranks-zzzzzzzz").mkdir(parents=True)
+    own = tmp_path / f"gpucomm-{os.getpid()}-abcd_456"  # this process: alive
+    own.mkdir()
+    dead_plain = tmp_path / f"gpucomm-{_dead_pid()}-efgh_789"  # no pool folder inside
+    dead_plain.mkdir()
+    dead_foreign = tmp_path / f"gpucomm-{_dead_pid()}-ijkl_012"  # someone else's content
+    (dead_foreign / "notes.txt").parent.mkdir()
+    (dead_foreign / "notes.txt").write_text("not ours\n")
+    not_ours = [tmp_path / f"gpucomm-{_dead_pid()}-short", tmp_path / "gpucomm-ranks-abcdefgh",
+                tmp_path / f"gpucomm-x{_dead_pid()}-abcdefgh"]
+    for path in not_ours:
+        path.mkdir()
+    pool = RankPool(1, start_timeout_s=60)
+    try:
+        pool.start()
+        assert pool.log_dir is not None and pool.log_dir.parent.parent == tmp_path
+        assert not dead.exists() and not dead_plain.exists()
+        assert live.exists() and own.exists() and dead_foreign.exists()
+        assert all(path.exists() for path in not_ours)
+    finally:
+        pool.close()

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import subprocess
-import tempfile
 import threading
 import time
 import traceback
@@ -29,6 +27,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_gpucomm.ranks import report
+from pytest_gpucomm.ranks.logdirs import new_log_dir as _new_log_dir
+from pytest_gpucomm.ranks.logdirs import release_root as _release_log_root
+from pytest_gpucomm.ranks.logdirs import remove_own_roots
 from pytest_gpucomm.ranks.errors import RankCrash, RankError, RankFailure, RankTimeout
 from pytest_gpucomm.ranks.protocol import Shutdown, Task, TaskError, TaskOk
 from pytest_gpucomm.ranks.spawn import (
@@ -50,11 +51,13 @@ _live_pools: "weakref.WeakSet[RankPool]" = weakref.WeakSet()
 
 
 def _close_live_pools() -> None:
+    """At exit: close every pool, then remove this process's temporary folders."""
     for pool in list(_live_pools):
         try:
             pool.close()
         except Exception:  # pragma: no cover - best effort at interpreter exit
             pass
+    remove_own_roots()
 
 
 atexit.register(_close_live_pools)
@@ -84,11 +87,16 @@ class RankPool:
     process's ``sys.path`` (the current ``sys.path`` is also sent with every
     task, so directories added later -- pytester -- work), and, for gloo,
     ``GLOO_SOCKET_IFNAME=lo`` unless set. Their stdout/stderr go to
-    ``log_dir/rank<N>.log``. The rendezvous store is served by rank 0 on a
+    ``log_dir/rank<N>.log``; :attr:`log_dir` is ``<tmp>/gpucomm-<pid>-XXXXXXXX/
+    gpucomm-ranks-XXXXXXXX``, removed by :meth:`close` (see :mod:`.logdirs`, which also
+    removes what dead controllers left behind when a pool starts). The rendezvous store is served by rank 0 on a
     127.0.0.1 socket, the control channel is an authenticated 127.0.0.1
     connection (authkey sent over the worker's stdin).
 
-    Workers die with the controller (``PR_SET_PDEATHSIG``). Linux delivers that
+    Each worker leads its own process group; whenever a worker is stopped --
+    :meth:`close`, a teardown after a failure, a crash -- its whole group is
+    killed, so processes a task left running go with it (unless they left the
+    group themselves). Workers die with the controller (``PR_SET_PDEATHSIG``). Linux delivers that
     signal when the *thread* that spawned them exits, so start pools from a
     long-lived thread (pytest's main thread is fine). Calls are serialised by a
     lock; one task runs on the pool at a time.
@@ -212,7 +220,12 @@ class RankPool:
                 raise
 
     def close(self) -> None:
-        """Shut the pool down: graceful shutdown, then kill; reap every child. Idempotent."""
+        """Shut the pool down: graceful shutdown, then kill; reap every child. Idempotent.
+
+        Every worker's process group is killed once the worker has exited (or been
+        killed), before it is reaped, so what the tasks left running does not outlive
+        the pool; the pool's log folder is removed.
+        """
         with self._lock:
             for w in self._workers:
                 if w.conn is not None and not w.exited():
@@ -222,13 +235,13 @@ class RankPool:
                         pass
             deadline = time.monotonic() + self.shutdown_grace_s
             for w in self._workers:
-                try:
-                    w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
+                # Not reaped here: the teardown kills each worker's process group (what
+                # its tasks left running) while the worker is still a zombie.
+                w.wait_exited(max(0.0, deadline - time.monotonic()))
             self._teardown()
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
+                _release_log_root(self._tmpdir.parent)
                 self._tmpdir = None
             _live_pools.discard(self)
 
@@ -240,7 +253,7 @@ class RankPool:
                 return
             self._teardown()
             if self._tmpdir is None:
-                self._tmpdir = Path(tempfile.mkdtemp(prefix="gpucomm-ranks-"))
+                self._tmpdir = _new_log_dir()
             _live_pools.add(self)
             started = start_ranks(
                 self.world_size, self.backend, self.device,
@@ -291,10 +304,7 @@ class RankPool:
                     reply = conn.recv()
                 except (EOFError, OSError):
                     # Connection lost: the process is dying; wait for it briefly.
-                    try:
-                        self._workers[rank].proc.wait(timeout=2.0)
-                    except subprocess.TimeoutExpired:
-                        pass
+                    self._workers[rank].wait_exited(2.0)
                     raise self._crash_error([rank], label, results, errors,
                                             connection_lost=True) from None
                 except Exception:
@@ -360,6 +370,6 @@ class RankPool:
     # ------------------------------------------------------------------ teardown
 
     def _teardown(self) -> None:
-        """Kill and reap every worker, close every connection."""
+        """Kill every worker and its process group, reap it, close every connection."""
         workers, self._workers = self._workers, []
         release_ranks(workers)

@@ -14,7 +14,9 @@ until every rank has initialised its process group:
   everything is killed and :class:`~.errors.RankStartError` says what each failed rank
   said and printed.
 
-Workers run in their own process group (so a kill takes their children too), die with the
+Workers run in their own process group; :func:`kill_ranks` kills that group whenever a
+worker is stopped, gracefully exited or crashed (so whatever a task left running goes too),
+before reaping the worker. Workers die with the
 controller (``PR_SET_PDEATHSIG``, set by the worker) and write a faulthandler dump of their
 stacks to ``rank<N>.stacks`` on SIGUSR1 (:func:`dump_stacks`); their stdout/stderr go to
 ``rank<N>.log``.  Stdlib only.
@@ -97,7 +99,33 @@ class RankProcess:
         return self.proc.pid
 
     def exited(self) -> bool:
-        return self.proc.poll() is not None
+        """True once the process has exited; does **not** reap it (see :func:`kill_ranks`).
+
+        An exited worker stays a zombie until :func:`kill_ranks` reaps it, so its pid --
+        which is also its process group id -- cannot be reused by another process before
+        its group has been killed.
+        """
+        if self.proc.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped behind Popen's back; nothing left to wait for
+            return True
+        except OSError:  # pragma: no cover - EINTR is retried by Python; anything else
+            return self.proc.poll() is not None
+        return info is not None
+
+    def wait_exited(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds for the process to exit, without reaping it."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.005
+        while not self.exited():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+        return True
 
     def output_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the rank's captured stdout/stderr ('' if unreadable)."""
@@ -397,21 +425,50 @@ def dump_stacks(processes: Sequence[RankProcess], ranks: Sequence[int],
     return stacks
 
 
-def kill_ranks(processes: Sequence[RankProcess]) -> None:
-    """SIGKILL every rank process (and its process group) and reap it."""
+def _kill_group(p: RankProcess) -> bool:
+    """SIGKILL the process group led by ``p``; False if there was none to signal.
+
+    Only called while the worker is unreaped (running or a zombie): its pid, which is the
+    group's id (workers are started with ``start_new_session=True``), cannot have been
+    reused, so the signal reaches the worker's group and nothing else.
+    """
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    except OSError:  # pragma: no cover - anything else: the same as no group
+        return False
+    return True
+
+
+def kill_ranks(processes: Sequence[RankProcess], wait_s: float = 10.0) -> None:
+    """SIGKILL every rank process and its whole process group, then reap it.
+
+    Whatever a task started on a rank (child processes left running) is in that rank's
+    process group and is killed with it, whether the rank was still running, exited
+    gracefully or crashed. Order, per rank: kill the group if the rank still runs; wait
+    (up to ``wait_s``) for the rank to exit *without reaping it* (``waitid`` with
+    ``WNOWAIT``); kill the group again while the rank is a zombie (its pid, the group id,
+    is still taken, so no other process can own it; this catches children forked in the
+    meantime and those of a rank that had already exited); only then reap the rank.
+    Children that left the group themselves (``setsid``, ``setpgid``) are not reached.
+    """
     for p in processes:
-        if p.proc.poll() is None:
+        if not p.exited() and not _kill_group(p):
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                p.proc.kill()
             except OSError:
-                try:
-                    p.proc.kill()
-                except OSError:
-                    pass
+                pass
+    deadline = time.monotonic() + wait_s
     for p in processes:
+        if p.proc.returncode is not None:
+            continue  # already reaped: its pid may be reused, leave its group id alone
+        if not p.wait_exited(max(0.0, deadline - time.monotonic())):  # pragma: no cover
+            continue  # unkillable (D state): reaping it would block
+        _kill_group(p)
         try:
-            p.proc.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            p.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # pragma: no cover - exited, so cannot happen
             pass
 
 
