@@ -39,13 +39,14 @@ merges this run in, and replaces the file atomically (temporary file in the same
 ``os.replace``, fsync of the directory), so concurrent savers (xdist workers, parallel CI jobs on a
 shared directory) lose nothing and a crash never leaves a half-written baseline; the temporary files of a
 saver killed mid-write are removed by the next save (under the lock, and only if no live writer holds
-them).  A corrupt existing file is never overwritten: fix or remove it by hand.
+them).  A corrupt existing file is never overwritten: fix or remove it by hand.  A whole document built
+elsewhere (a published baseline: ``baselines/make_published.py``) starts from :func:`new_document` and is
+written with :func:`write_document`, which checks it as :func:`load_baseline` would before it replaces
+anything.
 
 Reading is bounded: only a regular file is read (a FIFO, device or socket is refused before it is opened,
 and the open cannot block), at most :data:`MAX_BASELINE_BYTES`, nested at most :data:`MAX_NESTING` deep;
-anything else is a :class:`BaselineError` that names the file.  A whole document built elsewhere (a published baseline:
-``baselines/make_published.py``) starts from :func:`new_document` and is written with
-:func:`write_document`, which checks it as :func:`load_baseline` would before it replaces anything.
+anything else is a :class:`BaselineError` that names the file.
 
 This module imports ``jsonschema`` and ``filelock``: :mod:`pytest_gpucomm.gate` imports it only on use.
 """
