@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from pytest_gpucomm.atomic import temp_file_pattern, write_atomic
+from pytest_gpucomm.gate import store
+from pytest_gpucomm.gate.fingerprint import diff_fingerprints
 from pytest_gpucomm.gate.store import (
     JSON_SCHEMA,
+    MAX_BASELINE_BYTES,
+    MAX_NESTING,
     SCHEMA_ID,
     SCHEMA_VERSION,
     BaselineError,
@@ -413,3 +422,312 @@ def test_write_document_refuses_an_invalid_document_and_keeps_the_old_file(tmp_p
     with pytest.raises(BaselineError, match=rf"^{p}: refusing to write an invalid baseline: .*floor_gbps"):
         write_document(p, doc)
     assert p.read_text(encoding="utf-8") == "keep me" and leftovers(tmp_path) == []
+
+
+# --- hostile files: FIFOs, devices, huge and deeply nested files (each read is bounded) -------------
+
+REPO = Path(__file__).resolve().parents[1]
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+
+
+def _isolated(code: str, *args: str, timeout: float = 60.0) -> str:
+    """Run ``code`` in a fresh interpreter on this checkout: a regression that blocks or reads forever is
+    killed at ``timeout`` and fails the test instead of hanging (or exhausting) the suite."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                              env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout:g} s: it blocks or reads without end")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+_LOAD = """
+import sys, time
+from pytest_gpucomm.gate.store import BaselineError, load_baseline
+t = time.monotonic()
+try:
+    load_baseline(sys.argv[1])
+except BaselineError as e:
+    print(f"BaselineError: {e}")
+print(f"seconds: {time.monotonic() - t:.3f}")
+"""
+
+
+def _load_isolated(path: Path) -> tuple[str, float]:
+    out = _isolated(_LOAD, str(path)).splitlines()
+    return "\n".join(out[:-1]), float(out[-1].split()[1])
+
+
+@needs_fifo
+def test_a_fifo_as_the_baseline_path_is_refused_at_once_without_blocking(tmp_path):
+    p = tmp_path / "h200.json"
+    os.mkfifo(p)
+    message, seconds = _load_isolated(p)
+    assert message == f"BaselineError: {p}: is a FIFO, not a regular file: not a baseline file"
+    assert seconds < 5
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+@pytest.mark.parametrize("how", ["device", "link"])
+def test_dev_zero_as_the_baseline_is_refused_at_once_instead_of_read_without_end(tmp_path, how):
+    p = Path("/dev/zero")
+    if how == "link":
+        p = tmp_path / "h200.json"
+        p.symlink_to("/dev/zero")
+    message, seconds = _load_isolated(p)
+    assert message == f"BaselineError: {p}: is a character device, not a regular file: not a baseline file"
+    assert seconds < 5
+
+
+@needs_fifo
+def test_a_fifo_swapped_in_after_the_type_check_cannot_block_the_read(tmp_path, monkeypatch):
+    p = tmp_path / "h200.json"
+    p.write_text(_valid_text(tmp_path))
+    regular = os.stat(p)
+    p.unlink()
+    os.mkfifo(p)
+    real_stat = os.stat
+    # the check sees the regular file that was there; the open then meets the FIFO that replaced it
+    monkeypatch.setattr(store.os, "stat", lambda q, *a, **k: regular if str(q) == str(p) else real_stat(q, *a, **k))
+    outcome: list = []
+
+    def load() -> None:
+        try:
+            load_baseline(p)
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            outcome.append(e)
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # a regression: release the blocked open (a writer appears), then fail
+        os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("opening a FIFO swapped in after the check blocked")
+    assert len(outcome) == 1 and isinstance(outcome[0], BaselineError)
+    assert str(outcome[0]) == f"{p}: is a FIFO, not a regular file: not a baseline file"
+
+
+@needs_fifo
+def test_save_run_onto_a_fifo_is_refused_at_once_and_leaves_it(tmp_path):
+    p = tmp_path / "h200.json"
+    os.mkfifo(p)
+    code = """
+import sys
+from pytest_gpucomm.gate.store import BaselineError, CaseRecord, save_run
+r = CaseRecord(test_id="t", op="all_reduce", size_bytes=8, world_size=2, samples_gbps=[1.0])
+try:
+    save_run(sys.argv[1], name="h200", run_id="r1", date="d", fingerprint={}, cases={r.key: r})
+except BaselineError as e:
+    print(e)
+"""
+    assert _isolated(code, str(p)).strip() == f"{p}: is a FIFO, not a regular file: not a baseline file"
+    assert p.is_fifo() and leftovers(tmp_path) == []
+
+
+@needs_fifo
+def test_resolving_and_listing_baselines_never_open_a_fifo_in_the_folder(tmp_path):
+    d = tmp_path / "baselines"
+    d.mkdir()
+    save(d / "a100.json", "r1", [rec()])
+    os.mkfifo(d / "h200.json")
+    code = """
+import sys
+from pathlib import Path
+from pytest_gpucomm.gate.store import BaselineError, available_baselines, resolve_baseline
+d = Path(sys.argv[1])
+print(available_baselines([d]))
+print(resolve_baseline("a100", search_dirs=[d], detected_model=None))
+print(resolve_baseline("h200", search_dirs=[d], detected_model=None, must_exist=False))
+try:
+    resolve_baseline("h200", search_dirs=[d], detected_model=None)
+except BaselineError as e:
+    print(e)
+"""
+    out = _isolated(code, str(d)).splitlines()
+    assert out[0] == "['a100']"
+    assert out[1] == str(d / "a100.json") and out[2] == str(d / "h200.json")
+    assert "no baseline named 'h200'" in out[3] and "available baselines: a100" in out[3]
+
+
+def test_the_size_limit_is_256_mib_and_named_in_the_message(tmp_path):
+    assert MAX_BASELINE_BYTES == 256 * 1024 * 1024
+    p = tmp_path / "h200.json"
+    with open(p, "wb") as f:  # sparse: takes no disk space, and is never read
+        f.truncate(MAX_BASELINE_BYTES + 1)
+    t = time.monotonic()
+    with pytest.raises(BaselineError) as info:
+        load_baseline(p)
+    assert time.monotonic() - t < 2
+    assert str(info.value) == (
+        f"{p}: is larger than 256 MiB ({MAX_BASELINE_BYTES + 1} bytes), the most a baseline file may hold "
+        "(pytest_gpucomm.gate.store.MAX_BASELINE_BYTES): not a baseline file"
+    )
+
+
+def test_a_file_just_above_the_size_limit_is_refused_and_one_at_the_limit_loads(tmp_path, monkeypatch):
+    p = tmp_path / "h200.json"
+    text = _valid_text(tmp_path)
+    p.write_text(text)
+    size = len(text.encode())
+    monkeypatch.setattr(store, "MAX_BASELINE_BYTES", size)
+    assert load_baseline(p).name == "h200"
+    monkeypatch.setattr(store, "MAX_BASELINE_BYTES", size - 1)
+    with pytest.raises(BaselineError, match=rf"^{p}: is larger than {size - 1} bytes \({size} bytes\)"):
+        load_baseline(p)
+    with pytest.raises(BaselineError, match="is larger than"):
+        save(p, "run2", [rec()])
+    assert p.read_text() == text
+
+
+def test_a_file_that_grows_past_the_limit_while_it_is_read_is_refused(tmp_path, monkeypatch):
+    p = tmp_path / "h200.json"
+    text = _valid_text(tmp_path)
+    p.write_text(text)
+    monkeypatch.setattr(store, "MAX_BASELINE_BYTES", len(text) + 10)
+    real_fstat = os.fstat
+
+    def fstat(fd):  # the file looked small when opened; then much more arrives
+        st = real_fstat(fd)
+        with open(p, "a") as f:
+            f.write(" " * 100)
+        return st
+
+    monkeypatch.setattr(store.os, "fstat", fstat)
+    with pytest.raises(BaselineError, match=rf"^{p}: is larger than {len(text) + 10} bytes, the most"):
+        load_baseline(p)
+
+
+def _nested_fingerprint(levels: int) -> dict:
+    fp: dict = {"driver": "550.54"}
+    for _ in range(levels - 1):
+        fp = {"k": fp}
+    return fp
+
+
+def _with_fingerprint(tmp_path, fp: dict) -> str:
+    doc = json.loads(_valid_text(tmp_path))
+    doc["runs"][0]["fingerprint"] = fp
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("kind", ["array_100000_deep", "fingerprint_5000_deep", "one_level_too_deep"])
+def test_deeply_nested_json_is_refused_naming_the_file_and_the_limit(tmp_path, kind):
+    assert MAX_NESTING == 64
+    if kind == "array_100000_deep":
+        text = "[" * 100_000 + "]" * 100_000
+    elif kind == "fingerprint_5000_deep":
+        text = '{"k": ' * 4999 + '{"driver": "550.54"}' + "}" * 4999
+        text = _with_fingerprint(tmp_path, {}).replace('"fingerprint": {}', f'"fingerprint": {text}', 1)
+    else:  # $ > runs > [0] > fingerprint: 4 levels, so a fingerprint of 61 reaches 65
+        text = _with_fingerprint(tmp_path, _nested_fingerprint(MAX_NESTING - 3 + 1))
+    p = tmp_path / "h200.json"
+    p.write_text(text)
+    with pytest.raises(BaselineError) as info:
+        load_baseline(p)
+    assert str(info.value) == (
+        f"{p}: the JSON is nested deeper than 64 levels, the most a baseline file may use: not a baseline file"
+    )
+    with pytest.raises(BaselineError, match="nested deeper than 64 levels"):
+        save(p, "run2", [rec()])
+    assert p.read_text() == text
+
+
+def test_a_file_nested_exactly_to_the_limit_loads(tmp_path):
+    p = tmp_path / "h200.json"
+    fp = _nested_fingerprint(MAX_NESTING - 3)
+    p.write_text(_with_fingerprint(tmp_path, fp))
+    assert load_baseline(p).latest_fingerprint() == fp
+
+
+def test_save_and_write_document_refuse_to_write_json_nested_too_deep(tmp_path):
+    p = tmp_path / "h200.json"
+    with pytest.raises(ValueError, match="fingerprint is nested deeper than 61 levels"):
+        save(p, "run1", [rec()], fingerprint=_nested_fingerprint(MAX_NESTING - 2))
+    save(p, "run1", [rec()], fingerprint=_nested_fingerprint(MAX_NESTING - 3))
+    doc = new_document("x")
+    doc["extra"] = _nested_fingerprint(MAX_NESTING)
+    with pytest.raises(BaselineError, match=rf"^{tmp_path / 'x.json'}: refusing to write an invalid baseline: it is "
+                                            "nested deeper than 64 levels"):
+        write_document(tmp_path / "x.json", doc)
+    assert not (tmp_path / "x.json").exists() and leftovers(tmp_path) == []
+
+
+def test_diff_fingerprints_handles_fingerprints_nested_5000_deep():
+    old, new = _nested_fingerprint(5000), _nested_fingerprint(5000)
+    leaf = new
+    while "k" in leaf:
+        leaf = leaf["k"]
+    leaf["driver"] = "560.35"
+    (key, a, b), = diff_fingerprints(old, new)
+    assert key == "k." * 4999 + "driver" and (a, b) == ("550.54", "560.35")
+
+
+@pytest.mark.parametrize(
+    "number, pattern",
+    [
+        ("1" * 5000, r"invalid JSON: .*digits"),  # more digits than Python converts to an int
+        ("1" + "0" * 400, r"samples_gbps\[1\]: 1000*0 is not a positive finite number"),  # too large for a float
+    ],
+)
+def test_numbers_python_cannot_hold_are_baseline_errors_naming_the_file(tmp_path, number, pattern):
+    text = _valid_text(tmp_path)
+    first = json.dumps(json.loads(text)["cases"][next(iter(json.loads(text)["cases"]))]["runs"][0]["samples_gbps"])
+    p = tmp_path / "h200.json"
+    p.write_text(text.replace(first, f"[45.0, {number}]", 1))
+    with pytest.raises(BaselineError, match=pattern) as info:
+        load_baseline(p)
+    assert str(info.value).startswith(f"{p}: ")
+
+
+# --- temporary files of killed savers ---------------------------------------------------------------
+
+
+def test_save_removes_stale_temp_files_of_that_baseline_and_nothing_else(tmp_path):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec()])
+    stale = [tmp_path / ".h200.json.k3x_9a0q.tmp", tmp_path / ".h200.json.abcdefgh.tmp"]
+    for f in stale:  # what a saver killed mid-write leaves
+        f.write_text(p.read_text()[:100])
+    keep = [
+        ".other.json.x.tmp",  # another file's
+        ".other.json.abcdefgh.tmp",  # another baseline's
+        ".h200.json.abcdefg.tmp",  # not the pattern: 7 characters
+        ".h200.json.ABCDEFGH.tmp",  # not the pattern: upper case
+        ".h200.json.abcdefgh.tmp.bak",
+        "h200.json.abcdefgh.tmp",  # no leading dot
+        ".h200.jsonXabcdefgh.tmp",
+    ]
+    for name in keep:
+        (tmp_path / name).write_text("x")
+    os.mkdir(tmp_path / ".h200.json.dir_dir_.tmp")  # only regular files are removed
+    (tmp_path / ".h200.json.linklink.tmp").symlink_to(tmp_path / ".other.json.x.tmp")
+    assert all(temp_file_pattern(p).match(f.name) for f in stale)
+    save(p, "run2", [rec()])
+    assert not any(f.exists() for f in stale)
+    assert all((tmp_path / name).read_text() == "x" for name in keep)
+    assert (tmp_path / ".h200.json.dir_dir_.tmp").is_dir() and (tmp_path / ".h200.json.linklink.tmp").is_symlink()
+    assert [r.run_id for r in load_baseline(p).runs] == ["run1", "run2"]
+
+
+def test_write_atomic_names_its_temp_files_as_the_stale_file_pattern_expects(tmp_path, monkeypatch):
+    p = tmp_path / "h200.json"
+    seen: list[str] = []
+    write_atomic(p, "{}", lambda tmp: seen.append(tmp.name))
+    assert len(seen) == 1 and temp_file_pattern(p).match(seen[0]) and leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the liveness lock is POSIX flock")
+def test_save_keeps_the_temp_file_of_a_live_writer_of_the_same_file(tmp_path):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec()])
+    seen: list[bool] = []
+
+    def check(tmp: Path) -> None:  # while write_atomic (as write_document does) holds its temp file
+        save(p, "run2", [rec(size=8)])
+        seen.append(tmp.exists())
+
+    write_atomic(tmp_path / "h200.json", p.read_text(), check)
+    assert seen == [True] and leftovers(tmp_path) == []

@@ -34,16 +34,19 @@ VOLATILE_KEYS: frozenset[str] = frozenset(
 
 
 def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> None:
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            if str(k) in ignore:
-                continue
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, ignore)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _flatten(v, f"{prefix}.{i}" if prefix else str(i), out, ignore)
-    else:
-        out[prefix] = obj
+    """Put every leaf of ``obj`` into ``out`` under its dotted key, depth first in document order (a later
+    leaf of the same dotted key wins).  Iterative: a fingerprint nested thousands deep needs no recursion."""
+    stack: list[tuple[Any, str]] = [(obj, prefix)]
+    while stack:
+        node, pre = stack.pop()
+        if isinstance(node, Mapping):
+            children = [(v, f"{pre}.{k}" if pre else str(k)) for k, v in node.items() if str(k) not in ignore]
+        elif isinstance(node, (list, tuple)):
+            children = [(v, f"{pre}.{i}" if pre else str(i)) for i, v in enumerate(node)]
+        else:
+            out[pre] = node
+            continue
+        stack.extend(reversed(children))
 
 
 def diff_fingerprints(

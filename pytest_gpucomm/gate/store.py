@@ -37,10 +37,16 @@ Unknown extra keys are kept on read and ignored, so a later minor addition does 
 Writing (:func:`save_run`) takes an exclusive lock (``<file>.lock``, via ``filelock``), re-reads the file,
 merges this run in, and replaces the file atomically (temporary file in the same directory, fsync,
 ``os.replace``, fsync of the directory), so concurrent savers (xdist workers, parallel CI jobs on a
-shared directory) lose nothing and a crash never leaves a half-written baseline.  A corrupt existing file
-is never overwritten: fix or remove it by hand.  A whole document built elsewhere (a published baseline:
-``baselines/make_published.py``) starts from :func:`new_document` and is written with
-:func:`write_document`, which checks it as :func:`load_baseline` would before it replaces anything.
+shared directory) lose nothing and a crash never leaves a half-written baseline; the temporary files of a
+saver killed mid-write are removed by the next save (under the lock, and only if no live writer holds
+them).  A corrupt existing file is never overwritten: fix or remove it by hand.  A whole document built
+elsewhere (a published baseline: ``baselines/make_published.py``) starts from :func:`new_document` and is
+written with :func:`write_document`, which checks it as :func:`load_baseline` would before it replaces
+anything.
+
+Reading is bounded: only a regular file is read (a FIFO, device or socket is refused before it is opened,
+and the open cannot block), at most :data:`MAX_BASELINE_BYTES`, nested at most :data:`MAX_NESTING` deep;
+anything else is a :class:`BaselineError` that names the file.
 
 This module imports ``jsonschema`` and ``filelock``: :mod:`pytest_gpucomm.gate` imports it only on use.
 """
@@ -51,6 +57,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -58,13 +65,15 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import jsonschema
 from filelock import FileLock, Timeout
 
-from ..atomic import write_atomic
+from ..atomic import remove_stale_temp_files, write_atomic
 from ..vocab import DEFAULT_MAX_RUNS
 
 __all__ = [
     "SCHEMA_ID",
     "SCHEMA_VERSION",
     "JSON_SCHEMA",
+    "MAX_BASELINE_BYTES",
+    "MAX_NESTING",
     "BaselineError",
     "BaselineNotFound",
     "CaseRecord",
@@ -86,6 +95,10 @@ __all__ = [
 SCHEMA_ID = "pytest-gpucomm-baseline"
 SCHEMA_VERSION = 1
 LOCK_TIMEOUT_S = 120.0
+#: the largest baseline file read (a real one of 5 runs x 1000 cases is a few MiB); a larger one is refused
+MAX_BASELINE_BYTES = 256 * 1024 * 1024
+#: the deepest nesting of JSON arrays/objects read (a baseline needs 6; fingerprints add a few more)
+MAX_NESTING = 64
 
 _POSITIVE_NUMBER = {"type": "number", "exclusiveMinimum": 0}
 
@@ -400,17 +413,106 @@ def _json_path(parts: Iterable[Any]) -> str:
     return out
 
 
-def _read_document(path: Path) -> dict:
-    """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
-    path = Path(path)
+def _size_text(n: int) -> str:
+    mib = 1024 * 1024
+    return f"{n // mib} MiB" if n >= mib and n % mib == 0 else f"{n} bytes"
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: Path, mode: int) -> BaselineError:
+    if stat.S_ISDIR(mode):
+        return BaselineError(f"{path}: is a directory, not a baseline file")
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    return BaselineError(f"{path}: is {kind}, not a regular file: not a baseline file")
+
+
+def _too_large(path: Path, size: Optional[int], limit: int) -> BaselineError:
+    got = f" ({size} bytes)" if size is not None else ""
+    return BaselineError(
+        f"{path}: is larger than {_size_text(limit)}{got}, the most a baseline file may hold "
+        "(pytest_gpucomm.gate.store.MAX_BASELINE_BYTES): not a baseline file"
+    )
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_BASELINE_BYTES; anything else is a BaselineError.
+
+    The file type is checked with ``os.stat`` before the file is opened (a FIFO or device is never
+    opened), the open is non-blocking (a file swapped for a FIFO in between cannot hang it) and the type
+    is checked again on the open descriptor, and at most ``MAX_BASELINE_BYTES + 1`` bytes are read.
+    """
+    limit = int(MAX_BASELINE_BYTES)
     try:
-        raw = path.read_bytes()
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode)
+        if st.st_size > limit:
+            raise _too_large(path, st.st_size, limit)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise BaselineError(f"{path}: baseline file does not exist") from None
     except IsADirectoryError:
         raise BaselineError(f"{path}: is a directory, not a baseline file") from None
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read baseline file: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped since the check above
+            raise _not_regular(path, st.st_mode)
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, max(st.st_size + 1, 1 << 16)))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read baseline file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if left <= 0:  # it grew past the limit while it was read
+        raise _too_large(path, None, limit)
+    return b"".join(chunks)
+
+
+def _nesting_depth_exceeds(doc: Any, limit: int) -> bool:
+    """Whether arrays/objects in ``doc`` nest deeper than ``limit`` levels (the top level is level 1).
+    Iterative: a document of any depth is checked without recursion."""
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, Mapping):
+            children: Iterable[Any] = obj.values()
+        elif isinstance(obj, (list, tuple)):
+            children = obj
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (Mapping, list, tuple)))
+    return False
+
+
+def _too_deep(path: Path) -> BaselineError:
+    return BaselineError(
+        f"{path}: the JSON is nested deeper than {MAX_NESTING} levels, the most a baseline file may "
+        "use: not a baseline file"
+    )
+
+
+def _read_document(path: Path) -> dict:
+    """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
+    path = Path(path)
+    raw = _read_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -426,6 +528,12 @@ def _read_document(path: Path) -> dict:
                 f"column {exc.colno} ({exc.msg})"
             ) from None
         raise BaselineError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:  # nested deeper than the parser's stack allows: far beyond MAX_NESTING
+        raise _too_deep(path) from None
+    except (ValueError, MemoryError) as exc:  # e.g. an integer of more digits than Python converts
+        raise BaselineError(f"{path}: invalid JSON: {exc}") from None
+    if _nesting_depth_exceeds(doc, MAX_NESTING):
+        raise _too_deep(path)
     if not isinstance(doc, dict):
         raise BaselineError(f"{path}: not a pytest-gpucomm baseline: the top level is a {type(doc).__name__}, expected an object")
     if doc.get("schema") != SCHEMA_ID:
@@ -435,7 +543,10 @@ def _read_document(path: Path) -> dict:
             f"{path}: not a pytest-gpucomm baseline: \"schema\" is {doc.get('schema')!r}, expected {SCHEMA_ID!r}"
         )
     version = doc.get("schema_version")
-    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+    whole = (isinstance(version, int) and not isinstance(version, bool)) or (
+        isinstance(version, float) and version.is_integer()  # 2.0 is an integer to the schema too
+    )
+    if whole and version > SCHEMA_VERSION:
         raise BaselineError(
             f"{path}: written with baseline schema_version {version}, but this pytest-gpucomm reads only up to "
             f"schema_version {SCHEMA_VERSION}: upgrade pytest-gpucomm"
@@ -457,17 +568,25 @@ def _describe(err: "jsonschema.exceptions.ValidationError") -> str:
     return err.message
 
 
+def _finite(v: Any) -> bool:
+    """A number that is finite as a float (an integer too large for a float is not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _check_samples(path: Path, doc: dict) -> None:
     """Samples and floors are positive finite numbers (JSON has no NaN/Infinity, but Python's json module
     reads them)."""
     for key, case in doc["cases"].items():
         floor = case.get("floor_gbps")
-        if floor is not None and not math.isfinite(floor):
+        if floor is not None and not _finite(floor):
             raise BaselineError(f"{path}: invalid baseline: at {_json_path(['cases', key, 'floor_gbps'])}: "
                                 f"{floor!r} is not finite")
         for i, run in enumerate(case["runs"]):
             for j, v in enumerate(run["samples_gbps"]):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (_finite(v) and v > 0):
                     raise BaselineError(
                         f"{path}: invalid baseline: at "
                         f"{_json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a positive "
@@ -625,6 +744,9 @@ def save_run(
         raise ValueError("run_id must be a non-empty string")
     if not isinstance(fingerprint, Mapping):
         raise ValueError(f"fingerprint must be a mapping, got {type(fingerprint).__name__}")
+    if _nesting_depth_exceeds(fingerprint, MAX_NESTING - 3):  # it sits at $.runs[i].fingerprint
+        raise ValueError(f"fingerprint is nested deeper than {MAX_NESTING - 3} levels: a baseline file nests "
+                         f"at most {MAX_NESTING} deep")
     for key, rec in cases.items():
         if key != rec.key:
             raise ValueError(f"case key {key!r} does not match its record (expected {rec.key!r})")
@@ -632,6 +754,9 @@ def save_run(
     lock = FileLock(str(path) + ".lock", timeout=lock_timeout_s)
     try:
         with lock:
+            # Holding the lock, no other saver is writing: temporary files of this baseline left beside it
+            # are a killed saver's (a live write_document's are locked and kept).
+            remove_stale_temp_files(path)
             doc = _read_document(path) if path.exists() else new_document(name, int(max_runs))
             doc = _merge_run(doc, run_id=run_id, date=date, fingerprint=fingerprint, cases=cases,
                              max_runs=int(max_runs))
@@ -656,6 +781,9 @@ def write_document(path: Path, doc: dict[str, Any]) -> None:
     into a shared one (:func:`save_run` does that).
     """
     path = Path(path)
+    if _nesting_depth_exceeds(doc, MAX_NESTING):
+        raise BaselineError(f"{path}: refusing to write an invalid baseline: it is nested deeper than "
+                            f"{MAX_NESTING} levels")
 
     def check(tmp: Path) -> None:
         try:
