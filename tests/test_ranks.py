@@ -522,3 +522,80 @@ def test_new_pool_removes_temp_folders_of_dead_controllers_only(
         assert all(path.exists() for path in not_ours)
     finally:
         pool.close()
+
+
+def test_a_folder_whose_owner_holds_its_lock_stays_even_if_its_pid_looks_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller in another pid namespace sharing the temp folder: its pid means nothing here, but
+    its lock on .owner does."""
+    import fcntl
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    held = tmp_path / f"gpucomm-{_dead_pid()}-held_123"
+    (held / "gpucomm-ranks-aaaaaaaa").mkdir(parents=True)
+    (held / ".owner").write_text("")
+    released = tmp_path / f"gpucomm-{_dead_pid()}-free_123"
+    (released / "gpucomm-ranks-bbbbbbbb").mkdir(parents=True)
+    (released / ".owner").write_text("")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(fd, fcntl.LOCK_SH); print('locked', flush=True); time.sleep(60)", str(held / ".owner")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        removed = logdirs_module.remove_stale_roots(tmp_path)
+        assert removed == [released] and held.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert logdirs_module.remove_stale_roots(tmp_path) == [held]  # its owner is gone now
+    del fcntl
+
+
+def test_a_pool_whose_log_folder_was_removed_starts_again_with_a_new_one() -> None:
+    import shutil
+
+    pool = RankPool(1, start_timeout_s=60)
+    try:
+        pool.start()
+        first = pool.log_dir
+        assert first is not None
+        shutil.rmtree(first)
+        os.kill(pool.pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while pool.alive and time.monotonic() < deadline:  # the next run starts a new pool once it is seen dead
+            time.sleep(0.05)
+        assert pool.run("rank_tasks:whoami", timeout_s=60)[0]["rank"] == 0
+        assert pool.log_dir is not None and pool.log_dir.is_dir()
+    finally:
+        pool.close()
+
+
+def test_a_rank_reaped_by_someone_else_is_not_signalled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = subprocess.Popen(["true"], start_new_session=True)
+    os.waitpid(proc.pid, 0)  # reaped behind Popen's back (as with SIGCHLD ignored)
+    p = spawn_module.RankProcess(rank=0, proc=proc, log_path=Path(os.devnull), stack_path=Path(os.devnull),
+                                 log_file=open(os.devnull, "wb"))
+    signalled: list[int] = []
+    monkeypatch.setattr(spawn_module, "_kill_group", lambda q: signalled.append(q.pid) or True)
+    try:
+        spawn_module.kill_ranks([p], wait_s=5)
+    finally:
+        p.log_file.close()
+    assert p.reaped_elsewhere and signalled == []
+
+
+def test_interrupts_are_held_back_while_ranks_are_released_and_arrive_after() -> None:
+    seen: list[str] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append("TERM"))
+    try:
+        with spawn_module._signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert seen == []
+        time.sleep(0.05)
+        assert seen == ["TERM"]
+    finally:
+        signal.signal(signal.SIGTERM, old)

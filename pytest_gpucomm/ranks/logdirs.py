@@ -7,15 +7,17 @@ process, ``<tmp>/gpucomm-<pid>-XXXXXXXX`` (``<tmp>`` is :func:`tempfile.gettempd
 rest. A controller that dies without running either (SIGKILL, a SIGTERM nobody handles)
 leaves its folder behind; the next pool started on the machine removes it
 (:func:`remove_stale_roots`): only folders named exactly ``gpucomm-<pid>-XXXXXXXX``, owned by
-the current user, holding nothing but ``gpucomm-ranks-XXXXXXXX`` folders, whose ``<pid>``
-is no longer a running process. A pid that is alive (or alive again, reused) keeps its
-folder: a leftover may survive, but no live controller's folder is ever removed. Folders
-of a controller in another pid namespace sharing ``<tmp>`` would look dead; give such
-controllers their own ``TMPDIR``. Stdlib only.
+the current user, holding nothing but ``gpucomm-ranks-XXXXXXXX`` folders and the owner's lock
+file ``.owner``, whose owner is gone. The owner holds a shared ``flock`` on ``.owner`` for as
+long as it lives; a folder is stale only when an exclusive lock on it can be taken, which
+works across pid namespaces (containers sharing ``<tmp>``) on one kernel. A folder without
+``.owner`` is judged by its ``<pid>``: one that is alive (or alive again, reused) keeps it.
+A leftover may survive, but no live controller's folder is removed. Stdlib only.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -36,18 +38,50 @@ __all__ = [
 POOL_PREFIX = "gpucomm-ranks-"
 ROOT_NAME = re.compile(r"gpucomm-([1-9][0-9]{0,9})-[a-z0-9_]{8}")  # mkdtemp's 8-char suffix
 _POOL_NAME = re.compile(re.escape(POOL_PREFIX) + r"[a-z0-9_]{8}")
+OWNER_FILE = ".owner"
 
 _lock = threading.Lock()
 _roots: dict[str, Path] = {}  # temp base folder -> this process's root folder there
+_owner_fds: dict[Path, int] = {}  # root -> the open, share-locked .owner file
 _roots_pid = os.getpid()
 
 
 def _own_roots() -> dict[str, Path]:
     """This process's roots (forgotten in a forked child: they are the parent's)."""
-    global _roots, _roots_pid
+    global _roots, _roots_pid, _owner_fds
     if _roots_pid != os.getpid():
-        _roots, _roots_pid = {}, os.getpid()
+        _roots, _owner_fds, _roots_pid = {}, {}, os.getpid()
     return _roots
+
+
+def _claim(root: Path) -> None:
+    """Hold a shared lock on ``root/.owner`` for this process's lifetime: the root is in use."""
+    fd = os.open(root / OWNER_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _owner_fds[root] = fd
+
+
+def _unclaim(root: Path) -> None:
+    fd = _owner_fds.pop(root, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _owner_gone(path: str) -> bool | None:
+    """Whether the owner of the root at ``path`` is gone (its lock can be taken); None without .owner."""
+    try:
+        fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: the owner lives
+    finally:
+        os.close(fd)
+    return True
 
 
 def _pid_alive(pid: int) -> bool:
@@ -77,8 +111,11 @@ def _is_stale_root(path: str, name: str) -> bool:
         children = os.listdir(path)
     except OSError:
         return False
-    if not all(_POOL_NAME.fullmatch(child) for child in children):
+    if not all(_POOL_NAME.fullmatch(child) or child == OWNER_FILE for child in children):
         return False  # not one of ours after all
+    gone = _owner_gone(path)
+    if gone is not None:
+        return gone
     return not _pid_alive(int(match.group(1)))
 
 
@@ -114,6 +151,7 @@ def new_log_dir() -> Path:
         root = roots.get(base)
         if root is None or not root.is_dir():
             root = Path(tempfile.mkdtemp(prefix=f"gpucomm-{os.getpid()}-", dir=base))
+            _claim(root)
             roots[base] = root
         return Path(tempfile.mkdtemp(prefix=POOL_PREFIX, dir=root))
 
@@ -124,10 +162,10 @@ def release_root(root: Path) -> None:
         roots = _own_roots()
         for base, known in list(roots.items()):
             if known == root:
-                try:
-                    os.rmdir(root)
-                except OSError:
-                    return  # another pool's folder is still there (or it is gone)
+                if any(child != OWNER_FILE for child in _listdir(root)):
+                    return  # another pool's folder is still there
+                _unclaim(root)
+                shutil.rmtree(root, ignore_errors=True)
                 del roots[base]
 
 
@@ -136,5 +174,13 @@ def remove_own_roots() -> None:
     with _lock:
         roots = _own_roots()
         for root in roots.values():
+            _unclaim(root)
             shutil.rmtree(root, ignore_errors=True)
         roots.clear()
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

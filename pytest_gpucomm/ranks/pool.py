@@ -252,7 +252,7 @@ class RankPool:
             if self.alive:
                 return
             self._teardown()
-            if self._tmpdir is None:
+            if self._tmpdir is None or not self._tmpdir.is_dir():  # (re)made if something removed it
                 self._tmpdir = _new_log_dir()
             _live_pools.add(self)
             started = start_ranks(
@@ -330,7 +330,7 @@ class RankPool:
     def _error_with_stuck(self, label: str, errors: dict[int, str], stuck: list[int],
                           results: dict[int, Any]) -> RankError:
         stacks = dump_stacks(self._workers, stuck)
-        kill_ranks(self._workers)
+        kill_ranks(self._workers, self._kill_wait_s)
         err = report.task_error_with_stuck(label, self.world_size, errors, stuck,
                                            finished=results, stacks=stacks,
                                            grace_s=self.error_grace_s)
@@ -340,7 +340,7 @@ class RankPool:
     def _timeout_error(self, label: str, timeout_s: float, hung: list[int],
                        results: dict[int, Any], errors: dict[int, str]) -> RankTimeout:
         stacks = dump_stacks(self._workers, hung)
-        kill_ranks(self._workers)
+        kill_ranks(self._workers, self._kill_wait_s)
         err = report.timeout_failure(
             label, self.world_size, timeout_s, hung,
             finished=sorted(set(results) | set(errors)), errors=errors, stacks=stacks,
@@ -355,7 +355,7 @@ class RankPool:
         time.sleep(0.1)
         dead_set = set(dead) | {w.rank for w in self._workers
                                 if w.exited() and w.rank not in results and w.rank not in errors}
-        kill_ranks(self._workers)
+        kill_ranks(self._workers, self._kill_wait_s)
         dead = sorted(dead_set)
         err = report.crash_failure(
             label, self.world_size, dead,
@@ -372,4 +372,10 @@ class RankPool:
     def _teardown(self) -> None:
         """Kill every worker and its process group, reap it, close every connection."""
         workers, self._workers = self._workers, []
-        release_ranks(workers)
+        release_ranks(workers, self._kill_wait_s)
+
+    @property
+    def _kill_wait_s(self) -> float:
+        """How long a killed rank may take to exit: a GPU rank killed inside a driver call (tearing down its
+        context, NCCL's mappings) can take far longer than a CPU one."""
+        return 60.0 if self.device == "cuda" else 10.0

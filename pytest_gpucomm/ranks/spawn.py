@@ -24,17 +24,19 @@ stacks to ``rank<N>.stacks`` on SIGUSR1 (:func:`dump_stacks`); their stdout/stde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Any, Iterator, Mapping, Sequence
 
 from pytest_gpucomm.ranks import report
 from pytest_gpucomm.ranks.errors import RankStartError
@@ -93,6 +95,8 @@ class RankProcess:
     stack_path: Path
     log_file: IO[bytes]
     conn: Connection | None = field(default=None)
+    #: something else reaped the process (e.g. SIGCHLD ignored): its pid may belong to another process now
+    reaped_elsewhere: bool = False
 
     @property
     def pid(self) -> int:
@@ -110,6 +114,7 @@ class RankProcess:
         try:
             info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # reaped behind Popen's back; nothing left to wait for
+            self.reaped_elsewhere = True
             return True
         except OSError:  # pragma: no cover - EINTR is retried by Python; anything else
             return self.proc.poll() is not None
@@ -452,6 +457,8 @@ def kill_ranks(processes: Sequence[RankProcess], wait_s: float = 10.0) -> None:
     is still taken, so no other process can own it; this catches children forked in the
     meantime and those of a rank that had already exited); only then reap the rank.
     Children that left the group themselves (``setsid``, ``setpgid``) are not reached.
+    ``wait_s`` is per rank: a GPU rank killed in the middle of a driver call can take many seconds to
+    exit.  A rank reaped by someone else (its pid may be another process's now) is not signalled again.
     """
     for p in processes:
         if not p.exited() and not _kill_group(p):
@@ -459,22 +466,55 @@ def kill_ranks(processes: Sequence[RankProcess], wait_s: float = 10.0) -> None:
                 p.proc.kill()
             except OSError:
                 pass
-    deadline = time.monotonic() + wait_s
     for p in processes:
-        if p.proc.returncode is not None:
+        if p.proc.returncode is not None or p.reaped_elsewhere:
             continue  # already reaped: its pid may be reused, leave its group id alone
-        if not p.wait_exited(max(0.0, deadline - time.monotonic())):  # pragma: no cover
+        if not p.wait_exited(wait_s):  # pragma: no cover
             continue  # unkillable (D state): reaping it would block
+        if p.reaped_elsewhere:
+            continue
         _kill_group(p)
         try:
-            p.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            p.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:  # pragma: no cover - exited, so cannot happen
             pass
 
 
-def release_ranks(processes: Sequence[RankProcess]) -> None:
-    """Kill and reap every rank process, close its connection, stdin and log file."""
-    kill_ranks(processes)
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs (in the main thread, where Python runs signal
+    handlers): a handler that raises (Ctrl-C, gpucomm's SIGTERM) would stop the block half-way.  A signal
+    that arrived meanwhile is handled after the block, by the handler that was in place."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        for s in pending:
+            handler = previous[s]
+            if callable(handler):
+                handler(s, None)
+            elif handler in (signal.SIG_DFL, None):
+                os.kill(os.getpid(), s)
+
+
+def release_ranks(processes: Sequence[RankProcess], wait_s: float = 10.0) -> None:
+    """Kill and reap every rank process, close its connection, stdin and log file.
+
+    In the main thread, SIGINT and SIGTERM are held back meanwhile (and delivered after): an interrupt
+    in the middle would leave ranks unkilled and unreaped."""
+    with _signals_held():
+        kill_ranks(processes, wait_s)
+        _close_handles(processes)
+
+
+def _close_handles(processes: Sequence[RankProcess]) -> None:
     for p in processes:
         if p.conn is not None:
             try:
