@@ -15,7 +15,7 @@ from .markers import marks_of
 from .ops.collectives import OPS, add_op_methods
 from .state import Record, State
 from .units import SizeError, parse_size
-from .vocab import DTYPES
+from .vocab import DTYPE_ALIASES, DTYPES
 
 if TYPE_CHECKING:
     from .measurement import Measurement
@@ -56,7 +56,10 @@ class Comm:
                 raise pytest.UsageError(str(e)) from None
         callspec = getattr(self._request.node, "callspec", None)
         if callspec is not None and "size" in callspec.params:
-            return int(callspec.params["size"])
+            try:
+                return parse_size(callspec.params["size"], f"{self._request.node.nodeid} parameter 'size'")
+            except SizeError as e:
+                raise pytest.UsageError(str(e)) from None
         marks = marks_of(self._request.node)
         for spec in (marks.bandwidth, marks.latency):
             if spec is not None and spec.size is not None:
@@ -133,6 +136,7 @@ class Comm:
         nodeid = self._request.node.nodeid
         if op not in OPS:
             raise pytest.UsageError(f"{nodeid}: unknown collective {op!r}; known: {', '.join(OPS)}")
+        dtype = DTYPE_ALIASES.get(str(dtype).lower(), dtype)
         if dtype not in DTYPES:
             raise pytest.UsageError(f"{nodeid}: unknown dtype {dtype!r} for {op}; known: {', '.join(DTYPES)}")
         if not isinstance(group, ProcessGroup):

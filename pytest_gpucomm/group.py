@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import pytest
+
+from .vocab import MAX_TIMEOUT_S
 
 __all__ = ["ProcessGroup"]
 
@@ -29,10 +32,21 @@ class ProcessGroup:
         return int(self.executor.world_size)
 
     def run(self, task: str, kwargs: Optional[dict[str, Any]] = None, *, timeout_s: Optional[float] = None,
-            label: str = "") -> list[Any]:
-        """Run ``task`` on every rank; a rank that raises, hangs or dies fails the test."""
+            label: str = "", timeout: Optional[float] = None) -> list[Any]:
+        """Run ``task`` on every rank; a rank that raises, hangs or dies fails the test.  ``timeout_s``
+        (``timeout`` is its old name) overrides the test's rank timeout."""
         from .ranks import RankFailure
 
+        if timeout is not None:
+            if timeout_s is not None:
+                pytest.fail("process_group.run(): give timeout_s, not both timeout_s and timeout", pytrace=False)
+            timeout_s = timeout
+        if timeout_s is not None:
+            ok = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) \
+                and math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S
+            if not ok:
+                pytest.fail(f"{self.label or task}: process_group.run(timeout_s={timeout_s!r}): expected a positive "
+                            f"number of seconds, at most {MAX_TIMEOUT_S:g}", pytrace=False)
         if not label:
             label = f"{self.label} (task {task})" if self.label else task
         try:

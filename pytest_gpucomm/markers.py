@@ -65,21 +65,37 @@ class MarkerError(pytest.UsageError):
     """A marker with a bad argument; the message names the test and the keyword."""
 
 
+def _marks_of(obj: Any, name: str) -> list[pytest.Mark]:
+    """The ``@name`` marks written on ``obj`` itself (its ``pytestmark``, not its base classes')."""
+    raw = vars(obj).get("pytestmark", []) if isinstance(obj, type) else getattr(obj, "pytestmark", [])
+    marks = raw if isinstance(raw, (list, tuple)) else [raw]
+    return [getattr(m, "mark", m) for m in marks if getattr(getattr(m, "mark", m), "name", None) == name]
+
+
+def _direct_marks(owner: Any, name: str) -> list[pytest.Mark]:
+    """The ``@name`` marks a node itself gives: a test's parametrize marks (which override its decorators),
+    else its decorators; a class's own (a base class's are overridden); a module's ``pytestmark``."""
+    callspec = getattr(owner, "callspec", None)
+    params = [m for m in getattr(callspec, "marks", ()) if m.name == name]
+    if params:
+        return params
+    obj = getattr(owner, "function", None) or getattr(owner, "obj", None)
+    return _marks_of(obj, name) if obj is not None else []
+
+
 def closest_mark(node: pytest.Item, name: str) -> Optional[pytest.Mark]:
-    """The test's ``@name`` marker: the closest one (the function's over its class's over its module's).
-    Two of them on the same function, class or module are a MarkerError: which one was meant is unclear."""
-    first_owner, first = None, None
+    """The test's ``@name`` marker: the closest one (a parametrize mark over the function's decorator over
+    its class's over a base class's over its module's).  Two of them written on the same function, class,
+    module or parameter are a MarkerError: which one was meant is unclear."""
     for owner, mark in node.iter_markers_with_node(name):
-        if first_owner is None:
-            first_owner, first = owner, mark
-        elif owner is first_owner:
+        direct = _direct_marks(owner, name)
+        if len(direct) > 1:
             raise MarkerError(
-                f"{node.nodeid}: {owner.nodeid or owner.name} has two @{name} markers ({_show(first)} and "
-                f"{_show(mark)}); give one"
+                f"{node.nodeid}: {owner.nodeid or owner.name} has two @{name} markers ({_show(direct[0])} and "
+                f"{_show(direct[1])}); give one"
             )
-        else:
-            break
-    return first
+        return direct[0] if direct else mark
+    return None
 
 
 def _show(mark: pytest.Mark) -> str:

@@ -18,7 +18,7 @@ def check_output_path(path: "str | os.PathLike[str]", what: str) -> None:
     """Raise ``pytest.UsageError`` naming ``what`` (the option) and the reason when a file cannot be written
     at ``path``: it is a directory or not a regular file, it is not writable, or its folder (the nearest one
     that exists: missing folders are created on writing) is not a writable directory."""
-    p = Path(path).expanduser()
+    p = Path(path)  # as it will be written: no ~ expansion (the writers do none)
     try:
         st = os.stat(p)
     except FileNotFoundError:

@@ -10,6 +10,7 @@ test uses a gpucomm fixture or marker (``benchmarks/plugin_import.py`` measures 
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any, Generator
@@ -32,7 +33,14 @@ class Terminated(KeyboardInterrupt):
     folders and the reports are dealt with as after Ctrl-C."""
 
 
+_HANDLER_PID = 0  # the process that installed the handler: a forked child gets the default action back
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    if os.getpid() != _HANDLER_PID:  # a child forked from pytest: SIGTERM ends it, as it would without us
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise Terminated(f"gpucomm: stopped by signal {signal.Signals(signum).name}")
 
 
@@ -43,19 +51,35 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not _is_xdist_worker(config) and getattr(config.option, "dist", "no") not in ("no", None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKER_LINES:
         config.addinivalue_line("markers", line)
     settings = read_settings(config)
-    if not _is_xdist_worker(config):  # the controller writes the reports: check where, before any test runs
-        from .outputs import check_output_path
+    if settings.baseline_save and not settings.baseline:
+        raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
+    if _is_xdist_controller(config) and settings.baseline_save and not settings.allow_xdist:
+        raise pytest.UsageError(
+            "--gpu-baseline-save under pytest-xdist (-n): the workers would measure side by side and slow each "
+            "other, and the baseline would keep those figures; record without -n, or pass --gpucomm-allow-xdist "
+            "where each worker has devices of its own"
+        )
+    if not _is_xdist_worker(config) and not config.getoption("help"):
+        from .outputs import check_output_path  # the controller writes the reports: check before any test runs
 
         for path, option in ((settings.json_path, "--gpucomm-json"),
                              (settings.benchmark_json, "--gpucomm-benchmark-json")):
             if path:
                 check_output_path(path, option)
-    config.stash[STATE_KEY] = State(config, settings)
+    config.stash[STATE_KEY] = state = State(config, settings)
+    if _is_xdist_controller(config):
+        config.pluginmanager.register(_FinishOrder(state.report_order), "gpucomm-xdist-order")
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        global _HANDLER_PID
+        _HANDLER_PID = os.getpid()
         config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, _on_sigterm)
 
 
@@ -75,12 +99,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = state_of(session.config)
-    if state.settings.baseline_save and not state.settings.baseline:
-        raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
     if state.settings.baseline and any(uses_gpucomm(i, FIXTURE_NAMES) for i in session.items):
         state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
                         {i.nodeid for i in session.items})
-        if state.settings.baseline_save and state.gate.path is not None:
+        if state.settings.baseline_save and state.gate.path is not None and not _is_xdist_worker(session.config):
             from .outputs import check_output_path
 
             check_output_path(state.gate.path, "--gpu-baseline-save: the baseline")
@@ -169,6 +191,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = state_of(config)
     state.close()
     worker = _is_xdist_worker(config)
+    if state.report_order:  # pytest-xdist controller: the rows in the order the tests finished, not by worker
+        state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
     if state.records:
         from .report import write_reports
 
@@ -178,6 +202,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         config.workeroutput["gpucomm"] = state.worker_output()  # type: ignore[attr-defined]
     if state.write_failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+class _FinishOrder:
+    """In a pytest-xdist controller: the order in which the tests finished, for the order of the rows."""
+
+    def __init__(self, order: dict[str, int]) -> None:
+        self.order = order
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.order.setdefault(report.nodeid, len(self.order))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -206,15 +206,21 @@ def summary_lines(state: "State") -> list[str]:
     if gated:
         counts = Counter(str(r.status) for r in state.records)
         lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-        if state.settings.baseline and state.gate.loaded:
+        if state.from_workers.get("gate_header"):
+            lines += state.from_workers["gate_header"]
+        elif state.settings.baseline and state.gate.loaded:
             lines += state.gate.header_lines()[1:]
+    workers = state.from_workers.get("workers", 0)
+    if workers > 1:
+        lines.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
+                     "slowed each other (compare with a run without -n)")
     return lines + state.notes
 
 
 def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
     in the environment (or what the xdist workers said of it)."""
-    if not (state.settings.baseline and state.gate.loaded):
+    if state.from_workers.get("baseline") or not (state.settings.baseline and state.gate.loaded):
         return state.from_workers.get("baseline")
     from .gate import ABSENT
 
@@ -236,6 +242,8 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
 
     s = state.settings
     date = now_iso()
+    if s.baseline_save and not state.gate.loaded and state.from_workers.get("baseline_path"):
+        state.gate.adopt(Path(state.from_workers["baseline_path"]))  # the workers measured; the controller saves
 
     def attempt(what: str, write: Any) -> None:
         try:
@@ -244,7 +252,7 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
             state.write_failed = True
             state.notes.append(f"gpucomm: ERROR: {what} was NOT written: {e}")
 
-    if s.baseline_save and state.gate.loaded:
+    if s.baseline_save and state.gate.loaded and not is_worker:
         if finished or s.baseline_save_partial:
             def save() -> None:
                 path, n = state.gate.save(state.records, state.fingerprint, date)

@@ -7,7 +7,6 @@ only when a test first uses a gpucomm fixture or marker.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -66,6 +65,7 @@ class State:
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.write_failed = False  # an output (report, baseline) could not be written at the end
         self.from_workers: dict[str, Any] = {}  # under pytest-xdist, in the controller: what workers sent
+        self.report_order: dict[str, int] = {}  # under pytest-xdist, in the controller: test id -> finish order
         self.records: list[Record] = []
         self.group_restarts = 0  # process groups restarted for the gate's re-measures
         self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
@@ -145,7 +145,8 @@ class State:
 
     def refusal(self) -> Optional[str]:
         """Why this process may not measure (GPUs under pytest-xdist), or None."""
-        worker = os.environ.get("PYTEST_XDIST_WORKER") or None
+        workerinput = getattr(self.config, "workerinput", None)
+        worker = str(workerinput.get("workerid", "worker")) if workerinput is not None else None
         return xdist_refusal(self.info.kind, worker, self.settings.allow_xdist)
 
     def too_few(self, needed: int) -> str:
@@ -230,6 +231,8 @@ class State:
             "headline": self.headline() if self.records else None,
             "notes": self.notes,
             "baseline": baseline_extra(self) if self.records else None,
+            "baseline_path": str(self.gate.path) if self.settings.baseline and self.gate.path is not None else None,
+            "gate_header": self.gate.header_lines()[1:] if self.settings.baseline and self.gate.loaded else [],
         }
         return json.loads(json.dumps(data))
 
@@ -240,10 +243,11 @@ class State:
         for r in data.get("records", []):
             self.records.append(Record(nodeid=r["nodeid"], measurement=Measurement.from_dict(r["measurement"]),
                                        checks=list(r["checks"]), status=Status(r["status"]), baseline=r["baseline"]))
-        for key in ("fingerprint", "headline", "baseline"):
-            if data.get(key) is not None and key not in self.from_workers:
+        for key in ("fingerprint", "headline", "baseline", "baseline_path", "gate_header"):
+            if data.get(key) and key not in self.from_workers:
                 self.from_workers[key] = data[key]
-        self.notes += [n for n in data.get("notes", []) if n not in self.notes]
+        self.from_workers["workers"] = self.from_workers.get("workers", 0) + (1 if data.get("records") else 0)
+        self.notes += data.get("notes", [])
 
     def close(self) -> None:
         for pool in list(self.pools.values()):

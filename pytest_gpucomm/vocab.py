@@ -69,7 +69,8 @@ DEFAULT_DTYPE = "float32"
 
 #: the markers the plugin registers and reads, and the fixtures it provides
 MARKER_NAMES: tuple[str, ...] = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
-FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group"})
+FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group",
+                                           "gpucomm_state"})
 
 # -- defaults (options, gate, timing) -----------------------------------------------------------------
 DEFAULT_MIN_TIME_S = 0.1  # measuring time per case, warm-up excluded

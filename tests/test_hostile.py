@@ -288,3 +288,140 @@ def test_under_xdist_a_gated_run_prints_the_verdicts_of_every_worker(pytester):
     result.stdout.fnmatch_lines(["gpucomm verdicts: *"])
     verdicts = [ln for ln in result.stdout.lines if ln.startswith("gpucomm verdicts:")][0]
     assert sum(int(part.split()[0]) for part in verdicts.split(":", 1)[1].split(",")) == 2
+
+
+def test_a_subclass_marker_overrides_its_base_class_marker(pytester):
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import bandwidth
+
+        @bandwidth(min_gbps=1e9, size="4KB")
+        class Base:
+            pass
+
+        @bandwidth(min_gbps=1e-9, size="8KB")
+        class TestDerived(Base):
+            def test_a(self, gpu_pair, comm):
+                assert comm.copy(gpu_pair).size_bytes == 8000
+        """
+    )
+    pytester.runpytest(*FAST).assert_outcomes(passed=2)
+
+
+def test_a_parameter_marker_overrides_the_functions_marker(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_gpucomm import bandwidth
+
+        @bandwidth(min_gbps=1e-9)
+        @pytest.mark.parametrize("x", [1, pytest.param(2, marks=bandwidth(min_gbps=1e9))])
+        def test_a(x, gpu_pair, comm):
+            comm.copy(gpu_pair, "4KiB")
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*bandwidth below threshold*required >= 1e+09 GB/s*"])
+
+
+def test_a_size_parameter_of_the_users_own_is_read_as_a_size(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("size", ["4KB", "1.5KiB"])
+        def test_a(size, gpu_pair, comm):
+            assert comm.copy(gpu_pair).size_bytes in (4000, 1536)
+
+        @pytest.mark.parametrize("size", ["16XB"])
+        def test_bad(size, gpu_pair, comm):
+            comm.copy(gpu_pair)
+        """
+    )
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(passed=4, failed=2)
+    result.stdout.fnmatch_lines(["*invalid size '16XB' (from *test_bad*parameter 'size')*"])
+
+
+def test_recording_under_xdist_is_refused_unless_allowed(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-baseline-save under pytest-xdist (-n)*slow each other*--gpucomm-allow-xdist*"])
+
+
+def test_an_allowed_recording_under_xdist_is_saved_once_by_the_controller(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        from pytest_gpucomm import sizes
+
+        @sizes("4KiB", "8KiB")
+        def test_copy(gpu_pair, size, comm):
+            comm.copy(gpu_pair, size)
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-baseline-save",
+                                           "--gpucomm-allow-xdist", *FAST)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["gpucomm: saved 4 cases of this run (id *) to base.json"])
+    doc = json.loads((pytester.path / "base.json").read_text())
+    assert len(doc["runs"]) == 1 and len(doc["cases"]) == 4
+
+
+def test_an_unfinished_recording_under_xdist_saves_nothing(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(COPY_TEST + "\ndef test_z_fail():\n    assert False\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-x", "--gpu-baseline=base.json", "--gpu-baseline-save",
+                                           "--gpucomm-allow-xdist", *FAST)
+    assert "saved" not in result.stdout.str().replace("NOT saved", "")
+    assert not (pytester.path / "base.json").exists()
+
+
+def test_a_usage_error_of_a_recording_under_xdist_is_named_not_an_internal_error(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline-save", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto*"])
+
+
+def test_sigterm_ends_a_process_forked_from_pytest_as_without_the_plugin(pytester):
+    pytester.makepyfile(
+        """
+        import multiprocessing as mp, time
+
+        def test_fork():
+            p = mp.get_context("fork").Process(target=time.sleep, args=(30,))
+            p.start()
+            time.sleep(0.2)
+            p.terminate()
+            p.join(10)
+            assert p.exitcode == -15
+        """
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_help_works_with_a_bad_report_path_in_the_environment(pytester, monkeypatch):
+    monkeypatch.setenv("GPUCOMM_JSON", str(pytester.path))
+    result = pytester.runpytest("--help")
+    assert result.ret == 0
+
+
+def test_a_bad_timeout_given_to_process_group_run_fails_the_test_naming_it(pytester):
+    pytester.makepyfile(
+        hostile_tasks="def whoami(ctx):\n    return ctx.rank\n",
+        test_timeouts="""
+        def test_bad(process_group):
+            process_group.run("hostile_tasks:whoami", timeout_s=-1)
+
+        def test_old_name_still_works(process_group):
+            assert process_group.run("hostile_tasks:whoami", timeout=60) == [0, 1]
+        """,
+    )
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*process_group.run(timeout_s=-1): expected a positive number of seconds*"])

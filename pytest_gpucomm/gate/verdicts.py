@@ -17,7 +17,6 @@ nor filelock.
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +108,11 @@ class Gate:
         self.n_comparisons = 1
         self.env_diff: list[tuple[str, Any, Any]] = []
         # pytest-xdist workers of one session share its run id, so their saves make one run of the file
-        self.run_id = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:12]
+        self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
+
+    def adopt(self, path: Path) -> None:
+        """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
+        self.path = Path(path)
 
     @property
     def active(self) -> bool:
