@@ -117,6 +117,8 @@ def aa_and_detection(cases: list[Case], session: dict[str, int], drops: Sequence
         for i, run in enumerate(held_runs):
             again_run = held_runs[i + 1] if i + 1 < len(held_runs) else None
             judged = [c for c in cases if run in c.runs and any(session[r] != s for r in c.runs)]
+            if not judged:
+                continue  # nothing of this run can be held against another session
             m = max(1, len(judged))
             statuses: dict[str, int] = {}
             for c in judged:
@@ -131,7 +133,10 @@ def aa_and_detection(cases: list[Case], session: dict[str, int], drops: Sequence
                     scaled_again = [x * (1 - d) for x in again] if again is not None else None
                     caught[d][1] += 1
                     caught[d][0] += judge_case(decide, scaled, scaled_again, base, m) == "regression"
-            suites.append({"session": s, "run": run, "cases": len(judged), "statuses": statuses,
+            groups: dict[str, int] = {}
+            for c in judged:
+                groups[c.group] = groups.get(c.group, 0) + 1
+            suites.append({"session": s, "run": run, "cases": len(judged), "groups": groups, "statuses": statuses,
                            "false_alarm": statuses.get("regression", 0) > 0})
     return {
         "sessions": len(sessions),
@@ -318,8 +323,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     if n_sessions < 2:
         print("leave-one-session-out: needs runs from at least 2 sessions; none judged")
     else:
+        judged_groups: dict[str, int] = {}
+        for suite in real["suites"]:
+            for g, k in suite["groups"].items():
+                judged_groups[g] = max(judged_groups.get(g, 0), k)
+        unjudged = sorted({c.group for c in cases} - set(judged_groups))
+        noisy = sum(x["statuses"].get("noisy", 0) for x in real["suites"])
+        judged_cases = sum(x["cases"] for x in real["suites"])
         print(f"leave-one-session-out A/A: {real['false_alarm_suites']} of {len(real['suites'])} suites with a "
-              "false alarm; detection (cases called REGRESSION): "
+              f"false alarm ({judged_cases} case judgements, {noisy} of them noisy; cases judged per suite: "
+              + ", ".join(f"{g} {k}" for g, k in sorted(judged_groups.items()))
+              + (f"; not judged, recorded in one session only: {', '.join(unjudged)}" if unjudged else "")
+              + "); detection (cases called REGRESSION): "
               + ", ".join(f"{k} drop {v:.1%}" if v is not None else f"{k} drop -" for k, v in real["detection"].items()))
     if sim is not None:
         print(f"fitted simulation ({sim['suites']} suites): false alarm in {sim['false_alarm_rate']:.1%} of suites; "
