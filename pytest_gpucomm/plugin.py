@@ -75,8 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
             if path:
                 check_output_path(path, option)
     config.stash[STATE_KEY] = state = State(config, settings)
-    if _is_xdist_controller(config):
-        config.pluginmanager.register(_FinishOrder(state.report_order), "gpucomm-xdist-order")
+    config.pluginmanager.register(_Progress(state), f"gpucomm-progress-{id(state)}")
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         global _HANDLER_PID
         _HANDLER_PID = os.getpid()
@@ -196,7 +195,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.records:
         from .report import write_reports
 
-        finished = exitstatus != pytest.ExitCode.INTERRUPTED and not session.shouldstop and not session.shouldfail
+        finished = exitstatus != pytest.ExitCode.INTERRUPTED and state.ran_every_test(session)
         write_reports(state, finished=finished, is_worker=worker)
     if worker:
         config.workeroutput["gpucomm"] = state.worker_output()  # type: ignore[attr-defined]
@@ -204,15 +203,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-class _FinishOrder:
-    """In a pytest-xdist controller: the order in which the tests finished, for the order of the rows."""
+class _Progress:
+    """Which tests finished, and in what order: a recording run saves only when every collected test ran,
+    and a pytest-xdist controller orders the workers' rows by it."""
 
-    def __init__(self, order: dict[str, int]) -> None:
-        self.order = order
+    def __init__(self, state: State) -> None:
+        self.state = state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
-            self.order.setdefault(report.nodeid, len(self.order))
+            self.state.report_order.setdefault(report.nodeid, len(self.state.report_order))
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.state.finished_tests.add(nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)

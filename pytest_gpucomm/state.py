@@ -65,7 +65,8 @@ class State:
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.write_failed = False  # an output (report, baseline) could not be written at the end
         self.from_workers: dict[str, Any] = {}  # under pytest-xdist, in the controller: what workers sent
-        self.report_order: dict[str, int] = {}  # under pytest-xdist, in the controller: test id -> finish order
+        self.report_order: dict[str, int] = {}  # test id -> the order its call phase finished in
+        self.finished_tests: set[str] = set()  # test ids that ran to their end (set up, called, torn down)
         self.records: list[Record] = []
         self.group_restarts = 0  # process groups restarted for the gate's re-measures
         self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
@@ -215,6 +216,14 @@ class State:
             if v.failed and not self.settings.baseline_save:
                 failures.append(v.message)
         return failures
+
+    def ran_every_test(self, session: pytest.Session) -> bool:
+        """Whether the session ran every test it collected to its end (not stopped by -x, --maxfail,
+        pytest.exit or an interrupt)."""
+        collected = int(getattr(session, "testscollected", 0) or 0)
+        if collected:
+            return len(self.finished_tests) >= collected
+        return not (session.shouldstop or session.shouldfail)
 
     # -- pytest-xdist: the workers measure, the controller reports ------------------------------------
     def worker_output(self) -> dict[str, Any]:

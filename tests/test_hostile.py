@@ -425,3 +425,26 @@ def test_a_bad_timeout_given_to_process_group_run_fails_the_test_naming_it(pytes
     result = pytester.runpytest(*FAST)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*process_group.run(timeout_s=-1): expected a positive number of seconds*"])
+
+
+def test_a_recording_run_ended_by_pytest_exit_saves_nothing(pytester):
+    pytester.makepyfile(
+        COPY_TEST + """
+import pytest
+
+def test_z_leave():
+    pytest.exit("enough", returncode=0)
+
+def test_zz_never_run():
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    result.stdout.fnmatch_lines(["*the run did not finish*NOT saved*"])
+    assert not (pytester.path / "base.json").exists()
+
+
+def test_a_recording_run_whose_last_test_fails_under_x_is_saved(pytester):
+    pytester.makepyfile(COPY_TEST + "\ndef test_z_last_fails():\n    assert False\n")
+    result = pytester.runpytest("--gpu-baseline=base.json", "--gpu-baseline-save", "-x", *FAST)
+    result.stdout.fnmatch_lines(["*saved 2 cases of this run*"])
