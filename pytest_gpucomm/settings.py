@@ -127,7 +127,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gpu-baseline-save-partial", dest="gpucomm_baseline_save_partial", action="store_true",
                     default=False,
                     help="With --gpu-baseline-save: save the cases of a run that did not finish (Ctrl-C, SIGTERM, "
-                         "-x or --maxfail) too. Default: off (an unfinished recording run saves nothing).")
+                         "-x, --maxfail, pytest.exit) too. Default: off (an unfinished recording run saves nothing).")
     group.addoption("--gpu-baseline-strict", dest="gpucomm_baseline_strict", action="store_true", default=False,
                     help="A measured case with no baseline entry fails (status NEW) instead of passing as new. "
                          "Default: off.")
