@@ -69,23 +69,22 @@ def write_atomic(path: Path, text: str, check: Optional[Callable[[Path], None]] 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(path)
     try:
+        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # created 0600; give the file the usual mode
+        if check is not None:
+            check(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # created 0600; give the file the usual mode
-            if check is not None:
-                check(Path(tmp))
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+            os.unlink(tmp)  # while the liveness lock is still held
+        except FileNotFoundError:
+            pass
+        raise
     finally:
         os.close(fd)  # releases the liveness lock
     try:  # make the rename itself durable

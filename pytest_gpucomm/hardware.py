@@ -7,6 +7,7 @@ and touches no GPU until a gpucomm fixture or marker is used.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import os
 import platform
 import re
@@ -233,7 +234,7 @@ def parse_nvidia_topo(text: str) -> dict[str, str]:
         if not columns:
             # the header names the device columns; a device row has "X" (itself) among its first cells
             if _GPU_TOKEN.match(cells[0]) and "X" not in cells:
-                columns = _take_while(cells, _DEVICE_COLUMN)
+                columns = list(itertools.takewhile(_DEVICE_COLUMN.match, cells))
             continue
         row = _GPU_TOKEN.match(cells[0])
         if row is None:
@@ -244,15 +245,6 @@ def parse_nvidia_topo(text: str) -> dict[str, str]:
             if g is not None and int(g.group(1)) != i and value != "X":
                 links[_pair(i, int(g.group(1)))] = value
     return links
-
-
-def _take_while(cells: list[str], pattern: "re.Pattern[str]") -> list[str]:
-    out = []
-    for c in cells:
-        if not pattern.match(c):
-            break
-        out.append(c)
-    return out
 
 
 def parse_rocm_topo(text: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pytest
 
-from .units import SizeError, describe_size, format_size, is_exact_size_text, parse_size
+from .units import SizeError, describe_size, parse_size, size_token
 from .vocab import MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TIMEOUT_S, Status
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ def read_world(item: pytest.Item) -> Optional[int]:
 def size_id(nbytes: int) -> str:
     """Test id of a size: '4KiB', '1.5MB', '512B'; the byte count where no short form is exact ('4097B'),
     so that two sizes never share an id."""
-    return format_size(nbytes).replace(" ", "") if is_exact_size_text(nbytes) else f"{nbytes}B"
+    return size_token(nbytes)
 
 
 @dataclass(frozen=True)

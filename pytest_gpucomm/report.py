@@ -269,7 +269,8 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         return
     if s.json_path:
         def json_report() -> None:
-            extra = {"baseline": baseline_extra(state)} if baseline_extra(state) else {}
+            section = baseline_extra(state)
+            extra = {"baseline": section} if section else {}
             doc = json_document(state.records, settings=s.to_dict(), fingerprint=state.fingerprint, extra=extra)
             write_json(s.json_path, doc)
             state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")

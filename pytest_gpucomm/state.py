@@ -212,7 +212,7 @@ class State:
             v = self.gate.judge(r.nodeid, r.measurement, tolerance, remeasure if r.redo is not None else None)
             r.baseline = v.to_dict()
             if r.status is not Status.FAILED:
-                r.status = Status(v.status)
+                r.status = v.status
             if v.failed and not self.settings.baseline_save:
                 failures.append(v.message)
         return failures

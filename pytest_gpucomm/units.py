@@ -19,7 +19,7 @@ import math
 import re
 from typing import Union
 
-__all__ = ["SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "gbps", "GB"]
+__all__ = ["SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "size_token", "gbps", "GB"]
 
 GB = 1e9
 #: the largest size accepted anywhere: 1 TiB, more than any device's memory
@@ -107,8 +107,13 @@ def format_size(nbytes: int) -> str:
     """Short human form of a byte count: exact where possible (``16 MiB``, ``16 MB``, ``1.5 KiB``),
     binary preferred on a tie, else decimal to four significant digits (always shown with the exact
     byte count where it matters: :func:`describe_size`)."""
+    return _format_size(nbytes)[0]
+
+
+def _format_size(nbytes: int) -> tuple[str, bool]:
+    """(:func:`format_size`'s text, whether it is exact)."""
     if nbytes < 1000:
-        return f"{nbytes} B"
+        return f"{nbytes} B", True
     exact: list[str] = []
     approx = ""
     for units, base in ((("KiB", "MiB", "GiB", "TiB"), 1024), (("KB", "MB", "GB", "TB"), 1000)):
@@ -124,8 +129,8 @@ def format_size(nbytes: int) -> str:
             elif base == 1000:
                 approx = text
     if exact:
-        return min(exact, key=len)  # stable: binary first on a tie
-    return approx or f"{nbytes} B"
+        return min(exact, key=len), True  # stable: binary first on a tie
+    return (approx, False) if approx else (f"{nbytes} B", True)
 
 
 def _is_exact(text: str, nbytes: int) -> bool:
@@ -138,7 +143,14 @@ def _is_exact(text: str, nbytes: int) -> bool:
 
 def is_exact_size_text(nbytes: int) -> bool:
     """Whether :func:`format_size` gives an exact form of ``nbytes`` (else it is rounded)."""
-    return nbytes < 1000 or _is_exact(format_size(nbytes), nbytes)
+    return _format_size(nbytes)[1]
+
+
+def size_token(nbytes: int) -> str:
+    """A size without spaces that reads back exactly: ``4KiB``, ``1.5MB``, ``512B``, or the byte count
+    (``12345B``) where no short form is exact."""
+    text, exact = _format_size(nbytes)
+    return text.replace(" ", "") if exact else f"{nbytes}B"
 
 
 def describe_size(nbytes: int) -> str:

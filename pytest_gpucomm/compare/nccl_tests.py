@@ -17,9 +17,8 @@ What it does:
    Alternatively ``--theirs-raw DIR`` re-parses text captured earlier.
 2. Loads our JSON report (``{"rows": [...]}``) either from ``--ours-json`` or by running
    the pytest suite with ``--run-ours``.
-3. Matches rows by (op, size_bytes, dtype), each of our rows against the nccl-tests column its form
-   compares with (``CollectiveOp.nccl_tests_column``: the same placement), or only one placement with
-   ``--in-place`` / ``--out-of-place``; prints a table and evaluates the targets:
+3. Matches rows by (op, size_bytes, dtype), each of our rows against the nccl-tests column of the same
+   placement, or only one placement with ``--in-place`` / ``--out-of-place``; prints a table and evaluates the targets:
 
    * busbw ratio ours/theirs >= 0.97 at 256 MiB and 1 GiB;
    * time ratio ours/theirs <= 1.5 for 1 KiB .. 64 KiB.
@@ -57,7 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 from .. import units  # pure Python: imports no torch, pytest or numpy
-from ..ops.collectives import IN_PLACE, OPS, OUT_OF_PLACE
+from ..ops.collectives import OPS
 
 # --------------------------------------------------------------------------------------
 # Constants (edit here when the plugin or the targets change)
@@ -350,16 +349,6 @@ def _index(rows: list[dict], in_place: bool | None) -> dict:
     return idx
 
 
-def _their_column(key: tuple) -> tuple:
-    """The key of the nccl-tests row that our row ``key`` (op, size, dtype, in_place) compares with: the
-    column the op's form compares with (``CollectiveOp.nccl_tests_column``)."""
-    op, size, dtype, placement = key
-    spec = OPS.get(op)
-    if spec is None:
-        return key
-    return op, size, dtype, spec.nccl_tests_column(IN_PLACE if placement else OUT_OF_PLACE) == IN_PLACE
-
-
 def match_rows(ours: list[dict], theirs: list[dict], *, in_place: bool | None = None) -> list[dict]:
     """Match by (op, size_bytes, dtype, placement): with ``in_place=None`` each of our rows is compared
     with the nccl-tests column its form compares with (the same placement: torch's all_reduce, broadcast
@@ -380,7 +369,7 @@ def match_rows(ours: list[dict], theirs: list[dict], *, in_place: bool | None = 
         o = a.get(key)
         if in_place is None and o is None:
             continue  # nccl-tests reports both placements; we compare the ones we measured
-        t = b.get(_their_column(key) if in_place is None else key)
+        t = b.get(key)  # the same placement: nccl-tests measures both
         row = {
             "op": op, "size_bytes": size, "size": human_size(size), "dtype": dtype,
             "in_place": placement,

@@ -22,46 +22,6 @@ from .._lazy import lazy_exports
 from .fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
 from .verdicts import Gate, GateSettings, Verdict
 
-__all__ = [
-    # the session's gate
-    "Gate",
-    "GateSettings",
-    "Verdict",
-    # the decision (gate.decision)
-    "DECISION_RULE",
-    "Comparison",
-    "FloorCheck",
-    "compare",
-    "check_floor",
-    "corrected_alpha",
-    "hodges_lehmann",
-    # the baseline store (gate.store)
-    "SCHEMA_ID",
-    "SCHEMA_VERSION",
-    "JSON_SCHEMA",
-    "BaselineError",
-    "BaselineNotFound",
-    "Baseline",
-    "CaseEntry",
-    "CaseRecord",
-    "CaseRun",
-    "RunRecord",
-    "case_key",
-    "baseline_name_for_model",
-    "available_baselines",
-    "resolve_baseline",
-    "load_baseline",
-    "save_run",
-    "new_document",
-    "dumps_document",
-    "write_document",
-    # fingerprints (gate.fingerprint)
-    "ABSENT",
-    "VOLATILE_KEYS",
-    "diff_fingerprints",
-    "format_fingerprint_diff",
-]
-
 #: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock)
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["DECISION_RULE", "Comparison", "FloorCheck", "compare", "check_floor", "corrected_alpha",
@@ -71,6 +31,9 @@ _LAZY: dict[str, str] = {
                      "available_baselines", "resolve_baseline", "load_baseline", "save_run", "new_document",
                      "dumps_document", "write_document"], "store"),
 }
+
+__all__ = ["Gate", "GateSettings", "Verdict", "ABSENT", "VOLATILE_KEYS", "diff_fingerprints",
+           "format_fingerprint_diff", *_LAZY]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

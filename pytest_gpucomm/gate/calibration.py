@@ -28,6 +28,7 @@ import datetime as _dt
 import json
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -81,39 +82,41 @@ def sessions_of(dates: dict[str, str], gap_min: float) -> dict[str, int]:
     return out
 
 
-Decide = Callable[[Sequence[float], list[list[float]], int], str]
+Decide = Callable[[Sequence[float], list[list[float]], int], Any]  # -> decision.Comparison
 
 
 def default_decide(tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
                    confidence: float = DEFAULT_CONFIDENCE) -> Decide:
-    """The plugin's decision on one measurement: ``decision.compare``'s status."""
+    """The plugin's decision on one measurement: ``decision.compare``."""
     from .decision import compare
 
-    def decide(current: Sequence[float], baseline_runs: list[list[float]], m: int) -> str:
+    def decide(current: Sequence[float], baseline_runs: list[list[float]], m: int) -> Any:
         return compare(current, baseline_runs, tolerance=tolerance, alpha=alpha, n_comparisons=m,
-                       confidence=confidence).status
+                       confidence=confidence)
 
     return decide
 
 
 def judge_case(decide: Decide, first: Sequence[float], again: Optional[Sequence[float]],
                baseline_runs: list[list[float]], m: int) -> str:
-    """The gate's procedure: a regression is measured again (``again``) and the second measurement
-    decides; without one the first stands."""
-    status = decide(first, baseline_runs, m)
-    if status == "regression" and again is not None:
-        status = decide(again, baseline_runs, m)
-    return status
+    """The gate's procedure (``decision.confirm``, as ``Gate.judge`` runs it): a regression is measured
+    again (``again``) and the second measurement decides; without one the first stands."""
+    from .decision import confirm
+
+    c, _, _ = confirm(lambda samples: decide(samples, baseline_runs, m), first,
+                      (lambda: again) if again is not None else None)
+    return str(c.status)
 
 
 def aa_and_detection(cases: list[Case], session: dict[str, int], drops: Sequence[float],
                      decide: Decide) -> dict[str, Any]:
     """Leave-one-session-out A/A and detection at each drop, from the file's own runs."""
     sessions = sorted(set(session.values()))
+    order = {r: i for i, r in enumerate(session)}
     suites: list[dict[str, Any]] = []
     caught = {d: [0, 0] for d in drops}  # drop -> [regressions, gated cases]
     for s in sessions:
-        held_runs = sorted({r for c in cases for r in c.runs if session[r] == s}, key=list(session).index)
+        held_runs = sorted({r for c in cases for r in c.runs if session[r] == s}, key=order.__getitem__)
         for i, run in enumerate(held_runs):
             again_run = held_runs[i + 1] if i + 1 < len(held_runs) else None
             judged = [c for c in cases if run in c.runs and any(session[r] != s for r in c.runs)]
@@ -133,9 +136,7 @@ def aa_and_detection(cases: list[Case], session: dict[str, int], drops: Sequence
                     scaled_again = [x * (1 - d) for x in again] if again is not None else None
                     caught[d][1] += 1
                     caught[d][0] += judge_case(decide, scaled, scaled_again, base, m) == "regression"
-            groups: dict[str, int] = {}
-            for c in judged:
-                groups[c.group] = groups.get(c.group, 0) + 1
+            groups = dict(Counter(c.group for c in judged))
             suites.append({"session": s, "run": run, "cases": len(judged), "groups": groups, "statuses": statuses,
                            "false_alarm": statuses.get("regression", 0) > 0})
     return {
@@ -172,6 +173,7 @@ def fit(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
 
     # per session and group, the common offset: median over cases of (session mean - case mean) of log medians
     loc = {c.key: {r: float(np.median(np.log(v))) for r, v in c.runs.items()} for c in cases}
+    case_mean = {key: float(np.mean(list(runs.values()))) for key, runs in loc.items()}
     offsets: dict[tuple[str, int], float] = {}
     for g in sorted({c.group for c in cases}):
         for s in sorted(set(session.values())):
@@ -181,7 +183,7 @@ def fit(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
                     continue
                 runs_s = [loc[c.key][r] for r in c.runs if session[r] == s]
                 if runs_s and len(c.runs) > len(runs_s):
-                    devs.append(float(np.mean(runs_s)) - float(np.mean(list(loc[c.key].values()))))
+                    devs.append(float(np.mean(runs_s)) - case_mean[c.key])
             if devs:
                 offsets[(g, s)] = float(np.median(devs))
     fits: dict[str, CaseFit] = {}
@@ -227,9 +229,9 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
     false_alarms = 0
     caught = {d: [0, 0] for d in drops}
     m = len(cases)
+    sess_ids: list[Any] = sorted(set(session.values())) + ["new"]
     for _ in range(suites):
         # one offset per (group, session) shared by the cases of the group, for the baseline's and the new session
-        sess_ids = sorted(set(session.values())) + ["new"]
         shared = {(g, s): rng.normal(0.0, common_sd.get(g, 0.0)) for g in common_sd for s in sess_ids}
         any_alarm = False
         for c in cases:
@@ -343,9 +345,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     doc = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates), "sessions": n_sessions,
            "tolerance": args.tolerance, "alpha": args.alpha, "fitted": fitted, "leave_one_session_out": real,
            "simulation": sim}
-    text = json.dumps(doc, indent=1, default=str)
     if args.json:
-        args.json.write_text(text + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     return 0
 
 

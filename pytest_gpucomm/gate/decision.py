@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 from scipy import stats as _sstats
@@ -24,6 +24,7 @@ __all__ = [
     "corrected_alpha",
     "compare",
     "check_floor",
+    "confirm",
     "hodges_lehmann",
     "DECISION_RULE",
 ]
@@ -414,6 +415,21 @@ def compare(
         baseline_runs=len(runs),
         observed_run_spread=observed,
     )
+
+
+M = TypeVar("M")
+
+
+def confirm(decide: Callable[[M], Comparison], first: M,
+            measure_again: Optional[Callable[[], M]]) -> tuple[Comparison, M, bool]:
+    """The gate's procedure on one case: a measurement judged a regression is measured again, and the
+    second measurement decides (a passing glitch is not a regression).  Returns (the comparison that
+    decides, the measurement it judged, whether it was measured again)."""
+    c = decide(first)
+    if c.failed and measure_again is not None:
+        again = measure_again()
+        return decide(again), again, True
+    return c, first, False
 
 
 def check_floor(current_gbps: Sequence[float], floor_gbps: float) -> FloorCheck:

@@ -107,7 +107,6 @@ class Gate:
         self.baseline: Optional[Baseline] = None  # None also when the file does not exist yet (saving)
         self.n_comparisons = 1
         self.env_diff: list[tuple[str, Any, Any]] = []
-        # pytest-xdist workers of one session share its run id, so their saves make one run of the file
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
 
     def adopt(self, path: Path) -> None:
@@ -181,7 +180,7 @@ class Gate:
               remeasure: Optional[Callable[[], Measurement]]) -> Verdict:
         """The verdict on one measurement of test ``nodeid``; ``tolerance`` overrides the session's (the
         @bandwidth marker's), ``remeasure`` measures the case again when it looks like a regression."""
-        from .decision import Comparison, check_floor, compare
+        from .decision import Comparison, check_floor, compare, confirm
         from .fingerprint import format_fingerprint_diff
         from .store import case_key
 
@@ -207,12 +206,7 @@ class Gate:
             return compare(measurement.samples_gbps, entry.runs_gbps, tolerance=tol, alpha=self.settings.alpha,
                            n_comparisons=self.n_comparisons, confidence=self.settings.confidence)
 
-        c = decide(m)
-        remeasured = False
-        if c.failed and remeasure is not None:
-            m = remeasure()
-            c = decide(m)  # the second measurement decides: a passing glitch is not a regression
-            remeasured = True
+        c, m, remeasured = confirm(decide, m, remeasure)
         v = Verdict(verdict_status(c.status), baseline_gbps=c.baseline_median_gbps, ratio=c.ratio,
                     ci=(c.ci_low, c.ci_high), p_value=c.p_value, remeasured=remeasured,
                     details={"alpha": c.alpha, "tolerance": c.tolerance, "run_spread": c.run_spread,

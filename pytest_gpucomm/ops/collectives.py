@@ -100,8 +100,9 @@ class CollectiveOp:
     aliases: ClassVar[tuple[str, ...]] = ()
 
     def factor(self, n: int) -> float:
-        """busbw / algbw on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
-        return 1.0
+        """busbw / algbw on ``n`` ranks (nccl-tests doc/PERFORMANCE.md): (n-1)/n where S is split among
+        the ranks, else 1; all_reduce overrides it."""
+        return (n - 1) / n if self.split else 1.0
 
     @property
     def default_in_place(self) -> bool:
@@ -114,8 +115,9 @@ class CollectiveOp:
 
     def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
         """(input, output) of one rank; ``new(k)`` allocates ``k`` elements.  The same tensor twice (or
-        a view) for an in-place form."""
-        raise NotImplementedError
+        a view) for an in-place form.  Here: one buffer of S in place, two out of place."""
+        inp = new(s.count)
+        return (inp, inp) if in_place else (inp, new(s.count))
 
     def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
         """The input values of one rank, given ``v``: the pattern 1, 2, 3, 1, ... in the buffer's dtype
@@ -149,10 +151,6 @@ class AllReduce(CollectiveOp):
     def factor(self, n: int) -> float:
         return 2 * (n - 1) / n
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
-        buf = new(s.count)
-        return buf, buf
-
     def expected(self, torch: Any, s: Shape, device: str) -> Any:
         return _pattern(torch, s.count, device, torch.float64) * _tri(s.world)
 
@@ -167,9 +165,6 @@ class AllGather(CollectiveOp):
     forms = (OUT_OF_PLACE, IN_PLACE)
     nccl_tests = "all_gather_perf"
     split = True
-
-    def factor(self, n: int) -> float:
-        return (n - 1) / n
 
     def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
         c = s.chunk
@@ -194,9 +189,6 @@ class ReduceScatter(CollectiveOp):
     nccl_tests = "reduce_scatter_perf"
     split = True
 
-    def factor(self, n: int) -> float:
-        return (n - 1) / n
-
     def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
         c = s.chunk
         inp = new(s.count)
@@ -219,10 +211,6 @@ class Broadcast(CollectiveOp):
     nccl_tests = "broadcast_perf"
     aliases = ("bcast",)
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
-        buf = new(s.count)
-        return buf, buf
-
     def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
         return v if s.rank == 0 else torch.full_like(v, -3)
 
@@ -240,10 +228,6 @@ class Reduce(CollectiveOp):
     forms = (IN_PLACE,)
     nccl_tests = "reduce_perf"
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
-        buf = new(s.count)
-        return buf, buf
-
     def expected(self, torch: Any, s: Shape, device: str) -> Any:
         if s.rank != 0:
             return None
@@ -260,12 +244,6 @@ class AllToAll(CollectiveOp):
     forms = (OUT_OF_PLACE,)
     nccl_tests = "alltoall_perf"
     split = True
-
-    def factor(self, n: int) -> float:
-        return (n - 1) / n
-
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
-        return new(s.count), new(s.count)
 
     def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
         r, n, c = s.rank, s.world, s.chunk
@@ -289,9 +267,6 @@ class SendRecv(CollectiveOp):
     name = "send_recv"
     forms = (OUT_OF_PLACE,)
     nccl_tests = "sendrecv_perf"
-
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
-        return new(s.count), new(s.count)
 
     def expected(self, torch: Any, s: Shape, device: str) -> Any:
         src = (s.rank - 1) % s.world
