@@ -34,6 +34,13 @@ class GpuPair(NamedTuple):
         return f"{self.src.split(':')[-1]}->{self.dst.split(':')[-1]}"
 
 
+def _size_or_usage_error(value: Any, where: str) -> int:
+    try:
+        return parse_size(value, where)
+    except SizeError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 @add_op_methods
 class Comm:
     """The measuring fixture: each method runs one measurement and returns a :class:`Measurement`.
@@ -48,18 +55,12 @@ class Comm:
 
     # -- helpers ----------------------------------------------------------------------------------
     def _size(self, size: Any, what: str) -> int:
-        where = f"{self._request.node.nodeid} comm.{what}(size=...)"
+        nodeid = self._request.node.nodeid
         if size is not None:
-            try:
-                return parse_size(size, where)
-            except SizeError as e:
-                raise pytest.UsageError(str(e)) from None
+            return _size_or_usage_error(size, f"{nodeid} comm.{what}(size=...)")
         callspec = getattr(self._request.node, "callspec", None)
         if callspec is not None and "size" in callspec.params:
-            try:
-                return parse_size(callspec.params["size"], f"{self._request.node.nodeid} parameter 'size'")
-            except SizeError as e:
-                raise pytest.UsageError(str(e)) from None
+            return _size_or_usage_error(callspec.params["size"], f"{nodeid} parameter 'size'")
         marks = marks_of(self._request.node)
         for spec in (marks.bandwidth, marks.latency):
             if spec is not None and spec.size is not None:

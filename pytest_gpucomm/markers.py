@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from .units import SizeError, describe_size, parse_size, size_token
-from .vocab import MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TIMEOUT_S, Status
+from .vocab import FIXTURE_NAMES, MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TIMEOUT_S, Status
 
 if TYPE_CHECKING:
     from .state import Record
@@ -287,10 +287,17 @@ def marks_of(item: pytest.Item) -> Marks:
     return marks
 
 
-def uses_gpucomm(item: pytest.Item, fixtures: "frozenset[str]") -> bool:
-    """Whether the test uses a gpucomm fixture or marker."""
-    names = set(getattr(item, "fixturenames", ()))
-    return bool(names & fixtures) or any(item.get_closest_marker(m) for m in MARKER_NAMES)
+_USES_KEY = pytest.StashKey[bool]()
+
+
+def uses_gpucomm(item: pytest.Item) -> bool:
+    """Whether the test uses a gpucomm fixture or marker (worked out once, kept in ``item.stash``)."""
+    uses = item.stash.get(_USES_KEY, None)
+    if uses is None:
+        uses = not FIXTURE_NAMES.isdisjoint(getattr(item, "fixturenames", ())) or any(
+            item.get_closest_marker(m) for m in MARKER_NAMES)
+        item.stash[_USES_KEY] = uses
+    return uses
 
 
 def check_thresholds(marks: Marks, records: "list[Record]") -> list[str]:

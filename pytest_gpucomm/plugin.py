@@ -21,7 +21,6 @@ from .fixtures import comm, gpu, gpu_link, gpu_pair, gpucomm_state, gpus, proces
 from .markers import MARKER_LINES, MarkerError, check_thresholds, marks_of, uses_gpucomm
 from .settings import add_options, read_settings
 from .state import STATE_KEY, State, state_of
-from .vocab import FIXTURE_NAMES
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,7 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
             if path:
                 check_output_path(path, option)
     config.stash[STATE_KEY] = state = State(config, settings)
-    config.pluginmanager.register(_Progress(state), f"gpucomm-progress-{id(state)}")
+    if settings.baseline_save or _is_xdist_controller(config):  # who needs to know which tests finished
+        config.pluginmanager.register(_Progress(state), f"gpucomm-progress-{id(state)}")
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         global _HANDLER_PID
         _HANDLER_PID = os.getpid()
@@ -98,7 +98,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = state_of(session.config)
-    if state.settings.baseline and any(uses_gpucomm(i, FIXTURE_NAMES) for i in session.items):
+    if state.settings.baseline and any(uses_gpucomm(i) for i in session.items):
         state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
                         {i.nodeid for i in session.items})
         if state.settings.baseline_save and state.gate.path is not None and not _is_xdist_worker(session.config):
@@ -109,7 +109,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
-    if not any(uses_gpucomm(i, FIXTURE_NAMES) for i in items):
+    if not any(uses_gpucomm(i) for i in items):
         return []
     from .hardware import device_summary_lines
 
@@ -117,7 +117,13 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     return device_summary_lines(state.info) + (state.gate.header_lines() if state.settings.baseline else [])
 
 
+#: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone
+_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu"})
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if _PARAMETRIZED.isdisjoint(metafunc.fixturenames) and metafunc.definition.get_closest_marker("sizes") is None:
+        return  # every test of every project passes here: import nothing for the ones we leave alone
     from .parametrize import parametrize
 
     parametrize(metafunc, state_of(metafunc.config))
@@ -126,6 +132,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Check the markers (once, kept in item.stash) and the requirements before any fixture runs."""
+    if not uses_gpucomm(item):
+        return
     try:
         marks = marks_of(item)
     except MarkerError as e:
@@ -134,8 +142,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         problem = ""
     if problem:
         pytest.fail(problem, pytrace=False)  # outside the except block: no chained traceback
-    if not uses_gpucomm(item, FIXTURE_NAMES):
-        return
     state = state_of(item.config)
     refusal = state.refusal()
     if refusal:
@@ -190,7 +196,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = state_of(config)
     state.close()
     worker = _is_xdist_worker(config)
-    if state.report_order:  # pytest-xdist controller: the rows in the order the tests finished, not by worker
+    if _is_xdist_controller(config):  # the workers' rows in the order the tests finished, not by worker
         state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
     if state.records:
         from .report import write_reports
