@@ -24,6 +24,7 @@ __all__ = [
     "world",
     "rank_timeout",
     "Measurement",
+    "Remeasure",
     "parse_size",
     "format_size",
     "SizeError",
@@ -50,6 +51,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(pytest.mark, name)
     elif name == "Measurement":
         from .measurement import Measurement as value
+    elif name == "Remeasure":
+        from .measurement import Remeasure as value
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
@@ -63,7 +66,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     import pytest
 
-    from .measurement import Measurement  # noqa: F401
+    from .measurement import Measurement, Remeasure  # noqa: F401
 
     from .settings import Settings
 

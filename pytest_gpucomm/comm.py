@@ -18,7 +18,7 @@ from .units import SizeError, parse_size
 from .vocab import DTYPE_ALIASES, DTYPES
 
 if TYPE_CHECKING:
-    from .measurement import Measurement
+    from .measurement import Measurement, Remeasure
 
 __all__ = ["Comm", "GpuPair"]
 
@@ -70,17 +70,39 @@ class Comm:
             "or give size= to @bandwidth/@latency"
         )
 
-    def _record(self, m: Measurement, run: Callable[[], Measurement], fresh: Callable[[], None]) -> Measurement:
-        """Keep ``m``; the gate may call ``redo`` to measure once more, after ``fresh`` has discarded the
-        state a run keeps (buffers, the process group), so that a per-session condition -- an algorithm or
-        a buffer placement chosen at set-up -- does not decide the verdict twice."""
+    def _record(self, m: Measurement, fresh: Callable[[], Measurement], same: Callable[[], Measurement],
+                fresh_how: str, same_how: str) -> Measurement:
+        """Keep ``m``; the gate may call the record's ``redo`` to measure once more: ``fresh`` measures in a
+        new process state (a new process group, a new process), so that a per-session condition -- an
+        algorithm or a buffer placement chosen at set-up -- does not decide the verdict twice; ``same``
+        measures in the current one, once the session's fresh re-measures are used up (see
+        :meth:`State.remeasure`).  ``fresh_how`` and ``same_how`` say where ("in a new process")."""
 
-        def redo() -> Measurement:
-            fresh()
-            return run()
+        def redo() -> "Remeasure":
+            return self._state.remeasure(fresh, same, fresh_how, same_how)
 
         self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo))
         return m
+
+    def _copy(self, spec: dict[str, Any]) -> Measurement:
+        """Measure the copy ``spec`` (``ops.copies.copy_spec``) here; its fresh re-measure runs in a new
+        process, its other re-measures here with new buffers."""
+        from .ops.copies import measure_spec
+
+        state = self._state
+
+        def here() -> Measurement:
+            return measure_spec(spec, state.timing, state.buffers)
+
+        def fresh() -> Measurement:
+            state.buffers.clear()  # this process's buffers are not needed while the new one measures
+            return state.copy_in_new_process(spec, label=self._request.node.nodeid)
+
+        def same() -> Measurement:
+            state.buffers.clear()
+            return here()
+
+        return self._record(here(), fresh, same, "in a new process", "in the same process")
 
     def _pair(self, pair: Any, dst: Optional[str]) -> GpuPair:
         if isinstance(pair, GpuPair):
@@ -106,29 +128,21 @@ class Comm:
     # -- copies -----------------------------------------------------------------------------------
     def copy(self, pair: Any, size: Any = None, *, dst: Optional[str] = None, both_ways: bool = False) -> Measurement:
         """Peer copy pair.src -> pair.dst (both directions at once with both_ways=True)."""
-        from .ops.copies import measure_copy
+        from .ops.copies import PEER, copy_spec
 
         p = self._pair(pair, dst)
         n = self._size(size, "copy")
-
-        def run() -> Measurement:
-            return measure_copy(p.src, p.dst, n, self._state.timing, self._state.buffers, both_ways)
-
-        return self._record(run(), run, self._state.buffers.clear)
+        return self._copy(copy_spec(PEER, [p.src, p.dst], n, both_ways=both_ways))
 
     def copy_both_ways(self, pair: Any, size: Any = None) -> Measurement:
         return self.copy(pair, size, both_ways=True)
 
     def host_to_device(self, device: Any, size: Any = None) -> Measurement:
         """Pinned host memory -> device."""
-        from .ops.copies import measure_host_device
+        from .ops.copies import HOST_DEVICE, copy_spec
 
         d, n = self._dev(device), self._size(size, "host_to_device")
-
-        def run() -> Measurement:
-            return measure_host_device(d, n, "h2d", self._state.timing, self._state.buffers)
-
-        return self._record(run(), run, self._state.buffers.clear)
+        return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="h2d"))
 
     # -- collectives ------------------------------------------------------------------------------
     def collective(self, op: str, group: "ProcessGroup", size: Any = None, *, dtype: str = "float32",
@@ -154,7 +168,11 @@ class Comm:
         def run() -> Measurement:
             return self._collective_once(op, group, kwargs, n, dtype)
 
-        return self._record(run(), run, lambda: self._state.restart_for_remeasure(group))
+        def fresh() -> Measurement:
+            group.restart()  # new ranks: the next run starts a new process group
+            return run()
+
+        return self._record(run(), fresh, run, "in a new process group", "in the same process group")
 
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
                          dtype: str) -> "Measurement":
@@ -169,12 +187,7 @@ class Comm:
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""
-        from .ops.copies import measure_host_device
+        from .ops.copies import HOST_DEVICE, copy_spec
 
         d, n = self._dev(device), self._size(size, "device_to_host")
-
-        def run() -> Measurement:
-            return measure_host_device(d, n, "d2h", self._state.timing, self._state.buffers)
-
-        return self._record(run(), run, self._state.buffers.clear)
-
+        return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="d2h"))

@@ -326,3 +326,23 @@ def device_summary_lines(info: DeviceInfo) -> list[str]:
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+#: overrides the session label of a recorded run (e.g. a CI job that records on a machine that never reboots)
+SESSION_ENV = "GPUCOMM_BASELINE_SESSION"
+
+
+def session_label(date_iso: str | None = None) -> str:
+    """The occasion a baseline run is recorded on: this host, this boot (Linux boot id) and this UTC day,
+    e.g. ``vm-3f2a9c1e-2026-12-01``; runs of one label count as one session's evidence in the gate.
+    ``GPUCOMM_BASELINE_SESSION`` overrides it."""
+    override = os.environ.get(SESSION_ENV, "").strip()
+    if override:
+        return override
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip().replace("-", "")[:8] or "noboot"
+    except OSError:
+        boot = "noboot"
+    day = (date_iso or now_iso())[:10]
+    return f"{socket.gethostname()}-{boot}-{day}"

@@ -1,4 +1,5 @@
-"""The result of one measurement: what was measured and its raw per-iteration samples."""
+"""The result of one measurement: what was measured and its raw per-iteration samples; and of the gate's
+re-measure of one (:class:`Remeasure`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from . import summary as _summary
 from .summary import Summary
 from .units import GB, describe_size
 
-__all__ = ["Measurement"]
+__all__ = ["Measurement", "Remeasure"]
 
 
 @dataclass
@@ -134,3 +135,20 @@ class Measurement:
         if with_samples:
             d["samples_s"] = list(self.samples_s)
         return d
+
+
+@dataclass(frozen=True)
+class Remeasure:
+    """The gate's re-measure of a flagged case: the new measurement, and where it was made.
+
+    ``fresh`` is True when it was measured in a new process state -- a collective in a new process
+    group, a copy in a new process with new streams and buffers -- so that a condition fixed when the
+    first state was set up (an algorithm, a buffer placement) does not decide the verdict twice.  It is
+    False once the session's ``MAX_FRESH_REMEASURES`` are used up; ``how`` says where it was measured
+    and, when not fresh, why ("in a new process", "in the same process group: the session's 24 fresh
+    re-measures were used up").
+    """
+
+    measurement: Measurement
+    fresh: bool
+    how: str

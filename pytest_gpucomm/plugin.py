@@ -205,7 +205,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         write_reports(state, finished=finished, is_worker=worker)
     if worker:
         config.workeroutput["gpucomm"] = state.worker_output()  # type: ignore[attr-defined]
-    if state.write_failed and session.exitstatus == pytest.ExitCode.OK:
+    shift_failed = False
+    if state.records and state.settings.baseline and not state.settings.baseline_save and not worker:
+        from .report import session_shifts
+
+        for sh in session_shifts(state):
+            if sh.failed:
+                shift_failed = True
+                state.notes.append(f"gpucomm: FAILED: the session's common shift is a regression: {sh.text()}")
+    if (state.write_failed or shift_failed) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections import Counter
 from pathlib import Path
@@ -210,6 +212,7 @@ def summary_lines(state: "State") -> list[str]:
             lines += state.from_workers["gate_header"]
         elif state.settings.baseline and state.gate.loaded:
             lines += state.gate.header_lines()[1:]
+        lines += gate_summary_lines(state)
     workers = state.from_workers.get("workers", 0)
     if workers > 1:
         lines.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
@@ -217,19 +220,67 @@ def summary_lines(state: "State") -> list[str]:
     return lines + state.notes
 
 
+def gate_summary_lines(state: "State") -> list[str]:
+    """What the gate can catch (per case, the smallest drop it catches; the cases not gated and their fix)
+    and the session's common shifts."""
+    lines = []
+    judged = [(r.nodeid, r.baseline) for r in state.records
+              if r.baseline and r.baseline.get("detectable_drop") is not None]
+    if judged:
+        drops = sorted(b["detectable_drop"] for _, b in judged)
+        gated = sum(1 for _, b in judged if b.get("gated"))
+        tol = judged[0][1].get("tolerance", 0.05)
+        lines.append(f"gpucomm sensitivity: {gated} of {len(judged)} cases catch a drop of {2 * tol:.0%} "
+                     f"(99% of the time); the smallest drop caught is {drops[len(drops) // 2]:.1%} at the median "
+                     f"case, {drops[-1]:.1%} at worst")
+        not_gated = [(n, b) for n, b in judged if not b.get("gated")]
+        for n, b in not_gated[:10]:
+            lines.append(f"  not gated: {n}: catches drops of {b['detectable_drop']:.1%} or more "
+                         f"({b.get('baseline_runs')} baseline runs in {b.get('baseline_sessions')} sessions)")
+        if len(not_gated) > 10:
+            lines.append(f"  ... and {len(not_gated) - 10} more not gated (the JSON report lists every case)")
+        if not_gated:
+            lines.append("  fix: record more baseline runs, in more sessions (other boots or days), with "
+                         "--gpu-baseline-save; or raise --gpu-tolerance")
+    for sh in session_shifts(state):
+        lines.append(f"gpucomm shift: {sh.text()}")
+    return lines
+
+
 def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
-    in the environment (or what the xdist workers said of it)."""
-    if state.from_workers.get("baseline") or not (state.settings.baseline and state.gate.loaded):
-        return state.from_workers.get("baseline")
-    from .gate import ABSENT
+    in the environment, the baseline's common offsets per group (or what the xdist workers said of all
+    that), and the session's common shifts."""
+    extra = state.from_workers.get("baseline")
+    if not extra and state.settings.baseline and state.gate.loaded:
+        from .gate import ABSENT
 
-    gate = state.gate
-    return {
-        "path": str(gate.path),
-        "comparisons": gate.n_comparisons,
-        "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b] for k, a, b in gate.env_diff],
-    }
+        gate = state.gate
+        extra = {
+            "path": str(gate.path),
+            "comparisons": gate.n_comparisons,
+            "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b]
+                                 for k, a, b in gate.env_diff],
+            "common_offsets": gate.common_offsets(),
+        }
+    if not extra:
+        return extra
+    shifts = session_shifts(state, extra)
+    return {**extra, "shifts": [dataclasses.asdict(sh) | {"text": sh.text()} for sh in shifts]}
+
+
+def session_shifts(state: "State", extra: Optional[dict[str, Any]] = None) -> list[Any]:
+    """The session's common shift per group of cases (gate.decision.suite_shift), from the verdicts of
+    every record and the baseline's common offsets; none when nothing was compared with measured runs."""
+    if extra is None:
+        extra = state.from_workers.get("baseline") or {}
+    offsets = extra.get("common_offsets")
+    if offsets is None and state.settings.baseline and state.gate.loaded:
+        offsets = state.gate.common_offsets()
+    verdicts = [r.baseline for r in state.records if r.baseline and r.baseline.get("first_log_ratio") is not None]
+    if not verdicts or offsets is None:
+        return []
+    return state.gate.shifts(verdicts, offsets)
 
 
 def write_reports(state: "State", *, finished: bool = True, is_worker: bool = False) -> None:

@@ -129,7 +129,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="With --gpu-baseline-save: save the cases of a run that did not finish (Ctrl-C, SIGTERM, "
                          "-x, --maxfail, pytest.exit) too. Default: off (an unfinished recording run saves nothing).")
     group.addoption("--gpu-baseline-strict", dest="gpucomm_baseline_strict", action="store_true", default=False,
-                    help="A measured case with no baseline entry fails (status NEW) instead of passing as new. "
+                    help="A measured case with no baseline entry fails (status NEW) instead of passing as new, and "
+                         "a case the baseline cannot gate fails (NOT GATED) instead of passing as not gated. "
                          "Default: off.")
     group.addoption("--gpucomm-allow-xdist", dest="gpucomm_allow_xdist", action="store_true", default=False,
                     help="Measure GPUs in pytest-xdist workers (-n) too; only right when each worker sees GPUs of its "

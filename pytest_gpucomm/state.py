@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pytest
 
+from . import vocab
 from .settings import Settings
-from .vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, MAX_REMEASURE_RESTARTS, Status
+from .vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, Status
 
 if TYPE_CHECKING:
     from .gate import Gate
     from .group import ProcessGroup
     from .hardware import DeviceInfo
-    from .measurement import Measurement
+    from .measurement import Measurement, Remeasure
     from .ops.copies import BufferPool
     from .timing import TimingSettings
 
@@ -36,7 +37,9 @@ class Record:
     checks: list[str] = field(default_factory=list)  # human lines: "bandwidth >= 40 GB/s: ok"
     status: Status = Status.MEASURED
     baseline: Optional[dict[str, Any]] = None  # the gate's verdict, as in the JSON report
-    redo: Optional[Callable[[], "Measurement"]] = None  # the same measurement again (the gate's re-measure)
+    #: the same measurement again, in a fresh process state while the session has fresh re-measures left
+    #: (the gate's re-measure; each call is a new one)
+    redo: Optional[Callable[[], "Remeasure"]] = None
 
 
 def xdist_refusal(kind: str, worker: Optional[str], allowed: bool) -> Optional[str]:
@@ -68,7 +71,7 @@ class State:
         self.report_order: dict[str, int] = {}  # test id -> the order its call phase finished in
         self.finished_tests: set[str] = set()  # test ids that ran to their end (set up, called, torn down)
         self.records: list[Record] = []
-        self.group_restarts = 0  # process groups restarted for the gate's re-measures
+        self.fresh_remeasures = 0  # the gate's re-measures made in a new process or process group
         self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
         self._info: Optional["DeviceInfo"] = None
         self._fingerprint: Optional[dict[str, Any]] = None
@@ -189,27 +192,56 @@ class State:
             )
         return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
 
-    def restart_for_remeasure(self, group: "ProcessGroup") -> None:
-        """A new process group for the gate's re-measure of a collective -- for the first
-        ``MAX_REMEASURE_RESTARTS`` of the session; later ones keep the group (the bench allocates new
-        buffers anyway), since a change that slowed every collective would otherwise pay a group start
-        for each."""
-        if self.group_restarts < MAX_REMEASURE_RESTARTS:
-            self.group_restarts += 1
-            group.restart()
+    # -- the gate's re-measures ------------------------------------------------------------------------
+    def remeasure(self, fresh: Callable[[], "Measurement"], same: Callable[[], "Measurement"], fresh_how: str,
+                  same_how: str) -> "Remeasure":
+        """One re-measure of a flagged case: by ``fresh`` (in a new process or process group) for the first
+        ``vocab.MAX_FRESH_REMEASURES`` of the session, copies and collectives together, else by ``same``
+        (in the current state): each fresh one costs a process start, and a change that slowed every case
+        would otherwise pay one per case.  ``fresh_how`` / ``same_how`` say where it was measured."""
+        from .measurement import Remeasure
+
+        limit = vocab.MAX_FRESH_REMEASURES  # read at each call (tests lower it)
+        if self.fresh_remeasures < limit:
+            self.fresh_remeasures += 1  # counted when started: a failed start cost a process start too
+            return Remeasure(fresh(), fresh=True, how=fresh_how)
+        return Remeasure(same(), fresh=False,
+                         how=f"{same_how}: the session's {limit} fresh re-measures were used up")
+
+    def copy_in_new_process(self, spec: dict[str, Any], label: str = "") -> "Measurement":
+        """Measure the copy ``spec`` (``ops.copies.copy_spec``) in a new process -- new streams, buffers and
+        timing state -- started for it as a one-rank pool (the session's backend, device type and worker
+        environment) and closed right after.  Its rank 0 selects device 0, and the copy addresses its
+        devices by index, so a copy between any two devices works.  A failing, hanging or dying process
+        fails the test as a failing rank of a collective does (with its traceback, stack or exit code)."""
+        import dataclasses
+
+        from .group import ProcessGroup
+        from .measurement import Measurement
+        from .ops.collectives import worker_env
+        from .ranks import RankPool
+
+        info = self.info
+        pool = RankPool(1, backend=info.backend, device=info.torch_device_type, env=worker_env(info.backend),
+                        start_timeout_s=max(120.0, self.settings.timeout_s))
+        what = f"{label}: fresh re-measure of {spec['copy']} copy {'->'.join(spec['devices'])}"
+        try:
+            kwargs = dict(spec, timing=dataclasses.asdict(self.timing))
+            (result,) = ProcessGroup(pool, info.backend, self.settings.timeout_s, what).run(
+                "pytest_gpucomm.ops.copies:bench_copy", kwargs, label=what)
+        finally:
+            pool.close()
+        return Measurement.from_dict(result)
 
     # -- the gate -------------------------------------------------------------------------------------
     def judge(self, records: list[Record], tolerance: Optional[float]) -> list[str]:
-        """The baseline verdict on each record (a flagged one is measured once more first); returns the
-        failure messages.  A recording run (--gpu-baseline-save) reports its verdicts but does not fail."""
+        """The baseline verdict on each record; returns the failure messages.  The gate may re-measure a
+        flagged case through ``Record.redo`` (each call a new :class:`Remeasure`); the record keeps its
+        first measurement, the gate reports the re-measures.  A recording run (--gpu-baseline-save)
+        reports its verdicts but does not fail."""
         failures = []
         for r in records:
-            def remeasure(r: Record = r) -> "Measurement":
-                assert r.redo is not None  # only passed when there is one
-                r.measurement = r.redo()
-                return r.measurement
-
-            v = self.gate.judge(r.nodeid, r.measurement, tolerance, remeasure if r.redo is not None else None)
+            v = self.gate.judge(r.nodeid, r.measurement, tolerance, r.redo)
             r.baseline = v.to_dict()
             if r.status is not Status.FAILED:
                 r.status = v.status

@@ -21,11 +21,11 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "DEFAULT_ALPHA",
     "DEFAULT_MAX_RUNS",
-    "DEFAULT_CONFIDENCE",
+    "DEFAULT_MAX_REMEASURES",
     "DEFAULT_DTYPE",
     "CPU_MAX_WORLD",
     "CPU_LOGICAL_DEVICES",
-    "MAX_REMEASURE_RESTARTS",
+    "MAX_FRESH_REMEASURES",
     "MAX_MIN_TIME_S",
     "MAX_TIMEOUT_S",
     "MAX_BASELINE_RUNS",
@@ -44,7 +44,8 @@ class Status(str, Enum):
     FAILED = "FAIL"  # a @bandwidth / @latency threshold was missed
     REGRESSION = "REGRESSION"  # slower than the baseline beyond the tolerance, confirmed
     IMPROVED = "improved"  # faster than the baseline beyond the tolerance
-    NOISY = "noisy"  # the baseline's own spread is too wide to hold the tolerance
+    NOT_GATED = "not gated"  # with this baseline the case cannot catch a drop of twice the tolerance
+    NOT_GATED_STRICT = "NOT GATED"  # the same, and --gpu-baseline-strict
     NEW = "new"  # no baseline entry for the case
     NEW_STRICT = "NEW"  # no baseline entry, and --gpu-baseline-strict
     FLOOR_OK = "floor-ok"  # a published case: at or above its floor
@@ -59,7 +60,7 @@ class Status(str, Enum):
         return self in _FAILING
 
 
-_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.NEW_STRICT, Status.FLOOR})
+_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.NEW_STRICT, Status.NOT_GATED_STRICT, Status.FLOOR})
 
 #: element types of the collectives: name -> bytes per element
 DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -79,8 +80,8 @@ DEFAULT_GPU_MAX_SIZE = 1 << 30  # 1 GiB: the largest size of the @sizes sweeps o
 DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
 DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression
 DEFAULT_ALPHA = 0.01  # suite-level significance, Bonferroni-corrected
-DEFAULT_MAX_RUNS = 5  # runs kept per case in a baseline file
-DEFAULT_CONFIDENCE = 0.925  # one-sided confidence of the bounds the verdict uses (gate.decision)
+DEFAULT_MAX_RUNS = 24  # runs kept per case in a baseline file: several sessions (gate.decision)
+DEFAULT_MAX_REMEASURES = 2  # re-measures of a flagged case, each in a new process state (gate.decision.judge)
 
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
 #: two-rank collectives have something real to measure.
@@ -93,5 +94,7 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0  # --gpucomm-timeout, @rank_timeout: a week
 MAX_BASELINE_RUNS = 1000  # --gpu-baseline-runs
 MAX_SWEEP_SIZES = 1000  # sizes one @sizes marker may make
 
-#: Re-measures of flagged collectives that start a new process group, per session.
-MAX_REMEASURE_RESTARTS = 3
+#: The gate's re-measures that run in a fresh process state, per session, copies and collectives together:
+#: a collective's in a new process group, a copy's in a new process.  Each costs a process start; past
+#: this many, a re-measure runs in the current state (``Remeasure.fresh`` is False and says so).
+MAX_FRESH_REMEASURES = 24

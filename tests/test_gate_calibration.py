@@ -1,4 +1,4 @@
-"""The calibration report: sessions, leave-one-session-out A/A and detection, the fitted model."""
+"""The calibration report: sessions, leave-one-session-out A/A and detection, the fitted model, the table."""
 
 import json
 
@@ -9,9 +9,10 @@ from pytest_gpucomm.gate import calibration as cal
 from pytest_gpucomm.gate.store import CaseRecord, save_run
 
 
-def _write(path, sessions, *, n_cases=6, n=60, within=0.01, offsets=None, seed=3):
-    """A baseline of ``sessions`` (runs per session), an hour apart, runs a minute apart; collective cases
-    with iid log-normal samples around 100 GB/s; ``offsets[s]`` shifts every case of session s."""
+def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offsets=None, seed=3, labels=True):
+    """A baseline of ``sessions`` (runs per session), a day apart, runs a minute apart; collective cases
+    of 2 MiB and up with iid log-normal samples around 100 GB/s and a run offset of ``run_sd``;
+    ``offsets[s]`` shifts every case of session s.  ``labels``: runs carry their session label."""
     rng = np.random.default_rng(seed)
     run = 0
     for s, k in enumerate(sessions):
@@ -21,67 +22,88 @@ def _write(path, sessions, *, n_cases=6, n=60, within=0.01, offsets=None, seed=3
             off = (offsets or {}).get(s, 0.0)
             cases = {}
             for c in range(n_cases):
-                rec = CaseRecord(test_id=f"t.py::test[{c}]", op="all_reduce", size_bytes=1024 << c, world_size=2,
-                                 samples_gbps=list(100 * np.exp(off + rng.normal(0, within, n))), dtype="float32")
+                loc = off + rng.normal(0, run_sd)
+                rec = CaseRecord(test_id=f"t.py::test[{c}]", op="all_reduce", size_bytes=(2 << 20) << c, world_size=2,
+                                 samples_gbps=list(100 * np.exp(loc + rng.normal(0, within, n))), dtype="float32")
                 cases[rec.key] = rec
-            save_run(path, name="x", run_id=f"r{run}", date=date, fingerprint={}, cases=cases, max_runs=50)
+            save_run(path, name="x", run_id=f"r{run}", date=date, fingerprint={}, cases=cases, max_runs=50,
+                     session=f"s{s}" if labels else None)
     return path
 
 
-def test_runs_further_apart_than_the_gap_start_a_new_session():
+def _load(path):
+    cases, dates, labels = cal.load_cases(path)
+    return cases, cal.sessions_of(dates, 10, labels)
+
+
+def test_session_labels_decide_and_unlabelled_runs_further_apart_than_the_gap_start_a_new_session():
     dates = {"a": "2026-11-01T10:00:00+00:00", "b": "2026-11-01T10:05:00+00:00", "c": "2026-11-01T11:00:00+00:00"}
     assert cal.sessions_of(dates, 10) == {"a": 0, "b": 0, "c": 1}
     assert cal.sessions_of(dates, 1) == {"a": 0, "b": 1, "c": 2}
+    assert cal.sessions_of(dates, 10, {"a": "x", "b": "y", "c": "x"}) == {"a": 0, "b": 1, "c": 0}
 
 
 def test_steady_runs_give_no_false_alarm_and_a_20_percent_drop_is_caught(tmp_path):
-    cases, dates = cal.load_cases(_write(tmp_path / "b.json", [2, 2, 2]))
-    session = cal.sessions_of(dates, 10)
-    out = cal.aa_and_detection(cases, session, (0.03, 0.20), cal.default_decide())
-    assert out["sessions"] == 3 and len(out["suites"]) == 6
-    assert out["false_alarm_suites"] == 0
-    assert out["detection"]["20%"] == 1.0
-    assert out["detection"]["3%"] < 0.5
+    cases, session = _load(_write(tmp_path / "b.json", [3, 3, 3, 3]))
+    out = cal.loso(cases, session, (0.03, 0.20))
+    assert out["sessions"] == 4 and out["suites"] == 12
+    assert out["false_alarm_suites"] == 0 and out["shift_false_alarm_suites"] == 0
+    assert out["detection_all"]["20%"] == 1.0 and out["shift_detection"]["20%"] == 1.0
+    assert out["detection_all"]["3%"] == 0.0
 
 
 def test_a_held_out_session_far_off_the_others_is_a_false_alarm(tmp_path):
-    cases, dates = cal.load_cases(_write(tmp_path / "b.json", [2, 2, 2], offsets={2: np.log(0.8)}))
-    out = cal.aa_and_detection(cases, cal.sessions_of(dates, 10), (0.10,), cal.default_decide())
-    alarms = [s for s in out["suites"] if s["false_alarm"]]
-    assert alarms and {s["session"] for s in alarms} == {2}
+    cases, session = _load(_write(tmp_path / "b.json", [3, 3, 3, 3], offsets={3: np.log(0.8)}))
+    out = cal.loso(cases, session, (0.10,))
+    assert out["false_alarm_suites"] == 3
+    assert {s["session"] for s in out["per_suite"] if s["false_alarm"]} == {3}
 
 
-def test_the_fit_finds_a_common_session_offset_and_the_within_run_spread(tmp_path):
-    cases, dates = cal.load_cases(_write(tmp_path / "b.json", [2, 2, 2], within=0.02, offsets={0: 0.03},
-                                         n_cases=12))
-    model = cal.fit(cases, cal.sessions_of(dates, 10))
-    within = np.median([f.within for f in model["cases"].values()])
-    assert within == pytest.approx(0.02, rel=0.3)
-    offs = model["offsets"]
-    assert offs["collective session 0"] > offs["collective session 1"] + 0.02
+def test_noisy_runs_are_reported_as_not_gated_with_the_drop_they_catch(tmp_path):
+    cases, session = _load(_write(tmp_path / "b.json", [2, 2, 2], run_sd=0.05))
+    out = cal.loso(cases, session, (0.10,))
+    assert out["not_gated_share"] == 1.0 and out["detectable_drop"]["median"] > 0.10
+    assert out["detection_gated"]["10%"] is None  # no gated case to count
+
+
+def test_the_fit_finds_the_run_spread_and_the_common_offset(tmp_path):
+    cases, session = _load(_write(tmp_path / "b.json", [3, 3, 3], run_sd=0.02, n_cases=12))
+    model = cal.fit_model(cases, session)
+    run_sd = np.median([f["run_sd"] for f in model["cases"].values()])
+    assert run_sd == pytest.approx(0.02, rel=0.4)
+    assert model["common_sd"]["collective"] < 0.02  # independent run offsets mostly cancel in the median
 
 
 def test_the_simulation_of_steady_runs_raises_no_alarm_and_catches_big_drops(tmp_path):
-    cases, dates = cal.load_cases(_write(tmp_path / "b.json", [2, 2], n_cases=4))
-    session = cal.sessions_of(dates, 10)
-    sim = cal.simulate(cases, session, cal.fit(cases, session), suites=5, drops=(0.2,), decide=cal.default_decide())
-    assert sim["false_alarm_rate"] == 0.0 and sim["detection"]["20%"] == 1.0
+    cases, session = _load(_write(tmp_path / "b.json", [2, 2, 2], n_cases=4))
+    sim = cal.simulate(cases, session, cal.fit_model(cases, session), suites=4, drops=(0.2,))
+    assert sim["suites"] == 4 and sim["false_alarm_suites"] == 0 and sim["detection_all"]["20%"] == 1.0
 
 
-def test_the_command_prints_the_figures_and_writes_json(tmp_path, capsys):
-    base = _write(tmp_path / "b.json", [2, 2], n_cases=3)
-    assert cal.main([str(base), "--sim-suites", "2", "--json", str(tmp_path / "o.json")]) == 0
+def test_the_command_prints_the_figures_the_table_and_writes_json(tmp_path, capsys):
+    base = _write(tmp_path / "b.json", [2, 2, 2], n_cases=3)
+    assert cal.main([str(base), "--sim-suites", "2", "--table", "--json", str(tmp_path / "o.json")]) == 0
     out = capsys.readouterr().out
-    assert "3 measured cases, 4 runs in 2 sessions" in out and "leave-one-session-out A/A: 0 of 4 suites" in out
+    assert "3 measured cases, 6 runs in 3 sessions" in out
+    assert "leave-one-session-out: 0 of 6 suites with a false REGRESSION" in out
+    assert "alpha 0.2   re-measures 4:" in out
     doc = json.loads((tmp_path / "o.json").read_text())
-    assert doc["sessions"] == 2 and doc["simulation"]["suites"] == 2
+    assert doc["sessions"] == 3 and doc["simulation"]["suites"] == 2 and len(doc["table"]) == 9
 
 
-def test_the_command_names_a_bad_file_and_bad_drops(tmp_path, capsys):
+def test_unlabelled_runs_are_grouped_by_the_gap(tmp_path, capsys):
+    base = _write(tmp_path / "b.json", [2, 2], n_cases=2, labels=False)
+    assert cal.main([str(base), "--sim-suites", "0"]) == 0
+    assert "4 runs in 2 sessions (0 runs labelled" in capsys.readouterr().out
+
+
+def test_the_command_names_a_bad_file_and_bad_arguments(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     assert cal.main([str(bad)]) == 2
     assert str(bad) in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cal.main([str(bad), "--drops", "0,150"])
-    assert "--drops '0,150'" in capsys.readouterr().err
+    for args, word in ((["--drops", "0,150"], "--drops '0,150'"), (["--alpha", "2"], "--alpha 2.0"),
+                       (["--remeasures", "-1"], "--remeasures -1"), (["--tolerance", "0"], "--tolerance 0.0")):
+        with pytest.raises(SystemExit):
+            cal.main([str(bad), *args])
+        assert word in capsys.readouterr().err

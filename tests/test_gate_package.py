@@ -13,6 +13,7 @@ import pytest
 import pytest_gpucomm
 from pytest_gpucomm import gate
 from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, Verdict, save_run
+from pytest_gpucomm.measurement import Remeasure
 from pytest_gpucomm.vocab import Status
 
 PACKAGE_ROOT = Path(pytest_gpucomm.__file__).resolve().parent.parent
@@ -79,6 +80,10 @@ def _steady(level: float, n: int = 40) -> list[float]:
     return [level * (1 + 0.001 * ((i * 7) % 11 - 5)) for i in range(n)]
 
 
+#: four baseline runs (sessions of their own: saved without a session label) 0.2 % apart: a gated case
+STEADY_RUNS = [_steady(100.0 * f) for f in (0.998, 1.0, 1.002, 1.0)]
+
+
 def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_path):
     g = _loaded_gate(tmp_path, [_steady(100.0)] * 3)
     ok = g.judge(NODEID, FakeMeasurement(_steady(100.0)), None, None)
@@ -91,10 +96,45 @@ def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_pat
     assert fast.status is Status.IMPROVED and not fast.failed
 
 
-def test_a_flagged_case_is_measured_again_and_the_second_measurement_decides(tmp_path):
-    g = _loaded_gate(tmp_path, [_steady(100.0)] * 3)
-    v = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None, lambda: FakeMeasurement(_steady(100.0)))
-    assert v.status is Status.OK and v.remeasured
+def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
+    g = _loaded_gate(tmp_path, STEADY_RUNS)
+    calls = []
+
+    def again() -> Remeasure:
+        calls.append(1)
+        return Remeasure(FakeMeasurement(_steady(100.0)), True, "in a new process")  # type: ignore[arg-type]
+
+    v = g.judge(NODEID, FakeMeasurement(_steady(90.0)), None, again)  # a one-off glitch, then normal runs
+    assert v.status is Status.OK and v.remeasured == len(calls) == 2
+    d = v.to_dict()
+    assert d["runs_pooled"] == 3 and d["first_log_ratio"] < -0.09 and d["group"] == "copy"
+    assert [a["median_gbps"] for a in d["remeasures"]] == [pytest.approx(100.0, rel=1e-3)] * 2
+    assert "first run 90.00 GB/s, measured again: 100.00 GB/s in a new process; 100.00 GB/s in a new process" in v.message
+    slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None,
+                   lambda: Remeasure(FakeMeasurement(_steady(50.0)), True, "in a new process"))  # type: ignore[arg-type]
+    assert slow.status is Status.REGRESSION and slow.remeasured == 1  # measured once more, then decided
+    steady = g.judge(NODEID, FakeMeasurement(_steady(100.0)), None, again)
+    assert steady.remeasured == 0 and len(calls) == 2  # only a flagged first run is measured again
+
+
+def test_a_verdict_dict_has_the_decisions_details_and_no_p_value(tmp_path):
+    g = _loaded_gate(tmp_path, STEADY_RUNS)
+    d = json.loads(json.dumps(g.judge(NODEID, FakeMeasurement(_steady(100.0)), None, None).to_dict()))
+    assert "p_value" not in d and d["remeasured"] == 0 and d["status"] == "ok"
+    for key in ("alpha", "tolerance", "upper_bound", "detectable_drop", "gated", "runs_pooled", "prediction_sd",
+                "baseline_runs", "baseline_sessions", "group", "first_log_ratio", "remeasures"):
+        assert key in d, key
+    assert d["baseline_runs"] == 4 and d["baseline_sessions"] == 4 and d["gated"] and d["remeasures"] == []
+
+
+def test_a_case_whose_baseline_runs_differ_widely_is_not_gated_or_fails_as_NOT_GATED_when_strict(tmp_path):
+    runs = [_steady(100.0 * f) for f in (0.85, 1.0, 1.15)]
+    v = _loaded_gate(tmp_path, runs).judge(NODEID, FakeMeasurement(_steady(100.0)), None, None)
+    assert v.status is Status.NOT_GATED and not v.failed and not v.details["gated"]
+    assert v.details["detectable_drop"] > 0.10 and "record more baseline runs" in v.message
+    v = _loaded_gate(tmp_path, runs, strict=True).judge(NODEID, FakeMeasurement(_steady(100.0)), None, None)
+    assert v.status is Status.NOT_GATED_STRICT and v.failed
+    assert v.message.startswith("NOT GATED (--gpu-baseline-strict): copy on cpu:0->cpu:1 at 4 KiB")
 
 
 def test_a_case_missing_from_the_baseline_is_new_or_fails_as_NEW_when_strict(tmp_path):
@@ -120,10 +160,17 @@ def test_a_floor_only_case_is_floor_ok_or_FLOOR(tmp_path):
     assert above.status is Status.FLOOR_OK and not above.failed
     below = g.judge(NODEID, FakeMeasurement([40.0, 41.0, 42.0]), None, None)
     assert below.status is Status.FLOOR and below.failed and "below the published floor" in below.message
+    near = g.judge(NODEID, FakeMeasurement([42.0, 42.5, 43.0]), None, None)  # 3.4 % below: within 5 %
+    assert near.status is Status.FLOOR_OK and "-3.4% from the published floor 44 GB/s" in near.message
+    again = g.judge(NODEID, FakeMeasurement([40.0]), None,
+                    lambda: Remeasure(FakeMeasurement([48.0, 48.0, 48.0]), True, "in a new process"))  # type: ignore[arg-type]
+    assert again.status is Status.FLOOR_OK and again.remeasured == 1 and again.details["remeasures"][0]["fresh"]
 
 
 def test_a_verdict_takes_a_status_word_and_refuses_an_unknown_one():
-    assert Verdict("noisy").status is Status.NOISY
+    assert Verdict("not gated").status is Status.NOT_GATED
+    with pytest.raises(ValueError):
+        Verdict("noisy")  # the old word is gone
     with pytest.raises(ValueError):
         Verdict("fine")
 

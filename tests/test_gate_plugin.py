@@ -11,6 +11,8 @@ import pytest
 # load them here, before any run (as conftest.py does for torch): the file then also passes on its own.
 from pytest_gpucomm.gate import decision, store  # noqa: F401
 
+from pytest_gpucomm import vocab
+
 FAST = ["--gpucomm-min-time=0.01", "-p", "no:cacheprovider"]
 
 TEST_FILE = """
@@ -47,6 +49,7 @@ import os
 import numpy as np
 import pytest
 import pytest_gpucomm.ops.copies as copies
+from pytest_gpucomm import vocab
 from pytest_gpucomm.timing import Plan
 
 @pytest.fixture(autouse=True)
@@ -62,15 +65,23 @@ def simulated_timing(monkeypatch, request):
         return [float(x) for x in t], Plan(batch=1, samples=50, estimate_s=5e-6)
 
     monkeypatch.setattr(copies, "measure", fake_measure)
+    # the gate's re-measures run here, where the simulated timing applies: a fresh re-measure in a new
+    # process would time real copies
+    monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 0)
 """
 
 
-def _save_simulated_runs(pytester, monkeypatch, n=3):
-    """Record n baseline runs timed by the simulated noise model (run ids 0..n-1)."""
+def _save_simulated_runs(pytester, monkeypatch, n=3, sessions=False):
+    """Record n baseline runs timed by the simulated noise model (run ids 0..n-1).  All runs of one pytest
+    process share one session label (host, boot, day), so the gate takes each run for a session of its own;
+    ``sessions=True`` labels each run a session of its own explicitly (GPUCOMM_BASELINE_SESSION)."""
     pytester.makeconftest(SIMULATED_NOISE_CONFTEST)
     for run in range(n):
         monkeypatch.setenv("SIM_RUN", str(run))
+        if sessions:
+            monkeypatch.setenv("GPUCOMM_BASELINE_SESSION", f"sim-session-{run}")
         assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST).ret == 0
+    monkeypatch.delenv("GPUCOMM_BASELINE_SESSION", raising=False)
 
 
 def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytester, monkeypatch):
@@ -86,14 +97,20 @@ def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytes
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.stdout.fnmatch_lines(
         [
-            "gpucomm baseline: *cpu.json (measured, 3 runs, 2 cases, last recorded *); 2 gated comparisons, "
-            "alpha 0.01 (Bonferroni), tolerance 5%",
+            "gpucomm baseline: *cpu.json (measured, 3 runs in 1 session, 2 cases, last recorded *); 2 gated "
+            "comparisons, alpha 0.01 (Bonferroni), tolerance 5%",
             "*test*baseline GB/s*ratio*status",
             "gpucomm verdicts: *",
         ]
     )
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 ok"])  # an unchanged machine: no false alarm
+    result.stdout.fnmatch_lines(["gpucomm sensitivity: 2 of 2 cases catch a drop of 10% (99% of the time); the "
+                                 "smallest drop caught is *% at the median case, *% at worst",
+                                 "gpucomm shift: every copy is *% * than the baseline (95% CI *; median of 2 cases, "
+                                 "spread of the common offset over 3 baseline runs): within the tolerance"])
+    result.stdout.no_fnmatch_line("*not gated*")
     result.assert_outcomes(passed=2)
+    assert result.ret == 0
 
 
 @pytest.mark.parametrize("slower, failed", [(1.0 / 0.9, 2), (1.0 / 0.97, 0)], ids=["10%-drop", "3%-drop"])
@@ -104,21 +121,27 @@ def test_a_simulated_drop_beyond_the_tolerance_fails_and_one_within_it_passes(py
     monkeypatch.setenv("SIM_SLOWER", str(slower))
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=failed, passed=2 - failed)
+    if failed:  # the first run below 1 - tolerance is measured again before the verdict
+        result.stdout.fnmatch_lines(["REGRESSION: copy on *first run * GB/s, measured again: * GB/s *"])
 
 
 def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_message(pytester, monkeypatch):
     pytester.makepyfile(TEST_FILE)
-    path = _save_runs(pytester, 3)
+    # simulated timings: three real CPU runs can differ so much that the case is not gated at all
+    _save_simulated_runs(pytester, monkeypatch)
+    path = pytester.path / "baselines" / "cpu.json"
     _scale(path, 3.0)
+    monkeypatch.setenv("SIM_RUN", "6")
     monkeypatch.setenv("NCCL_PROTO", "Simple")  # an environment change the message must show
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         [
             "gpucomm environment changed since the baseline: env.NCCL_PROTO (absent) -> Simple",
-            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): * GB/s now vs * GB/s in baseline cpu "
-            "(3 runs): *x [[]*, *[]] 95% CI, p = * (one-sided Mann-Whitney U; alpha 0.01 / 2 comparisons = 0.005); "
-            "drop *% > tolerance 5%; confirmed by a second measurement.",
+            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): * GB/s now vs * GB/s in baseline cpu: "
+            "drop *% > tolerance 5%; bandwidth is *x [[]*, *[]] 95% PI of the baseline (* now, 3 baseline runs "
+            "in 3 sessions); even its upper bound *x at 1 - alpha/m (0.005) is below the 5% tolerance limit 0.95x; "
+            "first run * GB/s, measured again: * GB/s *.",
             "  changed since the baseline was recorded: env.NCCL_PROTO (absent) -> Simple",
         ]
     )
@@ -131,13 +154,14 @@ def test_a_baseline_claiming_one_and_a_half_times_the_bandwidth_is_a_regression(
     monkeypatch.setenv("SIM_RUN", "5")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): *0.6*x [[]*95% CI*"])
+    result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): *0.6*x [[]*95% PI*"])
 
 
-def test_a_baseline_claiming_half_the_bandwidth_reports_improved_and_passes(pytester):
+def test_a_baseline_claiming_half_the_bandwidth_reports_improved_and_passes(pytester, monkeypatch):
     pytester.makepyfile(TEST_FILE)
-    path = _save_runs(pytester, 3)
-    _scale(path, 0.5)
+    _save_simulated_runs(pytester, monkeypatch)  # real CPU runs may be too far apart to gate (not gated)
+    _scale(pytester.path / "baselines" / "cpu.json", 0.5)
+    monkeypatch.setenv("SIM_RUN", "6")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_copy[[]64KiB-0->1[]]*improved", "gpucomm verdicts: 2 improved"])
@@ -232,10 +256,10 @@ def test_header_says_how_many_runs_a_case_has_when_runs_saved_only_some_cases(py
     _save_runs(pytester, 2)
     _save_runs(pytester, 1, "-k", "64KiB-1")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
-    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 3 runs, 2 cases*"])
+    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 3 runs in 1 session, 2 cases*"])
     _save_runs(pytester, 1, "-k", "64KiB-1", "--gpu-baseline-runs=2")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
-    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 4 runs, at most 2 per case, 2 cases*"])
+    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 4 runs in 1 session, at most 2 per case, 2 cases*"])
 
 
 def test_saving_needs_a_baseline_name(pytester):
@@ -251,7 +275,7 @@ def test_a_baseline_path_and_a_baseline_dir_are_accepted(pytester):
     result = pytester.runpytest(f"--gpu-baseline={target}", "--gpu-baseline-save", *FAST)
     assert result.ret == 0 and target.exists()
     result = pytester.runpytest("--gpu-baseline=mine", f"--gpu-baseline-dir={target.parent}", *FAST)
-    result.stdout.fnmatch_lines([f"gpucomm baseline: {target} (measured, 1 run, 2 cases*"])
+    result.stdout.fnmatch_lines([f"gpucomm baseline: {target} (measured, 1 run in 1 session, 2 cases*"])
 
 
 def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
@@ -264,9 +288,14 @@ def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
                        f"--junitxml={junit}", *FAST)
     doc = json.loads(report.read_text())
     row = doc["rows"][0]
-    assert row["status"] in ("ok", "noisy", "improved", "REGRESSION")
+    assert row["status"] in ("ok", "not gated", "improved", "REGRESSION")
     assert row["baseline"]["baseline_gbps"] > 0 and row["baseline"]["ratio"] > 0
+    assert "p_value" not in row["baseline"] and isinstance(row["baseline"]["remeasured"], int)
+    assert row["baseline"]["group"] == "copy" and 0 < row["baseline"]["detectable_drop"]
     assert doc["baseline"]["comparisons"] == 2
+    assert len(doc["baseline"]["common_offsets"]["copy"]) == 2  # one per baseline run
+    [shift] = doc["baseline"]["shifts"]
+    assert shift["group"] == "copy" and shift["cases"] == 2 and shift["text"].startswith("every copy is ")
     xml = junit.read_text()
     assert 'name="gpucomm.copy.65536.status"' in xml and 'name="gpucomm.copy.65536.ratio"' in xml
     b = json.loads(bench.read_text())
@@ -305,12 +334,14 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     _scale(pytester.path / "baselines" / "cpu.json", 1000.0)  # far beyond any CPU noise
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*confirmed by a second measurement*"])
+    result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*first run * GB/s, measured again: "
+                                 "* GB/s *"])
     first, second = json.loads((pytester.path / "pids.json").read_text())
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
 
 
-def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group(pytester):
+def test_only_the_first_max_fresh_remeasures_of_a_session_restart_the_process_group(pytester, monkeypatch):
+    monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 3)
     _pid_task(pytester)
     pytester.makepyfile(
         """
@@ -337,4 +368,90 @@ def test_only_the_first_three_re_measures_of_a_session_restart_the_process_group
     result.assert_outcomes(failed=5, passed=1)
     seen = [tuple(p) for p in json.loads((pytester.path / "pids.json").read_text())]
     changed = [seen[i] != seen[i + 1] for i in range(len(seen) - 1)]
-    assert changed == [True, True, True, False, False]  # 3 restarts, then the same group with new buffers
+    assert changed == [True, True, True, False, False]  # 3 fresh re-measures, then the same group
+
+
+# --- what the gate can catch, and the session's common shift ---------------------------------------------
+
+
+def _scale_runs(path, factors):
+    """Scale each baseline run of every case by its own factor (run i by factors[i])."""
+    doc = json.loads(path.read_text())
+    for case in doc["cases"].values():
+        for run, f in zip(case["runs"], factors):
+            run["samples_gbps"] = [x * f for x in run["samples_gbps"]]
+            run["summary"]["median_gbps"] *= f
+    path.write_text(json.dumps(doc))
+
+
+def test_a_baseline_whose_runs_differ_widely_is_not_gated_and_fails_as_NOT_GATED_only_when_strict(
+        pytester, monkeypatch):
+    pytester.makepyfile(TEST_FILE)
+    _save_simulated_runs(pytester, monkeypatch, sessions=True)
+    _scale_runs(pytester.path / "baselines" / "cpu.json", [0.85, 1.0, 1.15])
+    monkeypatch.setenv("SIM_RUN", "4")
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "*test_copy[[]64KiB-0->1[]]*not gated",
+        "gpucomm verdicts: 2 not gated",
+        "gpucomm sensitivity: 0 of 2 cases catch a drop of 10% (99% of the time)*",
+        "  not gated: test_*.py::test_copy[[]64KiB-0->1[]]: catches drops of *% or more (3 baseline runs in 3 "
+        "sessions)",
+        "  fix: record more baseline runs, in more sessions*--gpu-baseline-save; or raise --gpu-tolerance",
+    ])
+    strict = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-strict", *FAST)
+    strict.assert_outcomes(failed=2)
+    strict.stdout.fnmatch_lines(["*NOT GATED (--gpu-baseline-strict): copy on cpu:0->cpu:1 at 64 KiB*only catches "
+                                 "drops of *% or more*", "gpucomm verdicts: 2 NOT GATED"])
+
+
+# Eight cases whose own tolerance (50 %) no common drift crosses: only the session's shift can fail the run.
+MANY_CASES_FILE = """
+import pytest
+from pytest_gpucomm import bandwidth
+
+@pytest.mark.parametrize("i", range(8))
+@bandwidth(size="64KiB", tolerance=0.5)
+def test_copy(gpu_pair, comm, i):
+    comm.copy(gpu_pair)
+"""
+
+
+@pytest.mark.parametrize("claim, slower, fails", [(1.10, "9.*", True), (1.02, "*", False)], ids=["10%", "2%"])
+def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pytester, monkeypatch, claim,
+                                                                              slower, fails):
+    pytester.makepyfile(MANY_CASES_FILE)
+    _save_simulated_runs(pytester, monkeypatch, n=4, sessions=True)
+    _scale(pytester.path / "baselines" / "cpu.json", claim)
+    monkeypatch.setenv("SIM_RUN", "9")
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.assert_outcomes(passed=16)  # no single case crosses its 50 % tolerance
+    line = (f"gpucomm shift: every copy is {slower}% slower than the baseline (95% CI *; median of 16 cases, spread "
+            "of the common offset over 4 baseline runs): ")
+    if fails:
+        result.stdout.fnmatch_lines([line + "beyond the 5% tolerance: REGRESSION",
+                                     "gpucomm: FAILED: the session's common shift is a regression: every copy is*"])
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+    else:
+        result.stdout.fnmatch_lines([line + "within the tolerance"])
+        result.stdout.no_fnmatch_line("*FAILED: the session's common shift*")
+        assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_saved_run_carries_a_session_label_and_GPUCOMM_BASELINE_SESSION_overrides_it(pytester, monkeypatch):
+    import re
+
+    pytester.makepyfile(TEST_FILE)
+    monkeypatch.delenv("GPUCOMM_BASELINE_SESSION", raising=False)
+    path = _save_runs(pytester, 1)
+    [run] = json.loads(path.read_text())["runs"]
+    assert re.fullmatch(r".+-([0-9a-f]{8}|noboot)-\d{4}-\d{2}-\d{2}", run["session"]), run["session"]
+    assert run["session"].endswith(run["date"][:10])  # the UTC day of the run
+    monkeypatch.setenv("GPUCOMM_BASELINE_SESSION", "ci-nightly-42")
+    _save_runs(pytester, 1)
+    runs = json.loads(path.read_text())["runs"]
+    assert [r["session"] for r in runs] == [run["session"], "ci-nightly-42"]
+    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 2 runs in 2 sessions, 2 cases*"])

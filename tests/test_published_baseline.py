@@ -143,7 +143,9 @@ def test_a_copy_below_the_published_floor_fails(pytester):
     base = _published(pytester.path / "tiny.json", 1e9)
     result = pytester.runpytest(f"--gpu-baseline={base}", "test_f.py::test_copy[0->1]", *FAST)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*below the published floor*published floor 1e+09 GB/s*"])
+    # measured again twice (a first run below floor * (1 - tolerance) is), then judged on the pooled runs
+    result.stdout.fnmatch_lines(["*below the published floor*(mean of 3 runs) is *% from the published floor "
+                                 "1e+09 GB/s, beyond the 5% tolerance*"])
     result.stdout.fnmatch_lines(["*test_copy*copy*cpu:0->cpu:1*4096*FLOOR", "gpucomm verdicts: 1 FLOOR"])
 
 

@@ -1,7 +1,8 @@
 """The regression gate: per-hardware baseline files, the statistical decision, and the session's verdicts.
 
-* :mod:`.decision`    -- the pure statistics: ``compare`` a run's samples with the baseline runs,
-  ``check_floor`` against a published floor (numpy, scipy).
+* :mod:`.decision`    -- the pure statistics: a run's location (``run_location``), a case's baseline model
+  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures, the session's common shift
+  (``suite_shift``), ``check_floor`` against a published floor (numpy, scipy).
 * :mod:`.store`       -- the baseline file: schema, read and validate, resolve NAME|PATH|auto, merge a run
   in under a lock, write atomically (jsonschema, filelock).
 * :mod:`.fingerprint` -- what changed in the environment since the baseline was recorded (stdlib).
@@ -24,8 +25,10 @@ from .verdicts import Gate, GateSettings, Verdict
 
 #: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock)
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(["DECISION_RULE", "Comparison", "FloorCheck", "compare", "check_floor", "corrected_alpha",
-                     "hodges_lehmann"], "decision"),
+    **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
+                     "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
+                     "Shift", "run_offsets", "suite_shift", "FloorCheck", "check_floor", "corrected_alpha"],
+                    "decision"),
     **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
                      "CaseEntry", "CaseRecord", "CaseRun", "RunRecord", "case_key", "baseline_name_for_model",
                      "available_baselines", "resolve_baseline", "load_baseline", "save_run", "new_document",
@@ -42,12 +45,25 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
 if TYPE_CHECKING:
     from .decision import (  # noqa: F401
         DECISION_RULE,
+        CaseModel,
         Comparison,
         FloorCheck,
+        Prior,
+        RunLocation,
+        Shift,
+        Spread,
         check_floor,
         compare,
         corrected_alpha,
-        hodges_lehmann,
+        detectable_drop,
+        fit_case,
+        fit_prior,
+        judge,
+        prediction,
+        prior_class,
+        run_location,
+        run_offsets,
+        suite_shift,
     )
     from .store import (  # noqa: F401
         JSON_SCHEMA,

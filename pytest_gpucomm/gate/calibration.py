@@ -1,24 +1,31 @@
-"""How the gate's decision behaves on a baseline file's own runs: false alarms and detection.
+"""How the gate's procedure behaves on a baseline file's own runs: false alarms, detection, sensitivity.
 
     python -m pytest_gpucomm.gate.calibration baselines/h200.json [--drops 3,5,7,10,20] [--sim-suites 40]
+                                                                  [--table] [--json PATH]
 
-Runs of the file are grouped into *sessions* (occasions: runs recorded less than ``--session-gap-min``
-minutes apart belong to one).  Then, for the procedure the plugin runs today (``decision.compare`` against
-the baseline runs, alpha corrected over the gated cases, and a flagged case judged again on a second
-measurement that decides):
+Runs are grouped into *sessions* by the file's ``session`` labels (runs without one: runs less than
+``--session-gap-min`` minutes apart share a session).  Then, with the plugin's own procedure
+(``decision.judge``: the run-level prediction bound, Bonferroni over the judged cases, re-measures of a
+flagged case pooled; ``decision.suite_shift`` for the session's common shift):
 
-* **leave-one-session-out A/A**: each run of a held-out session is judged, case by case, against the runs
-  of the other sessions, with the next run of the same session as the re-measure (a run with none has no
-  re-measure).  A suite (one run) with any REGRESSION is a false alarm; the cases called noisy are counted.
+* **leave-one-session-out (LOSO) A/A**: each run of a held-out session is judged, case by case, against
+  a baseline made of the other sessions' runs, with the other runs of its session, in order, as its
+  re-measures (each drew a new process state, as the plugin's do).  A suite (one run) with any REGRESSION
+  is a false alarm; a suite whose common shift fails is counted apart.
 * **detection**: the same, with the held-out runs' bandwidth scaled down by each drop (3, 5, 7, 10, 20 %):
-  the share of the gated cases (not noisy, with another session to compare with) called REGRESSION.
-* **fitted simulation**: per case, the within-run spread of log bandwidth, the spread of run locations
-  within a session and between sessions, and per session the offset shared by all cases of a group
-  (copies, collectives), estimated from the file (the fitted figures are printed); suites drawn from that
-  model, with the file's run structure, give the same two rates over as many suites as asked for.
+  the share of the cases called REGRESSION -- of the gated cases and of all cases -- and the share of
+  suites whose common shift fails.  A scaled session is a drop of every case at once; a case's verdict
+  does not depend on the other cases', so the per-case rates hold for a drop of that case alone.
+* **sensitivity**: per case, the smallest drop caught 99 % of the time; cases not gated (it exceeds
+  twice the tolerance).
+* **fitted simulation**: per case, the session, run and within-run spreads of ``decision.fit_case`` on all
+  the file's runs, and per group the spread of the common offset of a run; suites drawn from that model
+  (the file's sessions and runs, and a new session of 1 + max re-measures runs) give the same rates over
+  ``--sim-suites`` suites.
+* ``--table``: the trade-off of alpha and the number of re-measures (LOSO and simulation), and a
+  projection of the not-gated share for baselines of more sessions drawn from the fitted model.
 
 Only the decision is exercised, not the measurement: what it says holds for runs like the file's.
-``--json PATH`` writes every figure (per suite, the fitted model) as JSON.
 """
 
 from __future__ import annotations
@@ -28,236 +35,304 @@ import datetime as _dt
 import json
 import math
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-from ..ops.collectives import OPS
-from ..vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE
+from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
 
-__all__ = ["Case", "load_cases", "sessions_of", "judge_case", "aa_and_detection", "fit", "simulate", "main"]
+__all__ = ["Case", "load_cases", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
 #: drops (fractions) at which detection is reported by default
 DEFAULT_DROPS = (0.03, 0.05, 0.07, 0.10, 0.20)
+#: the trade-off table's alphas and re-measure counts
+TABLE_ALPHAS = (0.01, 0.05, 0.2)
+TABLE_REMEASURES = (1, 2, 4)
 
 
 @dataclass(frozen=True)
 class Case:
-    """One case of the file: its group ("copy" or "collective") and its runs' samples (GB/s) by run id."""
+    """One measured case of the file: its group ("copy" or "collective"), prior class, and each run's
+    location (``decision.RunLocation``) by run id."""
 
     key: str
     group: str
-    runs: dict[str, list[float]]
+    klass: str
+    runs: dict[str, Any]
 
 
-def load_cases(path: Path) -> tuple[list[Case], dict[str, str]]:
-    """The measured cases of a baseline file, and the date of each run id."""
+def load_cases(path: Path) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+    """The measured cases of a baseline file, the date of each run id and its session label (or None)."""
+    from .decision import prior_class, run_location
     from .store import load_baseline
+    from .verdicts import case_group
 
     b = load_baseline(path)
     dates = {r.run_id: r.date for r in b.runs}
+    labels = {r.run_id: r.session for r in b.runs}
     cases = []
     for key, e in b.cases.items():
         if not e.runs:
             continue  # floor-only: nothing to calibrate on
-        group = "collective" if e.op in OPS else "copy"
-        cases.append(Case(key, group, {r.run_id: list(r.samples_gbps) for r in e.runs}))
-    return cases, dates
+        g = case_group(e.op)
+        cases.append(Case(key, g, prior_class(g == "collective", e.size_bytes),
+                          {r.run_id: run_location(r.samples_gbps, f"{path}: {key} run {r.run_id}") for r in e.runs}))
+    return cases, dates, labels
 
 
-def sessions_of(dates: dict[str, str], gap_min: float) -> dict[str, int]:
-    """Session number of each run id: runs less than ``gap_min`` minutes after the previous one (in time
-    order) belong to its session."""
+def sessions_of(dates: dict[str, str], gap_min: float, labels: Optional[dict[str, Optional[str]]] = None) -> dict[str, int]:
+    """Session number of each run id, in time order: by the run's label where it has one, else runs less
+    than ``gap_min`` minutes after the previous unlabelled one share its session."""
+    labels = labels or {}
     order = sorted(dates, key=lambda r: _dt.datetime.fromisoformat(dates[r]))
     out: dict[str, int] = {}
+    seen: dict[str, int] = {}
     last: Optional[_dt.datetime] = None
-    s = -1
+    n = -1
+    gap_session = -1
     for run in order:
+        label = labels.get(run)
+        if label:
+            if label not in seen:
+                n += 1
+                seen[label] = n
+            out[run] = seen[label]
+            continue
         t = _dt.datetime.fromisoformat(dates[run])
         if last is None or (t - last).total_seconds() > gap_min * 60:
-            s += 1
-        out[run] = s
+            n += 1
+            gap_session = n
+        out[run] = gap_session
         last = t
     return out
 
 
-Decide = Callable[[Sequence[float], list[list[float]], int], Any]  # -> decision.Comparison
+def _models(cases: list[Case], runs_of: dict[str, list[str]], session: dict[str, int]) -> dict[str, tuple[Any, Any]]:
+    """Per case (with runs in ``runs_of``), its model and its class's prior, as the gate fits them."""
+    from .decision import fit_case, fit_prior
 
-
-def default_decide(tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-                   confidence: float = DEFAULT_CONFIDENCE) -> Decide:
-    """The plugin's decision on one measurement: ``decision.compare``."""
-    from .decision import compare
-
-    def decide(current: Sequence[float], baseline_runs: list[list[float]], m: int) -> Any:
-        return compare(current, baseline_runs, tolerance=tolerance, alpha=alpha, n_comparisons=m,
-                       confidence=confidence)
-
-    return decide
-
-
-def judge_case(decide: Decide, first: Sequence[float], again: Optional[Sequence[float]],
-               baseline_runs: list[list[float]], m: int) -> str:
-    """The gate's procedure (``decision.confirm``, as ``Gate.judge`` runs it): a regression is measured
-    again (``again``) and the second measurement decides; without one the first stands."""
-    from .decision import confirm
-
-    c, _, _ = confirm(lambda samples: decide(samples, baseline_runs, m), first,
-                      (lambda: again) if again is not None else None)
-    return str(c.status)
-
-
-def aa_and_detection(cases: list[Case], session: dict[str, int], drops: Sequence[float],
-                     decide: Decide) -> dict[str, Any]:
-    """Leave-one-session-out A/A and detection at each drop, from the file's own runs."""
-    sessions = sorted(set(session.values()))
-    order = {r: i for i, r in enumerate(session)}
-    suites: list[dict[str, Any]] = []
-    caught = {d: [0, 0] for d in drops}  # drop -> [regressions, gated cases]
-    for s in sessions:
-        held_runs = sorted({r for c in cases for r in c.runs if session[r] == s}, key=order.__getitem__)
-        for i, run in enumerate(held_runs):
-            again_run = held_runs[i + 1] if i + 1 < len(held_runs) else None
-            judged = [c for c in cases if run in c.runs and any(session[r] != s for r in c.runs)]
-            if not judged:
-                continue  # nothing of this run can be held against another session
-            m = max(1, len(judged))
-            statuses: dict[str, int] = {}
-            for c in judged:
-                base = [v for r, v in c.runs.items() if session[r] != s]
-                again = c.runs.get(again_run) if again_run else None
-                st = judge_case(decide, c.runs[run], again, base, m)
-                statuses[st] = statuses.get(st, 0) + 1
-                if st == "noisy":
-                    continue
-                for d in drops:
-                    scaled = [x * (1 - d) for x in c.runs[run]]
-                    scaled_again = [x * (1 - d) for x in again] if again is not None else None
-                    caught[d][1] += 1
-                    caught[d][0] += judge_case(decide, scaled, scaled_again, base, m) == "regression"
-            groups = dict(Counter(c.group for c in judged))
-            suites.append({"session": s, "run": run, "cases": len(judged), "groups": groups, "statuses": statuses,
-                           "false_alarm": statuses.get("regression", 0) > 0})
-    return {
-        "sessions": len(sessions),
-        "suites": suites,
-        "false_alarm_suites": sum(x["false_alarm"] for x in suites),
-        "detection": {f"{d:.0%}": (caught[d][0] / caught[d][1] if caught[d][1] else None) for d in drops},
-        "detection_counts": {f"{d:.0%}": caught[d] for d in drops},
-    }
-
-
-@dataclass(frozen=True)
-class CaseFit:
-    """Spreads of one case's log bandwidth: within a run (robust), of run locations within a session, of
-    session locations beyond what their runs explain."""
-
-    within: float
-    run: float
-    session: float
-    n: int
-
-
-def _robust_sd(x: Any) -> float:
-    import numpy as np
-
-    q1, q3 = np.percentile(x, [25, 75])
-    return float((q3 - q1) / 1.349)
-
-
-def fit(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
-    """The model's figures, estimated from the file (method of moments on log run medians, after removing
-    each session's offset shared by the cases of a group)."""
-    import numpy as np
-
-    # per session and group, the common offset: median over cases of (session mean - case mean) of log medians
-    loc = {c.key: {r: float(np.median(np.log(v))) for r, v in c.runs.items()} for c in cases}
-    case_mean = {key: float(np.mean(list(runs.values()))) for key, runs in loc.items()}
-    offsets: dict[tuple[str, int], float] = {}
-    for g in sorted({c.group for c in cases}):
-        for s in sorted(set(session.values())):
-            devs = []
-            for c in cases:
-                if c.group != g:
-                    continue
-                runs_s = [loc[c.key][r] for r in c.runs if session[r] == s]
-                if runs_s and len(c.runs) > len(runs_s):
-                    devs.append(float(np.mean(runs_s)) - case_mean[c.key])
-            if devs:
-                offsets[(g, s)] = float(np.median(devs))
-    fits: dict[str, CaseFit] = {}
+    fitted = {}
     for c in cases:
-        within = float(np.median([_robust_sd(np.log(v)) for v in c.runs.values()]))
-        n = int(np.median([len(v) for v in c.runs.values()]))
-        by_s: dict[int, list[float]] = {}
-        for r in c.runs:
-            by_s.setdefault(session[r], []).append(loc[c.key][r] - offsets.get((c.group, session[r]), 0.0))
-        resid = [x - float(np.mean(v)) for v in by_s.values() for x in v]
-        dof = sum(len(v) - 1 for v in by_s.values())
-        run_sd = math.sqrt(sum(x * x for x in resid) / dof) if dof > 0 else 0.0
-        means = [float(np.mean(v)) for v in by_s.values()]
-        if len(means) > 1:
-            var_s = float(np.var(means, ddof=1)) - run_sd ** 2 * float(np.mean([1 / len(v) for v in by_s.values()]))
-            sess_sd = math.sqrt(max(var_s, 0.0))
-        else:
-            sess_sd = 0.0
-        fits[c.key] = CaseFit(within, run_sd, sess_sd, n)
-    common = {g: [v for (gg, _), v in offsets.items() if gg == g] for g in {c.group for c in cases}}
+        ids = [r for r in runs_of.get(c.key, []) if r in c.runs]
+        if ids:
+            fitted[c.key] = (fit_case([c.runs[r] for r in ids], [str(session[r]) for r in ids]), c.klass)
+    priors = {k: fit_prior(m for m, kk in fitted.values() if kk == k) for k in {kk for _, kk in fitted.values()}}
+    return {key: (m, priors[k]) for key, (m, k) in fitted.items()}
+
+
+def _shifted(loc: Any, d: float) -> Any:
+    from .decision import RunLocation
+
+    return RunLocation(loc.loc + math.log(1.0 - d), loc.se2, loc.n) if d else loc
+
+
+def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *, m: int, tolerance: float,
+           alpha: float, max_remeasures: int) -> Any:
+    from .decision import judge
+
+    it: Iterator[Any] = iter(again)
+
+    def measure_again() -> tuple[Any, bool]:
+        return _shifted(next(it), d), True
+
+    return judge(_shifted(first, d), model, prior, measure_again if len(again) else None, tolerance=tolerance,
+                 alpha=alpha, n_comparisons=m, max_remeasures=min(max_remeasures, len(again))).comparison
+
+
+def _new_counts(drops: Sequence[float]) -> dict[str, Any]:
+    return {"suites": 0, "false_alarm_suites": 0, "shift_false_alarms": 0, "judged": 0, "not_gated": 0,
+            "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops}, "caught_all": {d: [0, 0] for d in drops},
+            "shift_caught": {d: [0, 0] for d in drops}, "detectable": []}
+
+
+def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], offsets: dict[str, list[float]],
+           drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int) -> dict[str, Any]:
+    """Judge one suite (one current run of every case, with its re-measures) at no drop and at each drop."""
+    from .decision import suite_shift
+
+    m = max(1, len(judged))
+    kw = dict(m=m, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
+    statuses: dict[str, int] = {}
+    first_ratios: dict[str, list[float]] = {}
+    gated = {}
+    for key, model, prior, runs, group in judged:
+        c = _judge(runs[0], runs[1:], model, prior, 0.0, **kw)  # type: ignore[arg-type]
+        statuses[c.status] = statuses.get(c.status, 0) + 1
+        counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
+        counts["detectable"].append(c.detectable_drop)
+        gated[key] = c.gated
+        counts["not_gated"] += not c.gated
+        first_ratios.setdefault(group, []).append(runs[0].loc - model.center)
+    for d in drops:
+        for key, model, prior, runs, group in judged:
+            hit = _judge(runs[0], runs[1:], model, prior, d, **kw).failed  # type: ignore[arg-type]
+            counts["caught_all"][d][0] += hit
+            counts["caught_all"][d][1] += 1
+            if gated[key]:
+                counts["caught_gated"][d][0] += hit
+                counts["caught_gated"][d][1] += 1
+    shift_alarm = False
+    for g, xs in first_ratios.items():
+        sh = suite_shift(g, xs, offsets.get(g, []), tolerance=tolerance, alpha=alpha)
+        shift_alarm |= bool(sh and sh.failed)
+        for d in drops:
+            shd = suite_shift(g, [x + math.log(1.0 - d) for x in xs], offsets.get(g, []), tolerance=tolerance,
+                              alpha=alpha)
+            counts["shift_caught"][d][0] += bool(shd and shd.failed)
+            counts["shift_caught"][d][1] += 1
+    counts["suites"] += 1
+    counts["judged"] += len(judged)
+    counts["false_alarm_suites"] += statuses.get("regression", 0) > 0
+    counts["shift_false_alarms"] += shift_alarm
+    return {"cases": len(judged), "statuses": statuses, "false_alarm": statuses.get("regression", 0) > 0,
+            "shift_false_alarm": shift_alarm}
+
+
+def _rates(counts: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    def share(pair: list[int]) -> Optional[float]:
+        return pair[0] / pair[1] if pair[1] else None
+
+    det = counts["detectable"]
     return {
-        "cases": fits,
-        "offsets": {f"{g} session {s}": v for (g, s), v in offsets.items()},
-        "common_sd": {g: (float(np.std(v, ddof=1)) if len(v) > 1 else 0.0) for g, v in common.items()},
+        "suites": counts["suites"],
+        "false_alarm_suites": counts["false_alarm_suites"],
+        "shift_false_alarm_suites": counts["shift_false_alarms"],
+        "case_judgements": counts["judged"],
+        "aa_statuses": counts["aa_statuses"],
+        "not_gated_share": counts["not_gated"] / counts["judged"] if counts["judged"] else None,
+        "detectable_drop": ({"median": float(np.median(det)), "p90": float(np.percentile(det, 90)),
+                             "max": float(np.max(det))} if det else None),
+        "detection_gated": {f"{d:.0%}": share(v) for d, v in counts["caught_gated"].items()},
+        "detection_all": {f"{d:.0%}": share(v) for d, v in counts["caught_all"].items()},
+        "shift_detection": {f"{d:.0%}": share(v) for d, v in counts["shift_caught"].items()},
     }
 
 
-def _pct(values: list[float], q: float) -> float:
+def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, tolerance: float = DEFAULT_TOLERANCE,
+         alpha: float = DEFAULT_ALPHA, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> dict[str, Any]:
+    """Leave-one-session-out A/A, detection and sensitivity, from the file's own runs."""
+    from .decision import run_offsets
+
+    order = {r: i for i, r in enumerate(sorted(session, key=lambda r: (session[r], r)))}
+    sessions = sorted(set(session.values()))
+    counts = _new_counts(drops)
+    suites = []
+    for s in sessions:
+        train = {c.key: [r for r in c.runs if session[r] != s] for c in cases}
+        models = _models(cases, train, session)
+        offsets: dict[str, list[float]] = {}
+        for g in {c.group for c in cases}:
+            cs = [c for c in cases if c.group == g and c.key in models]
+            offsets[g] = list(run_offsets([{r: c.runs[r].loc for r in train[c.key]} for c in cs],
+                                          [models[c.key][0].center for c in cs]).values())
+        held = sorted({r for c in cases for r in c.runs if session[r] == s}, key=order.__getitem__)
+        for i, run in enumerate(held):
+            rest = held[i + 1:] + held[:i]  # the session's other runs, the next ones first
+            judged = [(c.key, *models[c.key], [c.runs[run]] + [c.runs[r] for r in rest if r in c.runs], c.group)
+                      for c in cases if run in c.runs and c.key in models]
+            if judged:
+                suites.append({"session": s, "run": run, **_suite(counts, judged, offsets, drops, tolerance=tolerance,
+                                                                  alpha=alpha, max_remeasures=max_remeasures)})
+    return {"sessions": len(sessions), **_rates(counts), "per_suite": suites}
+
+
+def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
+    """The simulation's figures, fitted to the file: per case the session, run and within-run spreads of
+    ``decision.fit_case`` on every run, and per group the spread of a run's common offset."""
     import numpy as np
 
-    return float(np.percentile(values, q)) if values else float("nan")
+    from .decision import prediction, run_offsets
+
+    models = _models(cases, {c.key: list(c.runs) for c in cases}, session)
+    per_case = {}
+    for c in cases:
+        model, prior = models[c.key]
+        sp = prediction(model, prior, 1, model.mean_se2)
+        per_case[c.key] = {"center": model.center, "session_sd": sp.session_sd, "run_sd": sp.run_sd,
+                           "within_se": math.sqrt(model.mean_se2), "group": c.group}
+    common = {}
+    for g in {c.group for c in cases}:
+        cs = [c for c in cases if c.group == g]
+        offs = list(run_offsets([{r: x.loc for r, x in c.runs.items()} for c in cs],
+                                [models[c.key][0].center for c in cs]).values())
+        common[g] = float(np.std(offs, ddof=1)) if len(offs) > 1 else 0.0
+    return {"cases": per_case, "common_sd": common}
 
 
-def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], *, suites: int,
-             drops: Sequence[float], decide: Decide, seed: int = 1, max_samples: int = 100) -> dict[str, Any]:
-    """Suites drawn from the fitted model with the file's run structure (its sessions and runs per session
-    for the baseline; a new session with two runs, the first and the re-measure, for the current run)."""
+def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], *, suites: int, drops: Sequence[float],
+             tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
+             max_remeasures: int = DEFAULT_MAX_REMEASURES, seed: int = 1) -> dict[str, Any]:
+    """Suites drawn from the fitted model with the file's sessions and runs for the baseline and a new
+    session of 1 + ``max_remeasures`` runs.  A run's location is the case's centre + the group's common
+    offset of the run + the case's session offset + its run offset + its within-run error; the common
+    part is taken out of the case's run spread (what is left, at least 0)."""
     import numpy as np
+
+    from .decision import RunLocation, run_offsets
 
     rng = np.random.default_rng(seed)
-    fits: dict[str, CaseFit] = model["cases"]
-    common_sd: dict[str, float] = model["common_sd"]
-    false_alarms = 0
-    caught = {d: [0, 0] for d in drops}
-    m = len(cases)
-    sess_ids: list[Any] = sorted(set(session.values())) + ["new"]
+    counts = _new_counts(drops)
+    pc, common = model["cases"], model["common_sd"]
+    run_ids = sorted(session, key=lambda r: (session[r], r))
+    new_runs = [f"new{i}" for i in range(1 + max_remeasures)]
+    sess_of = {**session, **{r: -1 for r in new_runs}}
     for _ in range(suites):
-        # one offset per (group, session) shared by the cases of the group, for the baseline's and the new session
-        shared = {(g, s): rng.normal(0.0, common_sd.get(g, 0.0)) for g in common_sd for s in sess_ids}
-        any_alarm = False
+        offs = {(g, r): float(rng.normal(0.0, common[g])) for g in common for r in run_ids + new_runs}
+        sims = []
         for c in cases:
-            f = fits[c.key]
-            n = min(f.n, max_samples)
+            f = pc[c.key]
+            idio = math.sqrt(max(f["run_sd"] ** 2 - common[c.group] ** 2, 0.0))
+            s_off = {s: float(rng.normal(0.0, f["session_sd"])) for s in set(sess_of.values())}
+            runs = {}
+            for r in [x for x in run_ids if x in c.runs] + new_runs:
+                loc = (f["center"] + offs[(c.group, r)] + s_off[sess_of[r]] + float(rng.normal(0.0, idio))
+                       + float(rng.normal(0.0, f["within_se"])))
+                runs[r] = RunLocation(loc, f["within_se"] ** 2, 50)
+            sims.append(Case(c.key, c.group, c.klass, runs))
+        train = {c.key: [r for r in c.runs if not r.startswith("new")] for c in sims}
+        models = _models(sims, train, sess_of)
+        offsets = {}
+        for g in common:
+            cs = [c for c in sims if c.group == g]
+            offsets[g] = list(run_offsets([{r: c.runs[r].loc for r in train[c.key]} for c in cs],
+                                          [models[c.key][0].center for c in cs]).values())
+        judged = [(c.key, *models[c.key], [c.runs[r] for r in new_runs], c.group) for c in sims]
+        _suite(counts, judged, offsets, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
+    return _rates(counts)
 
-            def run_samples(s: Any, sess_offset: float) -> np.ndarray:
-                mu = shared[(c.group, s)] + sess_offset + rng.normal(0.0, f.run)
-                return np.exp(mu + rng.normal(0.0, max(f.within, 1e-6), n))
 
-            offs = {s: rng.normal(0.0, f.session) for s in sess_ids}
-            base = [list(run_samples(session[r], offs[session[r]])) for r in c.runs]
-            first, again = run_samples("new", offs["new"]), run_samples("new", offs["new"])
-            st = judge_case(decide, list(first), list(again), base, m)
-            any_alarm |= st == "regression"
-            if st == "noisy":
-                continue
-            for d in drops:
-                caught[d][1] += 1
-                caught[d][0] += judge_case(decide, list(first * (1 - d)), list(again * (1 - d)), base, m) == "regression"
-        false_alarms += any_alarm
-    return {
-        "suites": suites,
-        "false_alarm_rate": false_alarms / suites if suites else None,
-        "detection": {f"{d:.0%}": (caught[d][0] / caught[d][1] if caught[d][1] else None) for d in drops},
-    }
+def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int], *, runs_per_session: int = 4,
+               tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
+               max_remeasures: int = DEFAULT_MAX_REMEASURES, seed: int = 1) -> dict[int, dict[str, float]]:
+    """How the share of cases not gated and the smallest detectable drop would fall with more baseline
+    sessions: baselines of ``s`` sessions x ``runs_per_session`` runs drawn from the fitted model."""
+    import numpy as np
+
+    from .decision import RunLocation, detectable_drop
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    m = len(cases)
+    for n_s in sessions:
+        runs_of = {f"p{i}-{j}": i for i in range(n_s) for j in range(runs_per_session)}
+        sims = []
+        for c in cases:
+            f = model["cases"][c.key]
+            s_off = [float(rng.normal(0.0, f["session_sd"])) for _ in range(n_s)]
+            sims.append(Case(c.key, c.group, c.klass, {
+                r: RunLocation(f["center"] + s_off[i] + float(rng.normal(0.0, f["run_sd"]))
+                               + float(rng.normal(0.0, f["within_se"])), f["within_se"] ** 2, 50)
+                for r, i in runs_of.items()}))
+        models = _models(sims, {c.key: list(c.runs) for c in sims}, runs_of)
+        drops = []
+        for c in sims:
+            mod, prior = models[c.key]
+            drops.append(detectable_drop(mod, prior, tolerance=tolerance, level=alpha / m, k=1 + max_remeasures))
+        out[n_s] = {"not_gated_share": float(np.mean([x > 2 * tolerance for x in drops])),
+                    "detectable_drop_median": float(np.median(drops))}
+    return out
 
 
 def _parse_drops(text: str) -> tuple[float, ...]:
@@ -270,6 +345,26 @@ def _parse_drops(text: str) -> tuple[float, ...]:
     return drops
 
 
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _report_lines(name: str, r: dict[str, Any]) -> list[str]:
+    det = r["detectable_drop"] or {}
+    return [
+        f"{name}: {r['false_alarm_suites']} of {r['suites']} suites with a false REGRESSION, "
+        f"{r['shift_false_alarm_suites']} with a failing common shift ({r['case_judgements']} case judgements: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(r["aa_statuses"].items())) + ")",
+        f"  not gated: {_pct(r['not_gated_share'])} of case judgements; smallest drop caught 99% of the time: "
+        f"median {_pct(det.get('median'))}, 90th pct {_pct(det.get('p90'))}, max {_pct(det.get('max'))}",
+        "  cases called REGRESSION, of the gated cases: "
+        + ", ".join(f"{k} drop {_pct(v)}" for k, v in r["detection_gated"].items()),
+        "  ... of all cases: " + ", ".join(f"{k} drop {_pct(v)}" for k, v in r["detection_all"].items()),
+        "  suites whose common shift fails (every case dropped): "
+        + ", ".join(f"{k} drop {_pct(v)}" for k, v in r["shift_detection"].items()),
+    ]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pytest_gpucomm.gate.calibration",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -277,77 +372,105 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--drops", type=_parse_drops, default=DEFAULT_DROPS, metavar="PCT[,PCT]",
                    help="drops, in percent, at which detection is reported. Default: 3,5,7,10,20.")
     p.add_argument("--session-gap-min", type=float, default=10.0, metavar="MINUTES",
-                   help="runs further apart than this start a new session. Default: 10.")
+                   help="for runs without a session label: runs further apart than this start a new session. "
+                        "Default: 10.")
     p.add_argument("--sim-suites", type=int, default=40, metavar="N",
                    help="suites drawn from the fitted model (0: no simulation). Default: 40.")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulation. Default: 1.")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="Default: the plugin's, 0.05.")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="Default: the plugin's, 0.01.")
+    p.add_argument("--remeasures", type=int, default=DEFAULT_MAX_REMEASURES,
+                   help=f"re-measures of a flagged case. Default: the plugin's, {DEFAULT_MAX_REMEASURES}.")
+    p.add_argument("--table", action="store_true",
+                   help="also the trade-off of alpha (0.01, 0.05, 0.2) and re-measures (1, 2, 4)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
     args = p.parse_args(argv)
     if args.sim_suites < 0:
         p.error(f"--sim-suites {args.sim_suites}: expected 0 or more")
     if not (args.session_gap_min > 0):
         p.error(f"--session-gap-min {args.session_gap_min}: expected a positive number of minutes")
+    if not 0 < args.tolerance < 1:
+        p.error(f"--tolerance {args.tolerance}: expected a fraction such as 0.05")
+    if not 0 < args.alpha < 1:
+        p.error(f"--alpha {args.alpha}: expected a level in (0, 1) such as 0.01")
+    if args.remeasures < 0:
+        p.error(f"--remeasures {args.remeasures}: expected 0 or more")
     from .store import BaselineError
 
     try:
-        cases, dates = load_cases(args.baseline)
+        cases, dates, labels = load_cases(args.baseline)
     except BaselineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not cases:
         print(f"error: {args.baseline}: no case has measured runs: nothing to calibrate on", file=sys.stderr)
         return 2
-    session = sessions_of(dates, args.session_gap_min)
-    decide = default_decide(args.tolerance, args.alpha)
-    real = aa_and_detection(cases, session, args.drops, decide)
-    model = fit(cases, session)
-    fits = list(model["cases"].values())
-    fitted = {
-        "within_run_sd": {"median": _pct([f.within for f in fits], 50), "p90": _pct([f.within for f in fits], 90)},
-        "run_sd_within_session": {"median": _pct([f.run for f in fits], 50), "p90": _pct([f.run for f in fits], 90)},
-        "session_sd": {"median": _pct([f.session for f in fits], 50), "p90": _pct([f.session for f in fits], 90)},
-        "common_offset_sd": model["common_sd"],
-        "session_offsets": model["offsets"],
-    }
-    sim = (simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, decide=decide, seed=args.seed)
-           if args.sim_suites else None)
-    n_sessions = real["sessions"]
+    session = sessions_of(dates, args.session_gap_min, labels)
+    n_sessions = len(set(session.values()))
+    kw = dict(tolerance=args.tolerance, alpha=args.alpha, max_remeasures=args.remeasures)
     print(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
-          f"(runs more than {args.session_gap_min:g} min apart start a new one)")
-    print("fitted spreads of log bandwidth (about the relative spread): "
-          f"within a run median {fitted['within_run_sd']['median']:.2%} (90th pct {fitted['within_run_sd']['p90']:.2%}); "
-          f"of runs within a session median {fitted['run_sd_within_session']['median']:.2%} "
-          f"(90th pct {fitted['run_sd_within_session']['p90']:.2%}); of sessions median "
-          f"{fitted['session_sd']['median']:.2%} (90th pct {fitted['session_sd']['p90']:.2%}); common offset per "
-          "session: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
+          f"({sum(1 for r in dates if labels.get(r))} runs labelled; tolerance {args.tolerance:.0%}, alpha "
+          f"{args.alpha:g}, up to {args.remeasures} re-measures)")
+    model = fit_model(cases, session)
+    import numpy as np
+
+    fitted = {}
+    for what in ("session_sd", "run_sd", "within_se"):
+        for g in sorted(model["common_sd"]):
+            v = [f[what] for f in model["cases"].values() if f["group"] == g]
+            fitted[f"{g} {what}"] = {"median": float(np.median(v)), "p90": float(np.percentile(v, 90))}
+    print("fitted spreads of log bandwidth (median / 90th percentile over cases): "
+          + "; ".join(f"{k} {v['median']:.2%} / {v['p90']:.2%}" for k, v in fitted.items())
+          + "; common offset of a run: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
+    doc: dict[str, Any] = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates),
+                           "sessions": n_sessions, **{k: v for k, v in kw.items()}, "fitted": fitted,
+                           "common_sd": model["common_sd"]}
     if n_sessions < 2:
         print("leave-one-session-out: needs runs from at least 2 sessions; none judged")
+        real = None
     else:
-        judged_groups: dict[str, int] = {}
-        for suite in real["suites"]:
-            for g, k in suite["groups"].items():
-                judged_groups[g] = max(judged_groups.get(g, 0), k)
-        unjudged = sorted({c.group for c in cases} - set(judged_groups))
-        noisy = sum(x["statuses"].get("noisy", 0) for x in real["suites"])
-        judged_cases = sum(x["cases"] for x in real["suites"])
-        print(f"leave-one-session-out A/A: {real['false_alarm_suites']} of {len(real['suites'])} suites with a "
-              f"false alarm ({judged_cases} case judgements, {noisy} of them noisy; cases judged per suite: "
-              + ", ".join(f"{g} {k}" for g, k in sorted(judged_groups.items()))
-              + (f"; not judged, recorded in one session only: {', '.join(unjudged)}" if unjudged else "")
-              + "); detection (cases called REGRESSION): "
-              + ", ".join(f"{k} drop {v:.1%}" if v is not None else f"{k} drop -" for k, v in real["detection"].items()))
-    if sim is not None:
-        print(f"fitted simulation ({sim['suites']} suites): false alarm in {sim['false_alarm_rate']:.1%} of suites; "
-              "detection: " + ", ".join(f"{k} drop {v:.1%}" if v is not None else f"{k} drop -"
-                                        for k, v in sim["detection"].items()))
-    doc = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates), "sessions": n_sessions,
-           "tolerance": args.tolerance, "alpha": args.alpha, "fitted": fitted, "leave_one_session_out": real,
-           "simulation": sim}
+        real = loso(cases, session, args.drops, **kw)  # type: ignore[arg-type]
+        for line in _report_lines("leave-one-session-out", real):
+            print(line)
+    doc["leave_one_session_out"] = real
+    sim = None
+    if args.sim_suites:
+        sim = simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, seed=args.seed, **kw)  # type: ignore[arg-type]
+        for line in _report_lines(f"fitted simulation ({args.sim_suites} suites)", sim):
+            print(line)
+    doc["simulation"] = sim
+    if args.table:
+        rows = []
+        print("trade-off (LOSO | simulation): alpha, re-measures -> suites with a false REGRESSION, not gated, "
+              "3% drift called, 10% drop caught (gated cases | all cases)")
+        for a in TABLE_ALPHAS:
+            for k in TABLE_REMEASURES:
+                kw2 = dict(tolerance=args.tolerance, alpha=a, max_remeasures=k)
+                drops = (0.03, 0.10)
+                lr = loso(cases, session, drops, **kw2) if n_sessions >= 2 else None  # type: ignore[arg-type]
+                sr = (simulate(cases, session, model, suites=args.sim_suites, drops=drops, seed=args.seed, **kw2)  # type: ignore[arg-type]
+                      if args.sim_suites else None)
+                row = {"alpha": a, "remeasures": k, "loso": lr and _brief(lr), "simulation": sr and _brief(sr)}
+                rows.append(row)
+                print(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
+                    "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, not gated {_pct(x['not_gated'])}, "
+                                           f"3% {_pct(x['drift3_all'])}, 10% {_pct(x['drop10_gated'])} | {_pct(x['drop10_all'])}")
+                    for x in (row["loso"], row["simulation"])))
+        doc["table"] = rows
+        proj = projection(cases, model, (n_sessions, 8, 12, 20), **kw)  # type: ignore[arg-type]
+        print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
+              + "; ".join(f"{n} sessions: not gated {_pct(v['not_gated_share'])}, median smallest drop caught "
+                          f"{_pct(v['detectable_drop_median'])}" for n, v in proj.items()))
+        doc["projection"] = {str(n): v for n, v in proj.items()}
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     return 0
+
+
+def _brief(r: dict[str, Any]) -> dict[str, Any]:
+    return {"false_alarm_suites": r["false_alarm_suites"], "suites": r["suites"], "not_gated": r["not_gated_share"],
+            "drift3_all": r["detection_all"].get("3%"), "drop10_gated": r["detection_gated"].get("10%"),
+            "drop10_all": r["detection_all"].get("10%")}
 
 
 if __name__ == "__main__":

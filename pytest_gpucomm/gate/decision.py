@@ -1,163 +1,124 @@
-"""The regression decision: pure statistics on per-iteration bandwidth samples.
+"""The regression decision: pure statistics on run-level locations of log bandwidth.
 
 Nothing here imports torch or touches a device, and nothing here knows about files or pytest; every
-function takes plain sequences of floats.  The statuses are the decision's own lower-case words
-("ok", "regression", "improved", "noisy"); :mod:`pytest_gpucomm.gate.verdicts` turns them into
+function takes plain numbers.  The statuses are the decision's own lower-case words ("ok", "regression",
+"improved", "not gated"); :mod:`pytest_gpucomm.gate.verdicts` turns them into
 :class:`pytest_gpucomm.vocab.Status`.  This module imports numpy and scipy: import it only when judging.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from statistics import NormalDist
-from typing import Callable, Optional, Sequence, TypeVar
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
+from scipy import optimize as _opt
+from scipy import special as _special
 from scipy import stats as _sstats
 
-from ..vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_TOLERANCE
+from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
 
 __all__ = [
+    "RunLocation",
+    "run_location",
+    "CaseModel",
+    "fit_case",
+    "Prior",
+    "fit_prior",
+    "prior_class",
+    "Spread",
+    "prediction",
     "Comparison",
-    "FloorCheck",
-    "corrected_alpha",
     "compare",
+    "judge",
+    "detectable_drop",
+    "Shift",
+    "run_offsets",
+    "suite_shift",
+    "FloorCheck",
     "check_floor",
-    "confirm",
-    "hodges_lehmann",
+    "corrected_alpha",
     "DECISION_RULE",
+    "DETECTION_POWER",
+    "GATED_DROP_FACTOR",
 ]
-
-# ================================================================================================
-# The regression decision: compare this run's per-iteration bandwidth with the stored baseline runs.
-# ================================================================================================
-#
-# The rule is documented in ``DECISION_RULE`` below (it also goes into the README); the code follows it
-# step by step.
 
 DECISION_RULE = """\
 How a benchmark is judged against its baseline
 ----------------------------------------------
 
-Each case (an op at a size) gives per-iteration bandwidth samples.  The baseline keeps the raw samples
-of the last K runs.  All statistics work on log bandwidth, so a shift is a ratio.
+The unit is the run: a pytest session that measures a case gives one location, the median of its
+per-iteration log bandwidth, with its own uncertainty (pi/2 * (IQR/1.349)^2 / n_eff, n_eff the number of
+samples deflated for their lag-1 autocorrelation).  The samples of one run are not independent draws of
+the hardware: runs of the same case differ about ten times more than their samples' spread predicts.
+All statistics work on log bandwidth, so a shift is a ratio.
 
-1. Shift estimate.  ratio = exp(Hodges-Lehmann shift) = exp(median over all pairs (i, j) of
-   log(current_i) - log(baseline_j)), the baseline runs pooled.  Robust to outlier iterations.  Above
-   1e6 pairs a fixed-seed subsample of 1e6 pairs is used (deterministic).
-2. Significance.  One-sided Mann-Whitney U test "current is slower" (as scipy.stats.mannwhitneyu,
-   alternative="less"; above 8 samples a side the same normal approximation with tie and continuity
-   correction is computed in-module, identical and faster).  Level: Bonferroni, alpha / m for m gated
-   comparisons in the session (suite-level alpha 0.01 by default).  Not Holm: verdicts are given test by
-   test, before the other p-values exist.
-3. Run-to-run spread.  Iterations of one run share that run's offset (clocks, placement, algorithm
-   choice), so an iid test alone calls 1-2 % run-to-run shifts "significant".  The observed spread is
-   the standard deviation of the baseline's log run medians, less the part the sampling noise of each
-   median explains (pi/2 * (IQR/1.349)^2 / n per run).  It is moderated towards a prior of 1 % worth 4
-   degrees of freedom:  s^2 = ((K-1) s_obs^2 + 4 * 0.01^2) / (K - 1 + 4), so one baseline run gives
-   s = 1 % and many runs let the observed spread dominate.  The run-level error of the shift is
-   s_r = s * sqrt(1 + sum_j w_j^2): the current run's own offset plus that of the baseline runs'
-   weighted mean (w_j = n_j / N).
-4. Confidence bounds.  The distribution-free (Moses) limits of the shift (order statistics of the
-   pairwise differences) are widened by the run-level error: shift +/- sqrt(h^2 + (z s_r)^2), h the
-   Moses half-width at the same level.  Messages show the two-sided 95 % interval (z = 1.96).  The
-   verdict uses one-sided bounds at confidence c = 92.5 % by default (z = 1.44).
-5. Verdict (tolerance t, default 5 %):
-   * "regression": the drop is significant (p < alpha/m) AND the ratio's upper bound is below 1 - t:
-     the drop is shown, run-to-run variation included, to exceed the tolerance.  A drop that is merely
-     significant is not enough.
-   * "improved": symmetric: significant gain (the "greater" test) AND the lower bound above 1 + t.
-   * "noisy": neither, and the baseline's own spread (the larger of s and s_obs) is too wide to hold
-     the tolerance: exp(-z * max(s, s_obs) * sqrt(1 + sum w^2)) < 1 - t.  No verdict is guessed; record
-     more baseline runs on a steadier machine, or raise the tolerance.
-   * "ok": otherwise: consistent with the baseline, or not shown to be outside the tolerance.
-   A published case with only a floor (no measured runs) is checked with check_floor: "regression"
-   when the median of the current samples is below the floor.
-
-Why c = 92.5 %: with per-run offsets of 1 %, 3 % within-run noise and 30 samples a run (K = 3), the
-estimated ratio of a single run has a spread of about 1.35 % that no rule can remove (mostly the
-current run's own offset).  A 10 % drop and a 3 % drop then lie about 5.5 standard errors apart, and
-the bound's confidence only places the threshold between them: 95 % catches 98.9 % of 10 % drops and
-flags 0.10 % of 3 % drops, 92.5 % catches 99.4 % and flags 0.13 %, 97.5 % (the 95 % interval itself)
-catches 97.5 % and flags 0.02 %.  compare(confidence=...) picks another point on that curve.
+1. The baseline, per case.  Its runs are grouped by session (the occasion they were recorded on: one
+   host boot on one day); runs of one session count as one session's evidence.  The centre is the mean
+   of the session means.  Two spreads are measured: s_w, the spread of runs within a session (pooled),
+   and s_b, the spread of the session means.  The session's own part is s_s^2 = s_b^2 - s_w^2 * mean(1/n_s).
+2. Moderation, only where the data are too few.  With few sessions s_b is itself uncertain, so it is
+   moderated towards the typical s_b of the baseline's cases of the same class (copies or collectives,
+   up to 1 MiB or above), with the weight d0 that the spread of s_b across those cases supports (the
+   empirical-Bayes estimator of Smyth, 2004).  The moderated value is never used below the observed one.
+3. Prediction.  A new session's mean of k independent runs differs from the centre by a variance
+   V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
+   u_now^2: the new runs'; S sessions).  Its degrees of freedom combine those of s_b (S - 1 + d0) and
+   of s_w (runs less sessions) by Satterthwaite's rule, for Student t quantiles.
+4. Verdict, at tolerance t (default 5 %), with the multiple-comparison correction on the bound that
+   decides: q = t-quantile at 1 - alpha/m, m the gated cases of the session, alpha 0.01 by default.
+   * "regression": ratio * exp(q * sqrt(V(k))) < 1 - t: even the upper bound of the ratio is below
+     the tolerance limit.  By Bonferroni, when no case truly dropped by more than the tolerance, the
+     chance that any case of the session is called a regression is at most alpha.
+   * "improved": symmetric, ratio * exp(-q sqrt(V(k))) > 1 + t.
+   * "not gated": neither, and this baseline cannot catch a drop of twice the tolerance (10 %) with 99 %
+     probability: the smallest such drop, D = 1 - (1 - t) exp(-(q + z_0.99) sqrt(V(k_max))), is larger.
+     The verdict says D and the fix: more baseline runs over more sessions, or a larger tolerance.
+   * "ok": otherwise.
+5. Re-measure.  A first run whose ratio is below 1 - t is measured again in a new process state (a new
+   process group, a new process for copies), and the runs are pooled (k = 2); when the pooled ratio is
+   still below 1 - t and not yet decided, once more (k = 3, the default limit).  A re-measure that could
+   not draw a new state is merged into the run it repeats (k unchanged).
+6. The session's common shift.  Per group (copies, collectives) the median over the cases of the log
+   ratio of the first runs is the session's shift; its uncertainty is the spread of the same common
+   offset over the baseline's runs.  It is reported with its 95 % interval, and the session fails when
+   its upper bound (at 1 - alpha) is below 1 - t: a change that slows every case a little is visible
+   even when no single case crosses its bound.  Per-case verdicts judge the raw ratio: the baseline's
+   own common offsets are part of V, not removed.
+A published case with only a floor is checked against floor * (1 - t), with the same re-measure; the
+verdict says how far the median is from the floor.
 """
 
-PRIOR_RUN_SPREAD = 0.01  # assumed run-to-run relative sd when the baseline cannot tell (one run)
-PRIOR_RUN_SPREAD_DF = 4.0  # weight of that prior, in degrees of freedom
-MAX_PAIRS = 1_000_000  # above this many (current, baseline) pairs a fixed subsample of pairs is used
-_Z_TWO_SIDED_95 = 1.959963984540054  # norm.ppf(0.975)
-
 __doc__ = (__doc__ or "") + "\n" + DECISION_RULE  # the final rule, also for help() and the README
-_PAIR_SEED = 20240607
+
+#: probability with which the "smallest detectable drop" is caught
+DETECTION_POWER = 0.99
+#: a case is gated when it catches a drop of this many tolerances with DETECTION_POWER
+GATED_DROP_FACTOR = 2.0
+#: run-to-run spread assumed when a baseline cannot measure one (a single run, nothing to borrow from):
+#: the median session-mean spread of the shipped 2 x H200 runs (benchmarks/data/h200-sessions.json), 1.1 %
+FALLBACK_SPREAD = 0.011
+FALLBACK_DF = 2.0
+#: degrees of freedom treated as infinite (normal quantiles)
+_DF_NORMAL = 1000.0
+_Z95 = 1.959963984540054
 
 
+# ------------------------------------------------------------------------------------------------
+# runs
+# ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Comparison:
-    """The verdict on one case against its baseline; see DECISION_RULE.
+class RunLocation:
+    """One run of one case: the median of its log bandwidth and that median's variance."""
 
-    ``ratio`` and the bounds are current/baseline bandwidth (0.86 = 14 % slower).  ``ci_low``/``ci_high``
-    are the two-sided 95 % interval shown in messages, ``lower_bound``/``upper_bound`` the one-sided bounds
-    the verdict used (confidence 92.5 % by default); all are widened for run-to-run spread.
-    """
-
-    status: str  # "ok" | "regression" | "improved" | "noisy"
-    ratio: float
-    ci_low: float
-    ci_high: float
-    p_value: float  # one-sided Mann-Whitney U p-value for "current is slower" (raw, uncorrected)
-    alpha: float  # per-comparison level after Bonferroni correction
-    current_median_gbps: float
-    baseline_median_gbps: float
-    run_spread: float  # moderated run-to-run sd of log bandwidth used in the bounds (DECISION_RULE step 3)
-    tolerance: float
-    reason: str
-    lower_bound: float = float("nan")
-    upper_bound: float = float("nan")
-    p_value_greater: float = float("nan")  # one-sided p-value for "current is faster"
-    n_current: int = 0
-    n_baseline: int = 0
-    baseline_runs: int = 0
-    observed_run_spread: float = float("nan")  # sd of the log run medians less sampling noise; nan if 1 run
+    loc: float
+    se2: float
+    n: int
 
     @property
-    def failed(self) -> bool:
-        return self.status == "regression"
-
-    @property
-    def ratio_text(self) -> str:
-        """E.g. ``0.86x [0.84, 0.88] 95% CI``."""
-        return f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] 95% CI"
-
-
-@dataclass(frozen=True)
-class FloorCheck:
-    """The verdict on a case that only has a published floor (no measured baseline runs)."""
-
-    status: str  # "ok" | "regression"
-    current_median_gbps: float
-    floor_gbps: float
-    ratio: float  # current median / floor
-    n_current: int
-    reason: str
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "regression"
-
-
-def corrected_alpha(alpha: float, n_comparisons: int) -> float:
-    """Per-comparison level for a suite of ``n_comparisons`` gated comparisons: Bonferroni, alpha / m.
-
-    Bonferroni keeps the chance of any false "significant" in the session at most ``alpha``.  Holm's
-    step-down would be less conservative but needs all p-values first; verdicts are given test by test.
-    """
-    alpha = float(alpha)
-    if not (0.0 < alpha < 1.0) or math.isnan(alpha):
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if isinstance(n_comparisons, bool) or int(n_comparisons) != n_comparisons or n_comparisons < 1:
-        raise ValueError(f"n_comparisons must be a whole number >= 1, got {n_comparisons!r}")
-    return alpha / int(n_comparisons)
+    def gbps(self) -> float:
+        return math.exp(self.loc)
 
 
 def _as_positive(values: Sequence[float], what: str) -> np.ndarray:
@@ -172,278 +133,458 @@ def _as_positive(values: Sequence[float], what: str) -> np.ndarray:
     if arr.min() > 0 and math.isfinite(arr.max()):
         return arr
     bad = ~np.isfinite(arr) | ~(arr > 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"{what}: bandwidth samples must be positive finite numbers; "
-            f"{int(bad.sum())} are not, the first at index {i}: {arr[i]!r}"
-        )
-    return arr
-
-
-def _pair_differences(x: np.ndarray, y: np.ndarray, max_pairs: int = MAX_PAIRS) -> np.ndarray:
-    """All differences x_i - y_j, or a deterministic (fixed-seed) sample of ``max_pairs`` of them."""
-    n1, n2 = x.size, y.size
-    if n1 * n2 <= max_pairs:
-        return np.subtract.outer(x, y).ravel()
-    rng = np.random.default_rng(_PAIR_SEED)
-    i = rng.integers(0, n1, size=max_pairs)
-    j = rng.integers(0, n2, size=max_pairs)
-    return x[i] - y[j]
-
-
-def hodges_lehmann(x: Sequence[float], y: Sequence[float]) -> float:
-    """Hodges-Lehmann two-sample shift: median of all pairwise differences x_i - y_j.
-
-    Works on the numbers as given (``compare`` passes log bandwidth).
-    """
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    if xa.size == 0 or ya.size == 0:
-        raise ValueError("hodges_lehmann: both samples must be non-empty")
-    return _median(_pair_differences(xa, ya))
-
-
-def _mann_whitney(x: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
-    """One-sided Mann-Whitney U p-values (less, greater) of x against y (the pooled baseline, sorted).
-
-    For small samples (either <= 8 values) scipy.stats.mannwhitneyu is called (exact when there are no
-    ties).  Otherwise the same normal approximation scipy uses (tie correction, continuity correction
-    0.5) is computed here from sorted ranks: identical results, without scipy's per-call overhead.
-    """
-    n1, n2 = x.size, ys.size
-    if n1 <= 8 or n2 <= 8:
-        p_less = float(_sstats.mannwhitneyu(x, ys, alternative="less").pvalue)
-        p_greater = float(_sstats.mannwhitneyu(x, ys, alternative="greater").pvalue)
-        return p_less, p_greater
-    # U1 = sum over i of #(y < x_i) + 0.5 #(y == x_i)
-    u1 = float(np.sum(np.searchsorted(ys, x, side="left") + np.searchsorted(ys, x, side="right"))) / 2.0
-    u2 = n1 * n2 - u1
-    n = n1 + n2
-    pooled = np.sort(np.concatenate([x, ys]), kind="stable")
-    tied = np.diff(pooled) == 0
-    if tied.any():
-        edges = np.flatnonzero(~tied) + 1
-        t = np.diff(np.concatenate([[0], edges, [n]])).astype(float)
-        tie_term = float(np.sum(t**3 - t))
-    else:
-        tie_term = 0.0
-    var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
-    if var <= 0:  # every value identical: no evidence either way
-        return 1.0, 1.0
-    sd = math.sqrt(var)
-    mu = n1 * n2 / 2.0
-    # P(Z >= z) = erfc(z / sqrt 2) / 2, accurate far into the tail (same as scipy.special.ndtr(-z))
-    p_less = 0.5 * math.erfc((u2 - mu - 0.5) / sd / math.sqrt(2.0))
-    p_greater = 0.5 * math.erfc((u1 - mu - 0.5) / sd / math.sqrt(2.0))
-    return min(max(p_less, 0.0), 1.0), min(max(p_greater, 0.0), 1.0)
-
-
-def _moses_positions(n1: int, n2: int, m: int, z: float) -> tuple[int, int]:
-    """Positions (0-based, among ``m`` sorted pairwise differences) of the distribution-free (Moses)
-    confidence limits of the HL shift: order statistics C and N+1-C of the N = n1*n2 differences,
-    C = floor(N/2 - z sqrt(n1 n2 (n1+n2+1)/12)), at least 1 (with very few samples the interval is then
-    simply the range of the differences, of lower confidence than asked).  For a subsample of pairs the
-    same quantile positions are used."""
-    n_all = n1 * n2
-    c = max(math.floor(n_all / 2.0 - z * math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12.0)), 1)
-    if m == n_all:
-        return c - 1, n_all - c
-    scale = (m - 1) / max(n_all - 1, 1)
-    return int(round((c - 1) * scale)), int(round((n_all - c) * scale))
-
-
-def _median(a: np.ndarray) -> float:
-    """Median of a 1-d array, cheaper than np.median for the small arrays used here."""
-    n = a.size
-    h = n // 2
-    if n % 2:
-        return float(np.partition(a, h)[h])
-    part = np.partition(a, [h - 1, h])
-    return float(part[h - 1] + part[h]) / 2.0
-
-
-def _sorted_median(a: np.ndarray) -> float:
-    n = a.size
-    h = n // 2
-    return float(a[h]) if n % 2 else (float(a[h - 1]) + float(a[h])) / 2.0
-
-
-def _sorted_quantile(a: np.ndarray, q: float) -> float:
-    """Quantile of a sorted 1-d array, linear interpolation (numpy's default), without np.quantile's cost."""
-    pos = q * (a.size - 1)
-    i = int(pos)
-    j = min(i + 1, a.size - 1)
-    return float(a[i]) + (float(a[j]) - float(a[i])) * (pos - i)
-
-
-def _run_spread(sorted_runs: list[np.ndarray]) -> tuple[float, float]:
-    """(moderated, observed) run-to-run sd of log bandwidth (DECISION_RULE step 3), from the sorted log
-    runs.  The observed one is nan for a single run."""
-    k = len(sorted_runs)
-    s2_obs = 0.0
-    observed = float("nan")
-    if k >= 2:
-        meds = [_sorted_median(r) for r in sorted_runs]
-        mean = sum(meds) / k
-        var_meds = sum((v - mean) ** 2 for v in meds) / (k - 1)
-        # sampling variance of each run's median: pi/2 sigma^2 / n, robust sigma = IQR / 1.349
-        se2 = 0.0
-        for r in sorted_runs:
-            q1, q3 = _sorted_quantile(r, 0.25), _sorted_quantile(r, 0.75)
-            se2 += (math.pi / 2.0) * ((q3 - q1) / 1.349) ** 2 / r.size
-        s2_obs = max(var_meds - se2 / k, 0.0)
-        observed = math.sqrt(s2_obs)
-    nu = k - 1
-    s2 = (nu * s2_obs + PRIOR_RUN_SPREAD_DF * PRIOR_RUN_SPREAD**2) / (nu + PRIOR_RUN_SPREAD_DF)
-    return math.sqrt(s2), observed
-
-
-def _fmt_p(p: float) -> str:
-    return f"{p:.2g}"
-
-
-def compare(
-    current_gbps: Sequence[float],
-    baseline_runs_gbps: Sequence[Sequence[float]],
-    *,
-    tolerance: float = DEFAULT_TOLERANCE,
-    alpha: float = DEFAULT_ALPHA,
-    n_comparisons: int = 1,
-    confidence: float = DEFAULT_CONFIDENCE,
-) -> Comparison:
-    """Judge this run's bandwidth samples against the baseline runs' samples (DECISION_RULE).
-
-    ``current_gbps``: per-iteration bandwidth of this run; ``baseline_runs_gbps``: one list per stored
-    baseline run.  ``alpha`` is the suite-level level, divided by ``n_comparisons`` (Bonferroni).
-    ``confidence`` is the one-sided confidence of the bounds the verdict uses (default 0.925; 0.975 makes
-    the verdict use the displayed 95 % interval: fewer false alarms near the tolerance, less power).
-    Raises ValueError on empty input, non-positive or non-finite samples, or bad parameters.
-    """
-    confidence = float(confidence)
-    if not (0.5 < confidence < 1.0):
-        raise ValueError(f"confidence must be in (0.5, 1), got {confidence!r}")
-    z_v = float(NormalDist().inv_cdf(confidence))
-    tolerance = float(tolerance)
-    if not (0.0 < tolerance < 1.0):
-        raise ValueError(f"tolerance must be a fraction in (0, 1) such as 0.05, got {tolerance!r}")
-    alpha_c = corrected_alpha(alpha, n_comparisons)
-    x = np.log(_as_positive(current_gbps, "current samples"))
-    if isinstance(baseline_runs_gbps, (str, bytes)) or len(baseline_runs_gbps) == 0:
-        raise ValueError("baseline: no baseline runs to compare with")
-    runs = [np.log(_as_positive(r, f"baseline run {j}")) for j, r in enumerate(baseline_runs_gbps)]
-    y = np.concatenate(runs)
-    n1, n2 = x.size, y.size
-    xs, ys = np.sort(x), np.sort(y)
-
-    d = np.sort(_pair_differences(x, y))  # a full sort beats a multi-point partition here
-    m = d.size
-    lo90, hi90 = _moses_positions(n1, n2, m, z_v)
-    lo95, hi95 = _moses_positions(n1, n2, m, _Z_TWO_SIDED_95)
-    shift = _sorted_median(d)
-    part = d
-    h_lo90, h_hi90 = max(shift - part[lo90], 0.0), max(part[hi90] - shift, 0.0)
-    h_lo95, h_hi95 = max(shift - part[lo95], 0.0), max(part[hi95] - shift, 0.0)
-    p_less, p_greater = _mann_whitney(x, ys)
-
-    sorted_runs = [np.sort(r) for r in runs]
-    spread, observed = _run_spread(sorted_runs)
-    run_factor = math.sqrt(1.0 + sum((r.size / n2) ** 2 for r in runs))
-    s_r = spread * run_factor
-    m90 = z_v * s_r
-    m95 = _Z_TWO_SIDED_95 * s_r
-    # "noisy" looks at the baseline's own spread: the larger of the moderated and the observed one
-    noise_spread = spread if math.isnan(observed) else max(spread, observed)
-    m_noise = z_v * noise_spread * run_factor
-    lower = math.exp(shift - math.hypot(h_lo90, m90))
-    upper = math.exp(shift + math.hypot(h_hi90, m90))
-    ci_low = math.exp(shift - math.hypot(h_lo95, m95))
-    ci_high = math.exp(shift + math.hypot(h_hi95, m95))
-    ratio = math.exp(shift)
-
-    lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
-    est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% CI"
-    tol_pct = f"{tolerance * 100:.3g}%"
-    if p_less < alpha_c and upper < lo_limit:
-        status = "regression"
-        reason = (
-            f"bandwidth is {est} of the baseline: the drop is significant (p={_fmt_p(p_less)} < "
-            f"alpha={_fmt_p(alpha_c)}) and even its one-sided {confidence * 100:.3g}% upper bound {upper:.3g}x, run-to-run "
-            f"spread included, is below the {tol_pct} tolerance limit {lo_limit:.3g}x"
-        )
-    elif p_greater < alpha_c and lower > hi_limit:
-        status = "improved"
-        reason = (
-            f"bandwidth is {est} of the baseline: the gain is significant (p={_fmt_p(p_greater)} < "
-            f"alpha={_fmt_p(alpha_c)}) and its one-sided {confidence * 100:.3g}% lower bound {lower:.3g}x is above "
-            f"{hi_limit:.3g}x; consider updating the baseline"
-        )
-    elif math.exp(-m_noise) < lo_limit:
-        status = "noisy"
-        reason = (
-            f"bandwidth is {est} of the baseline, but the baseline's run-to-run spread "
-            f"({noise_spread * 100:.2g}% over {len(runs)} runs) "
-            f"is too wide to hold a {tol_pct} tolerance; "
-            f"record more baseline runs on a quieter machine or raise the tolerance"
-        )
-    else:
-        status = "ok"
-        if p_less < alpha_c and ratio < 1.0:
-            why = "a drop is detectable but not shown to exceed"
-        elif p_greater < alpha_c and ratio > 1.0:
-            why = "a gain is detectable but not shown to exceed"
-        else:
-            why = "no change is shown beyond"
-        reason = f"bandwidth is {est} of the baseline: {why} the {tol_pct} tolerance"
-    return Comparison(
-        status=status,
-        ratio=ratio,
-        ci_low=ci_low,
-        ci_high=ci_high,
-        p_value=p_less,
-        alpha=alpha_c,
-        current_median_gbps=math.exp(_sorted_median(xs)),
-        baseline_median_gbps=math.exp(_sorted_median(ys)),
-        run_spread=spread,
-        tolerance=tolerance,
-        reason=reason,
-        lower_bound=lower,
-        upper_bound=upper,
-        p_value_greater=p_greater,
-        n_current=int(n1),
-        n_baseline=int(n2),
-        baseline_runs=len(runs),
-        observed_run_spread=observed,
+    i = int(np.flatnonzero(bad)[0])
+    raise ValueError(
+        f"{what}: bandwidth samples must be positive finite numbers; "
+        f"{int(bad.sum())} are not, the first at index {i}: {float(arr[i])!r}"
     )
 
 
-M = TypeVar("M")
+def run_location(samples_gbps: Sequence[float], what: str = "samples") -> RunLocation:
+    """The run's location (median log bandwidth) and its variance from the run's own samples."""
+    x = np.log(_as_positive(samples_gbps, what))
+    n = int(x.size)
+    loc = float(np.median(x))
+    if n < 2:
+        return RunLocation(loc, 0.0, n)
+    q1, q3 = np.percentile(x, [25, 75])
+    sd = float(q3 - q1) / 1.349
+    rho = 0.0
+    if n > 3:
+        c = x - x.mean()
+        denom = float(c @ c)
+        if denom > 0:
+            rho = min(max(float(c[1:] @ c[:-1]) / denom, 0.0), 0.9)
+    n_eff = max(n * (1.0 - rho) / (1.0 + rho), 1.0)
+    return RunLocation(loc, (math.pi / 2.0) * sd * sd / n_eff, n)
 
 
-def confirm(decide: Callable[[M], Comparison], first: M,
-            measure_again: Optional[Callable[[], M]]) -> tuple[Comparison, M, bool]:
-    """The gate's procedure on one case: a measurement judged a regression is measured again, and the
-    second measurement decides (a passing glitch is not a regression).  Returns (the comparison that
-    decides, the measurement it judged, whether it was measured again)."""
-    c = decide(first)
-    if c.failed and measure_again is not None:
-        again = measure_again()
-        return decide(again), again, True
-    return c, first, False
+def _pooled(runs: Sequence[RunLocation]) -> RunLocation:
+    """Runs measured without a new process state in between: one run."""
+    k = len(runs)
+    return RunLocation(sum(r.loc for r in runs) / k, sum(r.se2 for r in runs) / (k * k), sum(r.n for r in runs))
 
 
-def check_floor(current_gbps: Sequence[float], floor_gbps: float) -> FloorCheck:
-    """Check a case against a published floor: "regression" when the median bandwidth is below it."""
-    arr = _as_positive(current_gbps, "current samples")
+# ------------------------------------------------------------------------------------------------
+# the baseline model of one case
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CaseModel:
+    """What a case's baseline runs say (DECISION_RULE steps 1-2), in log bandwidth."""
+
+    center: float
+    sessions: int
+    runs: int
+    between2: float  # observed variance of the session means; nan below 2 sessions
+    within2: float  # pooled variance of runs within a session; nan when no session has 2 runs
+    within_df: int
+    mean_se2: float  # the baseline runs' own mean variance (u^2)
+    inv_n: float  # mean over sessions of 1 / runs in it
+    one_session: bool = False  # every run came from one session: sessions stand in for runs
+
+    @property
+    def center_gbps(self) -> float:
+        return math.exp(self.center)
+
+
+def fit_case(runs: Sequence[RunLocation], sessions: Sequence[Optional[str]]) -> CaseModel:
+    """The case's model from its baseline runs and the session of each (None: a session of its own).
+    When every run is of one session, each run stands for a session (``one_session``)."""
+    if len(runs) == 0:
+        raise ValueError("baseline: no baseline runs to compare with")
+    if len(sessions) != len(runs):
+        raise ValueError(f"fit_case: {len(runs)} runs but {len(sessions)} session labels")
+    labels = [s if s is not None else f"\0run{i}" for i, s in enumerate(sessions)]
+    one = len(set(labels)) == 1 and len(runs) > 1
+    if one:
+        labels = [f"\0run{i}" for i in range(len(runs))]
+    by: dict[str, list[float]] = {}
+    for r, s in zip(runs, labels):
+        by.setdefault(s, []).append(r.loc)
+    means = [sum(v) / len(v) for v in by.values()]
+    s_count = len(means)
+    center = sum(means) / s_count
+    between2 = float(np.var(means, ddof=1)) if s_count >= 2 else float("nan")
+    within_df = sum(len(v) - 1 for v in by.values())
+    ss = sum(sum((x - m) ** 2 for x in v) for v, m in zip(by.values(), means))
+    within2 = ss / within_df if within_df > 0 else float("nan")
+    return CaseModel(center=center, sessions=s_count, runs=len(runs), between2=between2, within2=within2,
+                     within_df=within_df, mean_se2=sum(r.se2 for r in runs) / len(runs),
+                     inv_n=sum(1.0 / len(v) for v in by.values()) / s_count, one_session=one)
+
+
+@dataclass(frozen=True)
+class Prior:
+    """The typical session-mean variance of a class of cases (``s2``) and its weight in degrees of
+    freedom (``df``; 0: no moderation, inf: every case has the same variance)."""
+
+    s2: float
+    df: float
+    cases: int = 0
+
+
+NO_PRIOR = Prior(FALLBACK_SPREAD**2, 0.0, 0)
+
+
+def prior_class(op_is_collective: bool, size_bytes: int) -> str:
+    """The class a case borrows its prior from: copies or collectives, up to 1 MiB or above."""
+    return f"{'collective' if op_is_collective else 'copy'} {'<=1MiB' if size_bytes <= (1 << 20) else '>1MiB'}"
+
+
+def fit_prior(models: Iterable[CaseModel]) -> Prior:
+    """Empirical-Bayes prior of the session-mean variance over cases (Smyth 2004, moment estimator on
+    log variances).  Fewer than 3 cases with a measured variance: no prior (df 0)."""
+    pts = [(m.between2, m.sessions - 1) for m in models if m.sessions >= 2 and m.between2 > 0]
+    if len(pts) < 3:
+        return Prior(NO_PRIOR.s2, 0.0, len(pts))
+    s2 = np.array([p[0] for p in pts])
+    d = np.array([p[1] for p in pts], dtype=float)
+    e = np.log(s2) - _special.digamma(d / 2.0) + np.log(d / 2.0)
+    e_mean = float(e.mean())
+    excess = float(((e - e_mean) ** 2).sum() / (len(e) - 1) - _special.polygamma(1, d / 2.0).mean())
+    if excess <= 0:
+        return Prior(math.exp(e_mean), math.inf, len(pts))
+    half = _opt.brentq(lambda h: float(_special.polygamma(1, h)) - excess, 1e-8, 1e8)
+    d0 = 2.0 * half
+    return Prior(math.exp(e_mean + float(_special.digamma(half)) - math.log(half)), d0, len(pts))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The prediction spread of a new session's mean of ``k`` runs (DECISION_RULE step 3)."""
+
+    sd: float
+    df: float
+    session_sd: float
+    run_sd: float
+    between_sd: float  # the session-mean spread used (observed or moderated, the larger)
+    moderated: bool  # whether the prior raised it
+
+
+def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread:
+    """V(k) and its degrees of freedom for the mean of ``k`` independent new runs whose own mean variance
+    is ``se2_now``."""
+    if k < 1:
+        raise ValueError(f"prediction: k must be >= 1, got {k}")
+    s_df = model.sessions - 1
+    if s_df >= 1:
+        b2 = model.between2
+        if prior.df > 0:
+            mod = prior.s2 if math.isinf(prior.df) else (prior.df * prior.s2 + s_df * b2) / (prior.df + s_df)
+        else:
+            mod = b2
+        used = max(b2, mod)
+        df = s_df + prior.df
+        moderated = mod > b2
+    elif prior.df > 0:  # one run: nothing measured, the class's prior alone
+        used, df, moderated = prior.s2, prior.df, True
+    else:
+        used, df, moderated = FALLBACK_SPREAD**2, FALLBACK_DF, True
+    s_n = model.sessions
+    if math.isfinite(model.within2):
+        w2 = model.within2
+        sess2 = used - w2 * model.inv_n
+        # coefficients of the two estimated variances in V, for Satterthwaite's degrees of freedom
+        c_b, c_w = (1.0 + 1.0 / s_n, 1.0 / k - model.inv_n) if sess2 > 0 else (1.0 / s_n, 1.0 / k)
+        sess2 = max(sess2, 0.0)
+    else:  # no session with two runs: the session-mean spread holds the runs' spread too
+        w2, sess2, c_b, c_w = 0.0, used, 1.0 + 1.0 / s_n, 0.0
+    run_x2 = max(w2 - model.mean_se2, 0.0)
+    v = sess2 + (run_x2 + max(se2_now, 0.0)) / k + used / s_n
+    denom = (c_b * used) ** 2 / df + ((c_w * w2) ** 2 / model.within_df if c_w and model.within_df else 0.0)
+    df_v = v * v / denom if denom > 0 else _DF_NORMAL
+    return Spread(sd=math.sqrt(v), df=min(float(df_v), _DF_NORMAL), session_sd=math.sqrt(sess2),
+                  run_sd=math.sqrt(run_x2), between_sd=math.sqrt(used), moderated=moderated)
+
+
+def _quantile(p: float, df: float) -> float:
+    """Student t quantile (normal from _DF_NORMAL degrees of freedom up, at least 1 degree of freedom)."""
+    return float(_sstats.norm.ppf(p)) if df >= _DF_NORMAL else float(_sstats.t.ppf(p, max(df, 1.0)))
+
+
+def _exp(x: float) -> float:
+    return math.exp(min(max(x, -700.0), 700.0))
+
+
+def corrected_alpha(alpha: float, n_comparisons: int) -> float:
+    """Per-case level for a session of ``n_comparisons`` gated cases: Bonferroni, alpha / m."""
+    alpha = float(alpha)
+    if not (0.0 < alpha < 1.0) or math.isnan(alpha):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if isinstance(n_comparisons, bool) or int(n_comparisons) != n_comparisons or n_comparisons < 1:
+        raise ValueError(f"n_comparisons must be a whole number >= 1, got {n_comparisons!r}")
+    return alpha / int(n_comparisons)
+
+
+def _check_tolerance(tolerance: float) -> float:
+    tolerance = float(tolerance)
+    if not (0.0 < tolerance < 1.0):
+        raise ValueError(f"tolerance must be a fraction in (0, 1) such as 0.05, got {tolerance!r}")
+    return tolerance
+
+
+def detectable_drop(model: CaseModel, prior: Prior, *, tolerance: float, level: float, k: int,
+                    se2_now: Optional[float] = None, power: float = DETECTION_POWER) -> float:
+    """The smallest drop (a fraction: 0.08 = 8 %) that the bound at per-case level ``level`` (alpha / m) on
+    the mean of ``k`` runs catches with probability ``power``."""
+    sp = prediction(model, prior, k, model.mean_se2 if se2_now is None else se2_now)
+    q = _quantile(1.0 - level, sp.df)
+    return 1.0 - (1.0 - tolerance) * _exp(-(q + float(_sstats.norm.ppf(power))) * sp.sd)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one case against its baseline; see DECISION_RULE.
+
+    ``ratio`` and the bounds are current/baseline bandwidth (0.86 = 14 % slower); ``ci_low``/``ci_high``
+    the two-sided 95 % prediction interval shown in messages, ``lower_bound``/``upper_bound`` the bounds
+    at 1 - alpha/m that decide.
+    """
+
+    status: str  # "ok" | "regression" | "improved" | "not gated"
+    ratio: float
+    ci_low: float
+    ci_high: float
+    lower_bound: float
+    upper_bound: float
+    alpha: float  # per-case level after the Bonferroni correction
+    current_median_gbps: float
+    baseline_median_gbps: float
+    tolerance: float
+    detectable_drop: float  # smallest drop caught with DETECTION_POWER, with every re-measure
+    runs_now: int  # independent runs pooled (1 + fresh re-measures)
+    spread: Spread
+    baseline_runs: int
+    baseline_sessions: int
+    reason: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+    @property
+    def gated(self) -> bool:
+        return self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance
+
+    @property
+    def ratio_text(self) -> str:
+        """E.g. ``0.86x [0.84, 0.88] 95% PI``."""
+        return f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] 95% PI"
+
+
+def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIOR, *,
+            fresh: Optional[Sequence[bool]] = None, tolerance: float = DEFAULT_TOLERANCE,
+            alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
+            max_runs: int = 1 + DEFAULT_MAX_REMEASURES) -> Comparison:
+    """Judge this session's runs of a case (``now``: the first run and its re-measures) against the case's
+    baseline model.  ``fresh[i]`` says whether re-measure i (``now[i + 1]``) drew a new process state
+    (default: all did); one that did not is merged into the run before it."""
+    tolerance = _check_tolerance(tolerance)
+    alpha_c = corrected_alpha(alpha, n_comparisons)
+    if not now:
+        raise ValueError("compare: no current run")
+    flags = [True] * (len(now) - 1) if fresh is None else [bool(f) for f in fresh]
+    if len(flags) != len(now) - 1:
+        raise ValueError(f"compare: {len(now)} runs need {len(now) - 1} fresh flags, got {len(flags)}")
+    groups: list[list[RunLocation]] = [[now[0]]]
+    for r, f in zip(now[1:], flags):
+        if f:
+            groups.append([r])
+        else:
+            groups[-1].append(r)
+    runs = [_pooled(g) if len(g) > 1 else g[0] for g in groups]
+    k = len(runs)
+    loc = sum(r.loc for r in runs) / k
+    se2_now = sum(r.se2 for r in runs) / k
+    sp = prediction(model, prior, k, se2_now)
+    q = _quantile(1.0 - alpha_c, sp.df)
+    z95 = _quantile(0.975, sp.df)
+    d = loc - model.center
+    ratio = math.exp(d)
+    upper, lower = _exp(d + q * sp.sd), _exp(d - q * sp.sd)
+    ci_low, ci_high = _exp(d - z95 * sp.sd), _exp(d + z95 * sp.sd)
+    drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now)
+    lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
+    est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% PI"
+    tol = f"{tolerance:.0%}"
+    runs_txt = f"{k} run{'s' if k > 1 else ''} now"
+    base_txt = f"{model.runs} baseline runs in {model.sessions} session{'s' if model.sessions > 1 else ''}"
+    if upper < lo_limit:
+        status = "regression"
+        reason = (f"bandwidth is {est} of the baseline ({runs_txt}, {base_txt}); even its upper bound {upper:.3g}x "
+                  f"at 1 - alpha/m ({alpha_c:.2g}) is below the {tol} tolerance limit {lo_limit:.3g}x")
+    elif lower > hi_limit:
+        status = "improved"
+        reason = (f"bandwidth is {est} of the baseline; even its lower bound {lower:.3g}x is above {hi_limit:.3g}x; "
+                  "consider recording a new baseline")
+    elif drop > GATED_DROP_FACTOR * tolerance:
+        status = "not gated"
+        reason = (f"bandwidth is {est} of the baseline, but with {base_txt} this case only catches drops of "
+                  f"{drop:.1%} or more ({DETECTION_POWER:.0%} of the time; a drop of "
+                  f"{GATED_DROP_FACTOR * tolerance:.0%} could pass); record more baseline runs in more sessions, "
+                  "or raise the tolerance")
+    else:
+        status = "ok"
+        reason = (f"bandwidth is {est} of the baseline: not shown to be outside the {tol} tolerance "
+                  f"(catches drops of {drop:.1%} or more)")
+    return Comparison(status=status, ratio=ratio, ci_low=ci_low, ci_high=ci_high, lower_bound=lower, upper_bound=upper,
+                      alpha=alpha_c, current_median_gbps=math.exp(loc), baseline_median_gbps=model.center_gbps,
+                      tolerance=tolerance, detectable_drop=drop, runs_now=k, spread=sp, baseline_runs=model.runs,
+                      baseline_sessions=model.sessions, reason=reason)
+
+
+@dataclass
+class Judged:
+    """The gate's procedure on one case (DECISION_RULE step 5): the comparison that decides and the runs
+    it pooled."""
+
+    comparison: Comparison
+    runs: list[RunLocation] = field(default_factory=list)
+    fresh: list[bool] = field(default_factory=list)  # per re-measure: whether it drew a new state
+
+    @property
+    def remeasured(self) -> int:
+        return len(self.runs) - 1
+
+
+def judge(first: RunLocation, model: CaseModel, prior: Prior,
+          measure_again: Optional[Callable[[], tuple[RunLocation, bool]]], *,
+          tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
+          max_remeasures: int = DEFAULT_MAX_REMEASURES) -> Judged:
+    """Compare ``first``; when its ratio is below 1 - tolerance (even if already a regression), and then while
+    the pooled ratio is below 1 - tolerance and not yet a regression, measure again (``measure_again``
+    returns the run and whether it drew a new process state), at most ``max_remeasures`` times, and compare
+    the pooled runs."""
+    if max_remeasures < 0:
+        raise ValueError(f"max_remeasures must be >= 0, got {max_remeasures}")
+    kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons, max_runs=1 + max_remeasures)
+    runs, fresh = [first], []
+    c = compare(runs, model, prior, **kw)  # type: ignore[arg-type]
+    # a flagged first run is always measured again (a one-off glitch must not fail alone); after that, only
+    # while the pooled runs are still below the limit and not yet a regression
+    while (measure_again is not None and len(fresh) < max_remeasures and c.ratio < 1.0 - c.tolerance
+           and (not fresh or c.status != "regression")):
+        again, is_fresh = measure_again()
+        runs.append(again)
+        fresh.append(bool(is_fresh))
+        c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
+    return Judged(c, runs, fresh)
+
+
+# ------------------------------------------------------------------------------------------------
+# the session's common shift
+# ------------------------------------------------------------------------------------------------
+def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> dict[str, float]:
+    """Per baseline run id, the common offset of a group: the median over the group's cases of the run's
+    location less the case's centre.  ``case_runs``: per case, run id -> location."""
+    devs: dict[str, list[float]] = {}
+    for runs, c in zip(case_runs, centers):
+        for rid, loc in runs.items():
+            devs.setdefault(rid, []).append(loc - c)
+    return {rid: float(np.median(v)) for rid, v in devs.items() if v}
+
+
+@dataclass(frozen=True)
+class Shift:
+    """The session's common shift of one group of cases against the baseline."""
+
+    group: str
+    cases: int
+    ratio: float
+    ci_low: float
+    ci_high: float
+    upper_bound: float
+    lower_bound: float
+    tolerance: float
+    baseline_runs: int
+    status: str  # "regression" | "improved" | "ok"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+    def text(self) -> str:
+        change = 1.0 - self.ratio
+        how = f"{abs(change):.1%} {'slower' if change > 0 else 'faster'}"
+        lo, hi = sorted((1.0 - self.ci_low, 1.0 - self.ci_high))
+        ci = (f"95% CI {-hi:+.1%} to {-lo:+.1%}")
+        verdict = {"regression": f"beyond the {self.tolerance:.0%} tolerance: REGRESSION",
+                   "improved": f"faster by more than {self.tolerance:.0%}",
+                   "ok": "within the tolerance"}[self.status]
+        return (f"every {self.group} is {how} than the baseline ({ci}; median of {self.cases} cases, spread of "
+                f"the common offset over {self.baseline_runs} baseline runs): {verdict}")
+
+
+def suite_shift(group: str, log_ratios: Sequence[float], baseline_offsets: Sequence[float], *,
+                tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA) -> Optional[Shift]:
+    """The common shift of ``group`` from its cases' log ratios (first runs) and the baseline runs' common
+    offsets of the same group (``run_offsets``).  None without a case."""
+    tolerance = _check_tolerance(tolerance)
+    x = np.asarray(list(log_ratios), dtype=float)
+    if x.size == 0:
+        return None
+    est = float(np.median(x))
+    offs = np.asarray(list(baseline_offsets), dtype=float)
+    r = offs.size
+    if r >= 2:
+        s2, df = float(np.var(offs, ddof=1)), float(r - 1)
+    else:
+        s2, df = FALLBACK_SPREAD**2, FALLBACK_DF
+    mad = float(np.median(np.abs(x - est))) * 1.4826
+    v = s2 * (1.0 + 1.0 / max(r, 1)) + (math.pi / 2.0) * mad * mad / x.size
+    sd = math.sqrt(v)
+    q = _quantile(1.0 - alpha, df)
+    z95 = _quantile(0.975, df)
+    upper, lower = math.exp(est + q * sd), math.exp(est - q * sd)
+    status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
+    return Shift(group=group, cases=int(x.size), ratio=math.exp(est), ci_low=math.exp(est - z95 * sd),
+                 ci_high=math.exp(est + z95 * sd), upper_bound=upper, lower_bound=lower, tolerance=tolerance,
+                 baseline_runs=r, status=status)
+
+
+# ------------------------------------------------------------------------------------------------
+# published floors
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FloorCheck:
+    """The verdict on a case that only has a published floor (no measured baseline runs)."""
+
+    status: str  # "ok" | "regression"
+    current_median_gbps: float
+    floor_gbps: float
+    ratio: float  # current median / floor (pooled over the re-measures)
+    tolerance: float
+    runs_now: int
+    reason: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+
+def check_floor(first: RunLocation, floor_gbps: float, measure_again: Optional[Callable[[], tuple[RunLocation, bool]]] = None,
+                *, tolerance: float = DEFAULT_TOLERANCE, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> FloorCheck:
+    """A case with a published floor: "regression" when the median bandwidth is below floor * (1 - t),
+    after the same re-measures as a measured case (pooled: the mean of the runs' log medians)."""
+    tolerance = _check_tolerance(tolerance)
     floor = float(floor_gbps)
     if not math.isfinite(floor) or floor <= 0:
         raise ValueError(f"floor_gbps must be a positive number, got {floor_gbps!r}")
-    med = float(np.median(arr))
-    if med < floor:
+    limit = math.log(floor * (1.0 - tolerance))
+    runs = [first]
+    while measure_again is not None and len(runs) <= max_remeasures and sum(r.loc for r in runs) / len(runs) < limit:
+        runs.append(measure_again()[0])
+    loc = sum(r.loc for r in runs) / len(runs)
+    med = math.exp(loc)
+    ratio = med / floor
+    where = (f"{ratio - 1:+.1%} from the published floor {floor:.4g} GB/s" if ratio < 1 else
+             f"{ratio - 1:.1%} above the published floor {floor:.4g} GB/s")
+    of = f"median {med:.4g} GB/s" + (f" (mean of {len(runs)} runs)" if len(runs) > 1 else "")
+    if loc < limit:
         status = "regression"
-        reason = f"median bandwidth {med:.4g} GB/s is below the published floor {floor:.4g} GB/s ({med / floor:.3g}x)"
+        reason = f"{of} is {where}, beyond the {tolerance:.0%} tolerance"
     else:
         status = "ok"
-        reason = f"median bandwidth {med:.4g} GB/s meets the published floor {floor:.4g} GB/s ({med / floor:.3g}x)"
-    return FloorCheck(status=status, current_median_gbps=med, floor_gbps=floor, ratio=med / floor,
-                      n_current=int(arr.size), reason=reason)
+        reason = f"{of} is {where}" + (f", within the {tolerance:.0%} tolerance" if ratio < 1 else "")
+    return FloorCheck(status=status, current_median_gbps=med, floor_gbps=floor, ratio=ratio, tolerance=tolerance,
+                      runs_now=len(runs), reason=reason)

@@ -12,6 +12,7 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
       "max_runs": 5,                         # K: how many runs each case keeps (the oldest are dropped)
       "runs": [                              # the runs that cases refer to, oldest first
         {"run_id": "20240607T101500-ab12", "date": "2024-06-07T10:15:00+00:00",
+         "session": "vm-3f2a9c1e-2024-06-07",   # optional: the occasion (host boot, day) it was recorded on
          "fingerprint": {"driver": "550.54", "nccl": "2.20.5", ...}}   # any JSON object
       ],
       "cases": {
@@ -123,6 +124,7 @@ JSON_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "run_id": {"type": "string", "minLength": 1},
                     "date": {"type": "string"},
+                    "session": {"type": "string", "minLength": 1},
                     "fingerprint": {"type": "object"},
                 },
             },
@@ -254,6 +256,7 @@ class RunRecord:
     run_id: str
     date: str
     fingerprint: dict
+    session: Optional[str] = None  # runs of one session are one session's evidence (gate.decision.fit_case)
 
 
 @dataclass(frozen=True)
@@ -595,7 +598,7 @@ def _check_samples(path: Path, doc: dict) -> None:
 
 
 def _to_baseline(path: Path, doc: dict) -> Baseline:
-    runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {})) for r in doc["runs"]]
+    runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {}), r.get("session")) for r in doc["runs"]]
     cases = {}
     for key, c in doc["cases"].items():
         cases[key] = CaseEntry(
@@ -659,7 +662,7 @@ def _clean_summary(summary: Mapping[str, Any]) -> dict:
 
 
 def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
-               max_runs: int) -> dict:
+               max_runs: int, session: Optional[str] = None) -> dict:
     doc["max_runs"] = max_runs
     if doc.get("source") == "published" and cases:
         # Measured runs now decide the cases they cover; floors stay for the cases still without runs.
@@ -667,7 +670,8 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
         doc["source_detail"] = (doc.get("source_detail", "") + f" Measured runs added from {date} on; published "
                                 "floors are kept for the cases that have no measured run.").strip()
     if not any(r["run_id"] == run_id for r in doc["runs"]):
-        doc["runs"].append({"run_id": run_id, "date": date, "fingerprint": json.loads(json.dumps(dict(fingerprint)))})
+        doc["runs"].append({"run_id": run_id, "date": date, **({"session": session} if session else {}),
+                            "fingerprint": json.loads(json.dumps(dict(fingerprint)))})
     for key, rec in cases.items():
         samples = [float(v) for v in rec.samples_gbps]
         bad = [v for v in samples if not (math.isfinite(v) and v > 0)]
@@ -727,6 +731,7 @@ def save_run(
     cases: Mapping[str, CaseRecord],
     max_runs: int = DEFAULT_MAX_RUNS,
     lock_timeout_s: float = LOCK_TIMEOUT_S,
+    session: Optional[str] = None,
 ) -> None:
     """Add this run's samples to the baseline at ``path`` (created if missing).
 
@@ -735,7 +740,8 @@ def save_run(
     that run replaced, so xdist workers of one session can each save their own cases under one run id),
     keep the cases not run this time, keep at most ``max_runs`` runs per case (oldest dropped), drop run
     records no case refers to any more, and write atomically.  A published case that gains measured runs
-    keeps its ``floor_gbps``.  ``cases`` maps case_key(...) to CaseRecord.
+    keeps its ``floor_gbps``.  ``cases`` maps case_key(...) to CaseRecord.  ``session`` labels the occasion
+    the run was recorded on (``hardware.session_label``).
     """
     path = Path(path)
     if isinstance(max_runs, bool) or int(max_runs) != max_runs or max_runs < 1:
@@ -759,7 +765,7 @@ def save_run(
             remove_stale_temp_files(path)
             doc = _read_document(path) if path.exists() else new_document(name, int(max_runs))
             doc = _merge_run(doc, run_id=run_id, date=date, fingerprint=fingerprint, cases=cases,
-                             max_runs=int(max_runs))
+                             max_runs=int(max_runs), session=session)
             errors = list(_VALIDATOR.iter_errors(doc))
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]

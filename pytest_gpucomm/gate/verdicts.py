@@ -2,12 +2,18 @@
 
 Per measured case with a baseline entry the verdict (a :class:`pytest_gpucomm.vocab.Status`) is one of
 
-* ``ok``         -- no significant change beyond the tolerance;
-* ``REGRESSION`` -- significantly slower AND slower than the tolerance (re-measured once first); fails;
-* ``improved``   -- significantly faster beyond the tolerance; passes and is reported;
-* ``noisy``      -- the baseline's own run-to-run spread is too wide to hold the tolerance; passes;
+* ``ok``         -- not shown to be outside the tolerance, and the case would catch a drop of twice it;
+* ``REGRESSION`` -- even the upper prediction bound of the ratio is below 1 - tolerance, after the
+  re-measures in new process states; fails;
+* ``improved``   -- even the lower bound is above 1 + tolerance; passes and is reported;
+* ``not gated``  -- neither, and with this baseline the case cannot catch a drop of twice the tolerance;
+  passes, or ``NOT GATED`` and fails with ``--gpu-baseline-strict``;
 * ``new``        -- no entry in the baseline; passes, or ``NEW`` and fails with ``--gpu-baseline-strict``;
-* ``floor-ok`` / ``FLOOR`` -- a published case: the median must reach the published floor.
+* ``floor-ok`` / ``FLOOR`` -- a published case: the median must reach the published floor, less the
+  tolerance, after the same re-measures.
+
+At the end of the session the common shift of all collectives and of all copies is estimated
+(:meth:`Gate.shifts`) and reported; a shift beyond the tolerance fails the session.
 
 The statistics are in :mod:`pytest_gpucomm.gate.decision` (the rule is ``decision.DECISION_RULE``), the
 file in :mod:`pytest_gpucomm.gate.store`.  Both are imported on first use, not here: building a
@@ -25,24 +31,26 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from ..units import describe_size
-from ..vocab import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, Status
+from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, Status
 
 if TYPE_CHECKING:
-    from ..measurement import Measurement
-    from .store import Baseline
+    from ..measurement import Measurement, Remeasure
+    from .decision import CaseModel, Prior, Shift
+    from .store import Baseline, CaseEntry
 
-__all__ = ["GateSettings", "Gate", "Verdict", "verdict_status"]
+__all__ = ["GateSettings", "Gate", "Verdict", "verdict_status", "case_group"]
 
 #: the decision's words -> the verdict's Status: (compared with measured runs, checked against a floor)
 _STATUS_OF = {
-    False: {"ok": Status.OK, "regression": Status.REGRESSION, "improved": Status.IMPROVED, "noisy": Status.NOISY},
+    False: {"ok": Status.OK, "regression": Status.REGRESSION, "improved": Status.IMPROVED,
+            "not gated": Status.NOT_GATED},
     True: {"ok": Status.FLOOR_OK, "regression": Status.FLOOR},
 }
 
 
 def verdict_status(decision_status: str, *, floor: bool = False) -> Status:
     """The :class:`Status` of a decision's status word: ``Comparison.status`` ("ok", "regression",
-    "improved", "noisy"), or with ``floor=True`` ``FloorCheck.status`` ("ok", "regression")."""
+    "improved", "not gated"), or with ``floor=True`` ``FloorCheck.status`` ("ok", "regression")."""
     try:
         return _STATUS_OF[floor][decision_status]
     except KeyError:
@@ -62,7 +70,7 @@ class GateSettings:
     tolerance: float = DEFAULT_TOLERANCE
     alpha: float = DEFAULT_ALPHA
     strict: bool = False
-    confidence: float = DEFAULT_CONFIDENCE
+    max_remeasures: int = DEFAULT_MAX_REMEASURES
 
 
 @dataclass
@@ -73,9 +81,8 @@ class Verdict:
     baseline_gbps: Optional[float] = None
     ratio: Optional[float] = None
     ci: Optional[tuple[float, float]] = None
-    p_value: Optional[float] = None
     message: str = ""
-    remeasured: bool = False
+    remeasured: int = 0
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,11 +98,17 @@ class Verdict:
             "baseline_gbps": self.baseline_gbps,
             "ratio": self.ratio,
             "ci95": list(self.ci) if self.ci else None,
-            "p_value": self.p_value,
             "remeasured": self.remeasured,
             "message": self.message,
             **self.details,
         }
+
+
+def case_group(op: str) -> str:
+    """The group whose common shift a case belongs to: "collective" or "copy"."""
+    from ..ops.collectives import OPS
+
+    return "collective" if op in OPS else "copy"
 
 
 class Gate:
@@ -108,6 +121,8 @@ class Gate:
         self.n_comparisons = 1
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
+        self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
+        self._offsets: Optional[dict[str, list[float]]] = None
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -147,6 +162,38 @@ class Gate:
             self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
                                               ignore=VOLATILE_KEYS | {"host"})
 
+    def _fit(self) -> dict[str, tuple["CaseModel", "Prior"]]:
+        """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
+        if self._models is not None:
+            return self._models
+        from .decision import fit_case, fit_prior, prior_class, run_offsets, run_location
+
+        assert self.baseline is not None
+        session_of = {r.run_id: r.session for r in self.baseline.runs}
+        fitted: dict[str, tuple[CaseModel, str]] = {}
+        locs: dict[str, dict[str, dict[str, float]]] = {}
+        centers: dict[str, list[float]] = {}
+        for key, e in self.baseline.cases.items():
+            if not e.runs:
+                continue
+            runs = [run_location(r.samples_gbps, f"{self.path}: case {key!r}, run {r.run_id}") for r in e.runs]
+            model = fit_case(runs, [session_of.get(r.run_id) for r in e.runs])
+            group = case_group(e.op)
+            fitted[key] = (model, prior_class(group == "collective", e.size_bytes))
+            locs.setdefault(group, {})[key] = {r.run_id: x.loc for r, x in zip(e.runs, runs)}
+            centers.setdefault(group, []).append(model.center)
+        priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
+        self._models = {key: (m, priors[c]) for key, (m, c) in fitted.items()}
+        self._offsets = {g: list(run_offsets(list(v.values()), centers[g]).values()) for g, v in locs.items()}
+        return self._models
+
+    def common_offsets(self) -> dict[str, list[float]]:
+        """Per group, the baseline runs' common offsets (the spread of the session shift)."""
+        if self.baseline is None:
+            return {}
+        self._fit()
+        return dict(self._offsets or {})
+
     def header_lines(self) -> list[str]:
         """The lines about the baseline for the session header (none when the gate is off)."""
         from .fingerprint import format_fingerprint_diff
@@ -158,6 +205,9 @@ class Gate:
         b = self.baseline
         last = b.runs[-1].date if b.runs else "never"
         runs = f"{len(b.runs)} run{'' if len(b.runs) == 1 else 's'}"
+        sessions = {r.session or r.run_id for r in b.runs}
+        if b.runs:
+            runs += f" in {len(sessions)} session{'' if len(sessions) == 1 else 's'}"
         most = max((len(e.runs) for e in b.cases.values()), default=0)
         if 0 < most < len(b.runs):  # runs that saved only some cases, or older runs beyond K for some
             runs += f", at most {most} per case"
@@ -177,10 +227,11 @@ class Gate:
 
     # -- the decision ------------------------------------------------------------------------------
     def judge(self, nodeid: str, m: Measurement, tolerance: Optional[float],
-              remeasure: Optional[Callable[[], Measurement]]) -> Verdict:
+              remeasure: Optional[Callable[[], "Remeasure"]]) -> Verdict:
         """The verdict on one measurement of test ``nodeid``; ``tolerance`` overrides the session's (the
-        @bandwidth marker's), ``remeasure`` measures the case again when it looks like a regression."""
-        from .decision import Comparison, check_floor, compare, confirm
+        @bandwidth marker's), ``remeasure`` measures the case again in a new process state when it looks
+        like a regression (DECISION_RULE step 5)."""
+        from .decision import check_floor, judge, run_location
         from .fingerprint import format_fingerprint_diff
         from .store import case_key
 
@@ -192,38 +243,75 @@ class Gate:
             return Verdict(Status.NEW_STRICT if self.settings.strict else Status.NEW,
                            message=f"no entry for {key} in {self.path}")
         tol = self.settings.tolerance if tolerance is None else tolerance
+        first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
+        again_log: list[dict[str, Any]] = []
+
+        def measure_again() -> tuple[Any, bool]:
+            assert remeasure is not None
+            r = remeasure()
+            loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
+            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})  # Measurement has no median_gbps
+            return loc, r.fresh
+
+        again = measure_again if remeasure is not None else None
         if entry.floor_only:
-            fc = check_floor(m.samples_gbps, entry.floor_gbps)
-            v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps,
-                        ratio=fc.ratio, message=fc.reason)
+            fc = check_floor(first, entry.floor_gbps, again, tolerance=tol, max_remeasures=self.settings.max_remeasures)
+            v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps, ratio=fc.ratio,
+                        remeasured=len(again_log), details={"tolerance": tol, "remeasures": again_log})
+            v.message = f"{self._what(m)}: {fc.reason}"
             if fc.failed:
-                v.message = (f"below the published floor: {self._what(m)}: measured {fc.current_median_gbps:.2f} GB/s "
-                             f"(median of {fc.n_current} samples), published floor {fc.floor_gbps:g} GB/s "
-                             f"({fc.ratio:.3f}x); source: {self.baseline.source_detail}")
+                v.message = f"below the published floor: {v.message}; source: {self.baseline.source_detail}"
             return v
-
-        def decide(measurement: Measurement) -> Comparison:
-            return compare(measurement.samples_gbps, entry.runs_gbps, tolerance=tol, alpha=self.settings.alpha,
-                           n_comparisons=self.n_comparisons, confidence=self.settings.confidence)
-
-        c, m, remeasured = confirm(decide, m, remeasure)
-        v = Verdict(verdict_status(c.status), baseline_gbps=c.baseline_median_gbps, ratio=c.ratio,
-                    ci=(c.ci_low, c.ci_high), p_value=c.p_value, remeasured=remeasured,
-                    details={"alpha": c.alpha, "tolerance": c.tolerance, "run_spread": c.run_spread,
-                             "baseline_runs": len(entry.runs)})
+        model, prior = self._fit()[key]
+        j = judge(first, model, prior, again, tolerance=tol, alpha=self.settings.alpha,
+                  n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures)
+        c = j.comparison
+        status = verdict_status(c.status)
+        if status is Status.NOT_GATED and self.settings.strict:
+            status = Status.NOT_GATED_STRICT
+        v = Verdict(status, baseline_gbps=c.baseline_median_gbps, ratio=c.ratio, ci=(c.ci_low, c.ci_high),
+                    remeasured=j.remeasured,
+                    details={"alpha": c.alpha, "tolerance": c.tolerance, "upper_bound": c.upper_bound,
+                             "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
+                             "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
+                             "baseline_sessions": c.baseline_sessions, "group": case_group(m.op),
+                             "first_log_ratio": first.loc - model.center, "remeasures": again_log})
+        pooled = ""
+        if again_log:
+            how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again_log)
+            pooled = f"; first run {first.gbps:.2f} GB/s, measured again: {how}"
         if v.status is Status.REGRESSION:
             env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
             v.message = (
                 f"REGRESSION: {self._what(m)}: {c.current_median_gbps:.2f} GB/s now vs {c.baseline_median_gbps:.2f} GB/s "
-                f"in baseline {self.baseline.name} ({len(entry.runs)} runs): {c.ratio_text}, p = {c.p_value:.3g} "
-                f"(one-sided Mann-Whitney U; alpha {self.settings.alpha:g} / {self.n_comparisons} comparisons = "
-                f"{c.alpha:.3g}); drop {1 - c.ratio:.1%} > tolerance {c.tolerance:.0%}"
-                f"{'; confirmed by a second measurement' if remeasured else ''}.\n"
+                f"in baseline {self.baseline.name}: drop {1 - c.ratio:.1%} > tolerance {c.tolerance:.0%}; "
+                f"{c.reason}{pooled}.\n"
                 f"  changed since the baseline was recorded: {env}"
             )
+        elif v.status is Status.NOT_GATED_STRICT:
+            v.message = f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: {c.reason}{pooled}"
         else:
-            v.message = c.reason
+            v.message = c.reason + pooled
         return v
+
+    def shifts(self, verdicts: list[dict[str, Any]], offsets: Optional[dict[str, list[float]]] = None,
+               tolerance: Optional[float] = None) -> list["Shift"]:
+        """The session's common shift per group (DECISION_RULE step 6), from the verdicts' dicts (``to_dict``,
+        also those an xdist worker sent) and the baseline's common offsets (default: this gate's)."""
+        from .decision import suite_shift
+
+        offs = self.common_offsets() if offsets is None else offsets
+        by: dict[str, list[float]] = {}
+        for v in verdicts:
+            if v and v.get("first_log_ratio") is not None and v.get("group"):
+                by.setdefault(v["group"], []).append(float(v["first_log_ratio"]))
+        out = []
+        for g in sorted(by):
+            sh = suite_shift(g, by[g], offs.get(g, []), tolerance=self.settings.tolerance if tolerance is None
+                             else tolerance, alpha=self.settings.alpha)
+            if sh is not None:
+                out.append(sh)
+        return out
 
     @staticmethod
     def _what(m: Measurement) -> str:
@@ -233,6 +321,7 @@ class Gate:
     def save(self, records: list[Any], fingerprint: dict[str, Any], date: str) -> tuple[Path, int]:
         """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
         file; returns the file and the number of cases saved."""
+        from ..hardware import session_label
         from .store import BaselineError, CaseRecord, save_run
 
         if self.path is None:
@@ -240,11 +329,11 @@ class Gate:
         cases: dict[str, CaseRecord] = {}
         for r in records:
             cr = CaseRecord.from_measurement(r.measurement, r.nodeid)
-            cases[cr.key] = cr  # the last measurement of a case wins (a re-measured one)
+            cases[cr.key] = cr  # the record keeps a case's first measurement; its re-measures are not saved
         name = self.baseline.name if self.baseline is not None else self.path.stem
         try:
             save_run(self.path, name=name, run_id=self.run_id, date=date, fingerprint=fingerprint, cases=cases,
-                     max_runs=self.settings.max_runs)
+                     max_runs=self.settings.max_runs, session=session_label(date))
         except BaselineError as e:
             raise pytest.UsageError(f"--gpu-baseline-save: {e}") from None
         return self.path, len(cases)

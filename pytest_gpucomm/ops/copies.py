@@ -12,6 +12,10 @@ it: the device then runs the copies back to back and launch overhead is not meas
 
 On CPU a copy is a host memcpy between two buffers, timed with the host clock; "both ways" runs two
 copies at once in two threads.
+
+A copy is described by a plain spec (``copy_spec``), so that the same copy can be measured here
+(``measure_spec``, with the session's buffers) or in a new process (the rank task ``bench_copy``, with
+buffers, streams and timing of its own: the gate's fresh re-measure).
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement
 from ..timing import TimingSettings, measure
 
-__all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool"]
+__all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
+           "bench_copy"]
 
 _LATCH_MARGIN_S = 50e-6
 _LATCH_MAX_S = 0.02
@@ -424,3 +430,67 @@ def measure_host_device(device: str, size: int, direction: str, settings: Timing
         kind="copy",
         info={"timer": "device events", "engine": timed.engine, "pinned": True, "batch": p.batch},
     )
+
+
+# -- a copy as plain data: measured here, or in a new process ----------------------------------------
+
+PEER, HOST_DEVICE = "peer", "host_device"
+
+
+def copy_spec(copy: str, devices: Sequence[str], size_bytes: int, *, both_ways: bool = False,
+              direction: str = "") -> dict[str, Any]:
+    """A copy as plain JSON values: ``copy`` is ``"peer"`` (``devices`` = [src, dst], ``both_ways``) or
+    ``"host_device"`` (``devices`` = [device], ``direction`` "h2d" or "d2h")."""
+    if copy not in (PEER, HOST_DEVICE):
+        raise ValueError(f"copy must be {PEER!r} or {HOST_DEVICE!r}, got {copy!r}")
+    if copy == PEER and len(devices) != 2:
+        raise ValueError(f"a peer copy needs [src, dst] devices, got {list(devices)!r}")
+    if copy == HOST_DEVICE and (len(devices) != 1 or direction not in ("h2d", "d2h")):
+        raise ValueError(f"a host<->device copy needs one device and direction 'h2d' or 'd2h', got "
+                         f"{list(devices)!r} and {direction!r}")
+    return {"copy": copy, "devices": [str(d) for d in devices], "size_bytes": int(size_bytes),
+            "both_ways": bool(both_ways), "direction": direction}
+
+
+def measure_spec(spec: Mapping[str, Any], settings: TimingSettings, pool: BufferPool) -> Measurement:
+    """Measure the copy ``spec`` (see ``copy_spec``) in this process, with buffers from ``pool``."""
+    devices, size = spec["devices"], int(spec["size_bytes"])
+    if spec["copy"] == PEER:
+        return measure_copy(devices[0], devices[1], size, settings, pool, bool(spec.get("both_ways")))
+    return measure_host_device(devices[0], size, spec["direction"], settings, pool)
+
+
+def _check_visible(devices: Sequence[str]) -> None:
+    """Every CUDA device of the copy must be visible here, addressed by its own index (the rank worker
+    selects its GPU with ``torch.cuda.set_device``, which must not limit a copy to that GPU)."""
+    import torch
+
+    wanted = sorted({_device_index(d) for d in devices if d.startswith("cuda")})
+    if not wanted:
+        return
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if wanted[-1] >= seen:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise CopyError(
+            f"the copy needs {', '.join(f'cuda:{i}' for i in wanted)}, but this process (pid {os.getpid()}) "
+            f"sees {seen} GPU{'' if seen == 1 else 's'}"
+            + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+        )
+
+
+def bench_copy(ctx: Any, *, copy: str, devices: Sequence[str], size_bytes: int, timing: Mapping[str, Any],
+               both_ways: bool = False, direction: str = "") -> dict[str, Any]:
+    """Rank task: measure one copy (the arguments of ``copy_spec``, and ``timing``: the fields of a
+    :class:`TimingSettings`) with buffers, streams and timing state of this process alone.
+
+    Returns ``Measurement.to_dict(with_samples=True)``; its ``info["pid"]`` is this process's id.
+    """
+    spec = copy_spec(copy, devices, size_bytes, both_ways=both_ways, direction=direction)
+    _check_visible(spec["devices"])
+    pool = BufferPool()
+    try:
+        m = measure_spec(spec, TimingSettings(**timing), pool)
+    finally:
+        pool.clear()
+    m.info["pid"] = os.getpid()
+    return m.to_dict(with_samples=True)
