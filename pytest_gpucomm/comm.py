@@ -90,6 +90,9 @@ class Comm:
         from .ops.copies import measure_spec
 
         state = self._state
+        if state.launch is not None:
+            pytest.skip("gpucomm: copies are not measured in launched mode yet: every rank of the node would copy "
+                        "between the same devices at once (node-local copies are a later part of issue 12)")
 
         def here() -> Measurement:
             return measure_spec(spec, state.timing, state.buffers)
@@ -172,6 +175,9 @@ class Comm:
             group.restart()  # new ranks: the next run starts a new process group
             return run()
 
+        if not group.restartable:  # launched mode: the job's process group lives as long as the session
+            return self._record(run(), run, run, "in the job's process group (launched mode: not restarted)",
+                                "in the same process group")
         return self._record(run(), fresh, run, "in a new process group", "in the same process group")
 
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,

@@ -22,7 +22,7 @@ class ProcessGroup:
     """
 
     def __init__(self, executor: Any, backend: str, timeout_s: float, label: str = "") -> None:
-        self.executor = executor  # ranks.RankPool
+        self.executor = executor  # ranks.RankPool, or ranks.InProcessExecutor in launched mode
         self.backend = backend
         self.timeout_s = timeout_s
         self.label = label  # the test id, named in failure messages
@@ -54,6 +54,11 @@ class ProcessGroup:
         except RankFailure as e:
             failure = str(e)
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
+
+    @property
+    def restartable(self) -> bool:
+        """Whether :meth:`restart` gives new ranks (a pool does; a launched job's process group does not)."""
+        return bool(getattr(self.executor, "restartable", True))
 
     def restart(self) -> None:
         """Stop the ranks; the next run() starts them again with a new process group."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any, Generator
+from typing import Any, Generator, Optional
 
 import pytest
 
@@ -58,6 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKER_LINES:
         config.addinivalue_line("markers", line)
     settings = read_settings(config)
+    launch, launch_error = _resolve_launch(settings.launch)
+    if launch is not None and _is_xdist_controller(config):  # its workers collect: refuse it here, not there
+        from .launched import XDIST_REFUSAL
+
+        raise pytest.UsageError(f"gpucomm: refused in launched mode ({launch.launcher}), where every rank must run "
+                                f"the same tests in the same order:\n  {XDIST_REFUSAL}")
     if settings.baseline_save and not settings.baseline:
         raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
     if _is_xdist_controller(config) and settings.baseline_save and not settings.allow_xdist:
@@ -66,7 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "other, and the baseline would keep those figures; record without -n, or pass --gpucomm-allow-xdist "
             "where each worker has devices of its own"
         )
-    if not _is_xdist_worker(config) and not config.getoption("help"):
+    speaks = launch is None or launch.is_first  # in launched mode only global rank 0 writes the reports
+    if speaks and not _is_xdist_worker(config) and not config.getoption("help"):
         from .outputs import check_output_path  # the controller writes the reports: check before any test runs
 
         for path, option in ((settings.json_path, "--gpucomm-json"),
@@ -74,12 +81,29 @@ def pytest_configure(config: pytest.Config) -> None:
             if path:
                 check_output_path(path, option)
     config.stash[STATE_KEY] = state = State(config, settings)
+    state.set_launch(launch)
+    state.launch_error = launch_error
     if settings.baseline_save or _is_xdist_controller(config):  # who needs to know which tests finished
         config.pluginmanager.register(_Progress(state), f"gpucomm-progress-{id(state)}")
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         global _HANDLER_PID
         _HANDLER_PID = os.getpid()
         config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _resolve_launch(choice: str) -> tuple[Any, Optional[str]]:
+    """(this rank's Launch or None for the rank pool, a deferred error).  A launcher named by
+    --gpucomm-launch must be readable now; with ``auto`` an unreadable launcher's environment is an error
+    only once a gpucomm test is collected (runs without gpucomm tests are left alone)."""
+    from .launch import LaunchError, resolve
+
+    try:
+        return resolve(choice, os.environ), None
+    except LaunchError as e:
+        message = f"invalid launcher environment (--gpucomm-launch={choice}): {e}"
+        if choice != "auto":
+            raise pytest.UsageError(message) from None
+        return None, message + " (--gpucomm-launch=pool ignores the launcher)"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -92,24 +116,50 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [state_of(config).settings.describe()]
+    state = state_of(config)
+    lines = [state.settings.describe()]
+    if state.launch is not None:
+        lines.append(f"gpucomm launch: {state.launch.describe()}")
+    return lines
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = state_of(session.config)
-    if state.settings.baseline and any(uses_gpucomm(i) for i in session.items):
+    used = any(uses_gpucomm(i) for i in session.items)
+    if used:
+        _join_launched_job(session, state)
+    if state.settings.baseline and used:
         state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
                         {i.nodeid for i in session.items})
-        if state.settings.baseline_save and state.gate.path is not None and not _is_xdist_worker(session.config):
+        if state.settings.baseline_save and state.gate.path is not None and not _is_xdist_worker(session.config) \
+                and state.speaks:
             from .outputs import check_output_path
 
             check_output_path(state.gate.path, "--gpu-baseline-save: the baseline")
             check_output_path(f"{state.gate.path}.lock", "--gpu-baseline-save: the baseline's lock")
 
 
+def _join_launched_job(session: pytest.Session, state: State) -> None:
+    """Launched mode, once gpucomm tests are collected: refuse the options that make ranks diverge, join the
+    job's process groups, and check that every rank collected the same tests (else a usage error)."""
+    if state.launch_error:
+        raise pytest.UsageError(state.launch_error)
+    if state.launched is None:
+        return
+    from .launched import diverging_options
+
+    refused = diverging_options(session.config)
+    if refused:
+        raise pytest.UsageError(
+            f"gpucomm: refused in launched mode ({state.launch.launcher if state.launch else ''}), where every "
+            "rank must run the same tests in the same order:\n  " + "\n  ".join(refused))
+    state.launched.start(state.info)
+    state.launched.agree_on_collection([i.nodeid for i in session.items])
+
+
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
-    if not any(uses_gpucomm(i) for i in items):
+    if not any(uses_gpucomm(i) for i in items) or not state_of(config).speaks:
         return []
     from .hardware import device_summary_lines
 
@@ -148,9 +198,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(refusal, pytrace=False)
     if marks.gpus is not None and marks.gpus > state.info.count:
         pytest.skip(state.too_few(marks.gpus))
-    if marks.world is not None and "process_group" in getattr(item, "fixturenames", ()) \
-            and marks.world > state.max_world():
-        pytest.skip(state.world_skip_reason(marks.world))
+    if marks.world is not None and "process_group" in getattr(item, "fixturenames", ()):
+        problem = state.world_problem(marks.world)
+        if problem:
+            pytest.skip(problem)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -176,7 +227,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = state_of(config)
-    if not state.records:
+    if not state.records or not state.speaks:
         return
     from .report import summary_lines
 
@@ -191,14 +242,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     A pytest-xdist worker saves its cases into the baseline and hands its records to the controller, which
     writes the reports and prints the table of every worker's rows.  An output that cannot be written is
-    named in the summary and makes the exit status non-zero."""
+    named in the summary and makes the exit status non-zero.  In launched mode every rank leaves the job's
+    process groups here, and only global rank 0 writes the reports and the baseline."""
     config = session.config
     state = state_of(config)
     state.close()
     worker = _is_xdist_worker(config)
     if _is_xdist_controller(config):  # the workers' rows in the order the tests finished, not by worker
         state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
-    if state.records:
+    if state.records and state.speaks:
         from .report import write_reports
 
         finished = exitstatus != pytest.ExitCode.INTERRUPTED and state.ran_every_test(session)

@@ -322,6 +322,9 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         def json_report() -> None:
             section = baseline_extra(state)
             extra = {"baseline": section} if section else {}
+            launch = state.launch_extra()
+            if launch:
+                extra["launch"] = launch
             doc = json_document(state.records, settings=s.to_dict(), fingerprint=state.fingerprint, extra=extra)
             write_json(s.json_path, doc)
             state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")

@@ -72,6 +72,11 @@ _OPTIONS = [
     ("--gpucomm-timeout", "gpucomm_timeout", "gpucomm_timeout", "GPUCOMM_TIMEOUT",
      f"Seconds a collective may take on the ranks before the test fails as hung. Default: {DEFAULT_TIMEOUT_S:g}.",
      "SECONDS"),
+    ("--gpucomm-launch", "gpucomm_launch", "gpucomm_launch", "GPUCOMM_LAUNCH",
+     "How the ranks of a process group are started: 'auto' (as one rank of the job when pytest was started once "
+     "per rank by torchrun, srun or mpirun, found from their environment variables; else 'pool'), 'pool' (a pool "
+     "of worker processes on this host), or 'torchrun', 'slurm', 'mpi' (that launcher's variables, which must "
+     "be set). Default: auto.", "auto|pool|torchrun|slurm|mpi"),
 ]
 
 
@@ -93,6 +98,7 @@ class Settings:
     baseline_save_partial: bool = False
     benchmark_json: Optional[str] = None
     allow_xdist: bool = False
+    launch: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
@@ -211,6 +217,15 @@ def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _parse_launch(value: str, name: str, origin: str) -> str:
+    from .launch import LAUNCH_CHOICES
+
+    v = value.strip().lower()
+    if v not in LAUNCH_CHOICES:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {', '.join(LAUNCH_CHOICES)}")
+    return v
+
+
 def _parse_fraction(value: str, name: str, origin: str) -> float:
     try:
         x = float(value)
@@ -260,6 +275,7 @@ def read_settings(config: pytest.Config) -> Settings:
         baseline_save_partial=bool(config.getoption("gpucomm_baseline_save_partial")),
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
         allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
+        launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
     )
 
 

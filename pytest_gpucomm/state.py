@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .gate import Gate
     from .group import ProcessGroup
     from .hardware import DeviceInfo
+    from .launch import Launch
+    from .launched import LaunchedSession
     from .measurement import Measurement, Remeasure
     from .ops.copies import BufferPool
     from .timing import TimingSettings
@@ -76,6 +78,36 @@ class State:
         self._info: Optional["DeviceInfo"] = None
         self._fingerprint: Optional[dict[str, Any]] = None
         self._buffers: Optional["BufferPool"] = None
+        #: launched mode (pytest started once per rank by torchrun, srun or mpirun): this rank's place in the
+        #: job, and the session's side of it; both None with the rank pool
+        self.launch: Optional["Launch"] = None
+        self.launched: Optional["LaunchedSession"] = None
+        #: why the launcher's variables could not be read (--gpucomm-launch=auto): an error only once a
+        #: gpucomm test is collected, so that runs without gpucomm tests are left alone
+        self.launch_error: Optional[str] = None
+
+    def set_launch(self, launch: Optional["Launch"]) -> None:
+        """Run as one rank of a launched job (``launch``), or with the rank pool (None)."""
+        from .launched import LaunchedSession
+
+        self.launch = launch
+        self.launched = LaunchedSession(launch, self.settings.timeout_s) if launch is not None else None
+
+    @property
+    def speaks(self) -> bool:
+        """Whether this process prints the gpucomm table and writes the reports and the baseline: always
+        with the rank pool, only global rank 0 in launched mode."""
+        return self.launch is None or self.launch.is_first
+
+    def launch_extra(self) -> Optional[dict[str, Any]]:
+        """The job's shape for the JSON report (launched mode), else None."""
+        la = self.launch
+        if la is None:
+            return None
+        hosts = self.launched.hosts if self.launched is not None else ()
+        return {"launcher": la.launcher, "world_size": la.world_size, "n_nodes": la.n_nodes,
+                "local_world_size": la.local_world_size, "master_addr": la.master_addr,
+                "master_port": la.master_port, "hosts": sorted(set(hosts))}
 
     # -- lazily created, so nothing heavy happens unless a gpucomm fixture or marker is used ---------
     @property
@@ -161,11 +193,23 @@ class State:
 
     # -- process groups -------------------------------------------------------------------------------
     def max_world(self) -> int:
-        """The largest process group: one rank per GPU, or up to CPU_MAX_WORLD gloo ranks on CPU."""
+        """The largest process group: one rank per GPU, or up to CPU_MAX_WORLD gloo ranks on CPU; in
+        launched mode the job's world."""
+        if self.launch is not None:
+            return self.launch.world_size
         return self.info.count if self.info.kind == "gpu" else CPU_MAX_WORLD
 
     def default_world(self) -> int:
-        return self.info.count
+        return self.launch.world_size if self.launch is not None else self.info.count
+
+    def world_problem(self, world: int) -> Optional[str]:
+        """Why a process group of ``world`` ranks cannot be had in this session (a skip reason), or None."""
+        if self.launch is not None:
+            if world == self.launch.world_size:
+                return None
+            return (f"needs a world of {world} ranks; this {self.launch.launcher} job has {self.launch.world_size} "
+                    "(launched mode runs tests over the job's whole world)")
+        return self.world_skip_reason(world) if world > self.max_world() else None
 
     def world_skip_reason(self, world: int) -> str:
         if self.info.kind == "gpu":
@@ -176,9 +220,13 @@ class State:
         """The process group of ``world`` ranks: one pool of workers per world size and session."""
         from .group import ProcessGroup
 
-        if world > self.max_world():
-            raise pytest.UsageError(self.world_skip_reason(world))
+        problem = self.world_problem(world)
+        if problem:
+            raise pytest.UsageError(problem)
         info = self.info
+        if self.launched is not None:  # one rank of a launched job: the task runs here, on every rank
+            executor = self.launched.executor(info)
+            return ProcessGroup(executor, executor.backend, timeout_s or self.settings.timeout_s, label)
         if world not in self.pools:
             from .ops.collectives import worker_env
             from .ranks import RankPool
@@ -299,6 +347,8 @@ class State:
         self.pools.clear()
         if self._buffers is not None:
             self._buffers.clear()
+        if self.launched is not None:
+            self.launched.close()
 
 
 STATE_KEY = pytest.StashKey[State]()

@@ -5,6 +5,8 @@ Public API (imported lazily, so ``python -m pytest_gpucomm.ranks.worker`` stays 
 * :class:`RankPool` -- :mod:`.pool` (the run loop; processes are started by :mod:`.spawn`,
   failure messages written by :mod:`.report`, messages to and from the workers are the
   dataclasses of :mod:`.protocol`)
+* :class:`InProcessExecutor` -- :mod:`.inprocess` (launched mode: the task runs in this
+  pytest process, one rank of a job started by torchrun, srun or mpirun)
 * :class:`RankContext`, :func:`load_task` -- :mod:`.context`
 * :class:`RankFailure`, :class:`RankError`, :class:`RankTimeout`,
   :class:`RankCrash`, :class:`RankStartError` -- :mod:`.errors`
@@ -16,6 +18,7 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     "RankPool": "pool",
+    "InProcessExecutor": "inprocess",
     "RankContext": "context",
     "load_task": "context",
     "RankFailure": "errors",

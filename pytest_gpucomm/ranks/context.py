@@ -29,6 +29,8 @@ class RankContext:
         local_rank: rank within the node (selects the GPU).
         backend: torch.distributed backend, e.g. ``"gloo"`` or ``"nccl"``.
         device: torch device string for this rank, e.g. ``"cpu"`` or ``"cuda:1"``.
+        host: the host this rank runs on (launched mode; ``""`` in a pool, where every rank is on this host).
+        node_rank, n_nodes: this rank's node and the number of nodes (0 and 1 in a pool).
     """
 
     rank: int
@@ -36,6 +38,9 @@ class RankContext:
     local_rank: int
     backend: str
     device: str
+    host: str = ""
+    node_rank: int = 0
+    n_nodes: int = 1
 
     @property
     def is_first(self) -> bool:

@@ -1,0 +1,78 @@
+"""The executor of launched mode: the task runs here, in this pytest process, which is one rank of the job.
+
+:class:`InProcessExecutor` has the interface of :class:`~pytest_gpucomm.ranks.pool.RankPool` that
+:class:`~pytest_gpucomm.group.ProcessGroup` uses (``world_size``, ``run(task, kwargs, timeout_s=, label=)``,
+``close()``): ``run`` calls ``function(ctx, **kwargs)`` on this rank -- every rank of the job does the same
+in its own pytest process -- and then gathers every rank's outcome over the control group, so that every
+rank returns the per-rank results ordered by rank, or raises the same :class:`~.errors.RankError` naming
+the ranks that raised (with their host and traceback).
+
+Imports torch only when a task runs.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Mapping
+
+from pytest_gpucomm.ranks import report
+from pytest_gpucomm.ranks.context import RankContext, load_task
+
+__all__ = ["InProcessExecutor"]
+
+
+class InProcessExecutor:
+    """Runs tasks on this rank of a launched job; see the module docstring.
+
+    Args:
+        ctx: this rank's context (its rank, world size, local rank, backend, device, host).
+        control: the gloo process group the outcomes are gathered over (``None``: the default group).
+        hosts: the host of every rank, ordered by rank, for failure messages (may be empty).
+    """
+
+    #: a launched job's process group is the job's: it cannot be torn down and started again in-process
+    restartable = False
+
+    def __init__(self, ctx: RankContext, control: Any = None, hosts: tuple[str, ...] = ()) -> None:
+        self.ctx = ctx
+        self.control = control
+        self.hosts = hosts
+        self.world_size = ctx.world_size
+        self.backend = ctx.backend
+        self._tasks: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"InProcessExecutor(rank={self.ctx.rank}, world_size={self.world_size}, backend={self.backend!r})"
+
+    def _where(self, rank: int) -> str:
+        return f"{rank} on {self.hosts[rank]}" if rank < len(self.hosts) else str(rank)
+
+    def run(self, task: str, kwargs: Mapping[str, Any] | None = None, *, timeout_s: float,
+            label: str = "") -> list[Any]:
+        """Run ``task`` here; return every rank's result, ordered by rank.
+
+        ``timeout_s`` is accepted for the interface; in this first form the bound on a rank that does not
+        arrive is the process groups' own timeout (``--gpucomm-timeout`` when they were created).
+
+        Raises:
+            RankError: the task raised on some rank (on every rank alike, with each failing rank's traceback).
+        """
+        import torch.distributed as dist
+
+        try:
+            fn = self._tasks.get(task)
+            if fn is None:
+                fn = self._tasks[task] = load_task(task)
+            outcome: tuple[bool, Any] = (True, fn(self.ctx, **dict(kwargs or {})))
+        except Exception:  # a KeyboardInterrupt or SystemExit stops this rank; the launcher stops the rest
+            outcome = (False, traceback.format_exc())
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, outcome, group=self.control)
+        errors = {r: f"(rank {self._where(r)})\n{payload}" for r, (ok, payload) in enumerate(gathered) if not ok}
+        if errors:
+            finished = [r for r in range(self.world_size) if r not in errors]
+            raise report.task_error(label or task, self.world_size, errors, finished)
+        return [payload for _, payload in gathered]
+
+    def close(self) -> None:
+        """Nothing to stop: the job's process groups live as long as the session (see ``launched``)."""

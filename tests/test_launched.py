@@ -1,0 +1,242 @@
+"""Launched mode: pytest started once per rank by torchrun, or with srun's variables set by hand.
+
+Each test starts real processes (CPU variants, gloo over loopback) and checks what a user sees: exit 0 on
+every rank, the gpucomm table printed once, the JSON report written once by rank 0 with the job's world,
+and no process left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import pytest_gpucomm
+
+REPO = str(Path(pytest_gpucomm.__file__).resolve().parent.parent)
+LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "MPI_LOCAL", "GPUCOMM_", "TORCHELASTIC_", "PYTEST_")
+LAUNCHER_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                 "MASTER_PORT", "PYTEST_ADDOPTS"}
+LIMIT_S = 90  # a hung run fails the test instead of the suite
+
+SMALL = '''
+from pytest_gpucomm import sizes
+
+
+def whoami(ctx):
+    return {"rank": ctx.rank, "world": ctx.world_size, "node": ctx.node_rank, "device": ctx.device}
+
+
+@sizes("4KiB")
+def test_all_reduce(process_group, size, comm):
+    m = comm.all_reduce(process_group, size)
+    assert m.world_size == process_group.world_size
+
+
+def test_every_rank_runs_the_task(process_group):
+    out = process_group.run("test_small:whoami")
+    assert [o["rank"] for o in out] == list(range(process_group.world_size))
+'''
+
+ARGS = ["-p", "no:cacheprovider", "--gpucomm-min-time=0.01", "--gpucomm-timeout=60"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without any launcher's variables (the tests may run under one), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def processes_in_session(sid: int) -> list[int]:
+    """Processes (not zombies) of the session ``sid``: what a launcher started in it and left running."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[4]) == sid and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return out
+
+
+def run_all(cmds: list[list[str]], envs: list[dict[str, str]], cwd: Path) -> list[tuple[int, str]]:
+    """Start every command at once (each in a session of its own), wait for all; (exit code, output) each.
+    Fails the test if one does not end within LIMIT_S or leaves a process behind."""
+    procs = [subprocess.Popen(c, env=e, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for c, e in zip(cmds, envs)]
+    results = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=LIMIT_S)
+            results.append((p.returncode, out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    deadline = time.monotonic() + 5
+    while any(processes_in_session(p.pid) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = {p.pid: processes_in_session(p.pid) for p in procs}
+    for pids in left.values():
+        for pid in pids:
+            os.kill(pid, 9)
+    assert not any(left.values()), f"processes left behind: {left}"
+    return results
+
+
+def torchrun(nnodes: int, node_rank: int, nproc: int, port: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node_rank}",
+            f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}",
+            "-m", "pytest", *args]
+
+
+def check_one_report(outputs: list[str], json_path: Path, world: int, n_nodes: int, ranks: int) -> None:
+    text = "\n".join(outputs)
+    assert text.count("2 passed") == ranks, text
+    assert text.count("= gpucomm results =") == 1, text  # the table: rank 0 only
+    assert text.count("gpucomm: wrote 1 measurements to") == 1, text
+    doc = json.loads(json_path.read_text())
+    assert [r["world_size"] for r in doc["rows"]] == [world]
+    assert doc["launch"]["world_size"] == world and doc["launch"]["n_nodes"] == n_nodes
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    (tmp_path / "test_small.py").write_text(SMALL)
+    return tmp_path
+
+
+def test_torchrun_one_node_two_ranks(small: Path) -> None:
+    out = small / "out.json"
+    cmd = torchrun(1, 0, 2, free_port(), "test_small.py", *ARGS, f"--gpucomm-json={out}")
+    [(code, text)] = run_all([cmd], [clean_env()], small)
+    assert code == 0, text
+    assert "gpucomm launch: torchrun rank 0 of 2" in text and "gpucomm launch: torchrun rank 1 of 2" in text
+    check_one_report([text], out, world=2, n_nodes=1, ranks=2)
+
+
+def test_torchrun_two_simulated_nodes_of_two_ranks(small: Path) -> None:
+    out, port = small / "out.json", free_port()
+    cmds = [torchrun(2, k, 2, port, "test_small.py", *ARGS, f"--gpucomm-json={out}") for k in (0, 1)]
+    results = run_all(cmds, [clean_env(), clean_env()], small)
+    assert [code for code, _ in results] == [0, 0], results
+    assert "node 1 of 2" in results[1][1]
+    check_one_report([t for _, t in results], out, world=4, n_nodes=2, ranks=4)
+
+
+def slurm_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
+    return clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
+                     SLURM_NTASKS_PER_NODE=str(world), SLURM_NODEID="0", SLURM_STEP_NODELIST="localhost",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
+
+
+def test_srun_variables_set_by_hand_on_two_processes(small: Path) -> None:
+    out, port = small / "out.json", free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, f"--gpucomm-json={out}"]
+    results = run_all([cmd, cmd], [slurm_env(0, 2, port), slurm_env(1, 2, port)], small)
+    assert [code for code, _ in results] == [0, 0], results
+    assert "gpucomm launch: slurm rank 1 of 2" in results[1][1]
+    check_one_report([t for _, t in results], out, world=2, n_nodes=1, ranks=2)
+
+
+def test_ranks_that_collected_different_tests_all_stop_naming_the_first_difference(small: Path) -> None:
+    port = free_port()
+    cmds = [[sys.executable, "-m", "pytest", "test_small.py", *ARGS, *extra] for extra in ([], ["-k", "task"])]
+    results = run_all(cmds, [slurm_env(0, 2, port), slurm_env(1, 2, port)], small)
+    assert [code for code, _ in results] == [4, 4], results
+    for _, text in results:
+        assert "the ranks of this slurm job collected different tests" in text, text
+        assert "rank 0 (on " in text and "2 tests" in text
+        assert ("rank 1 (on " in text and "1 tests; first difference at test 1: rank 0 has "
+                "'test_small.py::test_all_reduce[4KiB]', rank 1 has 'test_small.py::test_every_rank_runs_the_task'"
+                in text), text
+    assert "= gpucomm results =" not in results[0][1]
+
+
+@pytest.mark.parametrize("option, why", [
+    ("-x", "-x/--maxfail=1: a rank that stops after its failures"),
+    ("--maxfail=3", "-x/--maxfail=3"),
+    ("-n1", "-n/--dist (pytest-xdist)"),
+])
+def test_options_that_make_ranks_diverge_are_refused(small: Path, option: str, why: str) -> None:
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, option]
+    [(code, text)] = run_all([cmd], [slurm_env(0, 2, free_port())], small)  # refused before the rendezvous
+    assert code == 4, text
+    assert "gpucomm: refused in launched mode (slurm), where every rank must run the same tests" in text
+    assert why in text
+
+
+def test_last_failed_is_refused_in_launched_mode(small: Path) -> None:
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", "--gpucomm-min-time=0.01", "--lf"]
+    [(code, text)] = run_all([cmd], [slurm_env(0, 2, free_port())], small)
+    assert code == 4 and "--lf/--last-failed: each rank selects or orders the tests from its own cache" in text, text
+
+
+# -- the option, in-process (no launcher started) -----------------------------------------------------
+
+COLLECTIVE = '''
+def test_group(process_group):
+    assert process_group.world_size == 2
+'''
+
+
+def test_launch_option_rejects_an_unknown_value(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(COLLECTIVE)
+    result = pytester.runpytest("--gpucomm-launch=docker")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid --gpucomm-launch 'docker' (from the command line): expected auto, pool, "
+                                 "torchrun, mpi, slurm*"])
+
+
+def test_a_named_launcher_without_its_variables_is_a_usage_error(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in [k for k in os.environ if k in LAUNCHER_VARS or k.startswith(LAUNCHER_PREFIXES[:4])]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("GPUCOMM_LAUNCH", "torchrun")
+    pytester.makepyfile(COLLECTIVE)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid launcher environment (--gpucomm-launch=torchrun): torchrun: RANK is not set*"])
+
+
+def test_auto_with_a_broken_launcher_environment_leaves_runs_without_gpucomm_tests_alone(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "zero")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    assert pytester.runpytest().ret == pytest.ExitCode.OK
+    pytester.makepyfile(COLLECTIVE)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid launcher environment (--gpucomm-launch=auto): slurm: SLURM_PROCID='zero' "
+                                 "is not a whole number (--gpucomm-launch=pool ignores the launcher)*"])
+
+
+def test_pool_ignores_the_launcher_variables(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "zero")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--gpucomm-launch=pool")
+    assert result.ret == pytest.ExitCode.OK
+    assert "gpucomm launch:" not in result.stdout.str()
