@@ -189,14 +189,14 @@ class _Env:
     def has(self, name: str) -> bool:
         return name in self.environ
 
-    def str(self, *names: str) -> Optional[str]:
+    def text(self, *names: str) -> Optional[str]:
         for name in names:
             v = self.environ.get(name, "").strip()
             if v:
                 return v
         return None
 
-    def int(self, *names: str, required: bool = True, minimum: int = 0) -> Optional[int]:
+    def integer(self, *names: str, required: bool = True, minimum: int = 0) -> Optional[int]:
         """The first of ``names`` that is set, as an int >= ``minimum``."""
         for name in names:
             if name in self.environ:
@@ -213,7 +213,7 @@ class _Env:
         return None
 
     def port(self, name: str, default: Optional[int]) -> int:
-        value = self.int(name, required=default is None, minimum=1)
+        value = self.integer(name, required=default is None, minimum=1)
         if value is None:
             assert default is not None
             return default
@@ -239,18 +239,18 @@ def _check(launcher: str, rank: int, world: int, local_rank: int, local_world: i
 
 
 def _torchrun(env: _Env, host: str) -> Launch:
-    rank = env.int("RANK")
-    world = env.int("WORLD_SIZE", minimum=1)
-    local_rank = env.int("LOCAL_RANK")
-    local_world = env.int("LOCAL_WORLD_SIZE", minimum=1)
+    rank = env.integer("RANK")
+    world = env.integer("WORLD_SIZE", minimum=1)
+    local_rank = env.integer("LOCAL_RANK")
+    local_world = env.integer("LOCAL_WORLD_SIZE", minimum=1)
     assert rank is not None and world is not None and local_rank is not None and local_world is not None
-    addr = env.str("MASTER_ADDR")
+    addr = env.text("MASTER_ADDR")
     if addr is None:
         raise LaunchError("torchrun: MASTER_ADDR is not set (torchrun sets it; started by hand, set it to the "
                           "host of rank 0)")
     port = env.port("MASTER_PORT", None)
     n_nodes = -(-world // local_world)
-    node = env.int("GROUP_RANK", required=False)
+    node = env.integer("GROUP_RANK", required=False)
     node_rank = node if node is not None else rank // local_world
     _check("torchrun", rank, world, local_rank, local_world, node_rank, n_nodes,
            ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
@@ -263,15 +263,15 @@ def _mpi(env: _Env, host: str) -> Launch:
                  "OMPI_COMM_WORLD_LOCAL_SIZE")
     else:
         names = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-    rank = env.int(names[0])
-    world = env.int(names[1], minimum=1)
-    local_rank = env.int(names[2])
-    local_world = env.int(names[3], minimum=1)
+    rank = env.integer(names[0])
+    world = env.integer(names[1], minimum=1)
+    local_rank = env.integer(names[2])
+    local_world = env.integer(names[3], minimum=1)
     assert rank is not None and world is not None and local_rank is not None and local_world is not None
     n_nodes = -(-world // local_world)
     node_rank = rank // local_world  # mpirun's default mapping: by slot, a node's ranks in a block
     _check("mpi", rank, world, local_rank, local_world, node_rank, n_nodes, names)
-    addr = env.str("MASTER_ADDR")
+    addr = env.text("MASTER_ADDR")
     if addr is None:
         if local_world != world:
             raise LaunchError(
@@ -283,24 +283,24 @@ def _mpi(env: _Env, host: str) -> Launch:
 
 
 def _slurm(env: _Env, host: str) -> Launch:
-    rank = env.int("SLURM_PROCID")
-    world = env.int("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", minimum=1)
-    local_rank = env.int("SLURM_LOCALID")
+    rank = env.integer("SLURM_PROCID")
+    world = env.integer("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", minimum=1)
+    local_rank = env.integer("SLURM_LOCALID")
     assert rank is not None and world is not None and local_rank is not None
     nodelist_var = next((v for v in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-                         if env.str(v)), None)
+                         if env.text(v)), None)
     hosts: list[str] = []
     if nodelist_var is not None:
         try:
             hosts = expand_hostlist(env.environ[nodelist_var])
         except ValueError as e:
             raise LaunchError(f"slurm: {nodelist_var}={env.environ[nodelist_var]!r}: {e}") from None
-    n_nodes = env.int("SLURM_STEP_NUM_NODES", "SLURM_NNODES", required=False, minimum=1) or len(hosts) or None
-    node = env.int("SLURM_NODEID", required=False)
+    n_nodes = env.integer("SLURM_STEP_NUM_NODES", "SLURM_NNODES", required=False, minimum=1) or len(hosts) or None
+    node = env.integer("SLURM_NODEID", required=False)
     per_node_var = "SLURM_NTASKS_PER_NODE"
-    local_world = env.int(per_node_var, required=False, minimum=1)
+    local_world = env.integer(per_node_var, required=False, minimum=1)
     if local_world is None:
-        per_node_var = next((v for v in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if env.str(v)), "")
+        per_node_var = next((v for v in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if env.text(v)), "")
         if not per_node_var:
             raise LaunchError("slurm: none of SLURM_NTASKS_PER_NODE, SLURM_STEP_TASKS_PER_NODE, "
                               "SLURM_TASKS_PER_NODE is set: how many tasks run on this node is unknown")
@@ -320,16 +320,16 @@ def _slurm(env: _Env, host: str) -> Launch:
     node_rank = node if node is not None else rank // local_world
     _check("slurm", rank, world, local_rank, local_world, node_rank, n_nodes,
            ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", per_node_var))
-    if hosts and len(hosts) != n_nodes:
+    if nodelist_var is not None and len(hosts) != n_nodes:
         raise LaunchError(f"slurm: {nodelist_var}={env.environ[nodelist_var]!r} names {len(hosts)} hosts, "
                           f"but the step has {n_nodes} nodes")
-    addr = env.str("MASTER_ADDR")
+    addr = env.text("MASTER_ADDR")
     if addr is None:
         if not hosts:
             raise LaunchError("slurm: neither MASTER_ADDR nor SLURM_STEP_NODELIST / SLURM_JOB_NODELIST is set: "
                               "the rendezvous host (that of rank 0) is unknown")
         addr = hosts[0]
-    job = env.int("SLURM_JOB_ID", required=False)
+    job = env.integer("SLURM_JOB_ID", required=False)
     default_port = SLURM_PORT_BASE + job % SLURM_PORT_SPAN if job is not None else DEFAULT_MASTER_PORT
     return Launch("slurm", rank, world, local_rank, local_world, node_rank, n_nodes, addr,
                   env.port("MASTER_PORT", default_port), host)

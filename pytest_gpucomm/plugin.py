@@ -199,9 +199,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if marks.gpus is not None and marks.gpus > state.info.count:
         pytest.skip(state.too_few(marks.gpus))
     if marks.world is not None and "process_group" in getattr(item, "fixturenames", ()):
-        problem = state.world_problem(marks.world)
-        if problem:
-            pytest.skip(problem)
+        unavailable = state.world_problem(marks.world)
+        if unavailable:
+            pytest.skip(unavailable)
 
 
 @pytest.hookimpl(wrapper=True)
