@@ -141,8 +141,12 @@ TEST_F = "def test_copy(gpu_pair, comm):\n    comm.copy(gpu_pair, 4096)\n"
 def test_a_copy_below_the_published_floor_fails(pytester):
     pytester.makepyfile(test_f=TEST_F)
     base = _published(pytester.path / "tiny.json", 1e9)
-    result = pytester.runpytest(f"--gpu-baseline={base}", "test_f.py::test_copy[0->1]", *FAST)
+    report = pytester.path / "gpucomm.json"
+    result = pytester.runpytest(f"--gpu-baseline={base}", "test_f.py::test_copy[0->1]", f"--gpucomm-json={report}",
+                                *FAST)
     result.assert_outcomes(failed=1)
+    [row] = json.loads(report.read_text(encoding="utf-8"))["rows"]
+    assert row["baseline"]["remeasured"] == len(row["baseline"]["remeasures"]) == 2  # the runs pooled, less one
     # measured again twice (a first run below floor * (1 - tolerance) is), then judged on the pooled runs
     result.stdout.fnmatch_lines(["*below the published floor*(mean of 3 runs) is *% from the published floor "
                                  "1e+09 GB/s, beyond the 5% tolerance*"])
