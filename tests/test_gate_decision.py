@@ -323,7 +323,8 @@ def test_bonferroni_a_larger_n_comparisons_widens_the_bound():
 
 def test_each_pooled_look_after_the_first_spends_its_share_of_alpha():
     assert corrected_alpha(0.01, 10, 2) == pytest.approx(0.01 / 20)
-    assert compare([at(1.0)], STEADY, n_comparisons=10).alpha == pytest.approx(0.01 / 20)  # default: 2 re-measures
+    assert compare([at(1.0)], STEADY, n_comparisons=10).alpha == pytest.approx(0.01 / 10)  # default: 1 re-measure
+    assert compare([at(1.0)], STEADY, n_comparisons=10, max_runs=3).alpha == pytest.approx(0.01 / 20)
     assert compare([at(1.0)], STEADY, n_comparisons=10, max_runs=4).alpha == pytest.approx(0.01 / 30)
     assert compare([at(1.0)], STEADY, n_comparisons=10, max_runs=1).alpha == pytest.approx(0.01 / 10)
     # judge spends looks only where it can measure again
@@ -361,7 +362,7 @@ def test_judge_measures_a_flagged_first_run_again_and_pools_the_runs():
 
 def test_a_glitch_then_normal_re_measures_is_not_a_regression():
     again = Again(1.0, 1.0)
-    j = judge(at(0.90), STEADY, NO_PRIOR, again)
+    j = judge(at(0.90), STEADY, NO_PRIOR, again, max_remeasures=2)
     assert compare([at(0.90)], STEADY).status == "regression"  # the first run alone would fail
     assert j.comparison.status == "ok" and again.calls == 2 and j.comparison.runs_now == 3
     assert j.comparison.ratio == pytest.approx((0.90 * 1.0 * 1.0) ** (1 / 3), rel=1e-2)
@@ -432,7 +433,7 @@ def test_10_percent_below_the_floor_fails_after_the_re_measures():
         calls.append(1)
         return _floor_run(0.90), True
 
-    fc = check_floor(_floor_run(0.90), 44.0, again, tolerance=0.05)
+    fc = check_floor(_floor_run(0.90), 44.0, again, tolerance=0.05, max_remeasures=2)
     assert fc.status == "regression" and fc.failed and len(calls) == 2 and fc.runs_now == 3
     assert "-10.0% from the published floor 44 GB/s, beyond the 5% tolerance" in fc.reason
     assert "mean of 3 runs" in fc.reason
@@ -440,7 +441,7 @@ def test_10_percent_below_the_floor_fails_after_the_re_measures():
 
 def test_a_floor_glitch_is_measured_again_and_passes():
     runs = iter([_floor_run(1.0), _floor_run(1.0)])
-    fc = check_floor(_floor_run(0.90), 44.0, lambda: (next(runs), True), tolerance=0.05)
+    fc = check_floor(_floor_run(0.90), 44.0, lambda: (next(runs), True), tolerance=0.05, max_remeasures=2)
     assert fc.status == "ok" and fc.runs_now == 3
 
 

@@ -98,7 +98,7 @@ def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_pat
 
 
 def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
-    g = _loaded_gate(tmp_path, STEADY_RUNS)
+    g = _loaded_gate(tmp_path, STEADY_RUNS, max_remeasures=2)
     calls = []
 
     def again() -> Remeasure:
@@ -129,7 +129,7 @@ def test_a_verdict_dict_has_the_decisions_details_and_no_p_value(tmp_path):
     assert d["baseline_runs"] == 4 and d["baseline_sessions"] == 4 and d["gated"] and d["remeasures"] == []
 
 
-def _loaded_gate_of_cases(tmp_path: Path, n_cases: int, runs: list[list[float]]) -> tuple[Gate, list[str]]:
+def _loaded_gate_of_cases(tmp_path: Path, n_cases: int, runs: list[list[float]], **settings) -> tuple[Gate, list[str]]:
     """A gate whose baseline has ``n_cases`` copy cases, each with the same ``runs``."""
     path = tmp_path / "cpu.json"
     nodeids = [f"test_f.py::test_copy[{i}]" for i in range(n_cases)]
@@ -137,13 +137,13 @@ def _loaded_gate_of_cases(tmp_path: Path, n_cases: int, runs: list[list[float]])
         recs = [CaseRecord(test_id=n, op="copy", size_bytes=4096, world_size=1, samples_gbps=samples) for n in nodeids]
         save_run(path, name="cpu", run_id=f"r{i}", date="2026-01-01T00:00:00+00:00", fingerprint={},
                  cases={r.key: r for r in recs})
-    g = Gate(GateSettings(spec=str(path)))
+    g = Gate(GateSettings(spec=str(path), **settings))
     g.load(None, {}, set(nodeids))
     return g, nodeids
 
 
 def test_the_common_shift_judges_the_pooled_ratio_so_re_measured_glitches_do_not_fail_the_session(tmp_path):
-    g, nodeids = _loaded_gate_of_cases(tmp_path, 6, STEADY_RUNS)
+    g, nodeids = _loaded_gate_of_cases(tmp_path, 6, STEADY_RUNS, max_remeasures=2)
     assert set(g.commons()) == {"copy"} and g.commons()["copy"]["runs"] == 4
 
     def again(level: float) -> Remeasure:

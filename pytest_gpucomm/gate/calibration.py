@@ -457,12 +457,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 lr = loso(cases, session, drops, **kw2) if n_sessions >= 2 else None  # type: ignore[arg-type]
                 sr = (simulate(cases, session, model, suites=args.sim_suites, drops=drops, seed=args.seed, **kw2)  # type: ignore[arg-type]
                       if args.sim_suites else None)
-                row = {"alpha": a, "remeasures": k, "loso": lr and _brief(lr), "simulation": sr and _brief(sr)}
-                rows.append(row)
+                briefs = [_brief(x) if x else None for x in (lr, sr)]
+                rows.append({"alpha": a, "remeasures": k, "loso": briefs[0], "simulation": briefs[1]})
                 print(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
                     "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, not gated {_pct(x['not_gated'])}, "
                                            f"3% {_pct(x['drift3_all'])}, 10% {_pct(x['drop10_gated'])} | {_pct(x['drop10_all'])}")
-                    for x in (row["loso"], row["simulation"])))
+                    for x in briefs))
         doc["table"] = rows
         proj = projection(cases, model, (n_sessions, 8, 12, 20), **kw)  # type: ignore[arg-type]
         print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "

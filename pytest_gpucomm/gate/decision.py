@@ -84,9 +84,10 @@ All statistics work on log bandwidth, so a shift is a ratio.
      The verdict says D and the fix: more baseline runs over more sessions, or a larger tolerance.
    * "ok": otherwise.
 5. Re-measure.  A first run whose ratio is below 1 - t is measured again in a new process state (a new
-   process group, a new process for copies), and the runs are pooled (k = 2); when the pooled ratio is
-   still below 1 - t and not yet decided, once more (k = 3, the default limit).  A re-measure that could
-   not draw a new state is merged into the run it repeats (k unchanged).
+   process group, a new process for copies), and the runs are pooled (k = 2).  With more re-measures
+   allowed (DEFAULT_MAX_REMEASURES is 1), another follows while the pooled ratio is still below 1 - t and
+   not yet decided.  A re-measure that could not draw a new state is merged into the run it repeats (k
+   unchanged).
 6. The session's common shift.  Per group (copies, collectives) the median over the cases of the log
    ratio (each case's runs pooled) is the session's shift.  Each baseline run's common offset (the
    median over the group's cases of its deviation from the case's centre) is fitted like a case's runs
@@ -483,7 +484,8 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
         raise ValueError(f"max_remeasures must be >= 0, got {max_remeasures}")
     kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons,
               max_runs=1 + (max_remeasures if measure_again is not None else 0))
-    runs, fresh = [first], []
+    runs: list[RunLocation] = [first]
+    fresh: list[bool] = []
     c = compare(runs, model, prior, **kw)  # type: ignore[arg-type]
     # a flagged first run is always measured again (a one-off glitch must not fail alone); after that, only
     # while the pooled runs are still below the limit and not yet a regression

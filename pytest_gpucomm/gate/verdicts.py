@@ -263,7 +263,7 @@ class Gate:
             assert remeasure is not None
             r = remeasure()
             loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
-            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})  # Measurement has no median_gbps
+            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})
             return loc, r.fresh
 
         again = measure_again if remeasure is not None else None
