@@ -70,15 +70,21 @@ class Comm:
             "or give size= to @bandwidth/@latency"
         )
 
-    def _record(self, m: Measurement, fresh: Callable[[], Measurement], same: Callable[[], Measurement],
+    def _record(self, m: Measurement, fresh: Optional[Callable[[], Measurement]], same: Callable[[], Measurement],
                 fresh_how: str, same_how: str) -> Measurement:
         """Keep ``m``; the gate may call the record's ``redo`` to measure once more: ``fresh`` measures in a
         new process state (a new process group, a new process), so that a per-session condition -- an
         algorithm or a buffer placement chosen at set-up -- does not decide the verdict twice; ``same``
         measures in the current one, once the session's fresh re-measures are used up (see
-        :meth:`State.remeasure`).  ``fresh_how`` and ``same_how`` say where ("in a new process")."""
+        :meth:`State.remeasure`).  ``fresh_how`` and ``same_how`` say where ("in a new process").  Without
+        ``fresh`` (a state that cannot be made anew), every re-measure is ``same``, not fresh, and ``same_how``
+        says why."""
 
         def redo() -> "Remeasure":
+            if fresh is None:
+                from .measurement import Remeasure
+
+                return Remeasure(same(), fresh=False, how=same_how)
             return self._state.remeasure(fresh, same, fresh_how, same_how)
 
         self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo))
@@ -176,8 +182,9 @@ class Comm:
             return run()
 
         if not group.restartable:  # launched mode: the job's process group lives as long as the session
-            return self._record(run(), run, run, "in the job's process group (launched mode: not restarted)",
-                                "in the same process group")
+            return self._record(run(), None, run, "",
+                                "in the same process group: the job's process group (launched mode) cannot be "
+                                "restarted")
         return self._record(run(), fresh, run, "in a new process group", "in the same process group")
 
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,

@@ -250,6 +250,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     worker = _is_xdist_worker(config)
     if _is_xdist_controller(config):  # the workers' rows in the order the tests finished, not by worker
         state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
+    if state.records and state.settings.baseline and not worker and state.speaks:
+        from .report import session_shifts
+
+        state.shifts = session_shifts(state)
     if state.records and state.speaks:
         from .report import write_reports
 
@@ -257,15 +261,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         write_reports(state, finished=finished, is_worker=worker)
     if worker:
         config.workeroutput["gpucomm"] = state.worker_output()  # type: ignore[attr-defined]
-    shift_failed = False
-    if state.records and state.settings.baseline and not state.settings.baseline_save and not worker:
-        from .report import session_shifts
-
-        for sh in session_shifts(state):
-            if sh.failed:
-                shift_failed = True
-                state.notes.append(f"gpucomm: FAILED: the session's common shift is a regression: {sh.text()}")
-    if (state.write_failed or shift_failed) and session.exitstatus == pytest.ExitCode.OK:
+    failed_shifts = [sh.group for sh in state.shifts if sh.failed] if not state.settings.baseline_save else []
+    for g in failed_shifts:
+        state.notes.append(f"gpucomm: FAILED: the common shift of the {g} cases is a regression (the 'gpucomm "
+                           "shift' line above)")
+    if (state.write_failed or failed_shifts) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

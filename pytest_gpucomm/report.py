@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from .atomic import write_atomic
 from .state import Record
-from .units import format_size
+from .units import format_size, plural
+from .vocab import Status
 
 if TYPE_CHECKING:
     from .state import State
@@ -229,27 +230,27 @@ def gate_summary_lines(state: "State") -> list[str]:
     if judged:
         drops = sorted(b["detectable_drop"] for _, b in judged)
         gated = sum(1 for _, b in judged if b.get("gated"))
-        tol = judged[0][1].get("tolerance", 0.05)
-        lines.append(f"gpucomm sensitivity: {gated} of {len(judged)} cases catch a drop of {2 * tol:.0%} "
+        lines.append(f"gpucomm sensitivity: {gated} of {len(judged)} cases catch a drop of twice their tolerance "
                      f"(99% of the time); the smallest drop caught is {drops[len(drops) // 2]:.1%} at the median "
                      f"case, {drops[-1]:.1%} at worst")
-        not_gated = [(n, b) for n, b in judged if not b.get("gated")]
+        not_gated = [(n, b) for n, b in judged if b.get("status") in (Status.NOT_GATED, Status.NOT_GATED_STRICT)]
         for n, b in not_gated[:10]:
             lines.append(f"  not gated: {n}: catches drops of {b['detectable_drop']:.1%} or more "
-                         f"({b.get('baseline_runs')} baseline runs in {b.get('baseline_sessions')} sessions)")
+                         f"({plural(b.get('baseline_runs', 0), 'baseline run')} in "
+                         f"{plural(b.get('baseline_sessions', 0), 'session')})")
         if len(not_gated) > 10:
             lines.append(f"  ... and {len(not_gated) - 10} more not gated (the JSON report lists every case)")
         if not_gated:
             lines.append("  fix: record more baseline runs, in more sessions (other boots or days), with "
                          "--gpu-baseline-save; or raise --gpu-tolerance")
-    for sh in session_shifts(state):
+    for sh in state.shifts:
         lines.append(f"gpucomm shift: {sh.text()}")
     return lines
 
 
 def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
-    in the environment, the baseline's common offsets per group (or what the xdist workers said of all
+    in the environment, the baseline's common spread per group (or what the xdist workers said of all
     that), and the session's common shifts."""
     extra = state.from_workers.get("baseline")
     if not extra and state.settings.baseline and state.gate.loaded:
@@ -261,26 +262,24 @@ def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
             "comparisons": gate.n_comparisons,
             "environment_diff": [[k, None if a is ABSENT else a, None if b is ABSENT else b]
                                  for k, a, b in gate.env_diff],
-            "common_offsets": gate.common_offsets(),
+            "common": gate.commons(),
         }
     if not extra:
         return extra
-    shifts = session_shifts(state, extra)
-    return {**extra, "shifts": [dataclasses.asdict(sh) | {"text": sh.text()} for sh in shifts]}
+    return {**extra, "shifts": [dataclasses.asdict(sh) | {"text": sh.text()} for sh in state.shifts]}
 
 
-def session_shifts(state: "State", extra: Optional[dict[str, Any]] = None) -> list[Any]:
+def session_shifts(state: "State") -> list[Any]:
     """The session's common shift per group of cases (gate.decision.suite_shift), from the verdicts of
-    every record and the baseline's common offsets; none when nothing was compared with measured runs."""
-    if extra is None:
-        extra = state.from_workers.get("baseline") or {}
-    offsets = extra.get("common_offsets")
-    if offsets is None and state.settings.baseline and state.gate.loaded:
-        offsets = state.gate.common_offsets()
-    verdicts = [r.baseline for r in state.records if r.baseline and r.baseline.get("first_log_ratio") is not None]
-    if not verdicts or offsets is None:
+    every record and the baseline's common spreads (the gate's, or those the xdist workers sent); none
+    when nothing was compared with measured runs."""
+    common = (state.from_workers.get("baseline") or {}).get("common")
+    if common is None and state.settings.baseline and state.gate.loaded:
+        common = state.gate.commons()
+    verdicts = [r.baseline for r in state.records if r.baseline and r.baseline.get("log_ratio") is not None]
+    if not verdicts or common is None:
         return []
-    return state.gate.shifts(verdicts, offsets)
+    return state.gate.shifts(verdicts, common)
 
 
 def write_reports(state: "State", *, finished: bool = True, is_worker: bool = False) -> None:

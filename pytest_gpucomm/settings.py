@@ -50,7 +50,8 @@ _OPTIONS = [
      f"A slowdown smaller than this fraction is never a regression (a test's @bandwidth(tolerance=...) "
      f"overrides it). Default: {DEFAULT_TOLERANCE}.", "FRACTION"),
     ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
-     f"Suite-level significance level, Bonferroni-corrected over the gated comparisons. Default: {DEFAULT_ALPHA}.",
+     f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide (half over the gated "
+     f"cases and their re-measures, half over the groups' common shifts). Default: {DEFAULT_ALPHA}.",
      "ALPHA"),
     ("--gpucomm-device", "gpucomm_device", "gpucomm_device", "GPUCOMM_DEVICE",
      "Where to measure: 'auto' (GPUs when torch sees one, else the CPU variants), 'gpu' (error without one) "

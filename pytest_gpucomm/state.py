@@ -69,6 +69,7 @@ class State:
         self._gate: Optional["Gate"] = None
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.write_failed = False  # an output (report, baseline) could not be written at the end
+        self.shifts: list[Any] = []  # the session's common shifts (gate.decision.Shift), set at its end
         self.from_workers: dict[str, Any] = {}  # under pytest-xdist, in the controller: what workers sent
         self.report_order: dict[str, int] = {}  # test id -> the order its call phase finished in
         self.finished_tests: set[str] = set()  # test ids that ran to their end (set up, called, torn down)

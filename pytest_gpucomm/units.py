@@ -19,7 +19,7 @@ import math
 import re
 from typing import Union
 
-__all__ = ["SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "size_token", "gbps", "GB"]
+__all__ = ["SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "size_token", "gbps", "GB", "plural"]
 
 GB = 1e9
 #: the largest size accepted anywhere: 1 TiB, more than any device's memory
@@ -163,3 +163,8 @@ def gbps(nbytes: float, seconds: float) -> float:
     if seconds <= 0:
         return math.inf
     return nbytes / seconds / GB
+
+
+def plural(n: int, word: str) -> str:
+    """``1 run``, ``3 runs``: a count and its noun."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -81,7 +81,7 @@ DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
 DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression
 DEFAULT_ALPHA = 0.01  # suite-level significance, Bonferroni-corrected
 DEFAULT_MAX_RUNS = 24  # runs kept per case in a baseline file: several sessions (gate.decision)
-DEFAULT_MAX_REMEASURES = 2  # re-measures of a flagged case, each in a new process state (gate.decision.judge)
+DEFAULT_MAX_REMEASURES = 1  # re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)
 
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
 #: two-rank collectives have something real to measure.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_pat
 
 
 def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
-    g = _loaded_gate(tmp_path, STEADY_RUNS)
+    g = _loaded_gate(tmp_path, STEADY_RUNS, max_remeasures=2)
     calls = []
 
     def again() -> Remeasure:
@@ -107,7 +108,8 @@ def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
     v = g.judge(NODEID, FakeMeasurement(_steady(90.0)), None, again)  # a one-off glitch, then normal runs
     assert v.status is Status.OK and v.remeasured == len(calls) == 2
     d = v.to_dict()
-    assert d["runs_pooled"] == 3 and d["first_log_ratio"] < -0.09 and d["group"] == "copy"
+    assert d["runs_pooled"] == 3 and d["group"] == "copy"
+    assert d["log_ratio"] == pytest.approx(math.log(0.90) / 3, abs=2e-3)  # the pooled ratio, not the first run's
     assert [a["median_gbps"] for a in d["remeasures"]] == [pytest.approx(100.0, rel=1e-3)] * 2
     assert "first run 90.00 GB/s, measured again: 100.00 GB/s in a new process; 100.00 GB/s in a new process" in v.message
     slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None,
@@ -122,9 +124,41 @@ def test_a_verdict_dict_has_the_decisions_details_and_no_p_value(tmp_path):
     d = json.loads(json.dumps(g.judge(NODEID, FakeMeasurement(_steady(100.0)), None, None).to_dict()))
     assert "p_value" not in d and d["remeasured"] == 0 and d["status"] == "ok"
     for key in ("alpha", "tolerance", "upper_bound", "detectable_drop", "gated", "runs_pooled", "prediction_sd",
-                "baseline_runs", "baseline_sessions", "group", "first_log_ratio", "remeasures"):
+                "baseline_runs", "baseline_sessions", "group", "log_ratio", "remeasures"):
         assert key in d, key
     assert d["baseline_runs"] == 4 and d["baseline_sessions"] == 4 and d["gated"] and d["remeasures"] == []
+
+
+def _loaded_gate_of_cases(tmp_path: Path, n_cases: int, runs: list[list[float]], **settings) -> tuple[Gate, list[str]]:
+    """A gate whose baseline has ``n_cases`` copy cases, each with the same ``runs``."""
+    path = tmp_path / "cpu.json"
+    nodeids = [f"test_f.py::test_copy[{i}]" for i in range(n_cases)]
+    for i, samples in enumerate(runs):
+        recs = [CaseRecord(test_id=n, op="copy", size_bytes=4096, world_size=1, samples_gbps=samples) for n in nodeids]
+        save_run(path, name="cpu", run_id=f"r{i}", date="2026-01-01T00:00:00+00:00", fingerprint={},
+                 cases={r.key: r for r in recs})
+    g = Gate(GateSettings(spec=str(path), **settings))
+    g.load(None, {}, set(nodeids))
+    return g, nodeids
+
+
+def test_the_common_shift_judges_the_pooled_ratio_so_re_measured_glitches_do_not_fail_the_session(tmp_path):
+    g, nodeids = _loaded_gate_of_cases(tmp_path, 6, STEADY_RUNS, max_remeasures=2)
+    assert set(g.commons()) == {"copy"} and g.commons()["copy"]["runs"] == 4
+
+    def again(level: float) -> Remeasure:
+        return Remeasure(FakeMeasurement(_steady(level)), True, "in a new process")  # type: ignore[arg-type]
+
+    # every case: a first run 10 % slow, then two normal re-measures
+    glitches = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(100.0)) for n in nodeids]
+    assert all(v.status is Status.OK and v.remeasured == 2 for v in glitches)
+    [sh] = g.shifts([v.to_dict() for v in glitches])
+    assert sh.group == "copy" and sh.cases == 6 and not sh.failed
+    assert sh.ratio == pytest.approx(0.90 ** (1 / 3), rel=2e-3)  # the pooled ratio, not the first run's 0.90
+    # the same six cases slow in every run: the shift fails the session
+    slow = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(90.0)) for n in nodeids]
+    [sh] = g.shifts([v.to_dict() for v in slow])
+    assert sh.failed and sh.ratio == pytest.approx(0.90, rel=2e-3)
 
 
 def test_a_case_whose_baseline_runs_differ_widely_is_not_gated_or_fails_as_NOT_GATED_when_strict(tmp_path):

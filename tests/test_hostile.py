@@ -283,7 +283,9 @@ def test_under_xdist_a_gated_run_prints_the_verdicts_of_every_worker(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST)
     assert pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST).ret == 0
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", *FAST)
+    # real CPU copies, timed once serially and now by two workers sharing the cores, can differ by half: a
+    # tolerance of 90 % keeps this about printing the verdicts, not about the machine's load
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-tolerance=0.9", *FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["gpucomm verdicts: *"])
     verdicts = [ln for ln in result.stdout.lines if ln.startswith("gpucomm verdicts:")][0]

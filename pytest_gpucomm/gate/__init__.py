@@ -27,7 +27,7 @@ from .verdicts import Gate, GateSettings, Verdict
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
                      "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
-                     "Shift", "run_offsets", "suite_shift", "FloorCheck", "check_floor", "corrected_alpha"],
+                     "Common", "common_spread", "Shift", "run_offsets", "suite_shift", "FloorCheck", "check_floor", "corrected_alpha"],
                     "decision"),
     **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
                      "CaseEntry", "CaseRecord", "CaseRun", "RunRecord", "case_key", "baseline_name_for_model",
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .decision import (  # noqa: F401
         DECISION_RULE,
         CaseModel,
+        Common,
         Comparison,
         FloorCheck,
         Prior,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         Shift,
         Spread,
         check_floor,
+        common_spread,
         compare,
         corrected_alpha,
         detectable_drop,

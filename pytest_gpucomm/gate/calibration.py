@@ -145,47 +145,64 @@ def _new_counts(drops: Sequence[float]) -> dict[str, Any]:
             "shift_caught": {d: [0, 0] for d in drops}, "detectable": []}
 
 
-def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], offsets: dict[str, list[float]],
+def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], commons: dict[str, Any],
            drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int) -> dict[str, Any]:
-    """Judge one suite (one current run of every case, with its re-measures) at no drop and at each drop."""
-    from .decision import suite_shift
+    """Judge one suite (one current run of every case, with its re-measures) at no drop and at each drop,
+    the cases at their share of alpha and the groups' common shifts at the rest, as the plugin does."""
+    from .decision import CASE_ALPHA_SHARE, suite_shift
 
-    m = max(1, len(judged))
-    kw = dict(m=m, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
+    kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * CASE_ALPHA_SHARE,
+              max_remeasures=max_remeasures)
+    groups = sorted({j[4] for j in judged})
+    shift_alpha = alpha * (1.0 - CASE_ALPHA_SHARE) / max(1, len(groups))
     statuses: dict[str, int] = {}
-    first_ratios: dict[str, list[float]] = {}
     gated = {}
-    for key, model, prior, runs, group in judged:
-        c = _judge(runs[0], runs[1:], model, prior, 0.0, **kw)  # type: ignore[arg-type]
-        statuses[c.status] = statuses.get(c.status, 0) + 1
-        counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
-        counts["detectable"].append(c.detectable_drop)
-        gated[key] = c.gated
-        counts["not_gated"] += not c.gated
-        first_ratios.setdefault(group, []).append(runs[0].loc - model.center)
-    for d in drops:
+    shift_failed = {}
+    for d in (0.0, *drops):
+        by: dict[str, tuple[list[float], list[float]]] = {g: ([], []) for g in groups}
         for key, model, prior, runs, group in judged:
-            hit = _judge(runs[0], runs[1:], model, prior, d, **kw).failed  # type: ignore[arg-type]
-            counts["caught_all"][d][0] += hit
+            c = _judge(runs[0], runs[1:], model, prior, d, **kw)  # type: ignore[arg-type]
+            by[group][0].append(math.log(c.ratio))
+            by[group][1].append(c.spread.sd ** 2)
+            if d == 0.0:
+                statuses[c.status] = statuses.get(c.status, 0) + 1
+                counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
+                counts["detectable"].append(c.detectable_drop)
+                gated[key] = c.gated
+                counts["not_gated"] += not c.gated
+                continue
+            counts["caught_all"][d][0] += c.failed
             counts["caught_all"][d][1] += 1
             if gated[key]:
-                counts["caught_gated"][d][0] += hit
+                counts["caught_gated"][d][0] += c.failed
                 counts["caught_gated"][d][1] += 1
-    shift_alarm = False
-    for g, xs in first_ratios.items():
-        sh = suite_shift(g, xs, offsets.get(g, []), tolerance=tolerance, alpha=alpha)
-        shift_alarm |= bool(sh and sh.failed)
-        for d in drops:
-            shd = suite_shift(g, [x + math.log(1.0 - d) for x in xs], offsets.get(g, []), tolerance=tolerance,
-                              alpha=alpha)
-            counts["shift_caught"][d][0] += bool(shd and shd.failed)
+        failed = any(bool(sh and sh.failed) for g in groups
+                     for sh in [suite_shift(g, by[g][0], by[g][1], commons.get(g), tolerance=tolerance, alpha=shift_alpha)])
+        shift_failed[d] = failed
+        if d:
+            counts["shift_caught"][d][0] += failed
             counts["shift_caught"][d][1] += 1
     counts["suites"] += 1
     counts["judged"] += len(judged)
     counts["false_alarm_suites"] += statuses.get("regression", 0) > 0
-    counts["shift_false_alarms"] += shift_alarm
+    counts["shift_false_alarms"] += shift_failed[0.0]
     return {"cases": len(judged), "statuses": statuses, "false_alarm": statuses.get("regression", 0) > 0,
-            "shift_false_alarm": shift_alarm}
+            "shift_false_alarm": shift_failed[0.0]}
+
+
+def _commons(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
+             session_of: dict[str, Any]) -> dict[str, Any]:
+    """Per group, the baseline's common spread (``decision.common_spread``) over the runs in ``runs_of``."""
+    from .decision import common_spread
+
+    out = {}
+    for g in sorted({c.group for c in cases}):
+        cs = [c for c in cases if c.group == g and c.key in models]
+        common = common_spread([{r: c.runs[r].loc for r in runs_of[c.key]} for c in cs],
+                               [models[c.key][0].center for c in cs], {r: str(s) for r, s in session_of.items()})
+        if common is not None:
+            out[g] = common
+    return out
 
 
 def _rates(counts: dict[str, Any]) -> dict[str, Any]:
@@ -213,8 +230,6 @@ def _rates(counts: dict[str, Any]) -> dict[str, Any]:
 def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, tolerance: float = DEFAULT_TOLERANCE,
          alpha: float = DEFAULT_ALPHA, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> dict[str, Any]:
     """Leave-one-session-out A/A, detection and sensitivity, from the file's own runs."""
-    from .decision import run_offsets
-
     order = {r: i for i, r in enumerate(sorted(session, key=lambda r: (session[r], r)))}
     sessions = sorted(set(session.values()))
     counts = _new_counts(drops)
@@ -222,18 +237,14 @@ def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, 
     for s in sessions:
         train = {c.key: [r for r in c.runs if session[r] != s] for c in cases}
         models = _models(cases, train, session)
-        offsets: dict[str, list[float]] = {}
-        for g in {c.group for c in cases}:
-            cs = [c for c in cases if c.group == g and c.key in models]
-            offsets[g] = list(run_offsets([{r: c.runs[r].loc for r in train[c.key]} for c in cs],
-                                          [models[c.key][0].center for c in cs]).values())
+        commons = _commons(cases, train, models, session)
         held = sorted({r for c in cases for r in c.runs if session[r] == s}, key=order.__getitem__)
         for i, run in enumerate(held):
             rest = held[i + 1:] + held[:i]  # the session's other runs, the next ones first
             judged = [(c.key, *models[c.key], [c.runs[run]] + [c.runs[r] for r in rest if r in c.runs], c.group)
                       for c in cases if run in c.runs and c.key in models]
             if judged:
-                suites.append({"session": s, "run": run, **_suite(counts, judged, offsets, drops, tolerance=tolerance,
+                suites.append({"session": s, "run": run, **_suite(counts, judged, commons, drops, tolerance=tolerance,
                                                                   alpha=alpha, max_remeasures=max_remeasures)})
     return {"sessions": len(sessions), **_rates(counts), "per_suite": suites}
 
@@ -270,7 +281,7 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
     part is taken out of the case's run spread (what is left, at least 0)."""
     import numpy as np
 
-    from .decision import RunLocation, run_offsets
+    from .decision import RunLocation
 
     rng = np.random.default_rng(seed)
     counts = _new_counts(drops)
@@ -293,13 +304,9 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
             sims.append(Case(c.key, c.group, c.klass, runs))
         train = {c.key: [r for r in c.runs if not r.startswith("new")] for c in sims}
         models = _models(sims, train, sess_of)
-        offsets = {}
-        for g in common:
-            cs = [c for c in sims if c.group == g]
-            offsets[g] = list(run_offsets([{r: c.runs[r].loc for r in train[c.key]} for c in cs],
-                                          [models[c.key][0].center for c in cs]).values())
+        commons = _commons(sims, train, models, sess_of)
         judged = [(c.key, *models[c.key], [c.runs[r] for r in new_runs], c.group) for c in sims]
-        _suite(counts, judged, offsets, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
+        _suite(counts, judged, commons, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
     return _rates(counts)
 
 
@@ -310,11 +317,11 @@ def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int]
     sessions: baselines of ``s`` sessions x ``runs_per_session`` runs drawn from the fitted model."""
     import numpy as np
 
-    from .decision import RunLocation, detectable_drop
+    from .decision import CASE_ALPHA_SHARE, RunLocation, corrected_alpha, detectable_drop
 
     rng = np.random.default_rng(seed)
     out = {}
-    m = len(cases)
+    level = corrected_alpha(alpha * CASE_ALPHA_SHARE, len(cases), max(1, max_remeasures))
     for n_s in sessions:
         runs_of = {f"p{i}-{j}": i for i in range(n_s) for j in range(runs_per_session)}
         sims = []
@@ -329,7 +336,7 @@ def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int]
         drops = []
         for c in sims:
             mod, prior = models[c.key]
-            drops.append(detectable_drop(mod, prior, tolerance=tolerance, level=alpha / m, k=1 + max_remeasures))
+            drops.append(detectable_drop(mod, prior, tolerance=tolerance, level=level, k=1 + max_remeasures))
         out[n_s] = {"not_gated_share": float(np.mean([x > 2 * tolerance for x in drops])),
                     "detectable_drop_median": float(np.median(drops))}
     return out
@@ -450,12 +457,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 lr = loso(cases, session, drops, **kw2) if n_sessions >= 2 else None  # type: ignore[arg-type]
                 sr = (simulate(cases, session, model, suites=args.sim_suites, drops=drops, seed=args.seed, **kw2)  # type: ignore[arg-type]
                       if args.sim_suites else None)
-                row = {"alpha": a, "remeasures": k, "loso": lr and _brief(lr), "simulation": sr and _brief(sr)}
-                rows.append(row)
+                briefs = [_brief(x) if x else None for x in (lr, sr)]
+                rows.append({"alpha": a, "remeasures": k, "loso": briefs[0], "simulation": briefs[1]})
                 print(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
                     "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, not gated {_pct(x['not_gated'])}, "
                                            f"3% {_pct(x['drift3_all'])}, 10% {_pct(x['drop10_gated'])} | {_pct(x['drop10_all'])}")
-                    for x in (row["loso"], row["simulation"])))
+                    for x in briefs))
         doc["table"] = rows
         proj = projection(cases, model, (n_sessions, 8, 12, 20), **kw)  # type: ignore[arg-type]
         print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "

@@ -17,6 +17,7 @@ from scipy import optimize as _opt
 from scipy import special as _special
 from scipy import stats as _sstats
 
+from ..units import plural
 from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
 
 __all__ = [
@@ -33,8 +34,10 @@ __all__ = [
     "compare",
     "judge",
     "detectable_drop",
-    "Shift",
+    "Common",
     "run_offsets",
+    "common_spread",
+    "Shift",
     "suite_shift",
     "FloorCheck",
     "check_floor",
@@ -62,30 +65,39 @@ All statistics work on log bandwidth, so a shift is a ratio.
    moderated towards the typical s_b of the baseline's cases of the same class (copies or collectives,
    up to 1 MiB or above), with the weight d0 that the spread of s_b across those cases supports (the
    empirical-Bayes estimator of Smyth, 2004).  The moderated value is never used below the observed one.
+   With one session, s_s comes from that prior, else it is assumed (FALLBACK_SESSION_SPREAD, 0.5 %, worth
+   4 degrees of freedom; about the median case's on 2 x H200); with one run, s_w is assumed too (1 %).
 3. Prediction.  A new session's mean of k independent runs differs from the centre by a variance
    V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
-   u_now^2: the new runs'; S sessions).  Its degrees of freedom combine those of s_b (S - 1 + d0) and
-   of s_w (runs less sessions) by Satterthwaite's rule, for Student t quantiles.
+   u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.1 %).  Its degrees of freedom combine
+   those of s_b (S - 1 + d0) and of s_w (runs less sessions) by Satterthwaite's rule (Student t).
 4. Verdict, at tolerance t (default 5 %), with the multiple-comparison correction on the bound that
-   decides: q = t-quantile at 1 - alpha/m, m the gated cases of the session, alpha 0.01 by default.
+   decides: q = t-quantile at 1 - a, a = alpha * CASE_ALPHA_SHARE / (m * looks): m the gated cases of the
+   session, looks the pooled comparisons that may decide a regression (one per re-measure), alpha 0.01.
    * "regression": ratio * exp(q * sqrt(V(k))) < 1 - t: even the upper bound of the ratio is below
      the tolerance limit.  By Bonferroni, when no case truly dropped by more than the tolerance, the
-     chance that any case of the session is called a regression is at most alpha.
+     chance that any case of the session is called a regression is at most alpha * CASE_ALPHA_SHARE.
    * "improved": symmetric, ratio * exp(-q sqrt(V(k))) > 1 + t.
    * "not gated": neither, and this baseline cannot catch a drop of twice the tolerance (10 %) with 99 %
-     probability: the smallest such drop, D = 1 - (1 - t) exp(-(q + z_0.99) sqrt(V(k_max))), is larger.
+     probability: the smallest such drop, D = 1 - (1 - t) exp(-(q + z_0.99) sqrt(V(k_max))), is larger
+     (q at V(k_max)'s degrees of freedom; k_max = 1 + the re-measures, assumed to draw new processes).
      The verdict says D and the fix: more baseline runs over more sessions, or a larger tolerance.
    * "ok": otherwise.
 5. Re-measure.  A first run whose ratio is below 1 - t is measured again in a new process state (a new
-   process group, a new process for copies), and the runs are pooled (k = 2); when the pooled ratio is
-   still below 1 - t and not yet decided, once more (k = 3, the default limit).  A re-measure that could
-   not draw a new state is merged into the run it repeats (k unchanged).
+   process group, a new process for copies), and the runs are pooled (k = 2).  With more re-measures
+   allowed (DEFAULT_MAX_REMEASURES is 1), another follows while the pooled ratio is still below 1 - t and
+   not yet decided.  A re-measure that could not draw a new state is merged into the run it repeats (k
+   unchanged).
 6. The session's common shift.  Per group (copies, collectives) the median over the cases of the log
-   ratio of the first runs is the session's shift; its uncertainty is the spread of the same common
-   offset over the baseline's runs.  It is reported with its 95 % interval, and the session fails when
-   its upper bound (at 1 - alpha) is below 1 - t: a change that slows every case a little is visible
-   even when no single case crosses its bound.  Per-case verdicts judge the raw ratio: the baseline's
-   own common offsets are part of V, not removed.
+   ratio (each case's runs pooled) is the session's shift.  Each baseline run's common offset (the
+   median over the group's cases of its deviation from the case's centre) is fitted like a case's runs
+   (steps 1 and 3, by session) to give the spread of a new run's offset; the cases' own spread adds
+   (pi/2) * median(V_i) / n.  The shift is reported with its 95 % interval; the session fails when its
+   upper bound at 1 - alpha * (1 - CASE_ALPHA_SHARE) / groups is below 1 - t and the group has at least
+   MIN_SHIFT_CASES (5) cases: a change that slows every case a little is visible even when no single case
+   crosses its bound.  Per-case verdicts judge the raw ratio: the baseline's own common offsets are part
+   of V, not removed.  With the cases' share, the chance that a session without a drop beyond the
+   tolerance fails is at most alpha.
 A published case with only a floor is checked against floor * (1 - t), with the same re-measure; the
 verdict says how far the median is from the floor.
 """
@@ -96,10 +108,19 @@ __doc__ = (__doc__ or "") + "\n" + DECISION_RULE  # the final rule, also for hel
 DETECTION_POWER = 0.99
 #: a case is gated when it catches a drop of this many tolerances with DETECTION_POWER
 GATED_DROP_FACTOR = 2.0
-#: run-to-run spread assumed when a baseline cannot measure one (a single run, nothing to borrow from):
-#: the median session-mean spread of the shipped 2 x H200 runs (benchmarks/data/h200-sessions.json), 1.1 %
-FALLBACK_SPREAD = 0.011
-FALLBACK_DF = 2.0
+#: spreads assumed where a baseline cannot measure them, each worth FALLBACK_DF degrees of freedom: the
+#: session-to-session spread when every run comes from one session, and the run-to-run spread when there is
+#: a single run.  From the shipped 2 x H200 file (python -m pytest_gpucomm.gate.calibration): the median
+#: case's session spread is 0.34 % (collectives) and 0.53 % (copies), its run spread 1.79 % and 0.49 %.
+FALLBACK_SESSION_SPREAD = 0.005
+FALLBACK_RUN_SPREAD = 0.01
+FALLBACK_DF = 4.0
+#: the prediction spread is never taken below this (a timer's steps, identical medians)
+MIN_SPREAD = 0.001
+#: the share of alpha spent on the per-case bounds; the rest goes to the common shifts of the groups
+CASE_ALPHA_SHARE = 0.5
+#: the fewest cases of a group whose common shift may fail the session
+MIN_SHIFT_CASES = 5
 #: degrees of freedom treated as infinite (normal quantiles)
 _DF_NORMAL = 1000.0
 _Z95 = 1.959963984540054
@@ -180,7 +201,6 @@ class CaseModel:
     within_df: int
     mean_se2: float  # the baseline runs' own mean variance (u^2)
     inv_n: float  # mean over sessions of 1 / runs in it
-    one_session: bool = False  # every run came from one session: sessions stand in for runs
 
     @property
     def center_gbps(self) -> float:
@@ -188,16 +208,12 @@ class CaseModel:
 
 
 def fit_case(runs: Sequence[RunLocation], sessions: Sequence[Optional[str]]) -> CaseModel:
-    """The case's model from its baseline runs and the session of each (None: a session of its own).
-    When every run is of one session, each run stands for a session (``one_session``)."""
+    """The case's model from its baseline runs and the session of each (None: a session of its own)."""
     if len(runs) == 0:
         raise ValueError("baseline: no baseline runs to compare with")
     if len(sessions) != len(runs):
         raise ValueError(f"fit_case: {len(runs)} runs but {len(sessions)} session labels")
     labels = [s if s is not None else f"\0run{i}" for i, s in enumerate(sessions)]
-    one = len(set(labels)) == 1 and len(runs) > 1
-    if one:
-        labels = [f"\0run{i}" for i in range(len(runs))]
     by: dict[str, list[float]] = {}
     for r, s in zip(runs, labels):
         by.setdefault(s, []).append(r.loc)
@@ -210,7 +226,7 @@ def fit_case(runs: Sequence[RunLocation], sessions: Sequence[Optional[str]]) -> 
     within2 = ss / within_df if within_df > 0 else float("nan")
     return CaseModel(center=center, sessions=s_count, runs=len(runs), between2=between2, within2=within2,
                      within_df=within_df, mean_se2=sum(r.se2 for r in runs) / len(runs),
-                     inv_n=sum(1.0 / len(v) for v in by.values()) / s_count, one_session=one)
+                     inv_n=sum(1.0 / len(v) for v in by.values()) / s_count)
 
 
 @dataclass(frozen=True)
@@ -220,10 +236,9 @@ class Prior:
 
     s2: float
     df: float
-    cases: int = 0
 
 
-NO_PRIOR = Prior(FALLBACK_SPREAD**2, 0.0, 0)
+NO_PRIOR = Prior(0.0, 0.0)
 
 
 def prior_class(op_is_collective: bool, size_bytes: int) -> str:
@@ -236,17 +251,16 @@ def fit_prior(models: Iterable[CaseModel]) -> Prior:
     log variances).  Fewer than 3 cases with a measured variance: no prior (df 0)."""
     pts = [(m.between2, m.sessions - 1) for m in models if m.sessions >= 2 and m.between2 > 0]
     if len(pts) < 3:
-        return Prior(NO_PRIOR.s2, 0.0, len(pts))
+        return NO_PRIOR
     s2 = np.array([p[0] for p in pts])
     d = np.array([p[1] for p in pts], dtype=float)
     e = np.log(s2) - _special.digamma(d / 2.0) + np.log(d / 2.0)
     e_mean = float(e.mean())
     excess = float(((e - e_mean) ** 2).sum() / (len(e) - 1) - _special.polygamma(1, d / 2.0).mean())
-    if excess <= 0:
-        return Prior(math.exp(e_mean), math.inf, len(pts))
+    if excess <= float(_special.polygamma(1, 1e8)):  # no spread beyond chance: one common variance
+        return Prior(math.exp(e_mean), math.inf)
     half = _opt.brentq(lambda h: float(_special.polygamma(1, h)) - excess, 1e-8, 1e8)
-    d0 = 2.0 * half
-    return Prior(math.exp(e_mean + float(_special.digamma(half)) - math.log(half)), d0, len(pts))
+    return Prior(math.exp(e_mean + float(_special.digamma(half)) - math.log(half)), 2.0 * half)
 
 
 @dataclass(frozen=True)
@@ -257,44 +271,51 @@ class Spread:
     df: float
     session_sd: float
     run_sd: float
-    between_sd: float  # the session-mean spread used (observed or moderated, the larger)
-    moderated: bool  # whether the prior raised it
 
 
 def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread:
-    """V(k) and its degrees of freedom for the mean of ``k`` independent new runs whose own mean variance
-    is ``se2_now``."""
+    """V(k) and its degrees of freedom (Satterthwaite) for the mean of ``k`` independent new runs whose own
+    mean variance is ``se2_now``."""
     if k < 1:
         raise ValueError(f"prediction: k must be >= 1, got {k}")
-    s_df = model.sessions - 1
-    if s_df >= 1:
+    s_n, u2, inv_n = model.sessions, model.mean_se2, model.inv_n
+    se2_now = max(se2_now, 0.0)
+    known_w = math.isfinite(model.within2)
+    terms: list[tuple[float, float, float]] = []  # (coefficient, estimated variance, its degrees of freedom)
+    if s_n >= 2:
         b2 = model.between2
         if prior.df > 0:
-            mod = prior.s2 if math.isinf(prior.df) else (prior.df * prior.s2 + s_df * b2) / (prior.df + s_df)
+            mod = prior.s2 if math.isinf(prior.df) else (prior.df * prior.s2 + (s_n - 1) * b2) / (prior.df + s_n - 1)
         else:
             mod = b2
-        used = max(b2, mod)
-        df = s_df + prior.df
-        moderated = mod > b2
-    elif prior.df > 0:  # one run: nothing measured, the class's prior alone
-        used, df, moderated = prior.s2, prior.df, True
-    else:
-        used, df, moderated = FALLBACK_SPREAD**2, FALLBACK_DF, True
-    s_n = model.sessions
-    if math.isfinite(model.within2):
-        w2 = model.within2
-        sess2 = used - w2 * model.inv_n
-        # coefficients of the two estimated variances in V, for Satterthwaite's degrees of freedom
-        c_b, c_w = (1.0 + 1.0 / s_n, 1.0 / k - model.inv_n) if sess2 > 0 else (1.0 / s_n, 1.0 / k)
-        sess2 = max(sess2, 0.0)
-    else:  # no session with two runs: the session-mean spread holds the runs' spread too
-        w2, sess2, c_b, c_w = 0.0, used, 1.0 + 1.0 / s_n, 0.0
-    run_x2 = max(w2 - model.mean_se2, 0.0)
-    v = sess2 + (run_x2 + max(se2_now, 0.0)) / k + used / s_n
-    denom = (c_b * used) ** 2 / df + ((c_w * w2) ** 2 / model.within_df if c_w and model.within_df else 0.0)
+        used = max(b2, mod)  # never below the observed spread
+        df_b = s_n - 1 + prior.df
+        if known_w:
+            w2 = model.within2
+            sess2 = used - w2 * inv_n
+            if sess2 > 0:
+                terms = [(1.0 + 1.0 / s_n, used, df_b), (1.0 / k - inv_n, w2, model.within_df)]
+            else:
+                sess2 = 0.0
+                terms = [(1.0 / s_n, used, df_b), (1.0 / k, w2, model.within_df)]
+            run_x2 = max(w2 - u2, 0.0)
+            v = sess2 + (run_x2 + se2_now) / k + used / s_n
+        else:  # one run per session: the session-mean spread holds the runs' spread too
+            sess2, run_x2 = used, 0.0
+            terms = [(1.0 + 1.0 / s_n, used, df_b)]
+            v = used * (1.0 + 1.0 / s_n) + max(se2_now - u2, 0.0) / k
+    else:  # one session: its spread from the class's prior, else assumed
+        sess2, df_s = (prior.s2, prior.df) if prior.df > 0 else (FALLBACK_SESSION_SPREAD**2, FALLBACK_DF)
+        w2, df_w = (model.within2, float(model.within_df)) if known_w else (FALLBACK_RUN_SPREAD**2 + u2, FALLBACK_DF)
+        run_x2 = max(w2 - u2, 0.0)
+        # the new session's offset and the baseline session's, the runs' spread now and in the baseline's mean
+        v = 2.0 * sess2 + (run_x2 + se2_now) / k + w2 * inv_n
+        terms = [(2.0, sess2, df_s), (1.0 / k + inv_n, w2, df_w)]
+    v = max(v, MIN_SPREAD**2)
+    denom = sum((c * x) ** 2 / d for c, x, d in terms if d > 0 and math.isfinite(d))
     df_v = v * v / denom if denom > 0 else _DF_NORMAL
     return Spread(sd=math.sqrt(v), df=min(float(df_v), _DF_NORMAL), session_sd=math.sqrt(sess2),
-                  run_sd=math.sqrt(run_x2), between_sd=math.sqrt(used), moderated=moderated)
+                  run_sd=math.sqrt(run_x2))
 
 
 def _quantile(p: float, df: float) -> float:
@@ -306,14 +327,16 @@ def _exp(x: float) -> float:
     return math.exp(min(max(x, -700.0), 700.0))
 
 
-def corrected_alpha(alpha: float, n_comparisons: int) -> float:
-    """Per-case level for a session of ``n_comparisons`` gated cases: Bonferroni, alpha / m."""
+def corrected_alpha(alpha: float, n_comparisons: int, looks: int = 1) -> float:
+    """Per-case level: Bonferroni over ``n_comparisons`` gated cases and the ``looks`` at each that may
+    decide a regression (one per re-measure), alpha / (m * looks)."""
     alpha = float(alpha)
-    if not (0.0 < alpha < 1.0) or math.isnan(alpha):
+    if not (0.0 < alpha < 1.0):  # also refuses nan
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if isinstance(n_comparisons, bool) or int(n_comparisons) != n_comparisons or n_comparisons < 1:
-        raise ValueError(f"n_comparisons must be a whole number >= 1, got {n_comparisons!r}")
-    return alpha / int(n_comparisons)
+    for name, v in (("n_comparisons", n_comparisons), ("looks", looks)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
+    return alpha / (int(n_comparisons) * int(looks))
 
 
 def _check_tolerance(tolerance: float) -> float:
@@ -378,9 +401,11 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
             max_runs: int = 1 + DEFAULT_MAX_REMEASURES) -> Comparison:
     """Judge this session's runs of a case (``now``: the first run and its re-measures) against the case's
     baseline model.  ``fresh[i]`` says whether re-measure i (``now[i + 1]``) drew a new process state
-    (default: all did); one that did not is merged into the run before it."""
+    (default: all did); one that did not is merged into the run before it.  ``max_runs``: the runs the
+    procedure may pool (1 + re-measures); each pooled look after the first may decide, so the level is
+    alpha / (n_comparisons * (max_runs - 1)), or alpha / n_comparisons without re-measures."""
     tolerance = _check_tolerance(tolerance)
-    alpha_c = corrected_alpha(alpha, n_comparisons)
+    alpha_c = corrected_alpha(alpha, n_comparisons, max(1, max_runs - 1))
     if not now:
         raise ValueError("compare: no current run")
     flags = [True] * (len(now) - 1) if fresh is None else [bool(f) for f in fresh]
@@ -407,12 +432,13 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
     est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% PI"
     tol = f"{tolerance:.0%}"
-    runs_txt = f"{k} run{'s' if k > 1 else ''} now"
-    base_txt = f"{model.runs} baseline runs in {model.sessions} session{'s' if model.sessions > 1 else ''}"
+    runs_txt = f"{plural(k, 'run')} now"
+    base_txt = f"{plural(model.runs, 'baseline run')} in {plural(model.sessions, 'session')}"
     if upper < lo_limit:
         status = "regression"
         reason = (f"bandwidth is {est} of the baseline ({runs_txt}, {base_txt}); even its upper bound {upper:.3g}x "
-                  f"at 1 - alpha/m ({alpha_c:.2g}) is below the {tol} tolerance limit {lo_limit:.3g}x")
+                  f"at level {alpha_c:.2g} (alpha over cases and looks) is below the {tol} tolerance limit "
+                  f"{lo_limit:.3g}x")
     elif lower > hi_limit:
         status = "improved"
         reason = (f"bandwidth is {est} of the baseline; even its lower bound {lower:.3g}x is above {hi_limit:.3g}x; "
@@ -440,7 +466,6 @@ class Judged:
 
     comparison: Comparison
     runs: list[RunLocation] = field(default_factory=list)
-    fresh: list[bool] = field(default_factory=list)  # per re-measure: whether it drew a new state
 
     @property
     def remeasured(self) -> int:
@@ -457,8 +482,10 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
     the pooled runs."""
     if max_remeasures < 0:
         raise ValueError(f"max_remeasures must be >= 0, got {max_remeasures}")
-    kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons, max_runs=1 + max_remeasures)
-    runs, fresh = [first], []
+    kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons,
+              max_runs=1 + (max_remeasures if measure_again is not None else 0))
+    runs: list[RunLocation] = [first]
+    fresh: list[bool] = []
     c = compare(runs, model, prior, **kw)  # type: ignore[arg-type]
     # a flagged first run is always measured again (a one-off glitch must not fail alone); after that, only
     # while the pooled runs are still below the limit and not yet a regression
@@ -468,12 +495,23 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
         runs.append(again)
         fresh.append(bool(is_fresh))
         c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
-    return Judged(c, runs, fresh)
+    return Judged(c, runs)
 
 
 # ------------------------------------------------------------------------------------------------
 # the session's common shift
 # ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Common:
+    """How far a group's common offset moves between the baseline's runs (DECISION_RULE step 6): the
+    prediction spread of a new run's offset, from the runs' offsets grouped by session like a case's."""
+
+    sd: float
+    df: float
+    runs: int
+    sessions: int
+
+
 def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> dict[str, float]:
     """Per baseline run id, the common offset of a group: the median over the group's cases of the run's
     location less the case's centre.  ``case_runs``: per case, run id -> location."""
@@ -481,7 +519,20 @@ def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float])
     for runs, c in zip(case_runs, centers):
         for rid, loc in runs.items():
             devs.setdefault(rid, []).append(loc - c)
-    return {rid: float(np.median(v)) for rid, v in devs.items() if v}
+    return {rid: float(np.median(v)) for rid, v in devs.items()}
+
+
+def common_spread(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
+                  session_of: dict[str, Optional[str]]) -> Optional[Common]:
+    """The baseline runs' common offsets (``run_offsets``) fitted as one case (``fit_case`` and
+    ``prediction`` for one new run).  None without a run."""
+    offsets = run_offsets(case_runs, centers)
+    if not offsets:
+        return None
+    ids = sorted(offsets)
+    model = fit_case([RunLocation(offsets[r], 0.0, 1) for r in ids], [session_of.get(r) for r in ids])
+    sp = prediction(model, NO_PRIOR, 1, 0.0)
+    return Common(sd=sp.sd, df=sp.df, runs=model.runs, sessions=model.sessions)
 
 
 @dataclass(frozen=True)
@@ -497,7 +548,8 @@ class Shift:
     lower_bound: float
     tolerance: float
     baseline_runs: int
-    status: str  # "regression" | "improved" | "ok"
+    baseline_sessions: int
+    status: str  # "regression" | "improved" | "ok" ("ok" too below MIN_SHIFT_CASES cases)
 
     @property
     def failed(self) -> bool:
@@ -506,40 +558,44 @@ class Shift:
     def text(self) -> str:
         change = 1.0 - self.ratio
         how = f"{abs(change):.1%} {'slower' if change > 0 else 'faster'}"
-        lo, hi = sorted((1.0 - self.ci_low, 1.0 - self.ci_high))
-        ci = (f"95% CI {-hi:+.1%} to {-lo:+.1%}")
         verdict = {"regression": f"beyond the {self.tolerance:.0%} tolerance: REGRESSION",
-                   "improved": f"faster by more than {self.tolerance:.0%}",
-                   "ok": "within the tolerance"}[self.status]
-        return (f"every {self.group} is {how} than the baseline ({ci}; median of {self.cases} cases, spread of "
-                f"the common offset over {self.baseline_runs} baseline runs): {verdict}")
+                   "improved": f"faster by more than {self.tolerance:.0%}", "ok": "within the tolerance"}[self.status]
+        if self.cases < MIN_SHIFT_CASES:
+            verdict = f"not judged: fewer than {MIN_SHIFT_CASES} cases"
+        against = (f"against how far the common offset moved over {plural(self.baseline_runs, 'baseline run')} in "
+                   f"{plural(self.baseline_sessions, 'session')}" if self.baseline_runs else
+                   "against the assumed spreads (the baseline has no common offset)")
+        return (f"every {self.group} is {how} than the baseline (95% CI {self.ci_low - 1:+.1%} to "
+                f"{self.ci_high - 1:+.1%}; median of {plural(self.cases, 'case')}, {against}): {verdict}")
 
 
-def suite_shift(group: str, log_ratios: Sequence[float], baseline_offsets: Sequence[float], *,
+def suite_shift(group: str, log_ratios: Sequence[float], case_var: Sequence[float], common: Optional[Common], *,
                 tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA) -> Optional[Shift]:
-    """The common shift of ``group`` from its cases' log ratios (first runs) and the baseline runs' common
-    offsets of the same group (``run_offsets``).  None without a case."""
+    """The common shift of ``group`` from its cases' log ratios (the runs each verdict pooled) and their
+    prediction variances (``case_var``), against the baseline's ``Common`` spread (None: the fallback
+    spreads).  The median of the ratios moves with the common offset and with the cases' own spread over
+    their number; ``alpha`` is this test's level.  None without a case."""
     tolerance = _check_tolerance(tolerance)
     x = np.asarray(list(log_ratios), dtype=float)
     if x.size == 0:
         return None
+    if len(case_var) != x.size:
+        raise ValueError(f"suite_shift: {x.size} ratios but {len(case_var)} variances")
     est = float(np.median(x))
-    offs = np.asarray(list(baseline_offsets), dtype=float)
-    r = offs.size
-    if r >= 2:
-        s2, df = float(np.var(offs, ddof=1)), float(r - 1)
+    if common is None:
+        c_sd2, df, runs, sessions = FALLBACK_SESSION_SPREAD**2 + FALLBACK_RUN_SPREAD**2, FALLBACK_DF, 0, 0
     else:
-        s2, df = FALLBACK_SPREAD**2, FALLBACK_DF
-    mad = float(np.median(np.abs(x - est))) * 1.4826
-    v = s2 * (1.0 + 1.0 / max(r, 1)) + (math.pi / 2.0) * mad * mad / x.size
-    sd = math.sqrt(v)
+        c_sd2, df, runs, sessions = common.sd**2, common.df, common.runs, common.sessions
+    sd = math.sqrt(c_sd2 + (math.pi / 2.0) * float(np.median(case_var)) / x.size)
     q = _quantile(1.0 - alpha, df)
     z95 = _quantile(0.975, df)
-    upper, lower = math.exp(est + q * sd), math.exp(est - q * sd)
-    status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
-    return Shift(group=group, cases=int(x.size), ratio=math.exp(est), ci_low=math.exp(est - z95 * sd),
-                 ci_high=math.exp(est + z95 * sd), upper_bound=upper, lower_bound=lower, tolerance=tolerance,
-                 baseline_runs=r, status=status)
+    upper, lower = _exp(est + q * sd), _exp(est - q * sd)
+    status = "ok"
+    if x.size >= MIN_SHIFT_CASES:
+        status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
+    return Shift(group=group, cases=int(x.size), ratio=math.exp(est), ci_low=_exp(est - z95 * sd),
+                 ci_high=_exp(est + z95 * sd), upper_bound=upper, lower_bound=lower, tolerance=tolerance,
+                 baseline_runs=runs, baseline_sessions=sessions, status=status)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ nor filelock.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pytest
 
-from ..units import describe_size
+from ..units import describe_size, plural
 from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, Status
 
 if TYPE_CHECKING:
@@ -122,7 +124,7 @@ class Gate:
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
-        self._offsets: Optional[dict[str, list[float]]] = None
+        self._commons: dict[str, dict[str, Any]] = {}
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -166,7 +168,7 @@ class Gate:
         """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
         if self._models is not None:
             return self._models
-        from .decision import fit_case, fit_prior, prior_class, run_offsets, run_location
+        from .decision import common_spread, fit_case, fit_prior, prior_class, run_location
 
         assert self.baseline is not None
         session_of = {r.run_id: r.session for r in self.baseline.runs}
@@ -184,15 +186,19 @@ class Gate:
             centers.setdefault(group, []).append(model.center)
         priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
         self._models = {key: (m, priors[c]) for key, (m, c) in fitted.items()}
-        self._offsets = {g: list(run_offsets(list(v.values()), centers[g]).values()) for g, v in locs.items()}
+        for g, v in locs.items():
+            common = common_spread(list(v.values()), centers[g], session_of)
+            if common is not None:
+                self._commons[g] = dataclasses.asdict(common)
         return self._models
 
-    def common_offsets(self) -> dict[str, list[float]]:
-        """Per group, the baseline runs' common offsets (the spread of the session shift)."""
+    def commons(self) -> dict[str, dict[str, Any]]:
+        """Per group, how far the baseline runs' common offset moves (``decision.Common`` as a dict, what the
+        session's shift is judged against)."""
         if self.baseline is None:
             return {}
         self._fit()
-        return dict(self._offsets or {})
+        return dict(self._commons)
 
     def header_lines(self) -> list[str]:
         """The lines about the baseline for the session header (none when the gate is off)."""
@@ -204,10 +210,10 @@ class Gate:
             return [f"gpucomm baseline: {self.path} does not exist yet; this run will create it (--gpu-baseline-save)"]
         b = self.baseline
         last = b.runs[-1].date if b.runs else "never"
-        runs = f"{len(b.runs)} run{'' if len(b.runs) == 1 else 's'}"
+        runs = plural(len(b.runs), "run")
         sessions = {r.session or r.run_id for r in b.runs}
         if b.runs:
-            runs += f" in {len(sessions)} session{'' if len(sessions) == 1 else 's'}"
+            runs += f" in {plural(len(sessions), 'session')}"
         most = max((len(e.runs) for e in b.cases.values()), default=0)
         if 0 < most < len(b.runs):  # runs that saved only some cases, or older runs beyond K for some
             runs += f", at most {most} per case"
@@ -218,6 +224,13 @@ class Gate:
         ]
         if b.source == "published":
             lines.append(f"gpucomm baseline source: {b.source_detail}")
+        one = sum(1 for m, _ in self._fit().values() if m.sessions == 1) if b.runs else 0
+        if one:
+            from .decision import FALLBACK_SESSION_SPREAD
+
+            lines.append(f"gpucomm baseline WARNING: every run of {one} case{'s' if one > 1 else ''} comes from one "
+                         f"session (one host boot and day): the spread between sessions is assumed "
+                         f"({FALLBACK_SESSION_SPREAD:.1%}), not measured; record runs in more sessions")
         if b.runs:
             if self.env_diff:
                 lines.append("gpucomm environment changed since the baseline: " + format_fingerprint_diff(self.env_diff))
@@ -231,7 +244,7 @@ class Gate:
         """The verdict on one measurement of test ``nodeid``; ``tolerance`` overrides the session's (the
         @bandwidth marker's), ``remeasure`` measures the case again in a new process state when it looks
         like a regression (DECISION_RULE step 5)."""
-        from .decision import check_floor, judge, run_location
+        from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
         from .fingerprint import format_fingerprint_diff
         from .store import case_key
 
@@ -250,20 +263,20 @@ class Gate:
             assert remeasure is not None
             r = remeasure()
             loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
-            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})  # Measurement has no median_gbps
+            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})
             return loc, r.fresh
 
         again = measure_again if remeasure is not None else None
         if entry.floor_only:
             fc = check_floor(first, entry.floor_gbps, again, tolerance=tol, max_remeasures=self.settings.max_remeasures)
             v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps, ratio=fc.ratio,
-                        remeasured=len(again_log), details={"tolerance": tol, "remeasures": again_log})
+                        remeasured=fc.runs_now - 1, details={"tolerance": tol, "remeasures": again_log})
             v.message = f"{self._what(m)}: {fc.reason}"
             if fc.failed:
                 v.message = f"below the published floor: {v.message}; source: {self.baseline.source_detail}"
             return v
         model, prior = self._fit()[key]
-        j = judge(first, model, prior, again, tolerance=tol, alpha=self.settings.alpha,
+        j = judge(first, model, prior, again, tolerance=tol, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
                   n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures)
         c = j.comparison
         status = verdict_status(c.status)
@@ -275,7 +288,7 @@ class Gate:
                              "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op),
-                             "first_log_ratio": first.loc - model.center, "remeasures": again_log})
+                             "log_ratio": math.log(c.ratio), "remeasures": again_log})
         pooled = ""
         if again_log:
             how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again_log)
@@ -294,21 +307,23 @@ class Gate:
             v.message = c.reason + pooled
         return v
 
-    def shifts(self, verdicts: list[dict[str, Any]], offsets: Optional[dict[str, list[float]]] = None,
-               tolerance: Optional[float] = None) -> list["Shift"]:
+    def shifts(self, verdicts: list[dict[str, Any]], commons: Optional[dict[str, dict[str, Any]]] = None) -> list["Shift"]:
         """The session's common shift per group (DECISION_RULE step 6), from the verdicts' dicts (``to_dict``,
-        also those an xdist worker sent) and the baseline's common offsets (default: this gate's)."""
-        from .decision import suite_shift
+        also those an xdist worker sent) and the baseline's common spreads (default: this gate's).  The
+        groups share the part of alpha the cases do not use."""
+        from .decision import CASE_ALPHA_SHARE, Common, suite_shift
 
-        offs = self.common_offsets() if offsets is None else offsets
-        by: dict[str, list[float]] = {}
+        commons = self.commons() if commons is None else commons
+        by: dict[str, list[tuple[float, float]]] = {}
         for v in verdicts:
-            if v and v.get("first_log_ratio") is not None and v.get("group"):
-                by.setdefault(v["group"], []).append(float(v["first_log_ratio"]))
+            if v and v.get("log_ratio") is not None and v.get("group"):
+                by.setdefault(v["group"], []).append((float(v["log_ratio"]), float(v["prediction_sd"]) ** 2))
+        alpha = self.settings.alpha * (1.0 - CASE_ALPHA_SHARE) / max(1, len(by))
         out = []
         for g in sorted(by):
-            sh = suite_shift(g, by[g], offs.get(g, []), tolerance=self.settings.tolerance if tolerance is None
-                             else tolerance, alpha=self.settings.alpha)
+            c = commons.get(g)
+            sh = suite_shift(g, [x for x, _ in by[g]], [v for _, v in by[g]], Common(**c) if c else None,
+                             tolerance=self.settings.tolerance, alpha=alpha)
             if sh is not None:
                 out.append(sh)
         return out
