@@ -6,12 +6,14 @@
   CPU) and a gloo group for control messages, both with ``--gpucomm-timeout`` as their timeout, created
   when first needed (after collection) and destroyed at the end of the session;
 * the executor of the ``process_group`` fixture (:class:`~pytest_gpucomm.ranks.inprocess.InProcessExecutor`);
-* the agreement on the collected tests (:meth:`LaunchedSession.agree_on_collection`).
+* the agreement on the collected tests (:meth:`LaunchedSession.agree_on_collection`), on each test's
+  outcome (:meth:`LaunchedSession.agree_on_outcome`) and on the session's exit status
+  (:meth:`LaunchedSession.agree_on_exit_status`).
 
 :func:`diverging_options` names the options that would make the ranks run different tests.
 
 Hooks for the later parts of issue 12: :meth:`LaunchedSession.allgather` is the one way of exchanging
-control messages (per-test outcome agreement, the gate's decisions); the hosts of every rank are known
+control messages (the gate's decisions, later); the hosts of every rank are known
 after :meth:`LaunchedSession.start` (failure messages, per-node sections).
 """
 
@@ -165,6 +167,64 @@ class LaunchedSession:
                          f"rank 0 has {a}, rank {ranks[0]} has {b}")
         lines.append("  Run the same files, options and -k/-m selection on every rank, with the same plugins.")
         raise pytest.UsageError("\n".join(lines))
+
+    def _rank_where(self, rank: int, device: str) -> str:
+        host = self.hosts[rank] if rank < len(self.hosts) else "?"
+        return f"rank {rank} ({host}, {device})"
+
+    def agree_on_outcome(self, report: pytest.TestReport) -> None:
+        """Make this rank's report of one phase of a test (set-up, call, tear-down) the job's: if the phase
+        failed on any rank, it fails on every rank, with each failing rank's message and where it ran (rank,
+        host, device); else if it was skipped on some rank, it is skipped on every rank, with that rank's
+        reason.  Every rank runs the same phases, since a failed or skipped set-up is agreed before the call.
+
+        A rank whose own report failed keeps its traceback, and gets a "gpucomm ranks" section naming the
+        failing ranks; the others get the failing ranks' messages as their own."""
+        mine = (report.outcome, report.longreprtext if report.outcome == "failed" else "",
+                report.longrepr if report.outcome == "skipped" else None, getattr(report, "wasxfail", None),
+                self.device)
+        try:
+            every = self.allgather(mine)
+        except Exception as e:  # a rank gone or the control group broken: the test cannot be agreed on
+            report.outcome = "failed"
+            report.longrepr = (f"gpucomm: the ranks of this {self.launch.launcher} job could not agree on the "
+                               f"outcome of this test's {report.when}: {type(e).__name__}: {e}")
+            return
+        failed = [(r, m) for r, m in enumerate(every) if m[0] == "failed"]
+        if failed:
+            ranks = ", ".join(self._rank_where(r, m[4]) for r, m in failed)
+            head = (f"gpucomm: {report.when} failed on {ranks} of this {self.launch.launcher} job of "
+                    f"{self.launch.world_size} ranks; it fails on every rank")
+            if report.outcome == "failed":
+                report.sections.append(("gpucomm ranks", head))
+                return
+            report.outcome = "failed"
+            report.longrepr = "\n\n".join([head] + [f"-- {self._rank_where(r, m[4])}:\n{m[1]}" for r, m in failed])
+            return
+        skipped = [(r, m) for r, m in enumerate(every) if m[0] == "skipped"]
+        if skipped and report.outcome != "skipped":
+            r, m = skipped[0]
+            where = self._rank_where(r, m[4])
+            longrepr = m[2]
+            if isinstance(longrepr, tuple) and len(longrepr) == 3:
+                reason = f"{longrepr[2]} (skipped on {where}; agreed by every rank)"
+                report.longrepr = (longrepr[0], longrepr[1], reason)
+            else:
+                report.longrepr = (str(report.location[0]), int(report.location[1] or 0) + 1,
+                                   f"skipped on {where}; agreed by every rank")
+            report.outcome = "skipped"
+            if m[3] is not None:
+                report.wasxfail = m[3]  # type: ignore[attr-defined]
+
+    def agree_on_exit_status(self, status: int) -> tuple[int, list[str]]:
+        """The job's exit status -- the first rank's (in rank order) that is not 0, else 0 -- so that every
+        rank exits with the same code (a failing gate on rank 0, an output it could not write), and a line
+        for each rank whose status differs from this one's."""
+        every = [int(s) for s in self.allgather(int(status))]
+        agreed = next((s for s in every if s != 0), 0)
+        notes = [f"gpucomm: exit status {s} on {self._where([r])} (this rank: {status}); every rank of the job "
+                 f"exits with {agreed}" for r, s in enumerate(every) if s != status]
+        return agreed, notes
 
     def close(self) -> None:
         """Wait for every rank (bounded by the timeout), then leave the process groups."""

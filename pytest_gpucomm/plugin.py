@@ -225,8 +225,21 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     return result
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Launched mode: each phase's outcome is the job's (a failure or a skip on one rank is every rank's)."""
+    report = yield
+    launched = state_of(item.config).launched
+    if launched is not None and launched.started and isinstance(report, pytest.TestReport):
+        launched.agree_on_outcome(report)
+    return report
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = state_of(config)
+    if not state.speaks:  # a quiet rank of a launched job: only why its exit status is the job's
+        for line in state.launch_notes:
+            terminalreporter.write_line(line)
     if not state.records or not state.speaks:
         return
     from .report import summary_lines
@@ -243,10 +256,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     A pytest-xdist worker saves its cases into the baseline and hands its records to the controller, which
     writes the reports and prints the table of every worker's rows.  An output that cannot be written is
     named in the summary and makes the exit status non-zero.  In launched mode every rank leaves the job's
-    process groups here, and only global rank 0 writes the reports and the baseline."""
+    process groups here, after agreeing on the exit status (every rank exits with the same code), and only
+    global rank 0 writes the reports and the baseline and applies the gate's common shift."""
     config = session.config
     state = state_of(config)
-    state.close()
+    launched = state.launched if state.launched is not None and state.launched.started else None
+    if launched is None:
+        state.close()
     worker = _is_xdist_worker(config)
     if _is_xdist_controller(config):  # the workers' rows in the order the tests finished, not by worker
         state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
@@ -267,6 +283,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                            "shift' line above)")
     if (state.write_failed or failed_shifts) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if launched is not None:
+        try:
+            agreed, notes = launched.agree_on_exit_status(int(session.exitstatus))
+        finally:
+            state.close()
+        state.launch_notes += notes
+        if agreed != session.exitstatus:
+            session.exitstatus = agreed
 
 
 class _Progress:

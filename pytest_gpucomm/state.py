@@ -86,6 +86,8 @@ class State:
         #: why the launcher's variables could not be read (--gpucomm-launch=auto): an error only once a
         #: gpucomm test is collected, so that runs without gpucomm tests are left alone
         self.launch_error: Optional[str] = None
+        #: launched mode, on a quiet rank: why its exit status is the job's, printed at the end of its output
+        self.launch_notes: list[str] = []
 
     def set_launch(self, launch: Optional["Launch"]) -> None:
         """Run as one rank of a launched job (``launch``), or with the rank pool (None)."""

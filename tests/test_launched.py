@@ -240,3 +240,79 @@ def test_pool_ignores_the_launcher_variables(pytester: pytest.Pytester, monkeypa
     result = pytester.runpytest("--gpucomm-launch=pool")
     assert result.ret == pytest.ExitCode.OK
     assert "gpucomm launch:" not in result.stdout.str()
+
+
+# -- outcomes agreed by every rank ------------------------------------------------------------------
+
+OUTCOMES = '''
+import os
+
+import pytest
+
+RANK = int(os.environ["RANK_OF_TEST"])
+
+
+def test_group(process_group, comm, gpucomm_state):
+    first = comm.all_reduce(process_group, 4096)
+    again = gpucomm_state.records[-1].redo()  # as the gate re-measures a flagged case
+    assert again.fresh is False, again.how
+    assert "the job's process group (launched mode) cannot be restarted" in again.how
+
+
+def test_fails_on_rank_1_only():
+    if RANK == 1:
+        pytest.fail("boom on 1")
+
+
+def test_skipped_on_rank_0_only():
+    if RANK == 0:
+        pytest.skip("no such link on 0")
+
+
+def test_passes():
+    pass
+'''
+
+
+def test_a_failure_or_a_skip_on_one_rank_is_every_ranks_with_that_rank_named(tmp_path: Path) -> None:
+    (tmp_path / "test_outcomes.py").write_text(OUTCOMES)
+    port = free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_outcomes.py", *ARGS, "-rA"]
+    envs = [slurm_env(r, 2, port, RANK_OF_TEST=str(r)) for r in (0, 1)]
+    results = run_all([cmd, cmd], envs, tmp_path)
+    assert [code for code, _ in results] == [1, 1], results  # the same exit status on every rank
+    for _, text in results:
+        assert "1 failed, 2 passed, 1 skipped" in text, text
+        assert "call failed on rank 1 (" in text and "cpu) of this slurm job of 2 ranks" in text, text
+        assert "boom on 1" in text, text
+    assert "SKIPPED [1] test_outcomes.py:23: no such link on 0\n" in results[0][1], results[0][1]
+    assert ("SKIPPED [1] test_outcomes.py:23: no such link on 0 (skipped on rank 0 (" in results[1][1]
+            and "agreed by every rank" in results[1][1]), results[1][1]
+
+
+RANK_0_FAILS_AT_THE_END = '''
+import os
+
+import pytest
+
+
+def pytest_configure(config):
+    if os.environ["RANK"] == "0":
+        config.pluginmanager.register(Rank0Status(), "rank0status")
+
+
+class Rank0Status:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):  # before gpucomm's: as the gate's failing shift on rank 0 does
+        session.exitstatus = 1
+'''
+
+
+def test_a_nonzero_exit_status_on_rank_0_is_every_ranks_under_torchrun(small: Path) -> None:
+    (small / "conftest.py").write_text(RANK_0_FAILS_AT_THE_END)
+    cmd = torchrun(1, 0, 2, free_port(), "test_small.py", *ARGS, "--gpucomm-min-time=0.002")
+    [(code, text)] = run_all([cmd], [clean_env()], small)
+    assert code == 1, text
+    assert text.count("2 passed") == 2, text
+    assert "gpucomm: exit status 1 on rank 0 (on " in text and "every rank of the job exits with 1" in text, text
+    assert "exitcode  : 1" in text, text  # torchrun may stop rank 1 (SIGTERM) once it sees rank 0 exit with 1
