@@ -231,17 +231,18 @@ class State:
             executor = self.launched.executor(info)
             return ProcessGroup(executor, executor.backend, timeout_s or self.settings.timeout_s, label)
         if world not in self.pools:
-            from .ops.collectives import worker_env
-            from .ranks import RankPool
-
-            self.pools[world] = RankPool(
-                world,
-                backend=info.backend,
-                device=info.torch_device_type,
-                env=worker_env(info.backend),
-                start_timeout_s=max(120.0, self.settings.timeout_s),
-            )
+            self.pools[world] = self._new_pool(world)
         return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
+
+    def _new_pool(self, world: int) -> Any:
+        """A ranks.RankPool of ``world`` workers with the session's backend, device type and worker
+        environment (not started yet)."""
+        from .ops.collectives import worker_env
+        from .ranks import RankPool
+
+        info = self.info
+        return RankPool(world, backend=info.backend, device=info.torch_device_type, env=worker_env(info.backend),
+                        start_timeout_s=max(120.0, self.settings.timeout_s))
 
     # -- the gate's re-measures ------------------------------------------------------------------------
     def remeasure(self, fresh: Callable[[], "Measurement"], same: Callable[[], "Measurement"], fresh_how: str,
@@ -269,16 +270,12 @@ class State:
 
         from .group import ProcessGroup
         from .measurement import Measurement
-        from .ops.collectives import worker_env
-        from .ranks import RankPool
 
-        info = self.info
-        pool = RankPool(1, backend=info.backend, device=info.torch_device_type, env=worker_env(info.backend),
-                        start_timeout_s=max(120.0, self.settings.timeout_s))
+        pool = self._new_pool(1)
         what = f"{label}: fresh re-measure of {spec['copy']} copy {'->'.join(spec['devices'])}"
         try:
             kwargs = dict(spec, timing=dataclasses.asdict(self.timing))
-            (result,) = ProcessGroup(pool, info.backend, self.settings.timeout_s, what).run(
+            (result,) = ProcessGroup(pool, self.info.backend, self.settings.timeout_s, what).run(
                 "pytest_gpucomm.ops.copies:bench_copy", kwargs, label=what)
         finally:
             pool.close()
