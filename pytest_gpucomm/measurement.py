@@ -92,11 +92,23 @@ class Measurement:
 
     @property
     def where(self) -> str:
-        """Devices of a copy ("cuda:0->cuda:1") or the world of a collective ("2 ranks, nccl")."""
+        """Devices of a copy ("cuda:0->cuda:1") or the world of a collective ("2 ranks (nccl)"); in launched
+        mode a measurement of one node's devices or group names the node first ("node 1 (gpu-a17):
+        cuda:0->cuda:1"), from ``info["node"]`` and ``info["host"]``."""
         if self.kind == "collective":
             backend = self.info.get("backend", "")
-            return f"{self.world_size} ranks" + (f" ({backend})" if backend else "")
-        return "->".join(self.devices) if self.op != "copy_bidir" else "<->".join(self.devices)
+            here = f"{self.world_size} ranks" + (f" ({backend})" if backend else "")
+        else:
+            here = "->".join(self.devices) if self.op != "copy_bidir" else "<->".join(self.devices)
+        return f"{self.node_label}: {here}" if self.node_label else here
+
+    @property
+    def node_label(self) -> str:
+        """"node N (host)" for a measurement of one node (launched mode), else ""."""
+        if "node" not in self.info:
+            return ""
+        host = self.info.get("host", "")
+        return f"node {self.info['node']}" + (f" ({host})" if host else "")
 
     def describe(self) -> str:
         return (
