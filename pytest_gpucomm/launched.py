@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import pytest
 
@@ -121,6 +121,17 @@ class LaunchedSession:
         out: list[Any] = [None] * self.launch.world_size
         dist.all_gather_object(out, obj, group=self.control)
         return out
+
+    def broadcast(self, obj: Any = None) -> Any:
+        """Global rank 0's ``obj`` on every rank (the others' ``obj`` is ignored), over the control group."""
+        return self.allgather(obj if self.launch.is_first else None)[0]
+
+    def node_fingerprints(self, fingerprint: Callable[[], dict[str, Any]]) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Node -> (host, fingerprint) of every node of the job, each read by the node's local rank 0
+        (``fingerprint()`` is called on those ranks only)."""
+        la = self.launch
+        mine = (la.node_rank, la.host, fingerprint()) if la.local_rank == 0 else None
+        return {node: (host, fp) for node, host, fp in (m for m in self.allgather(mine) if m is not None)}
 
     def executor(self, info: "DeviceInfo") -> "InProcessExecutor":
         """The ``process_group`` fixture's executor: tasks run here, on this rank."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from typing import Any, Generator, Optional
 
@@ -106,9 +107,27 @@ def _resolve_launch(choice: str) -> tuple[Any, Optional[str]]:
         return None, message + " (--gpucomm-launch=pool ignores the launcher)"
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Launched mode: only global rank 0 writes --junitxml (the other ranks' reports would be the same
+    tests, written over each other's file)."""
+    state = session.config.stash.get(STATE_KEY, None)
+    if state is None or state.speaks:
+        return
+    from _pytest.junitxml import xml_key
+
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
+        del session.config.stash[xml_key]
+        session.config.pluginmanager.unregister(xml)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
+        # launched mode: close() waits for every rank, so that no rank exits before rank 0 has printed and
+        # written everything (torchrun stops the other ranks as soon as one exits with a failure)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
         state.close()
     previous = config.stash.get(_SIGTERM_KEY, None)
     if previous is not None and threading.current_thread() is threading.main_thread():
@@ -130,8 +149,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if used:
         _join_launched_job(session, state)
     if state.settings.baseline and used:
-        state.gate.load(state.info.model if state.info.kind == "gpu" else None, state.fingerprint,
-                        {i.nodeid for i in session.items})
+        state.load_gate({i.nodeid for i in session.items})
         if state.settings.baseline_save and state.gate.path is not None and not _is_xdist_worker(session.config) \
                 and state.speaks:
             from .outputs import check_output_path
@@ -156,6 +174,7 @@ def _join_launched_job(session: pytest.Session, state: State) -> None:
             "rank must run the same tests in the same order:\n  " + "\n  ".join(refused))
     state.launched.start(state.info)
     state.launched.agree_on_collection([i.nodeid for i in session.items])
+    state.join_job()
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
@@ -164,7 +183,8 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     from .hardware import device_summary_lines
 
     state = state_of(config)
-    return device_summary_lines(state.info) + (state.gate.header_lines() if state.settings.baseline else [])
+    return (device_summary_lines(state.info) + state.node_lines()
+            + (state.gate.header_lines() if state.settings.baseline else []))
 
 
 #: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone
@@ -217,9 +237,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 
     marks = marks_of(item)
     failures = check_thresholds(marks, records)
-    if state.gate.loaded:
+    if state.gates:
         failures += state.judge(records, marks.bandwidth.tolerance if marks.bandwidth else None)
-    item.user_properties.extend(junit_properties(records, state.gate.loaded))
+    item.user_properties.extend(junit_properties(records, state.gates))
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
     return result
@@ -283,11 +303,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                            "shift' line above)")
     if (state.write_failed or failed_shifts) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if launched is not None:
-        try:
-            agreed, notes = launched.agree_on_exit_status(int(session.exitstatus))
-        finally:
-            state.close()
+    if launched is not None:  # the job's groups are left in pytest_unconfigure, once rank 0 printed its summary
+        agreed, notes = launched.agree_on_exit_status(int(session.exitstatus))
         state.launch_notes += notes
         if agreed != session.exitstatus:
             session.exitstatus = agreed

@@ -88,6 +88,10 @@ class State:
         self.launch_error: Optional[str] = None
         #: launched mode, on a quiet rank: why its exit status is the job's, printed at the end of its output
         self.launch_notes: list[str] = []
+        #: launched mode: node -> (host, fingerprint) of every node of the job (read once gpucomm tests run)
+        self.node_fingerprints: dict[int, tuple[str, dict[str, Any]]] = {}
+        #: launched mode, on a rank other than 0: the gate runs on rank 0 and this rank follows its decisions
+        self.follows_gate = False
 
     def set_launch(self, launch: Optional["Launch"]) -> None:
         """Run as one rank of a launched job (``launch``), or with the rank pool (None)."""
@@ -108,9 +112,59 @@ class State:
         if la is None:
             return None
         hosts = self.launched.hosts if self.launched is not None else ()
+        from .gate.fingerprint import node_differences
+
         return {"launcher": la.launcher, "world_size": la.world_size, "n_nodes": la.n_nodes,
-                "local_world_size": la.local_world_size, "master_addr": la.master_addr,
-                "master_port": la.master_port, "hosts": sorted(set(hosts))}
+                "local_world_size": la.local_world_size, "layout": self.layout or None,
+                "master_addr": la.master_addr, "master_port": la.master_port, "hosts": sorted(set(hosts)),
+                "nodes": [{"node": n, "host": h, "fingerprint": fp} for n, (h, fp) in sorted(self.node_fingerprints.items())],
+                "node_differences": node_differences(self.node_fingerprints)}
+
+    @property
+    def layout(self) -> str:
+        """A job across nodes: "<nodes>x<ranks per node>", part of the baseline's case keys; else ""."""
+        la = self.launch
+        return f"{la.n_nodes}x{la.local_world_size}" if la is not None and la.n_nodes > 1 else ""
+
+    def join_job(self) -> None:
+        """Launched mode, once the job's process groups exist: read every node's fingerprint (on the node's
+        local rank 0), and key the gate's cases by the job's layout."""
+        assert self.launched is not None
+        self.node_fingerprints = self.launched.node_fingerprints(lambda: self.fingerprint)
+        self.gate.layout = self.layout
+        self.gate.node_fingerprints = dict(self.node_fingerprints)
+
+    def node_lines(self) -> list[str]:
+        """Header lines of a job across nodes: its layout, and how its nodes differ from each other."""
+        if self.launch is None or not self.node_fingerprints:
+            return []
+        from .gate.fingerprint import node_differences
+
+        la = self.launch
+        differ = node_differences(self.node_fingerprints)
+        lines = [f"gpucomm nodes: {la.n_nodes} x {la.local_world_size} ranks"
+                 + ("; every node has the same environment" if not differ else "; the nodes differ:")]
+        return lines + [f"gpucomm nodes differ: {d}" for d in differ]
+
+    def load_gate(self, nodeids: set[str]) -> None:
+        """Read the baseline; in launched mode on global rank 0 only, which tells every rank whether it could
+        (a missing or corrupt baseline stops every rank with rank 0's message), the others follow it."""
+        def load() -> None:
+            self.gate.load(self.info.model if self.info.kind == "gpu" else None, self.fingerprint, nodeids)
+
+        launched = self.launched if self.launched is not None and self.launched.started else None
+        if launched is None:
+            return load()
+        problem = None
+        if self.speaks:
+            try:
+                load()
+            except pytest.UsageError as e:
+                problem = str(e)
+        problem = launched.broadcast(problem)
+        if problem:
+            raise pytest.UsageError(problem if self.speaks else f"{problem} (on global rank 0, which reads the baseline)")
+        self.follows_gate = not self.speaks
 
     # -- lazily created, so nothing heavy happens unless a gpucomm fixture or marker is used ---------
     @property
@@ -282,14 +336,58 @@ class State:
         return Measurement.from_dict(result)
 
     # -- the gate -------------------------------------------------------------------------------------
+    @property
+    def gates(self) -> bool:
+        """Whether each test's records are judged: the baseline is loaded here, or (launched mode) rank 0
+        judges and this rank follows."""
+        return self.gate.loaded or self.follows_gate
+
     def judge(self, records: list[Record], tolerance: Optional[float]) -> list[str]:
         """The baseline verdict on each record; returns the failure messages.  The gate may re-measure a
         flagged case through ``Record.redo`` (each call a new :class:`Remeasure`); the record keeps its
         first measurement, the gate reports the re-measures.  A recording run (--gpu-baseline-save)
-        reports its verdicts but does not fail."""
+        reports its verdicts but does not fail.
+
+        Launched mode: the gate runs on global rank 0, which sends every rank each re-measure before it
+        makes it (every rank measures again together) and then the verdicts; the others follow."""
+        launched = self.launched if self.launched is not None and self.launched.started else None
+        if launched is None:
+            return self._judge(records, tolerance, [r.redo for r in records])
+        if not self.speaks:
+            return self._follow(launched, records)
+
+        def leading(i: int, redo: Callable[[], "Remeasure"]) -> Callable[[], "Remeasure"]:
+            def again() -> "Remeasure":
+                launched.broadcast(("redo", i))
+                return redo()
+            return again
+
+        try:
+            failures = self._judge(records, tolerance, [leading(i, r.redo) for i, r in enumerate(records)])
+        except BaseException as e:
+            launched.broadcast(("error", f"{type(e).__name__}: {e}"))
+            raise
+        launched.broadcast(("done", [(r.baseline, str(r.status)) for r in records], failures))
+        return failures
+
+    def _follow(self, launched: "LaunchedSession", records: list[Record]) -> list[str]:
+        """A rank other than 0 in launched mode: re-measure when rank 0 says, then take its verdicts."""
+        while True:
+            message = launched.broadcast()
+            if message[0] == "redo":
+                records[message[1]].redo()
+                continue
+            if message[0] == "error":
+                pytest.fail(f"gpucomm: the gate failed on global rank 0: {message[1]}", pytrace=False)
+            for r, (baseline, status) in zip(records, message[1]):
+                r.baseline, r.status = baseline, Status(status)
+            return list(message[2])
+
+    def _judge(self, records: list[Record], tolerance: Optional[float],
+               redos: list[Callable[[], "Remeasure"]]) -> list[str]:
         failures = []
-        for r in records:
-            v = self.gate.judge(r.nodeid, r.measurement, tolerance, r.redo)
+        for r, redo in zip(records, redos):
+            v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo)
             r.baseline = v.to_dict()
             if r.status is not Status.FAILED:
                 r.status = v.status

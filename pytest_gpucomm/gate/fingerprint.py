@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-__all__ = ["ABSENT", "VOLATILE_KEYS", "diff_fingerprints", "format_fingerprint_diff"]
+__all__ = ["ABSENT", "VOLATILE_KEYS", "diff_fingerprints", "format_fingerprint_diff", "node_differences"]
 
 
 class _Absent:
@@ -79,3 +79,39 @@ def format_fingerprint_diff(diffs: Sequence[tuple[str, Any, Any]], limit: int = 
     if len(diffs) > limit:
         parts.append(f"and {len(diffs) - limit} more")
     return "; ".join(parts)
+
+
+def node_differences(nodes: Mapping[int, tuple[str, Mapping[str, Any]]],
+                     ignore: Iterable[str] = VOLATILE_KEYS | {"host"}) -> list[str]:
+    """How the nodes of a job differ from each other (another driver, NCCL, NIC firmware, topology): one
+    line per node whose fingerprint differs from the most common one among the nodes (with two nodes, or a
+    tie, the one of the lowest node), naming the node, its host and what differs; ``[]`` when every node
+    has the same fingerprint.  ``nodes`` maps node -> (host, fingerprint)."""
+    if len(nodes) < 2:
+        return []
+    ign = frozenset(ignore)
+    flat: dict[int, dict[str, Any]] = {}
+    for n, (_, fp) in nodes.items():
+        flat[n] = {}
+        _flatten(fp, "", flat[n], ign)
+    groups: dict[str, list[int]] = {}
+    for n in sorted(nodes):
+        groups.setdefault(repr(sorted(flat[n].items(), key=lambda kv: kv[0])), []).append(n)
+    if len(groups) == 1:
+        return []
+    ref = max(groups.values(), key=lambda ns: (len(ns), -ns[0]))
+    r0 = ref[0]
+
+    def name(n: int) -> str:
+        host = nodes[n][0]
+        return f"node {n}" + (f" ({host})" if host else "")
+
+    others = f"the other {len(ref)} nodes" if len(ref) > 1 else name(r0)
+    lines = []
+    for ns in groups.values():
+        if ns is ref:
+            continue
+        diff = format_fingerprint_diff(diff_fingerprints(nodes[r0][1], nodes[ns[0]][1], ignore=ign))
+        who = ", ".join(name(n) for n in ns[:8]) + (f" and {len(ns) - 8} more" if len(ns) > 8 else "")
+        lines.append(f"{who} differ{'s' if len(ns) == 1 else ''} from {others}: {diff}")
+    return lines

@@ -13,6 +13,7 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
       "runs": [                              # the runs that cases refer to, oldest first
         {"run_id": "20240607T101500-ab12", "date": "2024-06-07T10:15:00+00:00",
          "session": "vm-3f2a9c1e-2024-06-07",   # optional: the occasion (host boot, day) it was recorded on
+         "node": 1, "host": "gpu-a17",           # optional: a job across nodes saves one run per node
          "fingerprint": {"driver": "550.54", "nccl": "2.20.5", ...}}   # any JSON object
       ],
       "cases": {
@@ -21,6 +22,7 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
           "op": "all_reduce", "size_bytes": 16777216, "world_size": 2,
           "dtype": "float32",                # or null for copies
           "devices": ["cuda:0", "cuda:1"],
+          "layout": "2x8",                   # optional: <nodes>x<ranks per node> of a job across nodes
           "runs": [                          # oldest first, at most max_runs
             {"run_id": "20240607T101500-ab12",
              "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
@@ -83,6 +85,8 @@ __all__ = [
     "RunRecord",
     "Baseline",
     "case_key",
+    "RunToSave",
+    "save_runs",
     "baseline_name_for_model",
     "available_baselines",
     "resolve_baseline",
@@ -125,6 +129,8 @@ JSON_SCHEMA: dict[str, Any] = {
                     "run_id": {"type": "string", "minLength": 1},
                     "date": {"type": "string"},
                     "session": {"type": "string", "minLength": 1},
+                    "node": {"type": "integer", "minimum": 0},
+                    "host": {"type": "string"},
                     "fingerprint": {"type": "object"},
                 },
             },
@@ -141,6 +147,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     "world_size": {"type": "integer", "minimum": 1},
                     "dtype": {"type": ["string", "null"]},
                     "devices": {"type": "array", "items": {"type": "string"}},
+                    "layout": {"type": "string", "pattern": "^[1-9][0-9]*x[1-9][0-9]*$"},
                     "floor_gbps": _POSITIVE_NUMBER,
                     "runs": {
                         "type": "array",
@@ -198,17 +205,22 @@ class BaselineNotFound(BaselineError):
 # ------------------------------------------------------------------------------------------------
 
 
-def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int) -> str:
-    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``.
+def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
+             layout: str = "") -> str:
+    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``, and
+    ``|<layout>`` for a job across nodes (launched mode), ``<nodes>x<ranks per node>`` (e.g. ``2x8``).
 
     Every part is kept verbatim, so the key is stable across runs and readable in the file; e.g.
-    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.
+    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.  A job on one host
+    has no layout part: its keys are those of the rank pool.
     """
+    if layout and not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", layout):
+        raise ValueError(f"layout must be '<nodes>x<ranks per node>' (e.g. '2x8'), got {layout!r}")
     if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
         raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
     if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
         raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
-    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}"
+    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}" + (f"|{layout}" if layout else "")
 
 
 @dataclass
@@ -223,13 +235,14 @@ class CaseRecord:
     dtype: Optional[str] = None
     devices: Sequence[str] = ()
     summary: Mapping[str, Any] = field(default_factory=dict)
+    layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes (case_key), "" on one host
 
     @property
     def key(self) -> str:
-        return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size)
+        return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size, self.layout)
 
     @classmethod
-    def from_measurement(cls, measurement: Any, test_id: str) -> "CaseRecord":
+    def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
         """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side)."""
         samples = [float(v) for v in measurement.samples_gbps]
         summary = {
@@ -248,6 +261,7 @@ class CaseRecord:
             dtype=measurement.dtype,
             devices=tuple(measurement.devices),
             summary=summary,
+            layout=layout,
         )
 
 
@@ -257,6 +271,8 @@ class RunRecord:
     date: str
     fingerprint: dict
     session: Optional[str] = None  # runs of one session are one session's evidence (gate.decision.fit_case)
+    node: Optional[int] = None  # a job across nodes: the node whose measurements this run holds (host below)
+    host: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +293,7 @@ class CaseEntry:
     devices: list
     runs: list  # list[CaseRun], oldest first
     floor_gbps: Optional[float] = None
+    layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes, "" on one host
 
     @property
     def runs_gbps(self) -> list[list[float]]:
@@ -598,7 +615,8 @@ def _check_samples(path: Path, doc: dict) -> None:
 
 
 def _to_baseline(path: Path, doc: dict) -> Baseline:
-    runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {}), r.get("session")) for r in doc["runs"]]
+    runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {}), r.get("session"), r.get("node"),
+                      r.get("host")) for r in doc["runs"]]
     cases = {}
     for key, c in doc["cases"].items():
         cases[key] = CaseEntry(
@@ -612,6 +630,7 @@ def _to_baseline(path: Path, doc: dict) -> Baseline:
             runs=[CaseRun(r["run_id"], [float(v) for v in r["samples_gbps"]], dict(r.get("summary") or {}))
                   for r in c["runs"]],
             floor_gbps=float(c["floor_gbps"]) if c.get("floor_gbps") is not None else None,
+            layout=str(c.get("layout") or ""),
         )
     return Baseline(
         path=Path(path),
@@ -662,7 +681,8 @@ def _clean_summary(summary: Mapping[str, Any]) -> dict:
 
 
 def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
-               max_runs: int, session: Optional[str] = None) -> dict:
+               max_runs: int, session: Optional[str] = None, node: Optional[int] = None,
+               host: Optional[str] = None) -> dict:
     doc["max_runs"] = max_runs
     if doc.get("source") == "published" and cases:
         # Measured runs now decide the cases they cover; floors stay for the cases still without runs.
@@ -671,6 +691,8 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
                                 "floors are kept for the cases that have no measured run.").strip()
     if not any(r["run_id"] == run_id for r in doc["runs"]):
         doc["runs"].append({"run_id": run_id, "date": date, **({"session": session} if session else {}),
+                            **({"node": int(node)} if node is not None else {}),
+                            **({"host": host} if host else {}),
                             "fingerprint": json.loads(json.dumps(dict(fingerprint)))})
     for key, rec in cases.items():
         samples = [float(v) for v in rec.samples_gbps]
@@ -686,7 +708,7 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
         runs = [r for r in old.pop("runs", []) if r["run_id"] != run_id]  # a re-save of the same run
         runs.append({"run_id": run_id, "samples_gbps": samples, "summary": summary})
         floor = old.pop("floor_gbps", None)
-        for k in ("test_id", "op", "size_bytes", "world_size", "dtype", "devices"):
+        for k in ("test_id", "op", "size_bytes", "world_size", "dtype", "devices", "layout"):
             old.pop(k, None)
         # metadata first, then runs, then the floor (if any), then fields this version does not know
         doc["cases"][key] = {
@@ -696,6 +718,7 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
             "world_size": int(rec.world_size),
             "dtype": rec.dtype,
             "devices": [str(d) for d in rec.devices],
+            **({"layout": rec.layout} if rec.layout else {}),
             "runs": runs,
             **({"floor_gbps": floor} if floor is not None else {}),
             **old,
@@ -721,6 +744,20 @@ def dumps_document(doc: dict[str, Any]) -> str:
     return re.sub(r'"@@samples-\d+-\d+@@"', lambda m: placeholders[m.group(0)], text) + "\n"
 
 
+@dataclass(frozen=True)
+class RunToSave:
+    """One run for :func:`save_runs`: its cases (case_key -> CaseRecord) and what the run record says
+    (see the format above); ``node``/``host`` for the run of one node of a job across nodes."""
+
+    run_id: str
+    date: str
+    fingerprint: Mapping[str, Any]
+    cases: Mapping[str, CaseRecord]
+    session: Optional[str] = None
+    node: Optional[int] = None
+    host: Optional[str] = None
+
+
 def save_run(
     path: Path,
     *,
@@ -743,19 +780,30 @@ def save_run(
     keeps its ``floor_gbps``.  ``cases`` maps case_key(...) to CaseRecord.  ``session`` labels the occasion
     the run was recorded on (``hardware.session_label``).
     """
+    save_runs(path, name=name, runs=[RunToSave(run_id, date, fingerprint, cases, session)], max_runs=max_runs,
+              lock_timeout_s=lock_timeout_s)
+
+
+def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int = DEFAULT_MAX_RUNS,
+              lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
+    """:func:`save_run` for several runs at once (a job across nodes saves one run per node), under one lock
+    and in one atomic write: either every run is saved or none is."""
     path = Path(path)
     if isinstance(max_runs, bool) or int(max_runs) != max_runs or max_runs < 1:
         raise ValueError(f"max_runs must be a whole number >= 1, got {max_runs!r}")
-    if not run_id:
-        raise ValueError("run_id must be a non-empty string")
-    if not isinstance(fingerprint, Mapping):
-        raise ValueError(f"fingerprint must be a mapping, got {type(fingerprint).__name__}")
-    if _nesting_depth_exceeds(fingerprint, MAX_NESTING - 3):  # it sits at $.runs[i].fingerprint
-        raise ValueError(f"fingerprint is nested deeper than {MAX_NESTING - 3} levels: a baseline file nests "
-                         f"at most {MAX_NESTING} deep")
-    for key, rec in cases.items():
-        if key != rec.key:
-            raise ValueError(f"case key {key!r} does not match its record (expected {rec.key!r})")
+    if not runs:
+        raise ValueError("no run to save")
+    for run in runs:
+        if not run.run_id:
+            raise ValueError("run_id must be a non-empty string")
+        if not isinstance(run.fingerprint, Mapping):
+            raise ValueError(f"fingerprint must be a mapping, got {type(run.fingerprint).__name__}")
+        if _nesting_depth_exceeds(run.fingerprint, MAX_NESTING - 3):  # it sits at $.runs[i].fingerprint
+            raise ValueError(f"fingerprint is nested deeper than {MAX_NESTING - 3} levels: a baseline file nests "
+                             f"at most {MAX_NESTING} deep")
+        for key, rec in run.cases.items():
+            if key != rec.key:
+                raise ValueError(f"case key {key!r} does not match its record (expected {rec.key!r})")
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock", timeout=lock_timeout_s)
     try:
@@ -764,8 +812,10 @@ def save_run(
             # are a killed saver's (a live write_document's are locked and kept).
             remove_stale_temp_files(path)
             doc = _read_document(path) if path.exists() else new_document(name, int(max_runs))
-            doc = _merge_run(doc, run_id=run_id, date=date, fingerprint=fingerprint, cases=cases,
-                             max_runs=int(max_runs), session=session)
+            for run in runs:
+                doc = _merge_run(doc, run_id=run.run_id, date=run.date, fingerprint=run.fingerprint,
+                                 cases=run.cases, max_runs=int(max_runs), session=run.session, node=run.node,
+                                 host=run.host)
             errors = list(_VALIDATOR.iter_errors(doc))
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]

@@ -125,6 +125,10 @@ class Gate:
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
         self._commons: dict[str, dict[str, Any]] = {}
+        #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
+        self.layout = ""
+        #: a job across nodes: node -> (host, fingerprint) of every node, saved with the node's run
+        self.node_fingerprints: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -250,7 +254,7 @@ class Gate:
 
         if self.baseline is None:
             return Verdict(Status.NEW, message="no baseline yet")
-        key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size)
+        key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size, self.layout)
         entry = self.baseline.cases.get(key)
         if entry is None:
             return Verdict(Status.NEW_STRICT if self.settings.strict else Status.NEW,
@@ -335,20 +339,37 @@ class Gate:
     # -- saving ------------------------------------------------------------------------------------
     def save(self, records: list[Any], fingerprint: dict[str, Any], date: str) -> tuple[Path, int]:
         """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
-        file; returns the file and the number of cases saved."""
+        file; returns the file and the number of case measurements saved.
+
+        A job across nodes saves, in one write, one run per node for the measurements of one node (its
+        copies, its intra-node group: ``info["node"]``), with that node's fingerprint, and one run for the
+        measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
+        new node's figure is judged against the spread between nodes as well as between sessions."""
         from ..hardware import session_label
-        from .store import BaselineError, CaseRecord, save_run
+        from .store import BaselineError, CaseRecord, RunToSave, save_runs
 
         if self.path is None:
             raise RuntimeError("Gate.save: no baseline file was resolved (call Gate.load first)")
-        cases: dict[str, CaseRecord] = {}
+        # a run per node; a test's other measurements of one case (the groups of one local rank across the
+        # nodes) each in a run of their own ("part"), so that none is dropped
+        parts: dict[tuple[Optional[int], int], dict[str, CaseRecord]] = {}
         for r in records:
-            cr = CaseRecord.from_measurement(r.measurement, r.nodeid)
-            cases[cr.key] = cr  # the record keeps a case's first measurement; its re-measures are not saved
+            node = r.measurement.info.get("node")
+            node = None if node is None else int(node)
+            cr = CaseRecord.from_measurement(r.measurement, r.nodeid, self.layout)
+            part = 0
+            while cr.key in parts.get((node, part), {}):
+                part += 1
+            parts.setdefault((node, part), {})[cr.key] = cr
+        session = session_label(date)
+        runs = []
+        for (node, part), cases in sorted(parts.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+            run_id = self.run_id + (f"-node{node}" if node is not None else "") + (f"-part{part}" if part else "")
+            host, fp = self.node_fingerprints.get(node, ("", fingerprint)) if node is not None else ("", fingerprint)
+            runs.append(RunToSave(run_id, date, fp, cases, session, node, host or None))
         name = self.baseline.name if self.baseline is not None else self.path.stem
         try:
-            save_run(self.path, name=name, run_id=self.run_id, date=date, fingerprint=fingerprint, cases=cases,
-                     max_runs=self.settings.max_runs, session=session_label(date))
+            save_runs(self.path, name=name, runs=runs, max_runs=self.settings.max_runs)
         except BaselineError as e:
             raise pytest.UsageError(f"--gpu-baseline-save: {e}") from None
-        return self.path, len(cases)
+        return self.path, sum(len(c) for c in parts.values())

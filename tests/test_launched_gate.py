@@ -1,0 +1,71 @@
+"""Launched mode and the baseline: rank 0 reads, judges and saves; every other rank follows its decisions.
+
+Real processes (two simulated nodes of two gloo ranks on loopback, srun's variables set by hand as in
+test_launched.py): a recording
+run saves once, with the job's layout in every case key; a run against a baseline whose figures are a
+thousand times today's fails as a regression on every rank after a re-measure that every rank makes together (a
+rank that did not would leave rank 0 waiting in the collective); a missing baseline stops every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from test_launched import ARGS, SMALL, clean_env, free_port, run_all
+
+BASELINE_ARGS = ["--gpu-baseline-dir=baselines", "-k", "all_reduce"]
+
+
+def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", "")) -> list[tuple[int, str]]:
+    """Two simulated nodes of two ranks each, started as srun would (its variables set by hand), so that
+    each rank's own exit code is seen; ``per_node`` is each node's PYTEST_ADDOPTS."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, "--gpucomm-launch=slurm", *args]
+    envs = []
+    for rank in range(4):
+        env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="4", SLURM_LOCALID=str(rank % 2),
+                        SLURM_NTASKS_PER_NODE="2", SLURM_NODEID=str(rank // 2), SLURM_NNODES="2",
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if per_node[rank // 2]:
+            env["PYTEST_ADDOPTS"] = per_node[rank // 2]
+        envs.append(env)
+    return run_all([cmd] * 4, envs, tmp)
+
+
+def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every_rank_following(
+        tmp_path: Path) -> None:
+    (tmp_path / "test_small.py").write_text(SMALL)
+    # one junit file per node: only node 0 holds global rank 0, so node 1's file must not appear
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save", *BASELINE_ARGS,
+                        per_node=(f"--junitxml={tmp_path / 'j0.xml'}", f"--junitxml={tmp_path / 'j1.xml'}"))
+    assert [code for code, _ in results] == [0] * 4, results
+    text = "\n".join(t for _, t in results)
+    assert text.count("gpucomm: saved 1 cases of this run") == 1, text
+    assert text.count("gpucomm nodes: 2 x 2 ranks; every node has the same environment") == 1, text
+    assert (tmp_path / "j0.xml").exists() and not (tmp_path / "j1.xml").exists()
+    doc = json.loads((tmp_path / "baselines" / "cpu2.json").read_text())
+    [(key, case)] = doc["cases"].items()
+    assert key.endswith("|all_reduce|4096B|float32|ws4|2x2") and case["layout"] == "2x2", key
+    assert len(doc["runs"]) == 1 and len(case["runs"]) == 1
+
+    for run in case["runs"]:  # the baseline 1000 times faster: a regression however loaded this machine is
+        run["samples_gbps"] = [v * 1000 for v in run["samples_gbps"]]
+    (tmp_path / "baselines" / "cpu2.json").write_text(json.dumps(doc))
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, "-rf")
+    assert [code for code, _ in results] == [1] * 4, results
+    for _, text in results:
+        assert "1 failed" in text, text
+        assert "REGRESSION: all_reduce on 4 ranks (gloo) at 4 KiB" in text, text
+    text = results[0][1]
+    assert "measured again: " in text and "cannot be restarted" in text, text  # every rank re-measured together
+
+
+def test_a_missing_baseline_stops_every_rank_with_rank_0s_message(tmp_path: Path) -> None:
+    (tmp_path / "test_small.py").write_text(SMALL)
+    results = two_nodes(tmp_path, "--gpu-baseline=nosuch", *BASELINE_ARGS)
+    assert [code for code, _ in results] == [4] * 4, results
+    for k, (_, text) in enumerate(results):
+        assert "--gpu-baseline=nosuch: " in text, text
+        assert ("(on global rank 0, which reads the baseline)" in text) == (k > 0), text
