@@ -128,11 +128,14 @@ class State:
 
     def join_job(self) -> None:
         """Launched mode, once the job's process groups exist: read every node's fingerprint (on the node's
-        local rank 0), and key the gate's cases by the job's layout."""
+        local rank 0; across nodes the run's fingerprint holds them under ``nodes``, so that the change since
+        the baseline names the node), and key the gate's cases by the job's layout."""
         assert self.launched is not None
         self.node_fingerprints = self.launched.node_fingerprints(lambda: self.fingerprint)
         self.gate.layout = self.layout
         self.gate.node_fingerprints = dict(self.node_fingerprints)
+        if self.layout:  # the run's fingerprint holds every node's: a change on any node is named
+            self._fingerprint = dict(self.fingerprint, nodes={str(n): fp for n, (_, fp) in self.node_fingerprints.items()})
 
     def node_lines(self) -> list[str]:
         """Header lines of a job across nodes: its layout, and how its nodes differ from each other."""

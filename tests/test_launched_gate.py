@@ -49,6 +49,7 @@ def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every
     [(key, case)] = doc["cases"].items()
     assert key.endswith("|all_reduce|4096B|float32|ws4|2x2") and case["layout"] == "2x2", key
     assert len(doc["runs"]) == 1 and len(case["runs"]) == 1
+    assert set(doc["runs"][0]["fingerprint"]["nodes"]) == {"0", "1"}  # every node's environment
 
     for run in case["runs"]:  # the baseline 1000 times faster: a regression however loaded this machine is
         run["samples_gbps"] = [v * 1000 for v in run["samples_gbps"]]
