@@ -92,13 +92,13 @@ class Comm:
 
     def _copy(self, spec: dict[str, Any]) -> Measurement:
         """Measure the copy ``spec`` (``ops.copies.copy_spec``) here; its fresh re-measure runs in a new
-        process, its other re-measures here with new buffers."""
+        process, its other re-measures here with new buffers.  In launched mode, on every node at once
+        (see :meth:`_copy_on_every_node`)."""
         from .ops.copies import measure_spec
 
         state = self._state
         if state.launch is not None:
-            pytest.skip("gpucomm: copies are not measured in launched mode yet: every rank of the node would copy "
-                        "between the same devices at once (node-local copies are a later part of issue 12)")
+            return self._copy_on_every_node(spec)
 
         def here() -> Measurement:
             return measure_spec(spec, state.timing, state.buffers)
@@ -112,6 +112,70 @@ class Comm:
             return here()
 
         return self._record(here(), fresh, same, "in a new process", "in the same process")
+
+    def _copy_on_every_node(self, spec: dict[str, Any]) -> Measurement:
+        """Launched mode: the copy ``spec`` between the devices of each node, on every node at once.
+
+        On each node one rank measures (``ops.copies.measuring_local_rank``: the rank whose GPU is the
+        copy's source or device; local rank 0 for host buffers) while the node's other ranks wait; then every
+        rank has every node's measurement, labelled with its node and host (``info["node"]``, ``["host"]``,
+        ``["rank"]``), and records one row per node -- 16 nodes, 16 rows of this test.  The test gets its own
+        node's measurement.  A copy that raises on one rank fails the test on every rank, naming that rank,
+        its host and node.
+
+        The re-measure of a node's row measures that node's copy again, by the same rank in the same process
+        with new buffers, while every rank waits for it: a launched job's ranks re-measure together, so it is
+        not made in a new process."""
+        state, la = self._state, self._state.launch
+        assert la is not None
+        same_how = ("in the same process, with new buffers: in launched mode every rank re-measures together, "
+                    "so the copy is measured again by the same rank of its node, not in a new process")
+        mine: Optional[Measurement] = None
+        for m in self._measure_on_nodes(spec):
+            node = int(m.info["node"])
+
+            def same(node: int = node) -> Measurement:
+                state.buffers.clear()
+                return self._measure_on_nodes(spec, node)[0]
+
+            self._record(m, None, same, "", same_how)
+            if node == la.node_rank:
+                mine = m
+        assert mine is not None  # node_measurements gives one measurement for every node with a rank
+        return mine
+
+    def _measure_on_nodes(self, spec: dict[str, Any], only_node: Optional[int] = None) -> list[Measurement]:
+        """Every node's measurement of the copy ``spec`` (launched mode), ordered by node; with
+        ``only_node``, that node's alone (the other nodes' ranks wait).  Called by every rank at once."""
+        import traceback
+
+        from .ops.copies import CopyError, measure_spec, measuring_local_rank, node_measurements
+        from .ranks import RankFailure
+
+        state, la, launched = self._state, self._state.launch, self._state.launched
+        assert la is not None and launched is not None
+        launched.start(state.info)  # joined at collection; a no-op here
+        label = f"{self._request.node.nodeid}: {spec['copy']} copy {'->'.join(spec['devices'])}"
+        outcome: tuple[int, bool, Any] = (la.node_rank, True, None)
+        if la.local_rank == measuring_local_rank(spec, la.local_world_size) \
+                and (only_node is None or only_node == la.node_rank):
+            try:
+                m = measure_spec(spec, state.timing, state.buffers)
+                m.info.update(node=la.node_rank, host=la.host, rank=la.rank)
+                outcome = (la.node_rank, True, m.to_dict(with_samples=True))
+            except Exception:  # every rank waits in the exchange below: it must hear of the failure
+                outcome = (la.node_rank, False, traceback.format_exc())
+        try:
+            every = launched.allgather(outcome)
+        except Exception as e:  # a rank gone or the control group broken (its timeout)
+            failure = (f"{label}: the ranks of this {la.launcher} job could not exchange the copy's results: "
+                       f"{type(e).__name__}: {e}")
+        else:
+            try:
+                return node_measurements(every, launched.hosts, label, only_node)
+            except (RankFailure, CopyError) as e:  # the copy raised on some rank, or no rank of a node measured
+                failure = str(e)
+        pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
 
     def _pair(self, pair: Any, dst: Optional[str]) -> GpuPair:
         if isinstance(pair, GpuPair):

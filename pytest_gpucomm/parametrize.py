@@ -3,11 +3,16 @@
 ``@sizes`` becomes one test per size (sizes above ``--gpucomm-max-size`` are left out), ``gpu_pair`` one
 test per ordered pair of devices, ``gpu_link`` one per unordered pair, ``gpu`` one per GPU.  Where nothing
 is left, the test is collected once and skipped with the reason.
+
+In launched mode the devices are those of the node that this rank sees (every rank of a job must see as
+many, or the ranks collect different tests and stop, saying so); the copies between them are measured on
+every node at once (:meth:`pytest_gpucomm.comm.Comm.copy`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Optional
 
 import pytest
 
@@ -26,6 +31,22 @@ def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids:
     else:
         metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=[empty_id],
                              indirect=True)
+
+
+def launched_pairs_reason(count: int, visible: Optional[str]) -> str:
+    """Launched mode on GPU: why a rank that sees fewer than 2 GPUs (``count``; ``visible`` is its
+    CUDA_VISIBLE_DEVICES, None when unset) has no GPU pair to measure."""
+    shown = "unset" if visible is None else repr(visible)
+    return (f"needs 2 GPUs of this node visible to each rank, found {count} (CUDA_VISIBLE_DEVICES {shown}): in "
+            "launched mode a node's peer copies are measured by one of its ranks, which must see the node's GPUs; "
+            "give every rank every GPU of its node (torchrun does; with srun, --gpus-per-node without "
+            "--gpus-per-task or --gpu-bind)")
+
+
+def _too_few_pairs(state: State) -> str:
+    if state.launch is not None and state.info.kind == "gpu":
+        return launched_pairs_reason(state.info.count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return state.too_few(2)
 
 
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
@@ -49,11 +70,11 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
     if "gpu_pair" in metafunc.fixturenames:
         devs = state.devices()
         pairs = [GpuPair(a, b) for a in devs for b in devs if a != b]
-        _param_or_skip(metafunc, "gpu_pair", pairs, [p.id for p in pairs], state.too_few(2), "no-pair")
+        _param_or_skip(metafunc, "gpu_pair", pairs, [p.id for p in pairs], _too_few_pairs(state), "no-pair")
     if "gpu_link" in metafunc.fixturenames:
         devs = state.devices()
         links = [GpuPair(a, b) for i, a in enumerate(devs) for b in devs[i + 1:]]
-        _param_or_skip(metafunc, "gpu_link", links, [p.id.replace("->", "<->") for p in links], state.too_few(2),
+        _param_or_skip(metafunc, "gpu_link", links, [p.id.replace("->", "<->") for p in links], _too_few_pairs(state),
                        "no-pair")
     if "gpu" in metafunc.fixturenames:
         gpus = state.devices() if state.info.kind == "gpu" else []

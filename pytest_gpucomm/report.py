@@ -142,7 +142,7 @@ def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, An
 
     fp = fingerprint or {}
     benchmarks = []
-    per_test = Counter(r.nodeid for r in records)  # a test that measured more than once gets a suffix
+    per_test = Counter(r.nodeid for r in records)  # a test with several rows gets a suffix
     for r in records:
         m = r.measurement
         st = Stats()
@@ -151,7 +151,8 @@ def benchmark_document(records: list[Record], fingerprint: Optional[dict[str, An
         stats = st.as_dict()
         stats["data"] = list(m.samples_s)
         stats["iterations"] = 1
-        suffix = f"[{m.op}-{m.size_bytes}]" if per_test[r.nodeid] > 1 else ""
+        node = f"-node{m.info['node']}" if "node" in m.info else ""  # launched mode: a copy's row per node
+        suffix = f"[{m.op}-{m.size_bytes}{node}]" if per_test[r.nodeid] > 1 else ""
         benchmarks.append({
             "group": m.op,
             "name": r.nodeid.split("::", 1)[-1] + suffix,
