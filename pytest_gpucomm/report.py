@@ -17,7 +17,7 @@ from .vocab import Status
 if TYPE_CHECKING:
     from .state import State
 
-__all__ = ["table_rows", "render_table", "json_document", "write_json", "benchmark_document", "gate_columns",
+__all__ = ["table_rows", "render_table", "json_document", "straggler_lines", "stragglers_of", "write_json", "benchmark_document", "gate_columns",
            "baseline_extra",
            "junit_properties", "summary_lines", "write_reports"]
 
@@ -105,14 +105,57 @@ LEGEND = (
 )
 
 
+def stragglers_of(records: list[Record]) -> tuple[list[Any], list[Any], list[str]]:
+    """The stragglers of each record (``stragglers.CaseRanks`` or None) and the run's outlier nodes
+    (``stragglers.OutlierNode``), and a note when the ranks' data of some measurement could not be read."""
+    from .stragglers import find_outliers
+
+    try:
+        per_case, nodes = find_outliers([(r.nodeid, r.measurement) for r in records])
+    except ValueError as e:
+        return [None] * len(records), [], [f"gpucomm: no slowest ranks or outlier nodes: {e}"]
+    return per_case, nodes, []
+
+
+def straggler_lines(records: list[Record], limit: int = 10) -> list[str]:
+    """The "slowest ranks" and "outlier nodes" sections of the terminal summary (each only when it has a
+    case to list; see ``stragglers``)."""
+    from .stragglers import CLEAR_MAJORITY, MAD_FLOOR, NOTABLE_SPREAD, Z_LIMIT
+
+    per_case, nodes, notes = stragglers_of(records)
+    lines: list[str] = []
+    listed = [(r, c) for r, c in zip(records, per_case) if c is not None and c.listed]
+    if listed:
+        lines.append(f"gpucomm slowest ranks (cases where one rank arrived last in at least {CLEAR_MAJORITY:.0%} of "
+                     f"the iterations, where the ranks' median times spread by {NOTABLE_SPREAD:.0%} of the "
+                     f"iteration or more, or where a rank's lag stands out):")
+        for r, c in listed[:limit]:
+            lines.append(f"  {r.nodeid} ({r.measurement.op} {format_size(r.measurement.size_bytes)}): {c.text()}")
+        if len(listed) > limit:
+            lines.append(f"  ... and {len(listed) - limit} more (the JSON report has every case)")
+    if nodes:
+        lines.append(f"gpucomm outlier nodes (against the other nodes and ranks of this run: modified z-score "
+                     f"0.6745 (x - median) / MAD above {Z_LIMIT}, the MAD at least {MAD_FLOOR:.0%} of the iteration time "
+                     f"for the ranks' lag, of the nodes' median for a node's figure):")
+        lines += [f"  {n.text()}" for n in nodes[:limit]]
+        if len(nodes) > limit:
+            lines.append(f"  ... and {len(nodes) - limit} more nodes (the JSON report lists every one)")
+    return lines + notes
+
+
 def json_document(records: list[Record], *, settings: dict[str, Any], fingerprint: Optional[dict[str, Any]],
                   extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The JSON report: a row per measurement (with, for a collective, its ranks' summary under
+    "stragglers"; their compact data is in its info["ranks"]) and the run's "outliers" (nodes)."""
+    per_case, nodes, _ = stragglers_of(records)
     rows = []
-    for r in records:
+    for r, c in zip(records, per_case):
         row = {"test": r.nodeid, **r.measurement.to_dict(with_samples=True), "status": r.status,
                "checks": list(r.checks)}
         if r.baseline is not None:
             row["baseline"] = r.baseline
+        if c is not None:
+            row["stragglers"] = c.to_dict()
         rows.append(row)
     doc: dict[str, Any] = {
         "format": "pytest-gpucomm-report",
@@ -120,6 +163,7 @@ def json_document(records: list[Record], *, settings: dict[str, Any], fingerprin
         "settings": settings,
         "fingerprint": fingerprint,
         "rows": rows,
+        "outliers": [n.to_dict() for n in nodes],
     }
     if extra:
         doc.update(extra)
@@ -207,6 +251,7 @@ def summary_lines(state: "State") -> list[str]:
                          gate_columns(state.records) if gated else None)
     lines += table.splitlines()
     lines.append(LEGEND)
+    lines += straggler_lines(state.records)
     if gated:
         counts = Counter(str(r.status) for r in state.records)
         lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

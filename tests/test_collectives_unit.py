@@ -9,6 +9,7 @@ binary must be added to ``NCCL_TESTS`` below, with nccl-tests' own formula).
 from __future__ import annotations
 
 import pickle
+import statistics
 import subprocess
 import sys
 
@@ -154,14 +155,29 @@ def test_a_bench_result_survives_pickling():
     assert pickle.loads(pickle.dumps(r)) == r
 
 
-def test_to_measurement_takes_the_slowest_rank_of_each_iteration():
-    results = [_result(0, (1e-3, 5e-3, 2e-3, 9e-3)), _result(1, (2e-3, 1e-3, 4e-3))]
+def test_to_measurement_takes_rank_0s_iteration_times_and_the_ranks_compact_data():
+    # bench returns the per-iteration times (the slowest rank's) and straggler ids on rank 0 only
+    results = [_result(0, (2e-3, 5e-3, 4e-3), straggler=(1, 0, 1), own_median_s=2e-3, lag_median_s=0.0,
+                       wait_median_s=1e-3, straggled=1, host="h0", node=0, device="cpu"),
+               _result(1, (), own_median_s=1e-3, lag_median_s=2e-3, wait_median_s=0.0, straggled=2, host="h1",
+                       node=1, device="cpu")]
     m = to_measurement(results, op="all_gather", backend="gloo", dtype="float32", requested_bytes=4096)
-    assert m.samples_s == [2e-3, 5e-3, 4e-3]  # the shorter series bounds the count
+    assert m.samples_s == [2e-3, 5e-3, 4e-3]
     assert (m.op, m.size_bytes, m.world_size, m.dtype, m.kind) == ("all_gather", 4096, 2, "float32", "collective")
     assert m.devices == ("rank0", "rank1")
     assert m.busbw_factor == pytest.approx(busbw_factor("all_gather", 2))
+    ranks = m.info.pop("ranks")
     assert m.info == {"backend": "gloo", "in_place": False, "batch": 4, "graph": False, "timer": "host clock"}
+    assert ranks == {"rank": [0, 1], "node": [0, 1], "host": ["h0", "h1"], "device": ["cpu", "cpu"],
+                     "own_median_s": [2e-3, 1e-3], "lag_median_s": [0.0, 2e-3], "wait_median_s": [1e-3, 0.0],
+                     "straggled": [1, 2], "straggler": [1, 0, 1]}
+
+
+def test_to_measurement_names_stragglers_by_the_ranks_of_the_results():
+    # a group's rank i is results[i]; its rank field says which rank it is (e.g. of a sub-group)
+    results = [_result(4, (1e-3, 1e-3), straggler=(1, 1)), _result(6, ())]
+    m = to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096)
+    assert m.info["ranks"]["straggler"] == [6, 6] and m.info["ranks"]["rank"] == [4, 6]
 
 
 def test_to_measurement_notes_graphs_registration_and_a_rounded_size():
@@ -169,6 +185,7 @@ def test_to_measurement_notes_graphs_registration_and_a_rounded_size():
                        size_bytes=996, in_place=True) for r in range(3)]
     m = to_measurement(results, op="reduce_scatter", backend="nccl", dtype="bfloat16", requested_bytes=1000)
     assert m.size_bytes == 996
+    del m.info["ranks"]
     assert m.info == {"backend": "nccl", "in_place": True, "batch": 4, "graph": True, "timer": "device events",
                       "graph_error": "RuntimeError: no", "registered": True, "register_note": "x",
                       "requested_bytes": 1000}
@@ -274,7 +291,16 @@ def test_every_op_and_form_gives_its_expected_result_on_gloo(gloo_pool, op, in_p
         assert isinstance(r, BenchResult)
         assert (r.wrong, r.first_wrong, r.in_place) == (0, None, in_place)
         assert r.size_bytes == element_count(op, 1000, n, "float32") * 4
-        assert r.samples_s and r.graph == 0 and not r.registered
+        assert r.graph == 0 and not r.registered
+    # rank 0 returns the iteration times and who arrived last in each; the others their summaries only
+    first = results[0]
+    assert len(first.samples_s) == len(first.straggler) >= 10
+    assert all(r.samples_s == () and r.straggler == () for r in results[1:])
+    assert set(first.straggler) <= set(range(n)) and sum(r.straggled for r in results) == len(first.straggler)
+    for r in results:
+        # the iteration's time is the longest own time, so its median bounds each rank's median own time
+        assert 0 < r.own_median_s <= statistics.median(first.samples_s)
+        assert r.lag_median_s >= 0 and r.wait_median_s >= 0 and r.device == "cpu" and r.host
     # each rank checked every element of its result (reduce: only rank 0 has one)
     import torch
 

@@ -316,3 +316,69 @@ def test_a_nonzero_exit_status_on_rank_0_is_every_ranks_under_torchrun(small: Pa
     assert text.count("2 passed") == 2, text
     assert "gpucomm: exit status 1 on rank 0 (on " in text and "every rank of the job exits with 1" in text, text
     assert "exitcode  : 1" in text, text  # torchrun may stop rank 1 (SIGTERM) once it sees rank 0 exit with 1
+
+
+# -- a straggler named ----------------------------------------------------------------------------------
+
+LATE_RANK_3 = '''
+import os
+import time
+
+from pytest_gpucomm.ops import collectives
+
+DELAY_S = 0.02
+
+if os.environ["RANK"] == "3":  # launched mode runs the task in this process: make global rank 3 late
+    _sample = collectives._Timed.sample
+
+    def _late(self, batch):
+        # before the sample's clock starts (its host clock on CPU): rank 3 enters each sample's first op 20 ms
+        # after the others, who wait for it inside their timed samples
+        time.sleep(DELAY_S)
+        return _sample(self, batch)
+
+    collectives._Timed.sample = _late
+'''
+
+ONE_ALL_REDUCE = '''
+from pytest_gpucomm import sizes
+
+
+@sizes("4KiB")
+def test_all_reduce(process_group, size, comm):
+    comm.all_reduce(process_group, size)
+'''
+
+
+def test_a_rank_made_late_is_named_the_slowest_rank_and_its_node_an_outlier(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(LATE_RANK_3)
+    (tmp_path / "test_late.py").write_text(ONE_ALL_REDUCE)
+    out, port = tmp_path / "out.json", free_port()
+    cmds = [torchrun(2, k, 2, port, "test_late.py", *ARGS, f"--gpucomm-json={out}") for k in (0, 1)]
+    results = run_all(cmds, [clean_env(), clean_env()], tmp_path)
+    assert [code for code, _ in results] == [0, 0], results
+    text = results[0][1]
+    host = socket.gethostname()
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("gpucomm slowest ranks ("))
+    case = lines[i + 1]
+    assert case.startswith(f"  test_late.py::test_all_reduce[4KiB] (all_reduce 4 KiB): rank 3 (node 1, {host}, cpu) "
+                           "arrived last in "), text
+    last, n = (int(x) for x in case.split("arrived last in ")[1].split(" iterations")[0].split(" of "))
+    assert last >= 2 * n / 3 and n >= 10, case
+    assert "stands out: rank 3 (node 1" in case, case
+    j = lines.index(next(line for line in lines if line.startswith("gpucomm outlier nodes (")))
+    assert lines[j + 1].startswith(f"  node 1 ({host}): rank 3; late in test_late.py::test_all_reduce[4KiB]"), text
+    assert not any(line.startswith("  node 0") for line in lines), text  # only the late rank's node
+    assert all("slowest ranks" not in t and "outlier nodes" not in t for _, t in results[1:])  # rank 0 speaks
+    doc = json.loads(out.read_text())
+    [row] = doc["rows"]
+    assert row["stragglers"]["slowest"]["rank"] == 3 and row["stragglers"]["slowest"]["node"] == 1
+    assert [r["rank"] for r in row["stragglers"]["outlier_ranks"]] == [3]
+    ranks = row["info"]["ranks"]
+    assert ranks["rank"] == [0, 1, 2, 3] and ranks["node"] == [0, 0, 1, 1]
+    assert ranks["straggled"][3] == last and len(ranks["straggler"]) == n == row["n"]
+    assert ranks["lag_median_s"][3] > 0.01  # it arrived about 20 ms after the first rank
+    # the iteration's time includes the wait for rank 3
+    assert row["median_us"] > 1e4
+    assert [(o["node"], o["host"], o["ranks"]) for o in doc["outliers"]] == [(1, host, [3])]

@@ -13,7 +13,8 @@ This module holds three parts:
   other ranks on a plan, captures up to ``GRAPH_OPS`` iterations in a CUDA/HIP graph on GPU and replays
   it (as ``nccl-tests -G``) or loops on CPU, times each sample (device events / host clock), and finally
   re-initializes the buffers, runs the op once more -- from a graph and eagerly, the paths that were timed
-  -- and counts the wrong elements of the result.
+  -- and counts the wrong elements of the result; last, with the other ranks, it finds each iteration's
+  time (that of the slowest rank) and the rank the others waited for (:func:`iteration_stats`).
 
 Sizes follow nccl-tests: S is the per-rank buffer for all_reduce, broadcast, reduce and send/recv, and the
 full gathered/scattered buffer for all_gather, reduce_scatter and all_to_all.  busbw = algbw x factor
@@ -28,6 +29,7 @@ Imports no torch: the per-rank functions import it when they run.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence
@@ -45,6 +47,9 @@ __all__ = [
     "busbw_factor",
     "element_count",
     "to_measurement",
+    "ranks_info",
+    "iteration_stats",
+    "IterationStats",
     "op_method",
     "add_op_methods",
     "bench",
@@ -320,6 +325,15 @@ class BenchResult:
     checked: int  # elements checked (0 when the rank has no result to check)
     first_wrong: Optional[tuple[int, float, float]]  # (index, got, expected) of the first wrong one
     wrong_path: str  # the path that gave the wrong result ("a graph replay", "an eager launch", "")
+    # -- who the others waited for (see :func:`iteration_stats`); compact: per-iteration data on rank 0 only
+    straggler: tuple[int, ...] = ()  # rank 0: per iteration, the (group) rank that arrived last; else ()
+    own_median_s: float = 0.0  # this rank's own time of an iteration (median over the iterations)
+    lag_median_s: float = 0.0  # how much later than the first rank this rank arrived (median)
+    wait_median_s: float = 0.0  # how long this rank waited for the last one to arrive (median)
+    straggled: int = 0  # iterations in which this rank arrived last
+    host: str = ""  # where the rank ran: host, node index, device
+    node: int = 0
+    device: str = ""
 
 
 class WrongResult(Exception):
@@ -346,15 +360,19 @@ def _wrong_message(op: str, backend: str, results: Sequence[BenchResult], bad: S
 
 def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dtype: str,
                    requested_bytes: int) -> Measurement:
-    """The measurement of the ranks' results (one per rank, ordered by rank): an iteration ends when the
-    slowest rank ends.  Raises :class:`WrongResult` if any rank saw a wrong element."""
+    """The measurement of the ranks' results (one per rank, ordered by rank).  Raises :class:`WrongResult`
+    if any rank saw a wrong element.
+
+    An iteration ends when the slowest rank ends: its time is the maximum over the ranks, which
+    :func:`bench` computed on the ranks and returned on rank 0 only (``results[0].samples_s``).  The
+    per-rank summaries and rank 0's per-iteration straggler ids go, column by column, into
+    ``info["ranks"]`` (see :func:`ranks_info`); :mod:`pytest_gpucomm.stragglers` reads them."""
     world = len(results)
     first = results[0]
     bad = [r for r in results if r.wrong]
     if bad:
         raise WrongResult(_wrong_message(op, backend, results, bad), bad)
-    k = min(len(r.samples_s) for r in results)
-    samples = [max(r.samples_s[i] for r in results) for i in range(k)]
+    samples = list(first.samples_s)
     info: dict[str, Any] = {
         "backend": backend,
         "in_place": first.in_place,  # the form the ranks ran
@@ -367,6 +385,7 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
             info[key] = getattr(first, key)
     if first.size_bytes != requested_bytes:
         info["requested_bytes"] = requested_bytes
+    info["ranks"] = ranks_info(results)
     return Measurement(
         op=op,
         size_bytes=first.size_bytes,
@@ -378,6 +397,25 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
         kind="collective",
         info=info,
     )
+
+
+def ranks_info(results: Sequence[BenchResult]) -> dict[str, list[Any]]:
+    """The ranks' compact data, one list per field, in the order of ``results`` (the group's ranks):
+    ``rank``, ``node``, ``host``, ``device``, ``own_median_s``, ``lag_median_s``, ``wait_median_s``,
+    ``straggled`` (one entry per rank), and ``straggler`` (one entry per iteration: the rank, as named in
+    ``rank``, that arrived last).  O(ranks + iterations) numbers per case, never ranks x iterations."""
+    ids = [r.rank for r in results]
+    return {
+        "rank": ids,
+        "node": [r.node for r in results],
+        "host": [r.host for r in results],
+        "device": [r.device for r in results],
+        "own_median_s": [r.own_median_s for r in results],
+        "lag_median_s": [r.lag_median_s for r in results],
+        "wait_median_s": [r.wait_median_s for r in results],
+        "straggled": [r.straggled for r in results],
+        "straggler": [ids[i] for i in results[0].straggler],
+    }
 
 
 # -- the measuring fixture's per-op methods ---------------------------------------------------------
@@ -562,6 +600,81 @@ def _registered_buffers(torch: Any, dist: Any, device: str) -> tuple[Any, Any, s
         return None, None, f"{type(e).__name__}: {e}"
 
 
+class IterationStats(NamedTuple):
+    """One rank's share of :func:`iteration_stats`."""
+
+    times: list[float]  # per iteration: the time of the slowest rank (the same on every rank)
+    straggler: list[int]  # per iteration: the rank that arrived last (the same on every rank)
+    own_median_s: float
+    lag_median_s: float
+    wait_median_s: float
+    straggled: int  # iterations in which this rank arrived last
+
+
+def iteration_stats(torch: Any, dist: Any, own: Sequence[float], rank: int, world: int, device: str,
+                    group: Any = None) -> IterationStats:
+    """Per iteration, the time of the slowest rank and the rank that the others waited for; and this
+    rank's summary.  Called by every rank of ``group`` (None: the default group) with its ``own`` sample
+    times, after the timed samples; ``rank`` and ``world`` are its rank in that group and the group's size.
+
+    Why these figures.  In a collective that synchronizes its ranks (all_reduce, all_gather,
+    reduce_scatter, all_to_all; the send/recv ring couples each rank to its neighbours) every rank
+    finishes an iteration at about the same moment, so the ranks' own times differ by when each rank
+    *started* it.  The rank that arrived last is the one the others waited for -- the iteration's
+    straggler -- and its own time is the shortest (it did not wait); the iteration's time, as nccl-tests
+    reports it and as the table shows it, is the longest own time (the maximum over the ranks), which
+    includes the wait.  Hence, per iteration i and rank r, from three all-reduces of the ranks' k times:
+
+    * ``max_i`` (MAX): the iteration's time;
+    * ``min_i`` (MIN): the straggler's own time; the straggler is the lowest rank whose own time is
+      ``min_i`` (MIN of ``rank if own == min_i else world``; exact, as ``min_i`` is one of the values);
+    * ``lag = max_i - own_r``: how much later than the first rank r arrived (the straggler's lag is the
+      largest; a rank that arrived first has 0); ``wait = own_r - min_i``: how long r waited for the
+      straggler (the straggler's is 0).
+
+    Each rank keeps the medians of its own time, lag and wait over the iterations, and how often it was
+    the straggler; every rank gets the k iteration times and straggler ids, and :func:`bench` returns
+    them on rank 0 only, so that the results gathered at rank 0 grow as ranks + iterations, not ranks x
+    iterations.  The iteration times are exactly the per-iteration maximum that the controller used to
+    compute from every rank's samples (the same float64 values).
+
+    Where an op does not make every rank wait for every other (broadcast and reduce from a root, and
+    pairs that only wait for each other), the same figures are still defined -- the longest own time per
+    iteration, the rank with the shortest, the gaps to both -- but "arrived last" holds only among ranks
+    that wait for each other: the rank with the shortest time may simply have had less to wait for.
+
+    Raises ValueError, on every rank alike, when the ranks took different numbers of samples (the timing
+    plan is agreed, so they cannot, unless the ranks ran with different settings).
+    """
+    import statistics
+
+    k = len(own)
+    counts = torch.tensor([float(k), -float(k)], dtype=torch.float64, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
+    most, fewest = int(counts[0].item()), int(-counts[1].item())
+    if most != fewest:
+        raise ValueError(f"the ranks took different numbers of timed samples ({fewest} to {most}; rank {rank}: "
+                         f"{k}): the timing plan should have been agreed by every rank")
+    if k == 0:
+        return IterationStats([], [], 0.0, 0.0, 0.0, 0)
+    mine = torch.tensor([float(x) for x in own], dtype=torch.float64, device=device)
+    hi, lo = mine.clone(), mine.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group)
+    ids = torch.where(mine == lo, torch.full_like(mine, float(rank)), torch.full_like(mine, float(world)))
+    dist.all_reduce(ids, op=dist.ReduceOp.MIN, group=group)
+    times, low, who = hi.tolist(), lo.tolist(), [int(x) for x in ids.tolist()]
+    own = [float(x) for x in own]
+    return IterationStats(
+        times=times,
+        straggler=who,
+        own_median_s=statistics.median(own),
+        lag_median_s=statistics.median(t - o for t, o in zip(times, own)),
+        wait_median_s=statistics.median(o - m for o, m in zip(own, low)),
+        straggled=sum(1 for w in who if w == rank),
+    )
+
+
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
           min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
           register: bool = True) -> BenchResult:
@@ -673,10 +786,14 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         torch.cuda.synchronize()
         del pool
         torch.cuda.empty_cache()
+    # Who the others waited for: every rank of the group, after the correctness check (see iteration_stats).
+    # Rank 0 alone returns the per-iteration data, the others their summaries (compact gathered results).
+    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=None)
+    first_rank = r == 0
     return BenchResult(
         rank=r,
         in_place=in_place,
-        samples_s=tuple(samples),
+        samples_s=tuple(its.times) if first_rank else (),
         batch=plan.batch,
         graph=graph_inner,
         graph_error=graph_error,
@@ -687,4 +804,12 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         checked=checked,
         first_wrong=first,
         wrong_path=wrong_path,
+        straggler=tuple(its.straggler) if first_rank else (),
+        own_median_s=its.own_median_s,
+        lag_median_s=its.lag_median_s,
+        wait_median_s=its.wait_median_s,
+        straggled=its.straggled,
+        host=ctx.host or socket.gethostname(),
+        node=ctx.node_rank,
+        device=ctx.device,
     )

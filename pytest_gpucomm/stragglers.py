@@ -1,0 +1,318 @@
+"""Stragglers and outlier nodes, named, from the measurements of one run -- no baseline needed.
+
+Two sources:
+
+* a collective's ranks (``Measurement.info["ranks"]``, written by
+  :func:`~pytest_gpucomm.ops.collectives.to_measurement` from what
+  :func:`~pytest_gpucomm.ops.collectives.iteration_stats` found on the ranks): per iteration, the rank the
+  others waited for (the one that arrived last); per rank, the medians of its own time, of its *lag* (how
+  much later than the first rank it arrived) and of its wait, and how often it arrived last.
+  :func:`case_ranks` turns them into the case's slowest rank (the one that arrived last most often, and in
+  how many iterations), the ranks' medians, their spread, and the ranks that stand out;
+* measurements made once per node of the same case (node-local groups and copies: ``info["node"]`` and
+  ``info["host"]``): :func:`node_outliers` names a node whose figure stands out from the other nodes'.
+
+The rule is the same for both, a robust outlier rule: the modified z-score of Iglewicz and Hoaglin,
+``0.6745 (x - median) / MAD``, above 3.5 (:func:`modified_z`), with the median and the MAD (median absolute
+deviation) taken over the ranks (or nodes) of the same case, so that one or a few bad ones do not move
+what "normal" is.  It needs at least :data:`MIN_COMPARED` values: with two, the median lies halfway
+between them and neither stands out, so a case measured on two nodes gets no per-node verdict (the gate,
+against a baseline, judges each node's figure).  It names the minority that differs: if most nodes are
+slow, the fast one is "normal" by nothing here.
+
+The MAD has a floor, :data:`MAD_FLOOR` of the median (of the iteration time, or of the nodes' figure):
+ranks that are alike give a MAD of almost nothing (a clock's resolution), and dividing by it would make a
+microsecond of noise an "outlier".  With the floor, a rank is named only when it arrived later than the
+others' median by more than 3.5 / 0.6745 x 2% ~ 10% of an iteration (a node when its figure is ~10% off
+the nodes' median): less than that is within what runs of the same hardware differ by, and costs a job
+little.
+
+Only slow is named: a rank with a *large* lag, a node with a *low* figure (one-sided); a rank that arrived
+first or a node that is faster than the others holds no one up.
+
+Pure: no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from .measurement import Measurement
+from .units import format_size
+
+__all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "NOTABLE_SPREAD", "modified_z",
+           "RankFigures", "CaseRanks", "case_ranks", "NodeFigure", "node_outliers", "OutlierNode",
+           "find_outliers", "fmt_s"]
+
+Z_SCALE = 0.6745  # makes the MAD of a normal distribution an estimate of its standard deviation
+Z_LIMIT = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
+MAD_FLOOR = 0.02  # the MAD is at least this fraction of the median (see the module docstring)
+MIN_COMPARED = 3  # values needed before one can stand out from the others
+#: a case's slowest rank is "clear" when it arrived last in at least this fraction of the iterations (with
+#: ranks alike, each would be last in about 1/world of them)
+CLEAR_MAJORITY = 2 / 3
+#: a spread of the ranks' median own times of at least this fraction of the iteration time is notable
+NOTABLE_SPREAD = 0.25
+
+
+def modified_z(values: Sequence[float], floor: float = 0.0) -> list[float]:
+    """``0.6745 (x - median) / max(MAD, floor)`` of each value; where that scale is 0 (every value but a
+    minority equal, and no floor), 0 for a value equal to the median and +-inf for another."""
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    scale = max(mad, floor)
+    if scale <= 0:
+        return [0.0 if v == med else math.copysign(math.inf, v - med) for v in values]
+    return [Z_SCALE * (v - med) / scale for v in values]
+
+
+def fmt_s(s: float) -> str:
+    """A duration for a human: 20.1 ms, 153 us, 1.20 s."""
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+def _node_label(node: int, host: str) -> str:
+    return f"node {node}" + (f" ({host})" if host else "")
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's figures in one case (medians over the iterations) and its modified z-score (lag)."""
+
+    rank: int
+    node: int
+    host: str
+    device: str
+    own_median_s: float  # its own time of an iteration
+    lag_median_s: float  # how much later than the first rank it arrived
+    wait_median_s: float  # how long it waited for the last rank
+    straggled: int  # iterations in which it arrived last
+    z: float  # modified z-score of its lag among the case's ranks (0 with fewer than MIN_COMPARED ranks)
+
+    def label(self, with_node: bool) -> str:
+        where = ", ".join(x for x in ((f"node {self.node}" if with_node else ""), self.host, self.device) if x)
+        return f"rank {self.rank}" + (f" ({where})" if where else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node": self.node, "host": self.host, "device": self.device,
+                "own_median_s": self.own_median_s, "lag_median_s": self.lag_median_s,
+                "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z)}
+
+
+def _finite(x: float) -> Optional[float]:
+    return x if math.isfinite(x) else None  # JSON has no infinity
+
+
+@dataclass(frozen=True)
+class CaseRanks:
+    """What a collective's ranks say of one case: see :func:`case_ranks`."""
+
+    n: int  # iterations
+    iteration_s: float  # the median time of an iteration (the slowest rank's)
+    ranks: tuple[RankFigures, ...]
+    slowest: RankFigures  # the rank that arrived last in the most iterations (ties: the first listed)
+    outliers: tuple[RankFigures, ...]  # ranks whose lag stands out (modified z-score > Z_LIMIT)
+    n_nodes: int  # nodes the case's ranks ran on
+
+    @property
+    def spread_s(self) -> float:
+        """Longest minus shortest median own time of the ranks.  The rank with the longest own time arrived
+        first and waited; the one with the shortest arrived last and did not: the spread is how long, in a
+        typical iteration, the first rank waits for the last -- the part of the iteration's time that is
+        waiting rather than communicating (0 when the ranks arrive together)."""
+        owns = [r.own_median_s for r in self.ranks]
+        return max(owns) - min(owns)
+
+    @property
+    def spread_fraction(self) -> float:
+        return self.spread_s / self.iteration_s if self.iteration_s > 0 else 0.0
+
+    @property
+    def clear(self) -> bool:
+        """One rank arrived last in a clear majority (CLEAR_MAJORITY) of the iterations."""
+        return len(self.ranks) >= 2 and self.n > 0 and self.slowest.straggled >= CLEAR_MAJORITY * self.n
+
+    @property
+    def notable(self) -> bool:
+        """The ranks' spread is at least NOTABLE_SPREAD of the iteration time."""
+        return self.spread_fraction >= NOTABLE_SPREAD
+
+    @property
+    def listed(self) -> bool:
+        """Whether the report's "slowest ranks" section lists the case: a clear slowest rank, a notable
+        spread, or a rank that stands out."""
+        return self.clear or self.notable or bool(self.outliers)
+
+    @property
+    def median_lag_s(self) -> float:
+        return statistics.median(r.lag_median_s for r in self.ranks)
+
+    def text(self) -> str:
+        """One line: the slowest rank, how often and by how much it was last, the ranks' medians and
+        spread, the outliers."""
+        nodes = self.n_nodes > 1
+        s = self.slowest
+        owns = [r.own_median_s for r in self.ranks]
+        out = (f"{s.label(nodes)} arrived last in {s.straggled} of {self.n} iterations, "
+               f"{fmt_s(s.lag_median_s)} after the first rank (median); the ranks' median times "
+               f"{fmt_s(min(owns))} to {fmt_s(max(owns))} (spread {fmt_s(self.spread_s)}, "
+               f"{self.spread_fraction:.0%} of the iteration's {fmt_s(self.iteration_s)})")
+        if self.outliers:
+            out += "; stands out: " + ", ".join(r.label(nodes) for r in self.outliers)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report's per-row summary (the per-rank data itself is in the row's info["ranks"])."""
+        return {"n": self.n, "iteration_median_s": self.iteration_s, "slowest": self.slowest.to_dict(),
+                "spread_s": self.spread_s, "spread_fraction": self.spread_fraction, "clear": self.clear,
+                "notable": self.notable, "listed": self.listed, "n_nodes": self.n_nodes,
+                "median_lag_s": self.median_lag_s, "outlier_ranks": [r.to_dict() for r in self.outliers]}
+
+
+_RANK_FIELDS = ("rank", "node", "host", "device", "own_median_s", "lag_median_s", "wait_median_s", "straggled")
+
+
+def case_ranks(m: Measurement) -> Optional[CaseRanks]:
+    """The ranks' figures of a collective's measurement (from ``m.info["ranks"]``), or None when it has
+    none (a copy, or a measurement of before this data was kept).
+
+    The slowest rank is the one that arrived last in the most iterations (ties: the first in the group's
+    order).  A rank stands out when its median lag has a modified z-score above Z_LIMIT among the case's
+    ranks, with the MAD at least MAD_FLOOR of the median iteration time; with fewer than MIN_COMPARED ranks
+    none does.  Raises ValueError naming the field when the data is malformed (its lists of unequal length,
+    a straggler id that is not one of the ranks)."""
+    data = m.info.get("ranks")
+    if not data:
+        return None
+    where = f"info['ranks'] of the {m.op} measurement at {format_size(m.size_bytes)}"
+    missing = [k for k in _RANK_FIELDS + ("straggler",) if k not in data]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    world = len(data["rank"])
+    bad = [k for k in _RANK_FIELDS if len(data[k]) != world]
+    if bad or world == 0:
+        raise ValueError(f"{where}: {', '.join(bad) or 'rank'} must list one value per rank ({world} ranks)")
+    unknown = sorted(set(data["straggler"]) - set(data["rank"]))
+    if unknown:
+        raise ValueError(f"{where}: straggler ids {unknown[:5]} are not among its ranks")
+    n = len(data["straggler"])
+    iteration = statistics.median(m.samples_s) if m.samples_s else 0.0
+    lags = [float(x) for x in data["lag_median_s"]]
+    zs = modified_z(lags, MAD_FLOOR * iteration) if world >= MIN_COMPARED else [0.0] * world
+    ranks = tuple(
+        RankFigures(rank=int(data["rank"][i]), node=int(data["node"][i]), host=str(data["host"][i]),
+                    device=str(data["device"][i]), own_median_s=float(data["own_median_s"][i]),
+                    lag_median_s=lags[i], wait_median_s=float(data["wait_median_s"][i]),
+                    straggled=int(data["straggled"][i]), z=zs[i])
+        for i in range(world))
+    slowest = max(ranks, key=lambda r: r.straggled)  # max keeps the first of equals
+    outliers = tuple(r for r in ranks if r.z > Z_LIMIT)
+    return CaseRanks(n=n, iteration_s=iteration, ranks=ranks, slowest=slowest, outliers=outliers,
+                     n_nodes=len({r.node for r in ranks}))
+
+
+@dataclass(frozen=True)
+class NodeFigure:
+    """One node's figure (GB/s) in a case measured once per node, and its modified z-score there."""
+
+    node: int
+    host: str
+    gbps: float
+    z: float
+    nodes_median_gbps: float
+
+
+def node_outliers(measurements: Sequence[Measurement]) -> list[NodeFigure]:
+    """The nodes whose figure (``gbps``) is low against the other nodes' in measurements of one case made
+    once per node (each with ``info["node"]``): modified z-score below -Z_LIMIT, the MAD at least MAD_FLOOR
+    of the nodes' median.  None with fewer than MIN_COMPARED nodes (see the module docstring)."""
+    if len(measurements) < MIN_COMPARED:
+        return []
+    values = [m.gbps for m in measurements]
+    med = statistics.median(values)
+    zs = modified_z(values, MAD_FLOOR * med)
+    return [NodeFigure(node=int(m.info["node"]), host=str(m.info.get("host", "")), gbps=v, z=z,
+                       nodes_median_gbps=med)
+            for m, v, z in zip(measurements, values, zs) if z < -Z_LIMIT]
+
+
+@dataclass
+class OutlierNode:
+    """A node named as an outlier in one or more cases: by its ranks' lag in a collective over several
+    nodes, or by its own figure against the other nodes'."""
+
+    node: int
+    host: str
+    ranks: set[int] = field(default_factory=set)
+    cases: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return _node_label(self.node, self.host)
+
+    def text(self, limit: int = 3) -> str:
+        ranks = (f"rank{'s' if len(self.ranks) > 1 else ''} {', '.join(str(r) for r in sorted(self.ranks))}; "
+                 if self.ranks else "")
+        whys = [c["why"] for c in self.cases[:limit]]
+        more = f"; and {len(self.cases) - limit} more cases" if len(self.cases) > limit else ""
+        return f"{self.label}: {ranks}{'; '.join(whys)}{more}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "host": self.host, "ranks": sorted(self.ranks), "cases": self.cases}
+
+
+def _case_key(label: str, m: Measurement) -> tuple[Any, ...]:
+    return (label, m.op, m.kind, m.size_bytes, m.dtype, m.devices)
+
+
+def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Optional[CaseRanks]], list[OutlierNode]]:
+    """For the run's measurements (``(label, measurement)``, the label naming the test): each one's
+    :class:`CaseRanks` (None where it has no ranks' data), and the outlier nodes, in the order first named.
+
+    A node is named when one of its ranks stands out in a collective whose ranks ran on two nodes or more
+    (on one node, the rank is named in the case's line, and there is no other node to set it against), or
+    when its own measurement of a case stands out from the other nodes' (:func:`node_outliers`)."""
+    per_case = [case_ranks(m) for _, m in cases]
+    found: dict[int, OutlierNode] = {}
+
+    def node(n: int, host: str) -> OutlierNode:
+        entry = found.setdefault(n, OutlierNode(n, host))
+        entry.host = entry.host or host
+        return entry
+
+    for (label, m), cr in zip(cases, per_case):
+        if cr is None or cr.n_nodes < 2 or not cr.outliers:
+            continue
+        for nd in sorted({(r.node, r.host) for r in cr.outliers}):
+            mine = [r for r in cr.outliers if (r.node, r.host) == nd]
+            entry = node(*nd)
+            entry.ranks.update(r.rank for r in mine)
+            lags = ", ".join(f"rank {r.rank} by {fmt_s(r.lag_median_s)}" for r in mine)
+            entry.cases.append({
+                "test": label, "op": m.op, "size_bytes": m.size_bytes, "by": "ranks",
+                "ranks": [r.rank for r in mine], "lag_median_s": [r.lag_median_s for r in mine],
+                "z": [_finite(r.z) for r in mine], "ranks_median_lag_s": cr.median_lag_s,
+                "why": (f"late in {label} ({m.op} {format_size(m.size_bytes)}): {lags} after the first rank "
+                        f"(median; the ranks' median lag {fmt_s(cr.median_lag_s)})"),
+            })
+    groups: dict[tuple[Any, ...], list[tuple[str, Measurement]]] = {}
+    for label, m in cases:
+        if "node" in m.info:
+            groups.setdefault(_case_key(label, m), []).append((label, m))
+    for members in groups.values():
+        for f in node_outliers([m for _, m in members]):
+            label, m = members[0]
+            node(f.node, f.host).cases.append({
+                "test": label, "op": m.op, "size_bytes": m.size_bytes, "by": "nodes", "gbps": f.gbps,
+                "nodes_median_gbps": f.nodes_median_gbps, "z": _finite(f.z), "nodes": len(members),
+                "why": (f"slow in {label} ({m.op} {format_size(m.size_bytes)}): {f.gbps:.3g} GB/s against "
+                        f"{f.nodes_median_gbps:.3g} GB/s, the median of {len(members)} nodes"),
+            })
+    return per_case, list(found.values())

@@ -1,0 +1,264 @@
+"""Stragglers and outlier nodes: the robust rule on hand-made figures (stragglers.py), the ranks' reduction
+on real gloo ranks (ops.collectives.iteration_stats), the report's sections and JSON, and a pool-mode run.
+
+The launched-mode check -- a straggler injected into one rank of 2 torchrun "nodes" named as the slowest
+rank and its node as an outlier -- is in test_launched.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucomm.measurement import Measurement
+from pytest_gpucomm.ops.collectives import BenchResult, to_measurement
+from pytest_gpucomm.report import json_document, straggler_lines
+from pytest_gpucomm.state import Record
+from pytest_gpucomm.stragglers import (
+    MAD_FLOOR,
+    case_ranks,
+    find_outliers,
+    modified_z,
+    node_outliers,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # rank_tasks, whatever the import mode
+
+MS = 1e-3
+
+
+def collective(lags, owns=None, straggler=(), nodes=None, iteration=20 * MS, n=10, hosts=None) -> Measurement:
+    """A 4 KiB all_reduce measured on len(lags) ranks, through to_measurement, with the given per-rank
+    median lags (and own times), per-iteration straggler ids and nodes."""
+    world = len(lags)
+    nodes = nodes or [0] * world
+    hosts = hosts or [f"host{k}" for k in nodes]
+    owns = owns or [iteration - lag for lag in lags]
+    straggler = tuple(straggler) or (max(range(world), key=lambda r: lags[r]),) * n
+    results = [BenchResult(rank=r, in_place=True, samples_s=(iteration,) * len(straggler) if r == 0 else (),
+                           batch=1, graph=0, graph_error="", registered=False, register_note="", size_bytes=4096,
+                           wrong=0, checked=1024, first_wrong=None, wrong_path="",
+                           straggler=straggler if r == 0 else (), own_median_s=owns[r], lag_median_s=lags[r],
+                           wait_median_s=owns[r] - min(owns), straggled=sum(1 for s in straggler if s == r),
+                           host=hosts[r], node=nodes[r], device="cpu")
+               for r in range(world)]
+    return to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096)
+
+
+# -- the rule ----------------------------------------------------------------------------------------
+
+def test_modified_z_is_0_6745_deviation_over_mad():
+    # median 2, absolute deviations 1, 0, 0, 8 -> MAD 0.5
+    assert modified_z([1, 2, 2, 10]) == pytest.approx([0.6745 * d / 0.5 for d in (-1, 0, 0, 8)])
+
+
+def test_modified_z_with_a_zero_mad_is_infinite_for_a_differing_value_unless_floored():
+    assert modified_z([5, 5, 5, 6]) == [0.0, 0.0, 0.0, math.inf]
+    assert modified_z([5, 5, 5, 5]) == [0.0] * 4  # identical ranks: no score at all
+    assert modified_z([5, 5, 5, 6], floor=0.5) == pytest.approx([0, 0, 0, 0.6745 * 1 / 0.5])
+
+
+def test_a_clear_straggler_is_named_as_the_slowest_rank_and_its_node_as_an_outlier():
+    m = collective([0.0, 10e-6, 5e-6, 15 * MS], nodes=[0, 0, 1, 1], iteration=20 * MS)
+    c = case_ranks(m)
+    assert c is not None and c.n == 10 and c.n_nodes == 2
+    assert c.slowest.rank == 3 and c.slowest.straggled == 10 and c.slowest.host == "host1"
+    assert c.clear and c.listed
+    assert [r.rank for r in c.outliers] == [3]
+    assert c.spread_s == pytest.approx(15 * MS)  # the first rank waits 15 ms for the last one
+    assert "rank 3 (node 1, host1, cpu) arrived last in 10 of 10 iterations, 15 ms after the first rank" in c.text()
+    _, nodes = find_outliers([("t.py::test_x", m)])
+    assert [(n.node, n.host, sorted(n.ranks)) for n in nodes] == [(1, "host1", [3])]
+    assert nodes[0].cases[0]["test"] == "t.py::test_x" and nodes[0].cases[0]["by"] == "ranks"
+    assert nodes[0].text().startswith("node 1 (host1): rank 3; late in t.py::test_x (all_reduce 4 KiB): rank 3 by "
+                                      "15 ms after the first rank")
+
+
+def test_uniform_ranks_name_no_outlier_and_no_clear_slowest_rank():
+    m = collective([10e-6, 12e-6, 9e-6, 11e-6], nodes=[0, 0, 1, 1], straggler=(0, 1, 2, 3, 0, 1, 2, 3, 0, 1))
+    c = case_ranks(m)
+    assert c is not None and not c.outliers and not c.clear and not c.notable and not c.listed
+    assert c.slowest.rank == 0 and c.slowest.straggled == 3  # the most often last; ties: the first rank
+    assert find_outliers([("t", m)])[1] == []
+
+
+def test_a_lag_within_the_mad_floor_is_not_an_outlier_even_when_the_others_are_identical():
+    # MAD 0 (three equal lags): the floor, 2% of the 20 ms iteration, stands in for it
+    floor = MAD_FLOOR * 20 * MS
+    below = 3.4 * floor / 0.6745
+    above = 3.6 * floor / 0.6745
+    assert not case_ranks(collective([0.0, 0.0, 0.0, below])).outliers
+    assert [r.rank for r in case_ranks(collective([0.0, 0.0, 0.0, above])).outliers] == [3]
+
+
+def test_two_ranks_are_too_few_for_one_to_stand_out_but_the_slowest_is_still_named():
+    c = case_ranks(collective([0.0, 15 * MS]))
+    assert not c.outliers and c.slowest.rank == 1 and c.clear
+
+
+def test_an_outlier_rank_of_a_one_node_run_names_no_node():
+    m = collective([0.0, 0.0, 1e-6, 15 * MS])  # every rank on node 0 (a pool)
+    assert [r.rank for r in case_ranks(m).outliers] == [3]
+    assert find_outliers([("t", m)])[1] == []
+    assert "(host0, cpu)" in case_ranks(m).text()  # no node in the labels of a one-node case
+
+
+def test_a_measurement_without_ranks_data_has_no_stragglers():
+    copy = Measurement(op="copy", size_bytes=4096, samples_s=[1e-3], devices=("cuda:0", "cuda:1"))
+    assert case_ranks(copy) is None
+    assert find_outliers([("t", copy)]) == ([None], [])
+
+
+def test_malformed_ranks_data_is_an_error_naming_the_field():
+    m = collective([0.0, 0.0, 1e-6])
+    m.info["ranks"]["lag_median_s"].pop()
+    with pytest.raises(ValueError, match=r"info\['ranks'\] of the all_reduce measurement at 4 KiB: lag_median_s "
+                                         r"must list one value per rank \(3 ranks\)"):
+        case_ranks(m)
+    m = collective([0.0, 0.0, 1e-6])
+    m.info["ranks"]["straggler"][0] = 7
+    with pytest.raises(ValueError, match=r"straggler ids \[7\] are not among its ranks"):
+        case_ranks(m)
+
+
+# -- per-node measurements of one case ----------------------------------------------------------------
+
+def per_node(gbps: list[float], nodeid: str = "t.py::test_copy") -> list[tuple[str, Measurement]]:
+    out = []
+    for k, g in enumerate(gbps):
+        m = Measurement(op="copy", size_bytes=10**9, samples_s=[1.0 / g], devices=("cuda:0", "cuda:1"),
+                        info={"node": k, "host": f"gpu-{k}"})
+        out.append((nodeid, m))
+    return out
+
+
+def test_a_node_slow_against_three_others_is_named_with_its_figure():
+    cases = per_node([300.0, 301.0, 150.0, 299.0])
+    assert [f.node for f in node_outliers([m for _, m in cases])] == [2]
+    _, nodes = find_outliers(cases)
+    assert [(n.node, n.host, n.ranks) for n in nodes] == [(2, "gpu-2", set())]
+    c = nodes[0].cases[0]
+    assert c["by"] == "nodes" and c["gbps"] == pytest.approx(150.0) and c["nodes_median_gbps"] == pytest.approx(299.5)
+    assert "slow in t.py::test_copy (copy 1 GB): 150 GB/s against 300 GB/s, the median of 4 nodes" in nodes[0].text()
+
+
+def test_nodes_alike_or_a_faster_node_are_not_named():
+    assert find_outliers(per_node([300.0, 295.0, 305.0]))[1] == []
+    assert find_outliers(per_node([300.0, 301.0, 299.0, 600.0]))[1] == []  # only slow is named
+
+
+def test_two_nodes_get_no_per_node_verdict():
+    # the median lies halfway between two figures: neither stands out, however far apart
+    assert find_outliers(per_node([300.0, 30.0]))[1] == []
+
+
+def test_measurements_of_different_cases_are_not_compared_with_each_other():
+    cases = per_node([300.0, 301.0], "t.py::a") + per_node([150.0], "t.py::b")
+    assert find_outliers(cases)[1] == []
+
+
+# -- the report -----------------------------------------------------------------------------------------
+
+def test_the_report_lists_the_straggler_and_the_outlier_node_and_the_json_has_them():
+    records = [Record("t.py::test_ar[4KiB]", collective([0.0, 1e-6, 2e-6, 15 * MS], nodes=[0, 0, 1, 1])),
+               Record("t.py::test_ok[4KiB]", collective([1e-6, 2e-6, 1e-6, 2e-6], nodes=[0, 0, 1, 1],
+                                                         straggler=(0, 1, 2, 3) * 2 + (0, 1)))]
+    lines = straggler_lines(records)
+    assert lines[0].startswith("gpucomm slowest ranks (cases where one rank arrived last in at least 67% of the "
+                               "iterations")
+    assert lines[1].startswith("  t.py::test_ar[4KiB] (all_reduce 4 KiB): rank 3 (node 1, host1, cpu) arrived last "
+                               "in 10 of 10 iterations")
+    assert lines[2].startswith("gpucomm outlier nodes (against the other nodes and ranks of this run: modified "
+                               "z-score 0.6745 (x - median) / MAD above 3.5, the MAD at least 2% of the iteration "
+                               "time for the ranks' lag, of the nodes' median for a node's figure):")
+    assert lines[3].startswith("  node 1 (host1): rank 3; late in t.py::test_ar[4KiB]")
+    assert len(lines) == 4  # the uniform case is not listed
+    doc = json_document(records, settings={}, fingerprint=None)
+    assert doc["outliers"] == [{"node": 1, "host": "host1", "ranks": [3], "cases": doc["outliers"][0]["cases"]}]
+    assert doc["outliers"][0]["cases"][0]["test"] == "t.py::test_ar[4KiB]"
+    first, second = doc["rows"]
+    assert first["stragglers"]["slowest"]["rank"] == 3 and first["stragglers"]["listed"]
+    assert [r["rank"] for r in first["stragglers"]["outlier_ranks"]] == [3]
+    assert first["info"]["ranks"]["straggler"] == [3] * 10
+    assert not second["stragglers"]["listed"] and second["stragglers"]["outlier_ranks"] == []
+    json.dumps(doc)
+
+
+def test_the_report_has_no_sections_when_nothing_is_listed():
+    records = [Record("t.py::test_ok", collective([1e-6, 2e-6, 1e-6], straggler=(0, 1, 2) * 3 + (0,)))]
+    assert straggler_lines(records) == []
+    assert json_document(records, settings={}, fingerprint=None)["outliers"] == []
+
+
+# -- the ranks' reduction, on real gloo ranks -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def three_ranks():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    from pytest_gpucomm.ranks import RankPool
+
+    pool = RankPool(3, backend="gloo", device="cpu")
+    yield pool
+    pool.close()
+
+
+def test_iteration_stats_takes_the_max_and_names_the_rank_that_arrived_last(three_ranks):
+    own = [[3.0, 5.0, 2.0, 4.0, 1.0],
+           [1.0, 5.0, 2.0, 6.0, 2.0],
+           [3.0, 1.0, 2.0, 6.0, 2.0]]
+    out = three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": own}, timeout_s=60)
+    times, straggler = [3.0, 5.0, 2.0, 6.0, 2.0], [1, 2, 0, 0, 0]  # a tie goes to the lowest rank
+    for r, (t, s, own_med, lag_med, wait_med, straggled) in enumerate(out):
+        assert t == times and s == straggler  # the same on every rank
+        assert own_med == sorted(own[r])[2]
+        assert lag_med == sorted(a - b for a, b in zip(times, own[r]))[2]
+        low = [min(col) for col in zip(*own)]
+        assert wait_med == sorted(a - b for a, b in zip(own[r], low))[2]
+        assert straggled == straggler.count(r)
+
+
+def test_iteration_stats_refuses_ranks_with_different_sample_counts(three_ranks):
+    from pytest_gpucomm.ranks import RankError
+
+    with pytest.raises(RankError) as e:
+        three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": [[1.0], [1.0, 2.0], [1.0]]},
+                        timeout_s=60)
+    text = str(e.value)
+    assert "the ranks took different numbers of timed samples (1 to 2; rank 1: 2)" in text
+    assert "raised on rank(s) [0, 1, 2] (world size 3)" in text, text  # on every rank alike
+
+
+# -- a pool-mode run (one host) -------------------------------------------------------------------------
+
+def test_a_pool_run_keeps_every_ranks_summary_and_names_no_node(pytester):
+    pytester.makepyfile(test_pool="""
+        import pytest
+
+        @pytest.mark.world(3)
+        def test_all_reduce(comm, process_group):
+            comm.all_reduce(process_group, "4KiB")
+        """)
+    result = pytester.runpytest("--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider",
+                                "--gpucomm-json=report.json")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "report.json").read_text())
+    [row] = doc["rows"]
+    ranks = row["info"]["ranks"]
+    assert ranks["rank"] == [0, 1, 2] and ranks["node"] == [0, 0, 0] and ranks["device"] == ["cpu"] * 3
+    assert ranks["host"] == [socket.gethostname()] * 3  # a pool's ranks are all on this host
+    assert len(ranks["straggler"]) == row["n"] == len(row["samples_s"]) and sum(ranks["straggled"]) == row["n"]
+    assert all(0 < o <= row["median_us"] * 1e-6 * (1 + 1e-9) for o in ranks["own_median_s"])
+    # one host: no node to name; the "slowest ranks" section is there exactly when the row is listed
+    assert doc["outliers"] == [] and "outlier nodes" not in result.stdout.str()
+    listed = row["stragglers"]["listed"]
+    assert ("gpucomm slowest ranks" in result.stdout.str()) == listed, result.stdout.str()
+    if listed:
+        result.stdout.fnmatch_lines([f"  test_pool.py::test_all_reduce (all_reduce 4 KiB): rank "
+                                     f"{row['stragglers']['slowest']['rank']} ({socket.gethostname()}, cpu) arrived "
+                                     f"last in *"])
