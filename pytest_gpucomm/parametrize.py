@@ -2,7 +2,9 @@
 
 ``@sizes`` becomes one test per size (sizes above ``--gpucomm-max-size`` are left out), ``gpu_pair`` one
 test per ordered pair of devices, ``gpu_link`` one per unordered pair, ``gpu`` one per GPU.  Where nothing
-is left, the test is collected once and skipped with the reason.
+is left, the test is collected once and skipped with the reason.  ``group_kind`` becomes one test per
+group kind (world, intra-node, inter-node) only in a launched job of several nodes; elsewhere it is not
+parametrized, so that a test's ids (and the baselines keyed by them) stay as they are without it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids:
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
     """Parametrize ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of one test function."""
     where = metafunc.definition.nodeid
+    if "group_kind" in metafunc.fixturenames and state.multi_node:
+        from .topology import GROUP_KINDS
+
+        metafunc.parametrize("group_kind", list(GROUP_KINDS), ids=list(GROUP_KINDS), indirect=True)
     try:
         mark = closest_mark(metafunc.definition, "sizes")
     except MarkerError as e:
