@@ -245,6 +245,7 @@ class Comm:
                     raise WrongResult(f"{g.label} ({g.kind} group of global ranks "
                                       f"{', '.join(map(str, g.ranks))}): {e}", e.bad) from None
                 m.info.update(g.info())
+                m.devices = tuple(f"rank{r}" for r in g.ranks)  # global ranks: which ranks of the job these are
                 out.append(m)
             return out
         except WrongResult as e:

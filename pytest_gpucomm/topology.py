@@ -7,7 +7,8 @@ tested on their own.
 Group kinds (:data:`GROUP_KINDS`):
 
 * ``"world"``: every rank of the job, one group;
-* ``"intra-node"``: the ranks of one node, one group per node (every node's group runs at once);
+* ``"intra-node"``: the ranks of one node, one group per node (every node's group runs at once); it needs
+  two ranks or more on every node;
 * ``"inter-node"``: one rank per node, the ranks with the same local rank k on every node, one group per k
   (every k's group runs at once): the path through the nodes' NICs.  It needs the same set of local ranks on
   every node.
@@ -154,6 +155,11 @@ class Layout:
             return None
         if self.n_nodes < 2:
             return f"group kind {kind!r} needs a job of more than one node; this one has 1"
+        if kind == INTRA_NODE:
+            alone = [n for n in self.node_ids if len(self.ranks_of(n)) < 2]
+            if alone:
+                return (f"group kind {kind!r} needs at least 2 ranks on every node (a collective of one rank "
+                        f"moves nothing); one rank on {', '.join(_node_label(n, self.host_of(n)) for n in alone)}")
         if kind == INTER_NODE:
             sets = set(self.local_rank_sets().values())
             if len(sets) > 1:

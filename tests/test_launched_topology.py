@@ -62,8 +62,9 @@ def test_collectives_over_each_group_kind_and_node_pairs_on_two_nodes_of_two_ran
         assert [Measurement.from_dict(r).where for r in intra] == [f"node {n} ({r['info']['host']}): 2 ranks (gloo)"
                                                                   for n, r in enumerate(intra)]
         inter = by_test[f"test_topology_small.py::test_collective[inter-node-4KiB-{op}]"]
-        assert [(r["world_size"], r["info"]["group"]) for r in inter] == [(2, "local rank 0 across 2 nodes"),
-                                                                          (2, "local rank 1 across 2 nodes")]
+        assert [(r["world_size"], r["info"]["group"], r["devices"]) for r in inter] == [
+            (2, "local rank 0 across 2 nodes", ["rank0", "rank2"]), (2, "local rank 1 across 2 nodes", ["rank1", "rank3"])]
+        assert [r["devices"] for r in intra] == [["rank0", "rank1"], ["rank2", "rank3"]]
     for pattern in ("ring", "pairwise"):
         [pair] = by_test[f"test_topology_small.py::test_node_pairs[4KiB-{pattern}]"]
         assert (pair["op"], pair["world_size"], pair["info"]["nodes"]) == ("node_pair", 4, [0, 1])

@@ -38,7 +38,7 @@ def test_two_nodes_of_two_give_one_intra_group_per_node_and_one_inter_group_per_
 def test_groups_follow_the_gathered_node_indices_not_the_rank_order() -> None:
     # a launcher that places ranks round-robin, with node indices 3 and 7 (not 0..N-1)
     layout = group_layout([3, 7, 3, 7, 3, 7], [0, 0, 1, 1, 2, 2], ["a", "b"] * 3)
-    assert layout.node_ids == (3, 7) and layout.n_nodes == 3 - 1
+    assert layout.node_ids == (3, 7) and layout.n_nodes == 2
     assert [(g.index, g.ranks, g.host) for g in layout.groups(INTRA_NODE)] == [(3, (0, 2, 4), "a"),
                                                                               (7, (1, 3, 5), "b")]
     assert [(g.index, g.ranks) for g in layout.groups(INTER_NODE)] == [(0, (0, 1)), (1, (2, 3)), (2, (4, 5))]
@@ -55,6 +55,14 @@ def test_uneven_nodes_have_intra_node_groups_but_no_inter_node_groups() -> None:
     with pytest.raises(ValueError, match="needs the same local ranks on every node"):
         layout.groups(INTER_NODE)
     assert "needs the same local ranks on every node" in (node_pair_problem(layout, "ring") or "")
+
+
+def test_nodes_of_one_rank_have_inter_node_groups_but_no_intra_node_groups() -> None:
+    layout = group_layout([0, 1], [0, 0], ["a", "b"])  # 2 nodes of 1 GPU
+    assert layout.problem(INTRA_NODE) == ("group kind 'intra-node' needs at least 2 ranks on every node (a "
+                                          "collective of one rank moves nothing); one rank on node 0 (a), node 1 (b)")
+    assert [g.ranks for g in layout.groups(INTER_NODE)] == [(0, 1)]
+    assert [p.pairs[0].label for p in node_pair_phases(layout, "ring")] == ["node 0 (a) <-> node 1 (b)"]
 
 
 def test_one_node_has_no_sub_group_kinds() -> None:
