@@ -87,8 +87,8 @@ def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> "Proc
     world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU).
 
     A test that also takes ``group_kind`` gets the groups of that kind (launched mode, several nodes); the
-    test is skipped, with the reason, where the job has none (nodes with different local ranks, for
-    ``"inter-node"``)."""
+    test is skipped, with the reason, where the job has none (a node of one rank, for ``"intra-node"``;
+    nodes with different local ranks, for ``"inter-node"``)."""
     marks = marks_of(request.node)  # checked in pytest_runtest_setup, before any fixture
     world = marks.world or gpucomm_state.default_world()
     kind = str(request.getfixturevalue("group_kind")) if "group_kind" in request.fixturenames else "world"

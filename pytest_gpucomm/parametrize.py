@@ -31,7 +31,8 @@ def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids:
 
 
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
-    """Parametrize ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of one test function."""
+    """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of
+    one test function."""
     where = metafunc.definition.nodeid
     if "group_kind" in metafunc.fixturenames and state.multi_node:
         from .topology import GROUP_KINDS
