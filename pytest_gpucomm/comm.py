@@ -2,6 +2,11 @@
 
 The collective methods (``comm.all_reduce(group, size)``, ...) are made from the op table
 (:data:`pytest_gpucomm.ops.collectives.OPS`): an op added there is a method here.
+
+In a launched job of several nodes a collective runs over a group kind (:mod:`.topology`): ``"world"``, or
+``"intra-node"`` / ``"inter-node"``, where every group of the kind runs at once; each group's measurement is
+recorded (its node or local rank named), and the method returns the slowest of them.
+``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`).
 """
 
 from __future__ import annotations
@@ -219,8 +224,15 @@ class Comm:
 
     # -- collectives ------------------------------------------------------------------------------
     def collective(self, op: str, group: "ProcessGroup", size: Any = None, *, dtype: str = "float32",
-                   in_place: Optional[bool] = None) -> Measurement:
-        """Time ``op`` over ``group`` at ``size`` bytes (S as nccl-tests defines it) and check its result."""
+                   in_place: Optional[bool] = None, kind: Optional[str] = None) -> Measurement:
+        """Time ``op`` over ``group`` at ``size`` bytes (S as nccl-tests defines it) and check its result.
+
+        ``kind`` (default: the group's own, ``group.kind``) runs the op over the job's groups of that kind
+        (launched mode, several nodes; the test is skipped with the reason where the job has none): every
+        group at once, each rank in its own.  Each group's measurement is recorded -- its ``world_size`` is the
+        group's size, an intra-node group's names its node (``info["node"]``, ``info["host"]``), an inter-node
+        group's its local rank (``info["group"]``) -- and the slowest of them (lowest busbw) is returned, for
+        the test's own assertions."""
         nodeid = self._request.node.nodeid
         if op not in OPS:
             raise pytest.UsageError(f"{nodeid}: unknown collective {op!r}; known: {', '.join(OPS)}")
@@ -237,9 +249,14 @@ class Comm:
             raise pytest.UsageError(f"{nodeid}: {op} has no {form.replace('_', '-')} form in torch.distributed")
         kwargs = {"op": op, "size_bytes": n, "dtype": dtype, "in_place": ip,
                   "min_time_s": self._state.settings.min_time_s}
+        if kind is not None and kind != group.kind:
+            group = self._group_of_kind(group, kind)
+        if group.kind != "world":
+            return self._subgroup_collective(op, group, kwargs, n, dtype)
 
         def run() -> Measurement:
-            return self._collective_once(op, group, kwargs, n, dtype)
+            (m,) = self._collective_once(op, group, kwargs, n, dtype)
+            return m
 
         def fresh() -> Measurement:
             group.restart()  # new ranks: the next run starts a new process group
@@ -251,16 +268,118 @@ class Comm:
                                 "restarted")
         return self._record(run(), fresh, run, "in a new process group", "in the same process group")
 
+    def _group_of_kind(self, group: ProcessGroup, kind: str) -> ProcessGroup:
+        """The job's groups of ``kind``, for a test that was given ``group`` (skipped where there are none)."""
+        state = self._state
+        why = state.group_problem(kind)
+        if why:
+            pytest.skip(why)
+        return state.group(state.default_world(), group.timeout_s, group.label, kind=kind)
+
+    def _subgroup_collective(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
+                             dtype: str) -> Measurement:
+        """Every group of ``group.kind`` at once: one record per group, the slowest returned.  A re-measure of
+        one group's record measures every group again (every rank must take part) and keeps that group's."""
+        ms = self._collective_once(op, group, kwargs, n, dtype)
+        how = ("in the same process groups: the job's process groups (launched mode) cannot be restarted; every "
+               "group of the kind measured again")
+        for i, m in enumerate(ms):
+            def again(i: int = i) -> Measurement:
+                return self._collective_once(op, group, kwargs, n, dtype)[i]
+
+            self._record(m, None, again, "", how)
+        return min(ms, key=lambda m: m.gbps)
+
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
-                         dtype: str) -> "Measurement":
+                         dtype: str) -> "list[Measurement]":
+        """One measurement of the group's world, or one per group of its kind (the groups' order)."""
         from .ops.collectives import WrongResult, to_measurement
 
         results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=self._request.node.nodeid)
+        subgroups = getattr(group.executor, "subgroups", ()) if group.kind != "world" else ()
         try:
-            return to_measurement(results, op=op, backend=group.backend, dtype=dtype, requested_bytes=n)
+            if not subgroups:
+                return [to_measurement(results, op=op, backend=group.backend, dtype=dtype, requested_bytes=n)]
+            out = []
+            for g in subgroups:
+                mine = [results[r] for r in g.ranks]  # ordered by group rank
+                try:
+                    m = to_measurement(mine, op=op, backend=group.backend, dtype=dtype, requested_bytes=n)
+                except WrongResult as e:
+                    raise WrongResult(f"{g.label} ({g.kind} group of global ranks "
+                                      f"{', '.join(map(str, g.ranks))}): {e}", e.bad) from None
+                m.info.update(g.info())
+                m.devices = tuple(f"rank{r}" for r in g.ranks)  # global ranks: which ranks of the job these are
+                ranks = m.info.get("ranks")
+                if ranks:  # the straggler data names the job's ranks too, not the group's
+                    ranks["rank"] = list(g.ranks)
+                    ranks["straggler"] = [g.ranks[i] for i in ranks["straggler"]]
+                out.append(m)
+            return out
         except WrongResult as e:
             failure = str(e)
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
+
+    # -- the inter-node pair test -------------------------------------------------------------------
+    def node_pairs(self, group: ProcessGroup, pattern: str = "ring", size: Any = None, *,
+                   dtype: str = "float32") -> Measurement:
+        """The inter-node pair test (launched mode, two nodes or more; skipped with the reason elsewhere):
+        local rank k of one node sends ``size`` bytes to local rank k of another, every k at once, over a
+        ``"ring"`` of the nodes (every link at once) or ``"pairwise"`` (every pair of nodes in turn, both ways
+        at once; jobs of at most 4 nodes).  One record per node pair ("node 0 (h0) -> node 1 (h1)"), figure:
+        S / t per GPU pair one way (busbw factor 1; see :mod:`.ops.nodes`); returns the slowest pair's."""
+        from .ops.nodes import WrongPairs, phase_kwargs, to_measurements
+        from .topology import PAIR_PATTERNS, node_pair_phases, node_pair_problem
+
+        nodeid = self._request.node.nodeid
+        if pattern not in PAIR_PATTERNS:
+            raise pytest.UsageError(f"{nodeid}: comm.node_pairs(pattern={pattern!r}): known patterns: "
+                                    f"{', '.join(PAIR_PATTERNS)}")
+        dtype = DTYPE_ALIASES.get(str(dtype).lower(), dtype)
+        if dtype not in DTYPES:
+            raise pytest.UsageError(f"{nodeid}: unknown dtype {dtype!r} for node_pairs; known: {', '.join(DTYPES)}")
+        if not isinstance(group, ProcessGroup):
+            raise pytest.UsageError(f"{nodeid}: comm.node_pairs() needs the process_group fixture, got {group!r}")
+        state = self._state
+        if state.launched is None or not state.multi_node:
+            here = (f"this {state.launch.launcher} job has 1" if state.launch is not None
+                    else "this session runs a rank pool on one host")
+            pytest.skip(f"the inter-node pair test needs a job launched on more than one node (torchrun, srun, "
+                        f"mpirun); {here}")
+        if group.kind != "world":
+            raise pytest.UsageError(f"{nodeid}: comm.node_pairs() runs over the job's whole world; got a "
+                                    f"{group.kind!r} process group")
+        layout = state.launched.layout(state.info)
+        why = node_pair_problem(layout, pattern)
+        if why:
+            pytest.skip(why)
+        n = self._size(size, "node_pairs")
+        phases = node_pair_phases(layout, pattern)
+        kwargs = {"phases": phase_kwargs(phases), "size_bytes": n, "dtype": dtype,
+                  "min_time_s": state.settings.min_time_s}
+
+        def where(r: int) -> str:
+            host = layout.hosts[r] if r < len(layout.hosts) else ""
+            return f"rank {r} (node {layout.nodes[r]}{', ' + host if host else ''}, local rank {layout.local_ranks[r]})"
+
+        def run() -> list[Measurement]:
+            results = group.run("pytest_gpucomm.ops.nodes:exchange", kwargs, label=nodeid)
+            try:
+                return to_measurements(results, phases, backend=group.backend, dtype=dtype, size_bytes=n,
+                                       pattern=pattern, where=where)
+            except WrongPairs as e:
+                failure = str(e)
+            pytest.fail(failure, pytrace=False)
+
+        ms = run()
+        how = ("in the same process group: the job's process group (launched mode) cannot be restarted; every node "
+               "pair measured again")
+        for i, m in enumerate(ms):
+            def again(i: int = i) -> Measurement:
+                return run()[i]
+
+            self._record(m, None, again, "", how)
+        return min(ms, key=lambda m: m.gbps)
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""

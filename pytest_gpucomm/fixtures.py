@@ -1,7 +1,8 @@
-"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``size``, ``comm``, ``process_group``.
+"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``size``, ``group_kind``, ``comm``,
+``process_group``.
 
-``gpu_pair``, ``gpu_link``, ``gpu`` and ``size`` are parametrized at collection (:mod:`.parametrize`);
-the fixtures hand the parameter to the test.
+``gpu_pair``, ``gpu_link``, ``gpu``, ``size`` and ``group_kind`` are parametrized at collection
+(:mod:`.parametrize`); the fixtures hand the parameter to the test.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from .comm import Comm, GpuPair
     from .group import ProcessGroup
 
-__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "comm", "process_group"]
+__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "group_kind", "comm", "process_group"]
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +57,15 @@ def size(request: pytest.FixtureRequest) -> int:
     return _param(request, "size")
 
 
+@pytest.fixture
+def group_kind(request: pytest.FixtureRequest) -> str:
+    """The kind of process group the test's ``process_group`` is: in a launched job of several nodes the
+    test runs once per kind, ``"world"``, ``"intra-node"`` (each node's ranks, every node at once) and
+    ``"inter-node"`` (local rank k of every node, every k at once), with the kind in its id; elsewhere it is
+    ``"world"`` and the test and its id are as without it."""
+    return str(getattr(request, "param", "world"))
+
+
 def _param(request: pytest.FixtureRequest, name: str) -> Any:
     if not hasattr(request, "param"):
         hint = "@pytest.mark.sizes(...)" if name == "size" else "the gpucomm plugin's parametrization"
@@ -74,7 +84,15 @@ def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> "Comm":
 @pytest.fixture
 def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> "ProcessGroup":
     """A world of ranks (NCCL/RCCL on GPUs, gloo on CPU): one worker process per rank, started once per
-    world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU)."""
+    world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU).
+
+    A test that also takes ``group_kind`` gets the groups of that kind (launched mode, several nodes); the
+    test is skipped, with the reason, where the job has none (a node of one rank, for ``"intra-node"``;
+    nodes with different local ranks, for ``"inter-node"``)."""
     marks = marks_of(request.node)  # checked in pytest_runtest_setup, before any fixture
     world = marks.world or gpucomm_state.default_world()
-    return gpucomm_state.group(world, marks.rank_timeout_s, label=request.node.nodeid)
+    kind = str(request.getfixturevalue("group_kind")) if "group_kind" in request.fixturenames else "world"
+    why = gpucomm_state.group_problem(kind)
+    if why:
+        pytest.skip(why)
+    return gpucomm_state.group(world, marks.rank_timeout_s, label=request.node.nodeid, kind=kind)

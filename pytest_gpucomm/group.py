@@ -19,6 +19,11 @@ class ProcessGroup:
     per-rank results, ordered by rank.  The ranks are worker processes shared by every test of the
     session with the same world size; a failing, hanging or crashing rank fails the test with that
     rank's traceback or stack, and the workers are restarted for the next test.
+
+    In a launched job of several nodes a group of ``kind`` ``"intra-node"`` or ``"inter-node"`` runs the task
+    on every rank of the job, each over its own group of that kind (``ctx.group``; ``ctx.rank`` and
+    ``ctx.world_size`` within it), and ``run`` returns every rank of the job's result, ordered by global rank;
+    ``world_size`` is the size of this rank's group.
     """
 
     def __init__(self, executor: Any, backend: str, timeout_s: float, label: str = "") -> None:
@@ -54,6 +59,12 @@ class ProcessGroup:
         except RankFailure as e:
             failure = str(e)
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
+
+    @property
+    def kind(self) -> str:
+        """``"world"`` (every rank of the group), or in a launched job of several nodes ``"intra-node"`` /
+        ``"inter-node"``: every rank runs the task in its own group of that kind (see :mod:`.topology`)."""
+        return str(getattr(self.executor, "kind", "world"))
 
     @property
     def restartable(self) -> bool:

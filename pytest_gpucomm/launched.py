@@ -6,6 +6,9 @@
   CPU) and a gloo group for control messages, both with ``--gpucomm-timeout`` as their timeout, created
   when first needed (after collection) and destroyed at the end of the session;
 * the executor of the ``process_group`` fixture (:class:`~pytest_gpucomm.ranks.inprocess.InProcessExecutor`);
+* the job's layout (the node and local rank of every rank, :meth:`LaunchedSession.layout`) and the sub-groups
+  of the topology-aware suites (one per node, one per local rank across the nodes:
+  :meth:`LaunchedSession.group_executor`), made by every rank on first use;
 * the agreement on the collected tests (:meth:`LaunchedSession.agree_on_collection`), on each test's
   outcome (:meth:`LaunchedSession.agree_on_outcome`) and on the session's exit status
   (:meth:`LaunchedSession.agree_on_exit_status`).
@@ -31,6 +34,7 @@ from .launch import Launch
 if TYPE_CHECKING:
     from .hardware import DeviceInfo
     from .ranks.inprocess import InProcessExecutor
+    from .topology import Layout, SubGroup
 
 __all__ = ["LaunchedSession", "diverging_options", "XDIST_REFUSAL"]
 
@@ -70,6 +74,9 @@ class LaunchedSession:
         self._executor: Optional["InProcessExecutor"] = None
         self._started = False
         self._owns_default = False
+        self._layout: Optional["Layout"] = None
+        self._subgroups: dict[str, tuple[list["SubGroup"], Any]] = {}  # kind -> (every group, this rank's handle)
+        self._group_executors: dict[str, "InProcessExecutor"] = {}
 
     @property
     def started(self) -> bool:
@@ -146,6 +153,62 @@ class LaunchedSession:
                               n_nodes=la.n_nodes)
             self._executor = InProcessExecutor(ctx, self.control, self.hosts)
         return self._executor
+
+    def layout(self, info: "DeviceInfo") -> "Layout":
+        """The node index and local rank of every rank (gathered from every rank once per session: the
+        launcher's numbering is checked, not assumed), and their hosts.  Every rank calls it at the same point
+        (a test's set-up).  pytest.UsageError when two ranks claim the same local rank of one node."""
+        if self._layout is None:
+            from .topology import group_layout
+
+            self.start(info)
+            every = self.allgather((self.launch.node_rank, self.launch.local_rank))
+            try:
+                self._layout = group_layout([n for n, _ in every], [k for _, k in every], self.hosts)
+            except ValueError as e:
+                raise pytest.UsageError(f"gpucomm: {self.launch.launcher} job: {e}") from None
+        return self._layout
+
+    def subgroups(self, info: "DeviceInfo", kind: str) -> tuple[list["SubGroup"], Any]:
+        """The groups of ``kind`` and this rank's torch.distributed handle of its own group.
+
+        On first use of a kind every rank creates every group of it, in the same order (``new_group`` is
+        called by every rank of the default group for every group), with the session's backend and timeout;
+        on GPU each is bound to this rank's device, as the default group is.  ValueError with the reason when
+        the job's layout has no groups of ``kind`` (see :meth:`~pytest_gpucomm.topology.Layout.problem`)."""
+        if kind not in self._subgroups:
+            import torch
+            import torch.distributed as dist
+
+            groups = self.layout(info).groups(kind)
+            kwargs: dict[str, Any] = dict(backend=self.backend, timeout=datetime.timedelta(seconds=self.timeout_s))
+            if self.backend != "gloo":
+                kwargs["device_id"] = torch.device(self.device)
+            mine = None
+            for g in groups:
+                handle = dist.new_group(list(g.ranks), **kwargs)
+                if self.launch.rank in g.ranks:
+                    mine = handle
+            self._subgroups[kind] = (groups, mine)
+        return self._subgroups[kind]
+
+    def group_executor(self, info: "DeviceInfo", kind: str) -> "InProcessExecutor":
+        """The executor of a ``process_group`` of ``kind`` (``"intra-node"``, ``"inter-node"``): tasks run
+        here, on this rank, over its own group of the kind (``ctx.group``, with ``ctx.rank`` and
+        ``ctx.world_size`` within it); every rank's outcome is gathered over the control group."""
+        if kind not in self._group_executors:
+            import dataclasses
+
+            from .ranks.inprocess import InProcessExecutor
+
+            world = self.executor(info)
+            groups, handle = self.subgroups(info, kind)
+            mine = next(g for g in groups if self.launch.rank in g.ranks)
+            ctx = dataclasses.replace(world.ctx, rank=mine.ranks.index(self.launch.rank), world_size=len(mine.ranks),
+                                      group=handle, group_kind=kind, group_ranks=mine.ranks)
+            self._group_executors[kind] = InProcessExecutor(ctx, self.control, self.hosts,
+                                                            job_size=self.launch.world_size, subgroups=groups)
+        return self._group_executors[kind]
 
     def _where(self, ranks: Sequence[int]) -> str:
         hosts = sorted({self.hosts[r] for r in ranks if r < len(self.hosts)})

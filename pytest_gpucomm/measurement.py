@@ -104,7 +104,12 @@ class Measurement:
 
     @property
     def node_label(self) -> str:
-        """"node N (host)" for a measurement of one node (launched mode), else ""."""
+        """"node N (host)" for a measurement of one node (launched mode); the node pair of the inter-node pair
+        test (``info["pair"]``: "node 0 (h0) -> node 1 (h1)") or the inter-node group of a collective
+        (``info["group"]``: "local rank 1 across 2 nodes"); else ""."""
+        for key in ("pair", "group"):
+            if key in self.info:
+                return str(self.info[key])
         if "node" not in self.info:
             return ""
         host = self.info.get("host", "")

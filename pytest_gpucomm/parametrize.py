@@ -7,6 +7,10 @@ is left, the test is collected once and skipped with the reason.
 In launched mode the devices are those of the node that this rank sees (every rank of a job must see as
 many, or the ranks collect different tests and stop, saying so); the copies between them are measured on
 every node at once (:meth:`pytest_gpucomm.comm.Comm.copy`).
+
+``group_kind`` becomes one test per group kind (world, intra-node, inter-node) only in a launched job of
+several nodes; elsewhere it is not parametrized, so that a test's ids (and the baselines keyed by them)
+stay as they are without it.
 """
 
 from __future__ import annotations
@@ -50,8 +54,13 @@ def _too_few_pairs(state: State) -> str:
 
 
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
-    """Parametrize ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of one test function."""
+    """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of
+    one test function."""
     where = metafunc.definition.nodeid
+    if "group_kind" in metafunc.fixturenames and state.multi_node:
+        from .topology import GROUP_KINDS
+
+        metafunc.parametrize("group_kind", list(GROUP_KINDS), ids=list(GROUP_KINDS), indirect=True)
     try:
         mark = closest_mark(metafunc.definition, "sizes")
     except MarkerError as e:

@@ -276,16 +276,48 @@ class State:
             return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"
         return f"needs a world of {world} ranks, at most {CPU_MAX_WORLD} gloo ranks run on CPU"
 
-    def group(self, world: int, timeout_s: Optional[float] = None, label: str = "") -> "ProcessGroup":
-        """The process group of ``world`` ranks: one pool of workers per world size and session."""
+    @property
+    def multi_node(self) -> bool:
+        """Whether this session is one rank of a launched job of more than one node (from the launcher's
+        variables: known at collection, the same on every rank)."""
+        return self.launch is not None and self.launch.n_nodes > 1
+
+    def group_problem(self, kind: str) -> Optional[str]:
+        """Why the groups of ``kind`` (``topology.GROUP_KINDS``) cannot be had in this session (a skip
+        reason), or None.  In a launched job of several nodes this gathers the job's layout: every rank calls
+        it at the same point.  pytest.UsageError for an unknown kind."""
+        from .topology import WORLD, check_group_kind
+
+        try:
+            check_group_kind(kind, "process_group")
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+        if kind == WORLD:
+            return None
+        if self.launched is None:
+            return (f"group kind {kind!r} needs a job launched on more than one node (torchrun, srun, mpirun); "
+                    "this session runs a rank pool on one host")
+        if not self.multi_node:
+            return f"group kind {kind!r} needs a job of more than one node; this {self.launch.launcher} job has 1"
+        return self.launched.layout(self.info).problem(kind)
+
+    def group(self, world: int, timeout_s: Optional[float] = None, label: str = "",
+              kind: str = "world") -> "ProcessGroup":
+        """The process group of ``world`` ranks: one pool of workers per world size and session.  In a
+        launched job of several nodes, ``kind`` ``"intra-node"`` or ``"inter-node"`` gives the job's groups of
+        that kind, each rank in its own (see :mod:`.topology`); pytest.UsageError when they cannot be had
+        (:meth:`group_problem` says why)."""
         from .group import ProcessGroup
 
-        problem = self.world_problem(world)
+        problem = self.world_problem(world) or self.group_problem(kind)
         if problem:
             raise pytest.UsageError(problem)
         info = self.info
         if self.launched is not None:  # one rank of a launched job: the task runs here, on every rank
-            executor = self.launched.executor(info)
+            if kind != "world":
+                executor = self.launched.group_executor(info, kind)
+            else:
+                executor = self.launched.executor(info)
             return ProcessGroup(executor, executor.backend, timeout_s or self.settings.timeout_s, label)
         if world not in self.pools:
             self.pools[world] = self._new_pool(world)

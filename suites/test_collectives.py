@@ -4,6 +4,11 @@ busbw and algbw as nccl-tests defines them; each result is checked after timing.
 reduce_scatter run out of place and in place; all_reduce, broadcast and reduce exist only in place in
 torch.distributed; all_to_all and send/recv only out of place.  --gpucomm-dtype picks the element types
 (float32 by default; bfloat16, float16 on request).
+
+In a job launched on several nodes each case runs over three group kinds, named in the test id
+(``test_collective[float32-intra-node-4KiB-all_reduce-inplace]``): the whole world, each node's ranks
+(every node at once: one row per node) and one rank per node (local rank k of every node, every k at once:
+one row per local rank, the path through the NICs).  On one host the ids are as without kinds.
 """
 
 import pytest
@@ -26,5 +31,5 @@ def pytest_generate_tests(metafunc):
     "op, in_place", CASES, ids=[f"{op}-{'in' if ip else 'out'}place" for op, ip in CASES]
 )
 @SWEEP
-def test_collective(op, in_place, dtype, process_group, size, comm):
+def test_collective(op, in_place, dtype, group_kind, process_group, size, comm):
     comm.collective(op, process_group, size, dtype=dtype, in_place=in_place)

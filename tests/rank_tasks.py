@@ -134,3 +134,27 @@ def iteration_stats_of(ctx: RankContext, samples_by_rank: list[list[float]]) -> 
     from pytest_gpucomm.ops.collectives import iteration_stats
 
     return tuple(iteration_stats(torch, dist, samples_by_rank[ctx.rank], ctx.rank, ctx.world_size, ctx.device))
+
+
+def bench_in_subgroups(ctx: RankContext, groups: list[list[int]], kwargs: dict[str, Any]) -> Any:
+    """Make every group of ``groups`` (every rank, in order, as launched mode does), then run the collectives'
+    bench over this rank's own group, with ``ctx`` made the group's (rank and size within it)."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from pytest_gpucomm.ops.collectives import bench
+
+    mine, handle = None, None
+    for g in groups:
+        h = dist.new_group(g, backend="gloo")
+        if ctx.rank in g:
+            mine, handle = g, h
+    assert mine is not None
+    sub = dataclasses.replace(ctx, rank=mine.index(ctx.rank), world_size=len(mine), group=handle,
+                              group_kind="sub", group_ranks=tuple(mine))
+    try:
+        return bench(sub, **kwargs)
+    finally:
+        dist.barrier()  # every group done before this rank leaves its own
+        dist.destroy_process_group(handle)

@@ -63,12 +63,20 @@ IN_PLACE, OUT_OF_PLACE = "in_place", "out_of_place"
 
 class Shape(NamedTuple):
     """One rank's view of an op's buffers: ``count`` elements make S; ``chunk`` is a rank's share of them
-    (``count / world`` for split ops, else ``count``)."""
+    (``count / world`` for split ops, else ``count``).  ``rank`` and ``world`` are within the group the op
+    runs over: ``group`` (a torch.distributed process group; None: the default group), whose global ranks,
+    ordered by group rank, are ``ranks`` (``()``: the default group's)."""
 
     count: int
     chunk: int
     rank: int
     world: int
+    group: Any = None
+    ranks: tuple[int, ...] = ()
+
+    def peer(self, group_rank: int) -> int:
+        """The global rank of ``group_rank``: torch.distributed's ``src``, ``dst`` and peers are global."""
+        return self.ranks[group_rank] if self.ranks else group_rank
 
 
 def _pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
@@ -134,7 +142,7 @@ class CollectiveOp:
         raise NotImplementedError
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
-        """The op, once (captured in a graph, or launched eagerly)."""
+        """The op, once (captured in a graph, or launched eagerly), over ``s.group``."""
         raise NotImplementedError
 
     @property
@@ -160,7 +168,7 @@ class AllReduce(CollectiveOp):
         return _pattern(torch, s.count, device, torch.float64) * _tri(s.world)
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
-        dist.all_reduce(inp)
+        dist.all_reduce(inp, group=s.group)
 
 
 class AllGather(CollectiveOp):
@@ -183,7 +191,7 @@ class AllGather(CollectiveOp):
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
         fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        fn(out, inp)
+        fn(out, inp, group=s.group)
 
 
 class ReduceScatter(CollectiveOp):
@@ -205,7 +213,7 @@ class ReduceScatter(CollectiveOp):
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        fn(out, inp)
+        fn(out, inp, group=s.group)
 
 
 class Broadcast(CollectiveOp):
@@ -223,7 +231,7 @@ class Broadcast(CollectiveOp):
         return _pattern(torch, s.count, device, torch.float64)
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
-        dist.broadcast(inp, src=0)
+        dist.broadcast(inp, src=s.peer(0), group=s.group)
 
 
 class Reduce(CollectiveOp):
@@ -239,7 +247,7 @@ class Reduce(CollectiveOp):
         return _pattern(torch, s.count, device, torch.float64) * _tri(s.world)
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
-        dist.reduce(inp, dst=0)
+        dist.reduce(inp, dst=s.peer(0), group=s.group)
 
 
 class AllToAll(CollectiveOp):
@@ -263,7 +271,7 @@ class AllToAll(CollectiveOp):
         return (src * n + r + 1 + (i % c % 3) * n * n).to(torch.float64)
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
-        dist.all_to_all_single(out, inp)
+        dist.all_to_all_single(out, inp, group=s.group)
 
 
 class SendRecv(CollectiveOp):
@@ -278,8 +286,9 @@ class SendRecv(CollectiveOp):
         return _pattern(torch, s.count, device, torch.float64) * (src + 1)
 
     def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
-        nxt, prv = (s.rank + 1) % s.world, (s.rank - 1) % s.world
-        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, nxt), dist.P2POp(dist.irecv, out, prv)])
+        nxt, prv = s.peer((s.rank + 1) % s.world), s.peer((s.rank - 1) % s.world)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, nxt, group=s.group),
+                                       dist.P2POp(dist.irecv, out, prv, group=s.group)])
         for req in reqs:
             req.wait()
 
@@ -448,13 +457,15 @@ def add_op_methods(cls: type) -> type:
 # -- per-rank side --------------------------------------------------------------------------------
 
 class _Case:
-    """Buffers, the op as a callable, and its expected result, for one rank."""
+    """Buffers, the op as a callable, and its expected result, for one rank (``rank`` of ``n`` in ``group``,
+    whose global ranks are ``ranks``; None and ``()``: the default group)."""
 
     def __init__(self, torch: Any, dist: Any, op: CollectiveOp, count: int, rank: int, n: int, device: str,
-                 dtype: Any, in_place: bool, fill: bool = True) -> None:
+                 dtype: Any, in_place: bool, fill: bool = True, group: Any = None,
+                 ranks: tuple[int, ...] = ()) -> None:
         self.torch, self.dist, self.op = torch, dist, op
         self.device, self.dtype, self.in_place = device, dtype, in_place
-        self.shape = Shape(count, count // n if op.split else count, rank, n)
+        self.shape = Shape(count, count // n if op.split else count, rank, n, group, tuple(ranks))
         mk = lambda k: torch.empty(k, device=device, dtype=dtype)  # noqa: E731
         self.inp, self.out = op.buffers(mk, self.shape, in_place)
         if fill:
@@ -588,12 +599,13 @@ def worker_env(backend: str, environ: Optional[dict[str, str]] = None) -> dict[s
     return {k: v for k, v in NCCL_WORKER_ENV.items() if k not in environ}
 
 
-def _registered_buffers(torch: Any, dist: Any, device: str) -> tuple[Any, Any, str]:
+def _registered_buffers(torch: Any, dist: Any, device: str, group: Any = None) -> tuple[Any, Any, str]:
     """A memory pool of the communication library's own allocator (ncclMemAlloc), registered with the
-    communicator, as nccl-tests allocates its buffers: zero-copy transfers become possible for
-    all_gather, all_to_all and send/recv.  Returns (pool, backend, note); pool None when unavailable."""
+    communicator of ``group`` (None: the default group), as nccl-tests allocates its buffers: zero-copy
+    transfers become possible for all_gather, all_to_all and send/recv.  Returns (pool, backend, note); pool
+    None when unavailable."""
     try:
-        backend = dist.group.WORLD._get_backend(torch.device(device))
+        backend = (group if group is not None else dist.group.WORLD)._get_backend(torch.device(device))
         pool = torch.cuda.MemPool(backend.mem_allocator)
         return pool, backend, ""
     except Exception as e:  # older torch, or a backend without an allocator
@@ -678,7 +690,11 @@ def iteration_stats(torch: Any, dist: Any, own: Sequence[float], rank: int, worl
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
           min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
           register: bool = True) -> BenchResult:
-    """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank."""
+    """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.
+
+    The op runs over ``ctx.group`` (None: the default group), as rank ``ctx.rank`` of ``ctx.world_size``:
+    every torch.distributed call here -- the op, the agreement on the plan, the barriers -- passes that
+    group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own."""
     import torch
     import torch.distributed as dist
 
@@ -696,25 +712,28 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         raise ValueError(f"{op} has no {form.replace('_', '-')} form in torch.distributed (it has: "
                          f"{', '.join(f.replace('_', '-') for f in spec.forms)})")
     n, r = ctx.world_size, ctx.rank
+    group = getattr(ctx, "group", None)
+    ranks = tuple(getattr(ctx, "group_ranks", ()) or ())
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
     count = element_count(op, size_bytes, n, dtype)
     pool, backend, pool_note = None, None, ""
     if gpu and register and count * DTYPES[dtype] >= REGISTER_MIN_BYTES:
-        dist.all_reduce(torch.zeros(1, device=ctx.device))  # the communicator must exist before the pool
-        pool, backend, pool_note = _registered_buffers(torch, dist, ctx.device)
+        dist.all_reduce(torch.zeros(1, device=ctx.device), group=group)  # the communicator, before the pool
+        pool, backend, pool_note = _registered_buffers(torch, dist, ctx.device, group)
     case = None
     if pool is not None:
         try:
             with torch.cuda.use_mem_pool(pool):  # only the buffers: fill()'s temporaries stay outside
-                case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False)
+                case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False,
+                             group=group, ranks=ranks)
             case.fill()
             backend.register_mem_pool(pool)
         except Exception as e:
             pool_note = f"{type(e).__name__}: {e}"
             backend = None
     if case is None:
-        case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place)
+        case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, group=group, ranks=ranks)
     graphs = gpu and graph
     batch = GRAPH_OPS * GRAPH_REPLAYS
     settings = TimingSettings(
@@ -733,13 +752,13 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
 
     def agree(x: float) -> float:
         agree_buf.fill_(x)
-        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX)
+        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX, group=group)
         return float(agree_buf.item())
 
     def prepare(p: Any) -> None:
         timed.sample(p.batch)  # capture (on GPU) outside the timed samples
         timed.sync()
-        dist.barrier()
+        dist.barrier(group=group)
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
     # the timed samples replayed a graph if the graph of their shape was captured
@@ -759,7 +778,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     for path, run_once in paths:
         case.fill()
         timed.sync()
-        dist.barrier()
+        dist.barrier(group=group)
         run_once()
         timed.sync()
         if exp is None:
@@ -788,7 +807,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         torch.cuda.empty_cache()
     # Who the others waited for: every rank of the group, after the correctness check (see iteration_stats).
     # Rank 0 alone returns the per-iteration data, the others their summaries (compact gathered results).
-    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=None)
+    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=group)
     first_rank = r == 0
     return BenchResult(
         rank=r,

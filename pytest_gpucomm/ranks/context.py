@@ -13,7 +13,7 @@ ordered by rank. Return values must be picklable; prefer plain Python values
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["RankContext", "load_task"]
@@ -24,13 +24,19 @@ class RankContext:
     """Identity of the calling rank inside its process group.
 
     Attributes:
-        rank: global rank in the default process group.
-        world_size: number of ranks in the default process group.
+        rank: rank in the group the task runs over: the global rank in the default process group, unless
+            ``group`` is set (launched mode, a sub-group kind), then the rank within ``group``.
+        world_size: number of ranks in that group.
         local_rank: rank within the node (selects the GPU).
         backend: torch.distributed backend, e.g. ``"gloo"`` or ``"nccl"``.
         device: torch device string for this rank, e.g. ``"cpu"`` or ``"cuda:1"``.
         host: the host this rank runs on (launched mode; ``""`` in a pool, where every rank is on this host).
         node_rank, n_nodes: this rank's node and the number of nodes (0 and 1 in a pool).
+        group: the torch.distributed process group to pass as ``group=`` to every call (None: the default
+            group).  Set in launched mode for a sub-group kind; never pickled there.
+        group_kind: ``"world"``, ``"intra-node"`` or ``"inter-node"`` (see :mod:`pytest_gpucomm.topology`).
+        group_ranks: the global ranks of ``group``, ordered by group rank (``()``: the whole default group);
+            torch.distributed's ``src``, ``dst`` and peers are global ranks: see :meth:`global_rank_of`.
     """
 
     rank: int
@@ -41,11 +47,23 @@ class RankContext:
     host: str = ""
     node_rank: int = 0
     n_nodes: int = 1
+    group: Any = field(default=None, compare=False, repr=False)
+    group_kind: str = "world"
+    group_ranks: tuple[int, ...] = ()
 
     @property
     def is_first(self) -> bool:
-        """True on rank 0."""
+        """True on rank 0 (of the group)."""
         return self.rank == 0
+
+    def global_rank_of(self, group_rank: int) -> int:
+        """The global rank of ``group_rank`` of this context's group."""
+        return self.group_ranks[group_rank] if self.group_ranks else group_rank
+
+    @property
+    def global_rank(self) -> int:
+        """This rank's global rank in the default process group."""
+        return self.global_rank_of(self.rank)
 
 
 def load_task(spec: str) -> Callable[..., Any]:

@@ -7,13 +7,18 @@ in its own pytest process -- and then gathers every rank's outcome over the cont
 rank returns the per-rank results ordered by rank, or raises the same :class:`~.errors.RankError` naming
 the ranks that raised (with their host and traceback).
 
+With a sub-group kind (``ctx.group`` set: one group per node, or one per local rank), every rank runs the
+task in its own group at once, and ``run`` returns every rank of the job's result, ordered by global rank;
+``subgroups`` lists the groups (:class:`~pytest_gpucomm.topology.SubGroup`), so that the caller can take
+each group's results apart.
+
 Imports torch only when a task runs.
 """
 
 from __future__ import annotations
 
 import traceback
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Sequence
 
 from pytest_gpucomm.ranks import report
 from pytest_gpucomm.ranks.context import RankContext, load_task
@@ -28,16 +33,25 @@ class InProcessExecutor:
         ctx: this rank's context (its rank, world size, local rank, backend, device, host).
         control: the gloo process group the outcomes are gathered over (``None``: the default group).
         hosts: the host of every rank, ordered by rank, for failure messages (may be empty).
+        job_size: the ranks of the job, whose outcomes are gathered (default: ``ctx.world_size``; larger when
+            ``ctx`` is a sub-group's).
+        subgroups: the groups of ``ctx.group_kind`` that run at once (empty: the job's world is the group).
+
+    ``world_size`` is the size of this rank's group (``ctx.world_size``).
     """
 
     #: a launched job's process group is the job's: it cannot be torn down and started again in-process
     restartable = False
 
-    def __init__(self, ctx: RankContext, control: Any = None, hosts: tuple[str, ...] = ()) -> None:
+    def __init__(self, ctx: RankContext, control: Any = None, hosts: tuple[str, ...] = (),
+                 job_size: Optional[int] = None, subgroups: Sequence[Any] = ()) -> None:
         self.ctx = ctx
         self.control = control
         self.hosts = hosts
         self.world_size = ctx.world_size
+        self.job_size = job_size or ctx.world_size
+        self.kind = ctx.group_kind
+        self.subgroups = tuple(subgroups)
         self.backend = ctx.backend
         self._tasks: dict[str, Any] = {}
 
@@ -49,7 +63,7 @@ class InProcessExecutor:
 
     def run(self, task: str, kwargs: Mapping[str, Any] | None = None, *, timeout_s: float,
             label: str = "") -> list[Any]:
-        """Run ``task`` here; return every rank's result, ordered by rank.
+        """Run ``task`` here; return every rank of the job's result, ordered by global rank.
 
         ``timeout_s`` is accepted for the interface; in this first form the bound on a rank that does not
         arrive is the process groups' own timeout (``--gpucomm-timeout`` when they were created).
@@ -66,12 +80,12 @@ class InProcessExecutor:
             outcome: tuple[bool, Any] = (True, fn(self.ctx, **dict(kwargs or {})))
         except Exception:  # a KeyboardInterrupt or SystemExit stops this rank; the launcher stops the rest
             outcome = (False, traceback.format_exc())
-        gathered: list[Any] = [None] * self.world_size
+        gathered: list[Any] = [None] * self.job_size
         dist.all_gather_object(gathered, outcome, group=self.control)
         errors = {r: f"(rank {self._where(r)})\n{payload}" for r, (ok, payload) in enumerate(gathered) if not ok}
         if errors:
-            finished = [r for r in range(self.world_size) if r not in errors]
-            raise report.task_error(label or task, self.world_size, errors, finished)
+            finished = [r for r in range(self.job_size) if r not in errors]
+            raise report.task_error(label or task, self.job_size, errors, finished)
         return [payload for _, payload in gathered]
 
     def close(self) -> None:
