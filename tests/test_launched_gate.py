@@ -3,7 +3,7 @@
 Real processes (two simulated nodes of two gloo ranks on loopback, srun's variables set by hand as in
 test_launched.py): a recording
 run saves once, with the job's layout in every case key; a run against a baseline whose figures are a
-thousand times today's fails as a regression on every rank after a re-measure that every rank makes together (a
+million times today's fails as a regression on every rank after a re-measure that every rank makes together (a
 rank that did not would leave rank 0 waiting in the collective); a missing baseline stops every rank.
 """
 
@@ -51,8 +51,8 @@ def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every
     assert len(doc["runs"]) == 1 and len(case["runs"]) == 1
     assert set(doc["runs"][0]["fingerprint"]["nodes"]) == {"0", "1"}  # every node's environment
 
-    for run in case["runs"]:  # the baseline 1000 times faster: a regression however loaded this machine is
-        run["samples_gbps"] = [v * 1000 for v in run["samples_gbps"]]
+    for run in case["runs"]:  # the baseline 10^6 times faster: a regression however loaded this machine is
+        run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
     (tmp_path / "baselines" / "cpu2.json").write_text(json.dumps(doc))
     results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, "-rf")
     assert [code for code, _ in results] == [1] * 4, results

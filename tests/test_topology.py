@@ -146,12 +146,12 @@ def test_wrong_data_in_the_pair_test_names_the_receiver_and_its_sender() -> None
 
 
 def test_subgroup_results_make_one_measurement_each_with_the_groups_size() -> None:
-    def res(rank: int, t: float) -> BenchResult:
-        return BenchResult(rank=rank, in_place=True, samples_s=(t,), batch=1, graph=0, graph_error="",
+    def res(rank: int, times: tuple[float, ...]) -> BenchResult:  # the group's rank 0 returns the iteration times
+        return BenchResult(rank=rank, in_place=True, samples_s=times, batch=1, graph=0, graph_error="",
                            registered=False, register_note="", size_bytes=4096, wrong=0, checked=1,
-                           first_wrong=None, wrong_path="")
+                           first_wrong=None, wrong_path="", straggler=(0,) * len(times))
 
-    m = to_measurement([res(0, 1.0), res(1, 2.0)], op="all_reduce", backend="gloo", dtype="float32",
+    m = to_measurement([res(0, (2.0,)), res(1, ())], op="all_reduce", backend="gloo", dtype="float32",
                        requested_bytes=4096)
     m.info.update(TWO_BY_TWO.groups(INTRA_NODE)[1].info())
     assert isinstance(m, Measurement) and m.world_size == 2 and m.samples_s == [2.0]
