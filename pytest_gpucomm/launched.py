@@ -315,7 +315,10 @@ class LaunchedSession:
         clone = getattr(self._store, "clone", None)
         if clone is None:  # an older torch: the watchdog of each task and exchange still ends a hung rank
             return
-        store = clone()
+        try:
+            store = clone()  # a connection of its own: a store client serves one operation at a time
+        except Exception:  # a store that cannot be cloned: as above
+            return
         key = f"abort/{self.launch.rank}"
 
         def watch() -> None:
@@ -402,8 +405,9 @@ class LaunchedSession:
         tail = "a hung communicator cannot be recovered: the session stops here"
         if missing:
             message = f"gpucomm: {self._ranks(missing)} did not finish {what} within {timeout_s:g} s; {tail}"
-            for r in missing:  # their watchers end them, after the grace that lets this report come first
-                try:
+            first = next(r for r in range(world) if r not in set(missing))
+            for r in missing if rank == first else ():  # one rank tells them; their watchers end them after
+                try:  # the grace that lets this report come first
                     store.set(f"abort/{r}", message)
                 except Exception:
                     break
