@@ -14,6 +14,11 @@ Read, in this order of precedence (a launcher started inside another one's alloc
   ``SLURM_NTASKS_PER_NODE`` or ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_NODEID``, and the node list
   ``SLURM_STEP_NODELIST`` / ``SLURM_JOB_NODELIST`` (Slurm's compressed syntax, :func:`expand_hostlist`).
 
+``--gpucomm-launch=auto`` takes Slurm's variables for srun's only in a job step (``SLURM_STEP_ID`` or
+``SLURM_STEPID`` set, as srun sets them): in an ``sbatch`` script without ``srun``, ``SLURM_PROCID`` and
+``SLURM_NTASKS`` are set too, but pytest is one process, not rank 0 of ``SLURM_NTASKS``.
+``--gpucomm-launch=slurm`` reads them without that check.
+
 The rendezvous address is ``MASTER_ADDR``; without it: the first host of Slurm's node list, or the
 loopback address when every MPI rank is on one node.  ``MASTER_PORT`` defaults to 29500 (MPI) or to a port
 derived from ``SLURM_JOB_ID`` (srun, so that two jobs sharing a node do not collide).
@@ -343,14 +348,26 @@ _MARKERS = {
     "mpi": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"),
     "slurm": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"),
 }
+#: set by srun for the tasks of a job step (Slurm's env_array_for_step), not in an sbatch or salloc shell,
+#: where SLURM_PROCID=0 and SLURM_NTASKS describe the allocation, not this process
+SLURM_STEP_MARKERS = ("SLURM_STEP_ID", "SLURM_STEPID")
+
+
+def _slurm_step(environ: Mapping[str, str]) -> bool:
+    return any(environ.get(m, "").strip() for m in SLURM_STEP_MARKERS)
 
 
 def _found(launcher: str, environ: Mapping[str, str]) -> bool:
     marks = _MARKERS[launcher]
     if launcher == "mpi":
-        return any(m in environ for m in marks)
-    if launcher == "slurm":
-        return "SLURM_PROCID" in environ and any(m in environ for m in marks[1:])
+        if any(m in environ for m in marks[:2]):
+            return True
+        pmi = any(m in environ for m in marks[2:])
+        # PMI_RANK/PMI_SIZE without Hydra's MPI_LOCALRANKID inside an srun step: srun's PMI plugin set them
+        by_srun = "MPI_LOCALRANKID" not in environ and _slurm_step(environ)
+        return pmi and not by_srun
+    if launcher == "slurm":  # a task of an srun step, not the batch script of sbatch (see SLURM_STEP_MARKERS)
+        return "SLURM_PROCID" in environ and any(m in environ for m in marks[1:]) and _slurm_step(environ)
     return all(m in environ for m in marks)
 
 

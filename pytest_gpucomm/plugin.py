@@ -92,6 +92,37 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """--gpucomm-rank-log in launched mode: a rank other than global rank 0 sends its output (from here on,
+    the report header included) to DIR/rank-<R>.log; rank 0 checks that DIR can be made."""
+    if config.option.help or config.option.version:
+        return None
+    if not (config.getoption("gpucomm_rank_log") or os.environ.get("GPUCOMM_RANK_LOG")
+            or config.getini("gpucomm_rank_log")):
+        return None  # the usual run: the options are read (and checked) in pytest_configure
+    settings = read_settings(config)
+    if not settings.rank_log:
+        return None
+    launch, _ = _resolve_launch(settings.launch)
+    if launch is None:
+        return None
+    from .settings import origin
+
+    where = origin(config, "--gpucomm-rank-log")
+    if launch.is_first:
+        try:
+            os.makedirs(settings.rank_log, exist_ok=True)
+        except OSError as e:
+            raise pytest.UsageError(f"invalid --gpucomm-rank-log {settings.rank_log!r} (from {where}): cannot "
+                                    f"create the folder: {e.strerror or e}") from None
+        return None
+    from .launched import redirect_output
+
+    redirect_output(config, settings.rank_log, launch.rank, where)
+    return None
+
+
 def _resolve_launch(choice: str) -> tuple[Any, Optional[str]]:
     """(this rank's Launch or None for the rank pool, a deferred error).  A launcher named by
     --gpucomm-launch must be readable now; with ``auto`` an unreadable launcher's environment is an error
@@ -139,6 +170,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [state.settings.describe()]
     if state.launch is not None:
         lines.append(f"gpucomm launch: {state.launch.describe()}")
+        if state.settings.rank_log and state.launch.world_size > 1:
+            lines.append(f"gpucomm rank logs: ranks 1-{state.launch.world_size - 1} write their output to "
+                         f"{os.path.join(state.settings.rank_log, 'rank-<R>.log')}")
     return lines
 
 
@@ -172,9 +206,15 @@ def _join_launched_job(session: pytest.Session, state: State) -> None:
         raise pytest.UsageError(
             f"gpucomm: refused in launched mode ({state.launch.launcher if state.launch else ''}), where every "
             "rank must run the same tests in the same order:\n  " + "\n  ".join(refused))
-    state.launched.start(state.info)
-    state.launched.agree_on_collection([i.nodeid for i in session.items])
-    state.join_job()
+    from .launched import JobBroken
+
+    try:
+        state.launched.start(state.info)
+        state.launched.agree_on_collection([i.nodeid for i in session.items])
+        state.join_job()
+    except JobBroken as e:  # a rank hung or gone: no test can run; the session ends failed (exit status 1)
+        session.shouldfail = str(e)
+        raise session.Failed(str(e)) from None
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
@@ -252,6 +292,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     launched = state_of(item.config).launched
     if launched is not None and launched.started and isinstance(report, pytest.TestReport):
         launched.agree_on_outcome(report)
+        if launched.broken is not None:  # a rank hung or gone: no further test can run on the job's groups
+            item.session.shouldfail = launched.broken
     return report
 
 

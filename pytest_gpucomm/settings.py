@@ -15,7 +15,7 @@ import pytest
 
 from .units import SizeError, describe_size, parse_size
 
-__all__ = ["Settings", "add_options", "read_settings", "parse_seconds"]
+__all__ = ["Settings", "add_options", "read_settings", "parse_seconds", "origin"]
 
 T = TypeVar("T")
 
@@ -78,6 +78,10 @@ _OPTIONS = [
      "per rank by torchrun, srun or mpirun, found from their environment variables; else 'pool'), 'pool' (a pool "
      "of worker processes on this host), or 'torchrun', 'slurm', 'mpi' (that launcher's variables, which must "
      "be set). Default: auto.", "auto|pool|torchrun|slurm|mpi"),
+    ("--gpucomm-rank-log", "gpucomm_rank_log", "gpucomm_rank_log", "GPUCOMM_RANK_LOG",
+     "Launched mode: each rank other than global rank 0 writes everything it prints (pytest's output and the "
+     "C-level output of NCCL/gloo) to DIR/rank-<R>.log instead of its standard output and error; DIR is created. "
+     "Global rank 0 prints as usual. Default: every rank prints to its own standard output.", "DIR"),
 ]
 
 
@@ -100,6 +104,7 @@ class Settings:
     benchmark_json: Optional[str] = None
     allow_xdist: bool = False
     launch: str = "auto"
+    rank_log: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
@@ -170,6 +175,14 @@ def parse_seconds(value: str, name: str, origin: str, allow_zero: bool = True,
             f"{'non-negative' if allow_zero else 'positive'} number of seconds, at most {maximum:g}"
         )
     return x
+
+
+def origin(config: pytest.Config, opt: str) -> str:
+    """Where the value of ``opt`` came from ("the command line", "the GPUCOMM_... environment variable", ...)."""
+    for o, dest, ini, env, _, _ in _OPTIONS:
+        if o == opt:
+            return _raw(config, dest, ini, env)[1]
+    raise KeyError(opt)  # pragma: no cover
 
 
 def _get(config: pytest.Config, opt: str, parse: Callable[[str, str, str], T], default: T) -> T:
@@ -277,6 +290,7 @@ def read_settings(config: pytest.Config) -> Settings:
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
         allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
         launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
+        rank_log=_get(config, "--gpucomm-rank-log", lambda v, n, o: v, None),
     )
 
 

@@ -16,7 +16,8 @@ from pytest_gpucomm.launch import (
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
             "MASTER_ADDR": "node01", "MASTER_PORT": "29500"}
 SLURM = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "4",
-         "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "4242"}
+         "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "4242",
+         "SLURM_STEP_ID": "0"}
 OMPI = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
         "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "10.0.0.1"}
 PMI = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
@@ -198,3 +199,37 @@ def test_launch_describes_itself():
     assert la is not None and not la.is_first and not la.loopback
     assert la.describe() == ("torchrun rank 3 of 4 (local rank 1 of 2, node 1 of 2) on h1, rendezvous node01:29500")
     assert la.to_dict()["world_size"] == 4
+
+
+# -- Slurm: a task of an srun step, not the batch script of sbatch ---------------------------------------
+
+#: what the batch script of `sbatch -N 2 --ntasks-per-node=4` sees: the allocation, no step of srun's
+SBATCH = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+          "SLURM_NTASKS_PER_NODE": "4", "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "gpu[07-08]",
+          "SLURM_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2", "SLURM_JOB_ID": "4242"}
+
+
+def test_auto_does_not_take_an_sbatch_script_for_rank_0_of_its_allocation():
+    assert detect(SBATCH, host="gpu07") is None
+    assert resolve("auto", SBATCH, host="gpu07") is None
+
+
+def test_slurm_named_explicitly_reads_an_environment_without_a_step():
+    la = resolve("slurm", SBATCH, host="gpu07")
+    assert la == Launch("slurm", 0, 8, 0, 4, 0, 2, "gpu07", 20000 + 4242, "gpu07")
+
+
+@pytest.mark.parametrize("step_var", ["SLURM_STEP_ID", "SLURM_STEPID"])
+def test_auto_detects_a_task_of_an_srun_step_by_either_step_variable(step_var):
+    env = {**with_(SLURM, SLURM_STEP_ID=None), step_var: "3"}
+    la = detect(env, host="gpu08")
+    assert la is not None and la.launcher == "slurm" and (la.rank, la.world_size) == (5, 8)
+    assert detect(with_(SLURM, SLURM_STEP_ID=None), host="gpu08") is None
+
+
+def test_pmi_variables_set_by_srun_are_read_as_slurm_and_hydras_inside_a_step_as_mpi():
+    srun_pmi2 = {**SLURM, "PMI_RANK": "5", "PMI_SIZE": "8"}  # srun --mpi=pmi2 sets PMI_RANK, PMI_SIZE
+    assert detect(srun_pmi2, host="gpu08").launcher == "slurm"  # type: ignore[union-attr]
+    hydra_in_a_step = {**SLURM, **PMI}  # mpiexec (Hydra) started inside an srun step: its own local ranks
+    assert detect(hydra_in_a_step, host="h").launcher == "mpi"  # type: ignore[union-attr]
+    assert detect(PMI, host="h").launcher == "mpi"  # type: ignore[union-attr]

@@ -147,7 +147,7 @@ def test_torchrun_two_simulated_nodes_of_two_ranks(small: Path) -> None:
 
 def slurm_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
     return clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
-                     SLURM_NTASKS_PER_NODE=str(world), SLURM_NODEID="0", SLURM_STEP_NODELIST="localhost",
+                     SLURM_NTASKS_PER_NODE=str(world), SLURM_NODEID="0", SLURM_STEP_NODELIST="localhost", SLURM_STEP_ID="0",
                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
 
 
@@ -224,6 +224,7 @@ def test_auto_with_a_broken_launcher_environment_leaves_runs_without_gpucomm_tes
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_PROCID", "zero")
     monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")  # a task of an srun step
     pytester.makepyfile("def test_plain():\n    pass\n")
     assert pytester.runpytest().ret == pytest.ExitCode.OK
     pytester.makepyfile(COLLECTIVE)
@@ -382,3 +383,194 @@ def test_a_rank_made_late_is_named_the_slowest_rank_and_its_node_an_outlier(tmp_
     # the iteration's time includes the wait for rank 3
     assert row["median_us"] > 1e4
     assert [(o["node"], o["host"], o["ranks"]) for o in doc["outliers"]] == [(1, host, [3])]
+
+
+# -- a rank that hangs, named; the session ends on every rank --------------------------------------
+
+def slurm_2x2_env(rank: int, port: int, **extra: str) -> dict[str, str]:
+    """srun's variables for rank ``rank`` of 2 simulated nodes x 2 ranks (every process on this host)."""
+    return clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="4", SLURM_LOCALID=str(rank % 2),
+                     SLURM_NTASKS_PER_NODE="2", SLURM_NODEID=str(rank // 2), SLURM_STEP_NODELIST="node[1-2]",
+                     SLURM_STEP_ID="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK_OF_TEST=str(rank),
+                     **extra)
+
+
+HANG_IN_TASK = '''
+import time
+
+from pytest_gpucomm import rank_timeout
+
+
+def nap(ctx, rank, seconds):
+    if ctx.rank == rank:
+        time.sleep(seconds)
+    return ctx.rank
+
+
+def test_before():
+    pass
+
+
+@rank_timeout(4)
+def test_a_task_hangs_on_rank_3(process_group):
+    process_group.run("test_hang_task:nap", {"rank": 3, "seconds": 600})
+
+
+def test_after():
+    pass
+'''
+
+
+def check_hung_rank_3(results: list[tuple[int, str]], what: str, within: str) -> None:
+    """Ranks 0-2 fail the test naming rank 3 and its host, stop the session and exit 1; rank 3's watchdog
+    writes its stacks and ends it with status 1."""
+    host = socket.gethostname()
+    named = f"gpucomm: rank 3 ({host}, cpu) did not finish {what} within {within} s; a hung communicator " \
+            "cannot be recovered: the session stops here"
+    for rank, (code, text) in enumerate(results[:3]):
+        assert code == 1, (rank, text)
+        assert named in text, (rank, text)
+        assert "1 failed, 1 passed" in text, (rank, text)  # the session stopped: test_after did not run
+        assert "::test_after" not in text, (rank, text)
+    code3, text3 = results[3]
+    assert code3 == 1, text3
+    assert f"rank 3 ({host}, cpu)" in text3 and f"did not finish {what}" in text3, text3
+    assert "Python stacks of every thread" in text3, text3
+
+
+def test_a_rank_that_hangs_in_a_task_is_named_and_every_rank_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "test_hang_task.py").write_text(HANG_IN_TASK)
+    port = free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_hang_task.py", *ARGS, "-rA"]
+    start = time.monotonic()
+    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    assert time.monotonic() - start < LIMIT_S
+    check_hung_rank_3(results, "task test_hang_task:nap of test test_hang_task.py::test_a_task_hangs_on_rank_3",
+                      "4")
+    assert "did not finish task test_hang_task:nap" in results[3][1], results[3][1]
+    assert 'File "' in results[3][1] and "in nap" in results[3][1], results[3][1]  # the hung rank's stack
+
+
+HANG_IN_BODY = '''
+import os
+import time
+
+
+def test_before(process_group):
+    assert process_group.world_size == 4
+
+
+def test_the_body_hangs_on_rank_3():
+    if os.environ["RANK_OF_TEST"] == "3":
+        time.sleep(600)
+
+
+def test_after():
+    pass
+'''
+
+
+def test_a_rank_that_hangs_in_a_test_body_is_named_by_the_outcome_agreement(tmp_path: Path) -> None:
+    (tmp_path / "test_hang_body.py").write_text(HANG_IN_BODY)
+    port = free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_hang_body.py", "-p", "no:cacheprovider", "--gpucomm-timeout=6",
+           "-rA"]
+    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    check_hung_rank_3(results, "the call of test test_hang_body.py::test_the_body_hangs_on_rank_3", "6")
+    assert "in test_the_body_hangs_on_rank_3" in results[3][1], results[3][1]  # the hung rank's stack
+
+
+DIES_IN_BODY = HANG_IN_BODY.replace("time.sleep(600)", "os._exit(7)").replace("hangs", "dies")
+
+
+def test_a_rank_that_dies_is_named_by_the_ranks_that_wait_for_it(tmp_path: Path) -> None:
+    (tmp_path / "test_dies.py").write_text(DIES_IN_BODY)
+    port = free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_dies.py", "-p", "no:cacheprovider", "--gpucomm-timeout=6"]
+    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    named = (f"gpucomm: rank 3 ({socket.gethostname()}, cpu) did not finish the call of test "
+             "test_dies.py::test_the_body_dies_on_rank_3 within 6 s")
+    for rank, (code, text) in enumerate(results[:3]):
+        assert code == 1 and named in text and "1 failed, 1 passed" in text, (rank, text)
+    assert results[3][0] == 7, results[3]
+
+
+def test_the_watchdog_writes_every_threads_stack_and_ends_the_process_with_status_1() -> None:
+    stuck = ("import time\nfrom pytest_gpucomm.launched import Watchdog\nw = Watchdog(2)\n"
+             "w.arm(time.monotonic() + 0.2, 'gpucomm: stuck in the test')\ntime.sleep(60)\n")
+    p = subprocess.run([sys.executable, "-c", stuck], env=clean_env(), capture_output=True, text=True, timeout=LIMIT_S)
+    assert p.returncode == 1, p.stderr
+    assert "gpucomm: stuck in the test\nPython stacks of every thread" in p.stderr, p.stderr
+    assert 'File "<string>", line 5 in <module>' in p.stderr, p.stderr  # the main thread, in its sleep
+    disarmed = ("import time\nfrom pytest_gpucomm.launched import Watchdog\nw = Watchdog(2)\n"
+                "w.arm(time.monotonic() + 0.2, 'never')\nw.disarm()\ntime.sleep(0.5)\n")
+    p = subprocess.run([sys.executable, "-c", disarmed], env=clean_env(), capture_output=True, text=True,
+                       timeout=LIMIT_S)
+    assert p.returncode == 0 and "never" not in p.stderr, p.stderr
+
+
+# -- mpirun's variables, set by hand --------------------------------------------------------------------
+
+def ompi_env(rank: int, port: int) -> dict[str, str]:
+    return clean_env(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="4", OMPI_COMM_WORLD_LOCAL_RANK=str(rank % 2),
+                     OMPI_COMM_WORLD_LOCAL_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def mpich_env(rank: int, port: int) -> dict[str, str]:
+    return clean_env(PMI_RANK=str(rank), PMI_SIZE="4", MPI_LOCALRANKID=str(rank % 2), MPI_LOCALNRANKS="2",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK_OF_TEST=str(rank))
+
+
+def test_open_mpi_variables_set_by_hand_on_two_nodes_of_two_ranks(small: Path) -> None:
+    out, port = small / "out.json", free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, f"--gpucomm-json={out}"]
+    results = run_all([cmd] * 4, [ompi_env(r, port) for r in range(4)], small)
+    assert [code for code, _ in results] == [0, 0, 0, 0], results
+    assert "gpucomm launch: mpi rank 3 of 4 (local rank 1 of 2, node 1 of 2)" in results[3][1], results[3][1]
+    check_one_report([t for _, t in results], out, world=4, n_nodes=2, ranks=4)
+
+
+WRITES_TO_FD_2 = '''
+import os
+
+
+def pytest_unconfigure(config):  # after the last test, as NCCL's or gloo's own messages come
+    os.write(2, ("fd 2 of rank " + os.environ["RANK_OF_TEST"] + "\\n").encode())
+'''
+
+
+def test_mpich_variables_set_by_hand_with_the_output_of_ranks_1_to_3_in_rank_logs(small: Path) -> None:
+    (small / "conftest.py").write_text(WRITES_TO_FD_2)
+    out, port, logs = small / "out.json", free_port(), small / "logs" / "job"
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, f"--gpucomm-json={out}",
+           f"--gpucomm-rank-log={logs}"]
+    results = run_all([cmd] * 4, [mpich_env(r, port) for r in range(4)], small)
+    assert [code for code, _ in results] == [0, 0, 0, 0], results
+    rank0 = results[0][1]
+    assert "gpucomm launch: mpi rank 0 of 4 (local rank 0 of 2, node 0 of 2)" in rank0, rank0
+    assert f"gpucomm rank logs: ranks 1-3 write their output to {logs}/rank-<R>.log" in rank0, rank0
+    assert "fd 2 of rank 0\n" in rank0, rank0  # rank 0's output is not redirected
+    assert sorted(p.name for p in logs.iterdir()) == ["rank-1.log", "rank-2.log", "rank-3.log"]
+    texts = [rank0]
+    for r in (1, 2, 3):
+        assert results[r][1].strip() == "", results[r][1]  # nothing on the rank's own stdout or stderr
+        log = (logs / f"rank-{r}.log").read_text()
+        assert f"gpucomm launch: mpi rank {r} of 4" in log and f"fd 2 of rank {r}\n" in log, log
+        assert "= 2 passed in " in log, log
+        texts.append(log)
+    check_one_report(texts, out, world=4, n_nodes=2, ranks=4)
+
+
+def test_a_rank_log_folder_that_cannot_be_made_is_a_usage_error_naming_it(small: Path) -> None:
+    (small / "blocker").write_text("a file, not a folder")
+    bad = small / "blocker" / "logs"
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", f"--gpucomm-rank-log={bad}"]
+    [(code, text)] = run_all([cmd], [slurm_env(1, 2, free_port())], small)  # refused before the rendezvous
+    assert code == 4, text
+    assert (f"invalid --gpucomm-rank-log '{bad}' (from the command line): rank 1 cannot write its log "
+            f"{bad}/rank-1.log: Not a directory") in text, text
+    cmd = [sys.executable, "-m", "pytest", "test_small.py"]
+    [(code, text)] = run_all([cmd], [slurm_env(0, 2, free_port(), GPUCOMM_RANK_LOG=str(bad))], small)
+    assert code == 4, text
+    assert (f"invalid --gpucomm-rank-log '{bad}' (from the GPUCOMM_RANK_LOG environment variable): cannot "
+            "create the folder: Not a directory") in text, text
