@@ -1,5 +1,5 @@
 """Baselines of jobs across nodes: the layout in the case key, one run per node saved in one write with the
-node's fingerprint, and the lines that say how the nodes of a job differ from each other."""
+node and its host, and the lines that say how the nodes of a job differ from each other."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def measured(level_s: float, **info: Any) -> Measurement:
                        world_size=2, dtype="float32", kind="collective", info=dict(info))
 
 
-def test_gate_save_keeps_one_run_per_node_and_every_group_of_one_test(tmp_path: Path) -> None:
+def test_gate_save_keeps_one_run_per_node_labelled_with_its_host_and_every_group_of_one_test(tmp_path: Path) -> None:
     g = Gate(GateSettings(spec=str(tmp_path / "b.json"), save=True))
     g.load(None, {}, set())
     g.layout = "2x2"
@@ -96,8 +96,9 @@ def test_gate_save_keeps_one_run_per_node_and_every_group_of_one_test(tmp_path: 
     by_id = {r.run_id: r for r in b.runs}
     rid = g.run_id
     assert set(by_id) == {rid, f"{rid}-part1", f"{rid}-node0", f"{rid}-node1"}
-    assert (by_id[f"{rid}-node1"].node, by_id[f"{rid}-node1"].host, by_id[f"{rid}-node1"].fingerprint) == (
-        1, "h1", {"nccl": "2.23"})
+    # every run holds the job's fingerprint, the node's own under "nodes"
+    assert (by_id[f"{rid}-node1"].node, by_id[f"{rid}-node1"].host) == (1, "h1")
+    assert all(r.fingerprint == {"nccl": "2.21", "host": "h0"} for r in b.runs)
     assert len({r.session for r in b.runs}) == 1  # one session: nodes are runs of it, not sessions
     intra = b.cases[case_key("t::intra", "all_reduce", 4096, "float32", 2, "2x2")]
     across = b.cases[case_key("t::across", "all_reduce", 4096, "float32", 2, "2x2")]

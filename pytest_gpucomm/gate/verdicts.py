@@ -127,7 +127,7 @@ class Gate:
         self._commons: dict[str, dict[str, Any]] = {}
         #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
         self.layout = ""
-        #: a job across nodes: node -> (host, fingerprint) of every node, saved with the node's run
+        #: a job across nodes: node -> (host, fingerprint) of every node (the host labels the node's run)
         self.node_fingerprints: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def adopt(self, path: Path) -> None:
@@ -342,8 +342,8 @@ class Gate:
         file; returns the file and the number of case measurements saved.
 
         A job across nodes saves, in one write, one run per node for the measurements of one node (its
-        copies, its intra-node group: ``info["node"]``), with that node's fingerprint, and one run for the
-        measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
+        copies, its intra-node group: ``info["node"]``), labelled with the node and its host, and one run for
+        the measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
         new node's figure is judged against the spread between nodes as well as between sessions."""
         from ..hardware import session_label
         from .store import BaselineError, CaseRecord, RunToSave, save_runs
@@ -365,8 +365,10 @@ class Gate:
         runs = []
         for (node, part), cases in sorted(parts.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
             run_id = self.run_id + (f"-node{node}" if node is not None else "") + (f"-part{part}" if part else "")
-            host, fp = self.node_fingerprints.get(node, ("", fingerprint)) if node is not None else ("", fingerprint)
-            runs.append(RunToSave(run_id, date, fp, cases, session, node, host or None))
+            host = self.node_fingerprints.get(node, ("", {}))[0] if node is not None else ""
+            # every run holds the job's fingerprint (every node's under "nodes"): the newest run, whichever
+            # node it is, is what the next job's environment is compared with
+            runs.append(RunToSave(run_id, date, fingerprint, cases, session, node, host or None))
         name = self.baseline.name if self.baseline is not None else self.path.stem
         try:
             save_runs(self.path, name=name, runs=runs, max_runs=self.settings.max_runs)
