@@ -95,10 +95,12 @@ class State:
 
     def set_launch(self, launch: Optional["Launch"]) -> None:
         """Run as one rank of a launched job (``launch``), or with the rank pool (None)."""
-        from .launched import LaunchedSession
-
         self.launch = launch
-        self.launched = LaunchedSession(launch, self.settings.timeout_s) if launch is not None else None
+        self.launched = None
+        if launch is not None:  # the rank pool imports nothing of launched mode
+            from .launched import LaunchedSession
+
+            self.launched = LaunchedSession(launch, self.settings.timeout_s)
 
     @property
     def speaks(self) -> bool:
