@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Iterator
 
 
 def _decode_address(hex_addr: str) -> str:
@@ -85,3 +85,19 @@ def process_running(pid: int, start_time: int | None) -> bool:
     if fields[0] in ("Z", "X", "x"):
         return int(fields[1]) == os.getpid()  # a zombie of ours is a child we failed to reap
     return True
+
+
+def gloo_pool(world: int) -> Iterator[Any]:
+    """A started-on-demand pool of ``world`` gloo ranks on CPU for a module-scoped fixture (``yield from``);
+    skips off Linux, where the pool's worker processes are not supported."""
+    import sys
+
+    import pytest
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    from pytest_gpucomm.ranks import RankPool
+
+    pool = RankPool(world, backend="gloo", device="cpu")
+    yield pool
+    pool.close()

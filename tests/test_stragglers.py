@@ -28,6 +28,7 @@ from pytest_gpucomm.stragglers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rank_tasks, whatever the import mode
+from proc_helpers import gloo_pool  # noqa: E402
 
 MS = 1e-3
 
@@ -199,13 +200,7 @@ def test_the_report_has_no_sections_when_nothing_is_listed():
 
 @pytest.fixture(scope="module")
 def three_ranks():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    from pytest_gpucomm.ranks import RankPool
-
-    pool = RankPool(3, backend="gloo", device="cpu")
-    yield pool
-    pool.close()
+    yield from gloo_pool(3)
 
 
 def test_iteration_stats_takes_the_max_and_names_the_rank_that_arrived_last(three_ranks):

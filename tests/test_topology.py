@@ -3,9 +3,8 @@ phases; and the collectives' bench and the pair exchange run over sub-groups on 
 
 from __future__ import annotations
 
-import sys
-
 import pytest
+from proc_helpers import gloo_pool
 
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.ops.collectives import BenchResult, to_measurement
@@ -164,13 +163,7 @@ def test_subgroup_results_make_one_measurement_each_with_the_groups_size() -> No
 
 @pytest.fixture(scope="module")
 def pool4():
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    from pytest_gpucomm.ranks import RankPool
-
-    pool = RankPool(4, backend="gloo", device="cpu")
-    yield pool
-    pool.close()
+    yield from gloo_pool(4)
 
 
 @pytest.mark.parametrize("kind", [INTRA_NODE, INTER_NODE])
