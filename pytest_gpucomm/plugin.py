@@ -266,18 +266,35 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
-    """After the test body: its thresholds, then the gate's verdicts, then its JUnit properties."""
+    """After the test body: its thresholds, then the gate's verdicts, then its JUnit properties.
+
+    Launched mode with a baseline: the gate runs on rank 0 and every rank follows its messages, so every
+    rank must enter it or none: the ranks first agree that every body finished with the same number of
+    measurements (a body that failed on one rank only, say an assertion on that node's copy, would
+    otherwise leave the ranks exchanging different messages); if not, no rank judges this test, and the
+    failing rank's failure is the job's (the outcome agreement)."""
     state = state_of(item.config)
     before = len(state.records)
-    result = yield
+    error: Optional[BaseException] = None
+    try:
+        result = yield
+    except BaseException as e:  # re-raised below, once the ranks know whether to judge
+        error, result = e, None
     records = [r for r in state.records[before:] if r.nodeid == item.nodeid]
+    judge = error is None
+    if state.gates and state.launched is not None and state.launched.started:
+        every = state.launched.allgather((error is None, len(records)),
+                                         what="the test body (to know whether the gate judges it)")
+        judge = all(ok for ok, _ in every) and len({n for _, n in every}) == 1
+    if error is not None:
+        raise error
     if not records:
         return result
     from .report import junit_properties
 
     marks = marks_of(item)
     failures = check_thresholds(marks, records)
-    if state.gates:
+    if state.gates and judge:
         failures += state.judge(records, marks.bandwidth.tolerance if marks.bandwidth else None)
     item.user_properties.extend(junit_properties(records, state.gates))
     if failures:

@@ -409,11 +409,19 @@ class State:
 
     def _follow(self, launched: "LaunchedSession", records: list[Record]) -> list[str]:
         """A rank other than 0 in launched mode: re-measure when rank 0 says, then take its verdicts."""
+        own: Optional[BaseException] = None  # a re-measure that failed here: raised once rank 0 has spoken
         while True:
             message = launched.broadcast()
             if message[0] == "redo":
-                records[message[1]].redo()
-                continue
+                try:
+                    records[message[1]].redo()
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as e:  # pytest.fail's too; on every rank alike (a task's error is every
+                    own = own or e          # rank's): rank 0's "error" comes next, read here, not by the next
+                continue                    # exchange
+            if own is not None:
+                raise own
             if message[0] == "error":
                 pytest.fail(f"gpucomm: the gate failed on global rank 0: {message[1]}", pytrace=False)
             for r, (baseline, status) in zip(records, message[1]):

@@ -134,3 +134,26 @@ def test_the_node_that_differs_from_the_others_is_named_with_what_differs() -> N
 def test_with_two_nodes_the_second_is_named_against_the_first() -> None:
     nodes = {0: ("h0", {"nccl": "2.21"}), 1: ("h1", {"nccl": "2.23"})}
     assert node_differences(nodes) == ["node 1 (h1) differs from node 0 (h0): nccl 2.21 -> 2.23"]
+
+
+def test_max_runs_counts_a_jobs_node_runs_as_one_so_a_save_of_many_nodes_keeps_them_all_and_the_history(
+        tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    rec = record("t::copy", 10.0)
+    save_run(path, name="b", run_id="old", date=DATE, fingerprint={}, cases={rec.key: rec}, max_runs=2, session="s0")
+    runs = [RunToSave(f"job-node{n}", DATE, {}, {rec.key: record("t::copy", 10.0 + n)}, "s1", n, f"h{n}")
+            for n in range(32)]
+    save_runs(path, name="b", runs=runs, max_runs=2)
+    [entry] = load_baseline(path).cases.values()
+    ids = [r.run_id for r in entry.runs]
+    assert ids[0] == "old" and ids[1:] == [f"job-node{n}" for n in range(32)]
+    save_run(path, name="b", run_id="newest", date=DATE, fingerprint={}, cases={rec.key: rec}, max_runs=2)
+    [entry] = load_baseline(path).cases.values()
+    assert [r.run_id for r in entry.runs][0] == "job-node0" and len(entry.runs) == 33  # "old" went, the job stays
+
+
+def test_run_group_strips_only_the_node_and_part_suffixes() -> None:
+    from pytest_gpucomm.gate.store import run_group
+
+    assert [run_group(r) for r in ("ab12-node3", "ab12-node3-part1", "ab12-part2", "ab12", "node3")] == [
+        "ab12", "ab12", "ab12", "ab12", "node3"]

@@ -70,3 +70,69 @@ def test_a_missing_baseline_stops_every_rank_with_rank_0s_message(tmp_path: Path
     for k, (_, text) in enumerate(results):
         assert "--gpu-baseline=nosuch: " in text, text
         assert ("(on global rank 0, which reads the baseline)" in text) == (k > 0), text
+
+
+BODY_FAILS_ON_RANK_1 = '''
+import os
+
+from pytest_gpucomm import sizes
+
+
+@sizes("4KiB")
+def test_all_reduce(process_group, size, comm):
+    comm.all_reduce(process_group, size)
+    assert os.environ["SLURM_PROCID"] != "1", "rank 1's own check"
+
+
+@sizes("4KiB")
+def test_all_reduce_again(process_group, size, comm):
+    comm.all_reduce(process_group, size)
+'''
+
+
+def test_a_body_that_fails_on_one_rank_leaves_the_gate_unjudged_on_every_rank_and_the_job_in_step(
+        tmp_path: Path) -> None:
+    (tmp_path / "test_small.py").write_text(BODY_FAILS_ON_RANK_1)
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save", "--gpu-baseline-dir=baselines")
+    assert [code for code, _ in results] == [1] * 4, results
+    for _, text in results:
+        assert "INTERNALERROR" not in text, text
+        assert "1 failed, 1 passed" in text, text  # the next test ran in step on every rank
+        assert "call failed on rank 1 (" in text, text
+    assert "rank 1's own check" in results[1][1]
+
+
+REMEASURE_RAISES = '''
+from pytest_gpucomm.ops import collectives
+
+_bench, _calls = collectives.bench, []
+
+
+def _bench_once(ctx, **kwargs):  # the first measurement as usual; the gate's re-measure raises on every rank
+    _calls.append(1)
+    if len(_calls) > 1:
+        raise RuntimeError("re-measure broke")
+    return _bench(ctx, **kwargs)
+
+
+collectives.bench = _bench_once
+'''
+
+
+def test_a_re_measure_that_raises_on_every_rank_fails_the_test_everywhere_with_the_ranks_in_step(
+        tmp_path: Path) -> None:
+    (tmp_path / "test_small.py").write_text(SMALL)
+    assert all(code == 0 for code, _ in two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save",
+                                                   *BASELINE_ARGS))
+    path = tmp_path / "baselines" / "cpu2.json"
+    doc = json.loads(path.read_text())
+    for case in doc["cases"].values():  # flagged, so the gate measures again
+        for run in case["runs"]:
+            run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
+    path.write_text(json.dumps(doc))
+    (tmp_path / "conftest.py").write_text(REMEASURE_RAISES)
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS)
+    assert [code for code, _ in results] == [1] * 4, results
+    for _, text in results:
+        assert "INTERNALERROR" not in text, text
+        assert "re-measure broke" in text and "1 failed" in text, text

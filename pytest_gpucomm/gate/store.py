@@ -9,7 +9,8 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
       "name": "h200",                        # the baseline's name (usually the GPU model short name)
       "source": "measured",                  # "measured" (recorded by --gpu-baseline-save) or "published"
       "source_detail": "",                   # free text; for "published": where the figures come from
-      "max_runs": 24,                        # K: how many runs each case keeps (the oldest are dropped)
+      "max_runs": 24,                        # K: how many runs each case keeps (the oldest are dropped; a
+                                             # job's runs of its nodes, <id>-node<N>, count as one: run_group)
       "runs": [                              # the runs that cases refer to, oldest first
         {"run_id": "20240607T101500-ab12", "date": "2024-06-07T10:15:00+00:00",
          "session": "vm-3f2a9c1e-2024-06-07",   # optional: the occasion (host boot, day) it was recorded on
@@ -724,8 +725,10 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
             **old,
         }
     for entry in doc["cases"].values():
-        if len(entry["runs"]) > max_runs:
-            entry["runs"] = entry["runs"][-max_runs:]
+        groups = list(dict.fromkeys(run_group(r["run_id"]) for r in entry["runs"]))
+        if len(groups) > max_runs:  # the oldest runs go, a job's runs of its nodes together (run_group)
+            keep = set(groups[-max_runs:])
+            entry["runs"] = [r for r in entry["runs"] if run_group(r["run_id"]) in keep]
     used = {r["run_id"] for entry in doc["cases"].values() for r in entry["runs"]}
     doc["runs"] = [r for r in doc["runs"] if r["run_id"] in used]
     return doc
@@ -742,6 +745,16 @@ def dumps_document(doc: dict[str, Any]) -> str:
             run["samples_gbps"] = tag
     text = json.dumps(shallow, indent=2, allow_nan=False)
     return re.sub(r'"@@samples-\d+-\d+@@"', lambda m: placeholders[m.group(0)], text) + "\n"
+
+
+_PART_OF_A_RUN = re.compile(r"(-node[0-9]+)?(-part[0-9]+)?$")
+
+
+def run_group(run_id: str) -> str:
+    """The run a saved run belongs to: a job across nodes saves ``<id>-node<N>`` per node and ``<id>-part<K>``
+    for a test's further groups (``Gate.save``); ``max_runs`` counts such a job as one run, so that a save of
+    16 or 32 nodes neither trims itself nor pushes out the earlier sessions of a case."""
+    return _PART_OF_A_RUN.sub("", run_id) or run_id
 
 
 @dataclass(frozen=True)
