@@ -55,7 +55,7 @@ def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every
         run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
     (tmp_path / "baselines" / "cpu2.json").write_text(json.dumps(doc))
     results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, "-rf")
-    assert [code for code, _ in results] == [1] * 4, results
+    assert [code for code, _ in results] == [1] * 4, "\n".join(t[-2500:] for _, t in results)
     for _, text in results:
         assert "1 failed" in text, text
         assert "REGRESSION: all_reduce on 4 ranks (gloo) at 4 KiB" in text, text
