@@ -120,14 +120,15 @@ def stragglers_of(records: list[Record]) -> tuple[list[Any], list[Any], list[str
 def straggler_lines(records: list[Record], limit: int = 10) -> list[str]:
     """The "slowest ranks" and "outlier nodes" sections of the terminal summary (each only when it has a
     case to list; see ``stragglers``)."""
-    from .stragglers import CLEAR_MAJORITY, MAD_FLOOR, NOTABLE_SPREAD, Z_LIMIT
+    from .stragglers import CHANCE_P, CLEAR_MAJORITY, MAD_FLOOR, MIN_LAG, NOTABLE_SPREAD, Z_LIMIT
 
     per_case, nodes, notes = stragglers_of(records)
     lines: list[str] = []
     listed = [(r, c) for r, c in zip(records, per_case) if c is not None and c.listed]
     if listed:
         lines.append(f"gpucomm slowest ranks (cases where one rank arrived last in at least {CLEAR_MAJORITY:.0%} of "
-                     f"the iterations, where the ranks' median times spread by {NOTABLE_SPREAD:.0%} of the "
+                     f"the iterations, beyond chance (p <= {CHANCE_P:g}), the others waiting {MIN_LAG:.0%} of the "
+                     f"iteration or more for it; where the ranks' median times spread by {NOTABLE_SPREAD:.0%} of the "
                      f"iteration or more, or where a rank's lag stands out):")
         for r, c in listed[:limit]:
             lines.append(f"  {r.nodeid} ({r.measurement.op} {format_size(r.measurement.size_bytes)}): {c.text()}")

@@ -43,7 +43,8 @@ from typing import Any, Optional, Sequence
 from .measurement import Measurement
 from .units import format_size
 
-__all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "NOTABLE_SPREAD", "modified_z",
+__all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "CHANCE_P", "MIN_LAG",
+           "NOTABLE_SPREAD", "modified_z", "chance_of_at_least",
            "RankFigures", "CaseRanks", "case_ranks", "NodeFigure", "node_outliers", "OutlierNode",
            "find_outliers", "fmt_s"]
 
@@ -54,8 +55,20 @@ MIN_COMPARED = 3  # values needed before one can stand out from the others
 #: a case's slowest rank is "clear" when it arrived last in at least this fraction of the iterations (with
 #: ranks alike, each would be last in about 1/world of them)
 CLEAR_MAJORITY = 2 / 3
+#: ... and only when so many iterations are unlikely by chance with ranks alike: the binomial chance of
+#: at least that count, each rank last with probability 1/world, is at most this (on 2 ranks, 8 of 12 has a
+#: chance of 0.19 and is not clear; 10 of 10 has 0.001)
+CHANCE_P = 0.001
+#: ... and only when the others wait for it long enough to matter: its median lag is at least this fraction
+#: of the iteration time (the ranks of one host arrive microseconds apart)
+MIN_LAG = 0.05
 #: a spread of the ranks' median own times of at least this fraction of the iteration time is notable
 NOTABLE_SPREAD = 0.25
+
+
+def chance_of_at_least(k: int, n: int, p: float) -> float:
+    """The binomial chance of ``k`` or more successes in ``n`` trials of probability ``p``."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(max(k, 0), n + 1))
 
 
 def modified_z(values: Sequence[float], floor: float = 0.0) -> list[float]:
@@ -136,8 +149,11 @@ class CaseRanks:
 
     @property
     def clear(self) -> bool:
-        """One rank arrived last in a clear majority (CLEAR_MAJORITY) of the iterations."""
-        return len(self.ranks) >= 2 and self.n > 0 and self.slowest.straggled >= CLEAR_MAJORITY * self.n
+        """One rank arrived last in a clear majority (CLEAR_MAJORITY) of the iterations, more often than
+        chance would make it (CHANCE_P), and the others waited for it a MIN_LAG share of the iteration."""
+        k, n, world = self.slowest.straggled, self.n, len(self.ranks)
+        return (world >= 2 and n > 0 and k >= CLEAR_MAJORITY * n and chance_of_at_least(k, n, 1 / world) <= CHANCE_P
+                and self.slowest.lag_median_s >= MIN_LAG * self.iteration_s)
 
     @property
     def notable(self) -> bool:
