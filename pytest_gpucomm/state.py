@@ -135,7 +135,6 @@ class State:
         assert self.launched is not None
         self.node_fingerprints = self.launched.node_fingerprints(lambda: self.fingerprint)
         self.gate.layout = self.layout
-        self.gate.node_fingerprints = dict(self.node_fingerprints)
         if self.layout:  # the run's fingerprint holds every node's: a change on any node is named
             self._fingerprint = dict(self.fingerprint, nodes={str(n): fp for n, (_, fp) in self.node_fingerprints.items()})
 

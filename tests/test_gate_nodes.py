@@ -87,7 +87,6 @@ def test_gate_save_keeps_one_run_per_node_labelled_with_its_host_and_every_group
     g = Gate(GateSettings(spec=str(tmp_path / "b.json"), save=True))
     g.load(None, {}, set())
     g.layout = "2x2"
-    g.node_fingerprints = {0: ("h0", {"nccl": "2.21"}), 1: ("h1", {"nccl": "2.23"})}
     records = [Rec("t::intra", measured(1e-5, node=0, host="h0")), Rec("t::intra", measured(2e-5, node=1, host="h1")),
                Rec("t::across", measured(3e-5)), Rec("t::across", measured(4e-5))]  # two groups, one per local rank
     path, n = g.save(records, {"nccl": "2.21", "host": "h0"}, DATE)

@@ -127,8 +127,6 @@ class Gate:
         self._commons: dict[str, dict[str, Any]] = {}
         #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
         self.layout = ""
-        #: a job across nodes: node -> (host, fingerprint) of every node (the host labels the node's run)
-        self.node_fingerprints: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -353,9 +351,12 @@ class Gate:
         # a run per node; a test's other measurements of one case (the groups of one local rank across the
         # nodes) each in a run of their own ("part"), so that none is dropped
         parts: dict[tuple[Optional[int], int], dict[str, CaseRecord]] = {}
+        hosts: dict[int, str] = {}
         for r in records:
             node = r.measurement.info.get("node")
             node = None if node is None else int(node)
+            if node is not None:
+                hosts.setdefault(node, str(r.measurement.info.get("host") or ""))
             cr = CaseRecord.from_measurement(r.measurement, r.nodeid, self.layout)
             part = 0
             while cr.key in parts.get((node, part), {}):
@@ -365,7 +366,7 @@ class Gate:
         runs = []
         for (node, part), cases in sorted(parts.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
             run_id = self.run_id + (f"-node{node}" if node is not None else "") + (f"-part{part}" if part else "")
-            host = self.node_fingerprints.get(node, ("", {}))[0] if node is not None else ""
+            host = hosts.get(node, "") if node is not None else ""
             # every run holds the job's fingerprint (every node's under "nodes"): the newest run, whichever
             # node it is, is what the next job's environment is compared with
             runs.append(RunToSave(run_id, date, fingerprint, cases, session, node, host or None))
