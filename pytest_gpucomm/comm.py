@@ -6,7 +6,9 @@ The collective methods (``comm.all_reduce(group, size)``, ...) are made from the
 In a launched job of several nodes a collective runs over a group kind (:mod:`.topology`): ``"world"``, or
 ``"intra-node"`` / ``"inter-node"``, where every group of the kind runs at once; each group's measurement is
 recorded (its node or local rank named), and the method returns the slowest of them.
-``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`).
+``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group,
+model)`` (and ``comm.dp_grad_sync``, ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``) the training-step
+patterns (:mod:`.ops.patterns`).
 """
 
 from __future__ import annotations
@@ -380,6 +382,85 @@ class Comm:
 
             self._record(m, None, again, "", how)
         return min(ms, key=lambda m: m.gbps)
+
+    # -- training-step patterns ----------------------------------------------------------------------
+    def training(self, pattern: str, group: ProcessGroup, model: str, *, scale: Optional[int] = None) -> Measurement:
+        """Time the training-step ``pattern`` (``"dp_grad_sync"``, ``"moe_all_to_all"``, ``"tp_layer"``,
+        ``"pp_send_recv"``) of the model shape ``model`` (a name of :data:`.ops.patterns.MODELS`) over the whole
+        world of ``group``, and check its results (see :mod:`.ops.patterns`).  ``scale`` divides the element
+        counts; default 1 on GPU, :data:`.ops.patterns.CPU_SCALE` on gloo.  The measurement's
+        ``info["step"]`` gives the communication time per training step.
+
+        Tensor-parallel groups: pairs of neighbouring ranks, or in a job launched on several nodes the ranks
+        of each node; pipeline stages: one rank each, or one node each (local rank k sends to local rank k of
+        the next node).  A world the pattern cannot run on skips the test with the reason."""
+        from .ops.patterns import CPU_SCALE, MODELS, PATTERNS, WrongResult, plan, to_measurement
+
+        nodeid = self._request.node.nodeid
+        if pattern not in PATTERNS:
+            raise pytest.UsageError(f"{nodeid}: unknown training pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+        if model not in MODELS:
+            raise pytest.UsageError(f"{nodeid}: comm.{pattern}(model={model!r}): known model shapes: "
+                                    f"{', '.join(MODELS)}")
+        shape = MODELS[model]
+        if (pattern == "dp_grad_sync" and shape.params <= 0) or (pattern == "moe_all_to_all" and not shape.moe):
+            raise pytest.UsageError(f"{nodeid}: comm.{pattern}(model={model!r}): the {model} shape has no "
+                                    f"{'experts' if pattern == 'moe_all_to_all' else 'data-parallel gradient'}")
+        if not isinstance(group, ProcessGroup):
+            raise pytest.UsageError(f"{nodeid}: comm.{pattern}() needs the process_group fixture, got {group!r}")
+        if group.kind != "world":
+            raise pytest.UsageError(f"{nodeid}: comm.{pattern}() runs over the job's whole world; got a "
+                                    f"{group.kind!r} process group")
+        if scale is None:
+            scale = CPU_SCALE if group.backend == "gloo" else 1
+        state = self._state
+        tp_groups = stages = None
+        try:
+            if state.launched is not None and state.multi_node:
+                layout = state.launched.layout(state.info)
+                stages = [list(layout.ranks_of(node)) for node in layout.node_ids]
+                if pattern == "tp_layer":
+                    tp_groups = [list(g.ranks) for g in layout.groups("intra-node")]
+            p = plan(pattern, shape, group.world_size, scale, tp_groups=tp_groups, stages=stages)
+        except ValueError as e:
+            if isinstance(scale, int) and not isinstance(scale, bool) and scale >= 1:
+                pytest.skip(f"{pattern} of {model}: {e}")
+            raise pytest.UsageError(f"{nodeid}: comm.{pattern}(scale={scale!r}): {e}") from None
+        kwargs = {"pattern": pattern, "spec": p.spec, "min_time_s": state.settings.min_time_s}
+
+        def run() -> Measurement:
+            results = group.run("pytest_gpucomm.ops.patterns:run_pattern", kwargs, label=nodeid)
+            try:
+                return to_measurement(results, p, backend=group.backend)
+            except WrongResult as e:
+                failure = str(e)
+            pytest.fail(failure, pytrace=False)
+
+        def fresh() -> Measurement:
+            group.restart()
+            return run()
+
+        if not group.restartable:
+            return self._record(run(), None, run, "",
+                                "in the same process group: the job's process group (launched mode) cannot be "
+                                "restarted")
+        return self._record(run(), fresh, run, "in a new process group", "in the same process group")
+
+    def dp_grad_sync(self, group: ProcessGroup, model: str, **kw: Any) -> Measurement:
+        """Data parallel: the model's whole bf16 gradient all-reduced in DDP's default buckets, back to back."""
+        return self.training("dp_grad_sync", group, model, **kw)
+
+    def moe_all_to_all(self, group: ProcessGroup, model: str, **kw: Any) -> Measurement:
+        """Mixture of experts: one MoE layer's dispatch and combine all-to-all of skewed routed tokens."""
+        return self.training("moe_all_to_all", group, model, **kw)
+
+    def tp_layer(self, group: ProcessGroup, model: str, **kw: Any) -> Measurement:
+        """Tensor parallel: one layer's all-gathers and reduce-scatters of the activation in its groups."""
+        return self.training("tp_layer", group, model, **kw)
+
+    def pp_send_recv(self, group: ProcessGroup, model: str, **kw: Any) -> Measurement:
+        """Pipeline parallel: one micro-batch's activation to the next stage and its gradient back."""
+        return self.training("pp_send_recv", group, model, **kw)
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""

@@ -1,0 +1,541 @@
+"""The communication of a training step: four patterns, each timed and checked as the collectives are.
+
+A pattern is what one kind of parallelism puts on the network in one training step of a model shape
+(:data:`MODELS`, from the models' public configs; the suite ``suites/test_training_traffic.py`` names the
+sources).  One *iteration* of a pattern, the unit that is timed, and how a training step is made of them:
+
+* ``dp_grad_sync`` (data parallel): the model's whole bf16 gradient all-reduced over the world in the
+  buckets of PyTorch DDP's defaults -- a first bucket of 1 MiB (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``)
+  then buckets of 25 MiB (``bucket_cap_mb=25``), the last one the rest; parameter boundaries are not modelled
+  -- launched back to back (``async_op=True``, then waited for), as DDP's reducer launches them.  One
+  iteration is one full gradient sync, once per step.  bytes = the gradient G; busbw = G / t x 2(n-1)/n,
+  all_reduce's factor.
+* ``moe_all_to_all`` (mixture of experts, expert parallel over the world): per MoE layer, the dispatch of
+  the routed tokens to their experts' ranks and the combine back, two ``all_to_all_single`` with uneven
+  splits.  Every rank routes ``tokens`` tokens to ``top_k`` distinct experts each, drawn (seeded) from a
+  skewed expert-load distribution: expert weights ``1 / k**zipf`` over a seeded permutation of the experts;
+  the experts are spread over the ranks in contiguous blocks.  One iteration is one layer's dispatch and
+  combine; a step has ``moe_layers x 2`` of them (forward and backward).  bytes = twice the mean bytes a
+  rank sends in one all-to-all; the busbw factor is the share of those bytes that leave their rank (the
+  uneven counterpart of all_to_all's (n-1)/n).  The imbalance is stated in ``info``: the busiest expert's
+  and the busiest rank's load against the mean.
+* ``tp_layer`` (tensor parallel with sequence parallelism, as Megatron-LM): per transformer layer,
+  forward, an all-gather before and a reduce-scatter after the attention and again around the MLP, of the
+  activation ``seq x micro_batch x hidden`` (bf16), inside tensor-parallel groups (every group at once).
+  One iteration is one layer's forward (2 all-gathers, 2 reduce-scatters); a step has ``layers x 2`` of them
+  (the backward pass runs the same four, swapped).  bytes = 4 S, S the full activation; busbw factor
+  (t-1)/t on groups of t ranks.
+* ``pp_send_recv`` (pipeline parallel): one micro-batch's activation (``seq x micro_batch x hidden``, bf16)
+  sent from every stage to the next at once, then its gradient from every stage to the previous at once.
+  One iteration is one micro-batch forward and backward; a step has ``micro_batches`` of them.  bytes = 2 S;
+  busbw factor 1 (S / t per link and direction).
+
+The per-step figure (``info["step_comm_s"]``, and ``info["step"]`` in words) is the iteration's median time
+times the iterations per step: the communication time of a step if none of it overlapped with compute or
+with each other.
+
+``scale`` divides the element counts, so that the CPU variant (gloo) stays quick: the DP gradient, and the
+hidden size of the other patterns (the token counts, the routing and the number of layers stay).  A scaled
+DP gradient's bucket caps are divided by ``scale / SCALED_BUCKETS_FEWER``: it has 1/16 of the full model's
+buckets (39 instead of 614 for llama3-8b; ``info["buckets"]``), as gloo takes about a millisecond per
+all-reduce however small.  On GPU the scale is 1.
+
+This module holds what a pattern is (:data:`MODELS`, :func:`plan`: the plan of a pattern for a shape,
+world and scale, with its bytes, factor and per-step count), the per-rank task :func:`run_pattern` (timed
+with :func:`pytest_gpucomm.timing.measure`, the plan agreed by every rank, each iteration launched eagerly,
+the results checked after timing, who waited for whom as :func:`.collectives.iteration_stats` finds it) and
+:func:`to_measurement` (the ranks' results -> one :class:`Measurement`, or :class:`WrongResult`).
+
+Imports no torch: the task imports it when it runs.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from ..measurement import Measurement
+from ..units import describe_size
+from .collectives import BenchResult, WrongResult, ranks_info
+
+__all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
+           "DDP_FIRST_BUCKET_BYTES", "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern", "to_measurement", "check_rows",
+           "WrongResult"]
+
+DP, MOE, TP, PP = "dp_grad_sync", "moe_all_to_all", "tp_layer", "pp_send_recv"
+#: the patterns, in the suite's order
+PATTERNS = (DP, MOE, TP, PP)
+
+#: PyTorch DDP's default bucket caps: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` and ``bucket_cap_mb=25``
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+DDP_BUCKET_BYTES = 25 << 20
+
+#: the CPU variant's scale (gloo): element counts divided by this
+CPU_SCALE = 4096
+#: a scaled DP gradient (scale > 1) has this many times fewer buckets than the full model's
+SCALED_BUCKETS_FEWER = 16
+
+BF16 = 2  # bytes per element
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a model that set its training traffic (see the suite for the sources)."""
+
+    name: str
+    params: float  # parameters in the data-parallel gradient of one rank (see ``dp_note``)
+    hidden: int
+    layers: int
+    seq: int = 8192  # tokens per sequence
+    micro_batch: int = 1  # sequences per micro-batch
+    micro_batches: int = 8  # micro-batches per step (pipeline parallel)
+    experts: int = 0  # routed experts (0: dense)
+    top_k: int = 0  # experts per token
+    moe_layers: int = 0
+    zipf: float = 0.6  # skew of the expert load (weights 1 / k**zipf)
+    seed: int = 0
+    dp_note: str = ""
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+
+#: The model shapes of the suite, by name (sources in ``suites/test_training_traffic.py``).
+MODELS: dict[str, ModelShape] = {m.name: m for m in (
+    ModelShape("llama3-8b", params=8.03e9, hidden=4096, layers=32),
+    # 70.6e9 parameters: a 141 GB bf16 gradient, more than one GPU holds; 70B trains with tensor parallelism of 8
+    # inside a node, and data parallelism all-reduces the gradient of one tensor-parallel rank, 1/8 of the model
+    ModelShape("llama3-70b", params=70.6e9 / 8, hidden=8192, layers=80,
+               dp_note="the gradient of one tensor-parallel rank of 8 (70.6e9 / 8 parameters)"),
+    ModelShape("deepseek-v2-moe", params=0.0, hidden=5120, layers=60, seq=4096, experts=160, top_k=6,
+               moe_layers=59),
+)}
+
+
+@dataclass(frozen=True)
+class PatternPlan:
+    """A pattern's plan for one shape, world and scale: what the ranks get (``spec``), and the figures."""
+
+    pattern: str
+    model: str
+    world: int
+    scale: int
+    spec: dict[str, Any]  # the per-rank task's argument
+    bytes_per_iter: int
+    busbw_factor: float
+    per_step: int  # iterations per training step
+    iteration: str  # one iteration, in words
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def ddp_buckets(total: int, first: int, cap: int) -> list[int]:
+    """The sizes of DDP's buckets (elements) of a gradient of ``total`` elements: ``first``, then ``cap``
+    each, the last one the rest."""
+    if total < 1 or first < 1 or cap < 1:
+        raise ValueError(f"a gradient of {total} elements in buckets of {first} then {cap}: all must be >= 1")
+    out = [min(first, total)]
+    left = total - out[0]
+    while left > 0:
+        out.append(min(cap, left))
+        left -= out[-1]
+    return out
+
+
+def moe_counts(world: int, tokens: int, experts: int, top_k: int, zipf: float, seed: int) -> tuple[list[list[int]],
+                                                                                                    list[int]]:
+    """(counts, expert_load): ``counts[i][j]`` the routed tokens rank i sends to rank j in one dispatch, and
+    the tokens each expert gets.  Every rank routes ``tokens`` tokens to ``top_k`` distinct experts drawn
+    without replacement (Gumbel top-k) with weights ``1 / k**zipf`` over a seeded permutation of the experts;
+    expert e lives on rank ``e * world // experts``."""
+    import numpy as np
+
+    if not (1 <= top_k <= experts):
+        raise ValueError(f"top_k={top_k} experts per token of {experts}: need 1 <= top_k <= experts")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(experts)
+    logw = np.empty(experts)
+    logw[order] = -zipf * np.log(np.arange(1, experts + 1))
+    owner = np.arange(experts) * world // experts
+    counts = np.zeros((world, world), dtype=np.int64)
+    load = np.zeros(experts, dtype=np.int64)
+    for r in range(world):
+        g = logw[None, :] + rng.gumbel(size=(tokens, experts))
+        chosen = np.argpartition(-g, top_k - 1, axis=1)[:, :top_k].ravel()
+        per_expert = np.bincount(chosen, minlength=experts)
+        load += per_expert
+        counts[r] = np.bincount(owner, weights=per_expert, minlength=world).astype(np.int64)
+    return counts.tolist(), load.tolist()
+
+
+def _tp_groups(world: int, groups: Optional[Sequence[Sequence[int]]]) -> list[list[int]]:
+    if groups is None:
+        if world < 2 or world % 2:
+            raise ValueError(f"tensor-parallel groups of 2 need an even world of 2 ranks or more, got {world}")
+        return [[r, r + 1] for r in range(0, world, 2)]
+    out = [sorted(int(r) for r in g) for g in groups]
+    flat = sorted(r for g in out for r in g)
+    if flat != list(range(world)) or len({len(g) for g in out}) != 1 or len(out[0]) < 2:
+        raise ValueError(f"tensor-parallel groups {groups!r}: each rank 0..{world - 1} once, groups of one size >= 2")
+    return out
+
+
+def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
+         tp_groups: Optional[Sequence[Sequence[int]]] = None,
+         stages: Optional[Sequence[Sequence[int]]] = None) -> PatternPlan:
+    """The plan of ``pattern`` for ``model`` on ``world`` ranks, element counts divided by ``scale``.
+
+    ``tp_groups``: the tensor-parallel groups (global ranks; default: pairs of neighbouring ranks).
+    ``stages``: the pipeline's stages in order, each the ranks of one stage (default: one rank per stage);
+    rank k of a stage sends to rank k of the next.  ValueError, naming the value, where the pattern cannot
+    run on this world or shape."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1:
+        raise ValueError(f"scale={scale!r}: expected a whole number >= 1")
+    if world < 2:
+        raise ValueError(f"{pattern} needs 2 ranks or more, got a world of {world}")
+    width = max(1, model.hidden // scale)
+    act = model.seq * model.micro_batch * width  # elements of one activation
+    info: dict[str, Any] = {"model": model.name, "pattern": pattern, "scale": scale}
+    if pattern == DP:
+        if model.params <= 0:
+            raise ValueError(f"model {model.name!r} has no data-parallel gradient in this suite")
+        total = max(1, int(model.params) // scale)
+        bucket_scale = max(1, scale // SCALED_BUCKETS_FEWER)  # scaled: 1/16 of the buckets (see the docstring)
+        first = max(1, DDP_FIRST_BUCKET_BYTES // BF16 // bucket_scale)
+        cap = max(1, DDP_BUCKET_BYTES // BF16 // bucket_scale)
+        buckets = ddp_buckets(total, first, cap)
+        info.update(buckets=len(buckets), params=model.params, bucket_bytes=cap * BF16,
+                    first_bucket_bytes=first * BF16)
+        if model.dp_note:
+            info["gradient"] = model.dp_note
+        return PatternPlan(DP, model.name, world, scale, {"total": total, "first": first, "cap": cap},
+                           total * BF16, 2 * (world - 1) / world, 1,
+                           f"one full gradient sync ({describe_size(total * BF16)} in {len(buckets)} buckets)", info)
+    if pattern == MOE:
+        if not model.moe:
+            raise ValueError(f"model {model.name!r} has no experts")
+        tokens = model.seq * model.micro_batch
+        counts, load = moe_counts(world, tokens, model.experts, model.top_k, model.zipf, model.seed)
+        sent = [sum(row) for row in counts]
+        received = [sum(counts[i][j] for i in range(world)) for j in range(world)]
+        rows = sum(sent)
+        off = rows - sum(counts[i][i] for i in range(world))
+        mean_rows = rows / world
+        info.update(experts=model.experts, top_k=model.top_k, tokens_per_rank=tokens, moe_layers=model.moe_layers,
+                    zipf=model.zipf, seed=model.seed,
+                    expert_imbalance=max(load) / (sum(load) / len(load)),
+                    rank_imbalance=max(received) / mean_rows,
+                    imbalance=(f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
+                               f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
+                               f"(weights 1/k^{model.zipf:g}, seed {model.seed})"))
+        return PatternPlan(MOE, model.name, world, scale, {"counts": counts, "width": width},
+                           int(round(2 * mean_rows * width * BF16)), off / rows if rows else 0.0,
+                           2 * model.moe_layers,
+                           "one MoE layer's dispatch and combine all-to-all", info)
+    if pattern == TP:
+        groups = _tp_groups(world, tp_groups)
+        t = len(groups[0])
+        count = max(t, act // t * t)
+        info.update(tp=t, tp_groups=groups, layers=model.layers, activation_bytes=count * BF16)
+        return PatternPlan(TP, model.name, world, scale, {"groups": groups, "count": count},
+                           4 * count * BF16, (t - 1) / t, 2 * model.layers,
+                           "one layer's forward: 2 all-gathers and 2 reduce-scatters of the activation", info)
+    st = [[r] for r in range(world)] if stages is None else [[int(r) for r in s] for s in stages]
+    if len(st) < 2 or len({len(s) for s in st}) != 1 or sorted(r for s in st for r in s) != list(range(world)):
+        raise ValueError(f"pipeline stages {stages!r}: 2 stages or more of one size, each rank 0..{world - 1} once")
+    fwd = [[a[k], b[k]] for a, b in zip(st, st[1:]) for k in range(len(a))]
+    info.update(stages=len(st), micro_batches=model.micro_batches, activation_bytes=act * BF16)
+    return PatternPlan(PP, model.name, world, scale, {"forward": fwd, "count": act},
+                       2 * act * BF16, 1.0, model.micro_batches,
+                       "one micro-batch: its activation to the next stage, its gradient back", info)
+
+
+# -- per-rank side --------------------------------------------------------------------------------
+
+def check_rows(torch: Any, got: Any, exp: Any) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+    """(wrong, checked, first wrong (flat index, got, expected)) of ``got`` against ``exp`` (exact small
+    integers in bf16; 1% relative tolerance where a sum over many ranks rounds)."""
+    got = got.reshape(-1).to(torch.float64)
+    exp = exp.reshape(-1).to(torch.float64)
+    if got.numel() != exp.numel():
+        return max(got.numel(), exp.numel()), max(got.numel(), exp.numel()), (0, float(got.numel()),
+                                                                            float(exp.numel()))
+    bad = (got - exp).abs() > 1e-2 * exp.abs()
+    n_bad = int(bad.sum().item())
+    first = None
+    if n_bad:
+        i = int(bad.nonzero()[0].item())
+        first = (i, float(got[i].item()), float(exp[i].item()))
+    return n_bad, int(got.numel()), first
+
+
+def _merge(acc: list[Any], part: tuple[int, int, Optional[tuple[int, float, float]]], offset: int = 0) -> None:
+    """Add ``part`` (wrong, checked, first) to ``acc`` = [wrong, checked, first]; the first index shifted."""
+    wrong, checked, first = part
+    if wrong and acc[2] is None and first is not None:
+        acc[2] = (first[0] + offset, first[1], first[2])
+    acc[0] += wrong
+    acc[1] += checked
+
+
+class _DataParallel:
+    """The gradient in one flat buffer; each iteration all-reduces its DDP buckets, launched back to back."""
+
+    def __init__(self, torch: Any, dist: Any, device: str, world: int, total: int, first: int, cap: int) -> None:
+        self.torch, self.dist, self.world = torch, dist, world
+        self.grad = torch.empty(total, device=device, dtype=torch.bfloat16)
+        self.views, at = [], 0
+        for k in ddp_buckets(total, first, cap):
+            self.views.append(self.grad[at:at + k])
+            at += k
+        self.fill()
+
+    def _pattern(self, lo: int, hi: int) -> Any:
+        torch = self.torch
+        return torch.arange(lo, hi, device=self.grad.device, dtype=torch.int64) % 3 + 1
+
+    def fill(self) -> None:
+        """Every rank's gradient 1, 2, 3, 1, ...: the sum is the world size times it, exact in bf16 up to 85 ranks."""
+        step = 1 << 26
+        for lo in range(0, self.grad.numel(), step):
+            hi = min(lo + step, self.grad.numel())
+            self.grad[lo:hi].copy_(self._pattern(lo, hi))
+
+    def run(self) -> None:
+        works = [self.dist.all_reduce(v, async_op=True) for v in self.views]
+        for w in works:
+            w.wait()
+
+    def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+        acc: list[Any] = [0, 0, None]
+        step = 1 << 26
+        for lo in range(0, self.grad.numel(), step):
+            hi = min(lo + step, self.grad.numel())
+            _merge(acc, check_rows(self.torch, self.grad[lo:hi], self._pattern(lo, hi) * self.world), lo)
+        return acc[0], acc[1], acc[2]
+
+
+def _segment_rows(torch: Any, counts: Sequence[int], src_of: Sequence[int], dst_of: Sequence[int], width: int,
+                  device: str) -> Any:
+    """Rows of ``width`` made of segments, segment s of ``counts[s]`` rows from rank ``src_of[s]`` to rank
+    ``dst_of[s]``: element (i, c) of a segment is ``(5 src + 3 dst + i + c) % 251 + 1`` (exact in bf16; a
+    segment or a row in the wrong place changes its values)."""
+    parts = []
+    col = torch.arange(width, device=device, dtype=torch.int32)
+    for k, s, d in zip(counts, src_of, dst_of):
+        if k:
+            i = torch.arange(k, device=device, dtype=torch.int32)
+            parts.append(((5 * s + 3 * d + i[:, None] + col[None, :]) % 251 + 1).to(torch.bfloat16))
+    if not parts:
+        return torch.empty(0, width, device=device, dtype=torch.bfloat16)
+    return torch.cat(parts)
+
+
+class _Experts:
+    """This rank's routed tokens, ordered by destination rank: dispatch (uneven all-to-all) then combine."""
+
+    def __init__(self, torch: Any, dist: Any, device: str, rank: int, counts: Sequence[Sequence[int]],
+                 width: int) -> None:
+        n = len(counts)
+        self.torch, self.dist, self.device, self.rank, self.width = torch, dist, device, rank, width
+        self.send_splits = [int(counts[rank][j]) for j in range(n)]
+        self.recv_splits = [int(counts[i][rank]) for i in range(n)]
+        self.sent = _segment_rows(torch, self.send_splits, [rank] * n, range(n), width, device)
+        self.expect_recv = _segment_rows(torch, self.recv_splits, range(n), [rank] * n, width, device)
+        self.recv = torch.empty(sum(self.recv_splits), width, device=device, dtype=torch.bfloat16)
+        self.back = torch.empty(sum(self.send_splits), width, device=device, dtype=torch.bfloat16)
+        self.fill()
+
+    def fill(self) -> None:
+        self.recv.fill_(-7)
+        self.back.fill_(-7)
+
+    def run(self) -> None:
+        a2a = self.dist.all_to_all_single
+        a2a(self.recv, self.sent, output_split_sizes=self.recv_splits, input_split_sizes=self.send_splits)
+        a2a(self.back, self.recv, output_split_sizes=self.send_splits, input_split_sizes=self.recv_splits)
+
+    def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+        acc: list[Any] = [0, 0, None]
+        _merge(acc, check_rows(self.torch, self.recv, self.expect_recv))
+        _merge(acc, check_rows(self.torch, self.back, self.sent), self.recv.numel())
+        return acc[0], acc[1], acc[2]
+
+
+#: this process's tensor-parallel groups, made once per set of groups (every rank creates every group, in order)
+_TP_GROUPS: dict[tuple[tuple[int, ...], ...], Any] = {}
+
+
+def _tp_group(dist: Any, groups: Sequence[Sequence[int]], rank: int, backend: str) -> tuple[Any, tuple[int, ...]]:
+    key = tuple(tuple(g) for g in groups)
+    if key not in _TP_GROUPS:
+        mine = None
+        for g in key:  # every rank calls new_group for every group, in the same order
+            handle = dist.new_group(list(g), backend=backend)
+            if rank in g:
+                mine = (handle, g)
+        _TP_GROUPS[key] = mine
+    return _TP_GROUPS[key]
+
+
+class _TensorParallel:
+    """One layer's forward: all-gather, reduce-scatter, all-gather, reduce-scatter of the activation in this
+    rank's tensor-parallel group (the collective suite's all_gather and reduce_scatter, checked as there)."""
+
+    def __init__(self, torch: Any, dist: Any, device: str, rank: int, groups: Sequence[Sequence[int]],
+                 count: int, backend: str) -> None:
+        from .collectives import OPS, _Case
+
+        self.torch = torch
+        handle, ranks = _tp_group(dist, groups, rank, backend)
+        t, me = len(ranks), ranks.index(rank)
+        self.ag = _Case(torch, dist, OPS["all_gather"], count, me, t, device, torch.bfloat16, False,
+                        group=handle, ranks=ranks)
+        self.rs = _Case(torch, dist, OPS["reduce_scatter"], count, me, t, device, torch.bfloat16, False,
+                        group=handle, ranks=ranks)
+
+    def fill(self) -> None:
+        self.ag.fill()
+        self.rs.fill()
+
+    def run(self) -> None:
+        self.ag.run()
+        self.rs.run()
+        self.ag.run()
+        self.rs.run()
+
+    def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+        acc: list[Any] = [0, 0, None]
+        _merge(acc, check_rows(self.torch, self.ag.result(), self.ag.expected()))
+        _merge(acc, check_rows(self.torch, self.rs.result(), self.rs.expected()), self.ag.result().numel())
+        return acc[0], acc[1], acc[2]
+
+
+class _Pipeline:
+    """One micro-batch: every stage sends its activation to the next at once, then its gradient back."""
+
+    def __init__(self, torch: Any, dist: Any, device: str, rank: int, forward: Sequence[Sequence[int]],
+                 count: int) -> None:
+        from .nodes import _Exchange
+
+        self.fwd = _Exchange(torch, dist, rank, forward, count, device, torch.bfloat16)
+        self.bwd = _Exchange(torch, dist, rank, [[d, s] for s, d in forward], count, device, torch.bfloat16)
+
+    def fill(self) -> None:
+        self.fwd.fill()
+        self.bwd.fill()
+
+    def run(self) -> None:
+        self.fwd.run()
+        self.bwd.run()
+
+    def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+        acc: list[Any] = [0, 0, None]
+        _merge(acc, self.fwd.check())
+        _merge(acc, self.bwd.check(), self.fwd.out.numel() if self.fwd.out is not None else 0)
+        return acc[0], acc[1], acc[2]
+
+
+def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float = 0.1,
+                max_samples: int = 1000) -> BenchResult:
+    """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
+    (:func:`plan`), time its iterations (warm-up, plan agreed by every rank), then run one more on fresh
+    inputs and poisoned outputs and count the wrong elements; last, with the other ranks, each iteration's
+    time (the slowest rank's) and who arrived last (:func:`.collectives.iteration_stats`)."""
+    import torch
+    import torch.distributed as dist
+
+    from ..timing import TimingSettings, measure
+    from .collectives import _Timed, iteration_stats
+
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    if getattr(ctx, "group", None) is not None:
+        raise ValueError(f"{pattern} runs over the job's default group, not a sub-group")
+    n, r, gpu = ctx.world_size, ctx.rank, ctx.device.startswith("cuda")
+    # a collective of the whole group first: on NCCL the first call on a communicator is made by all its ranks
+    dist.barrier()
+    if pattern == DP:
+        case: Any = _DataParallel(torch, dist, ctx.device, n, spec["total"], spec["first"], spec["cap"])
+    elif pattern == MOE:
+        case = _Experts(torch, dist, ctx.device, r, spec["counts"], spec["width"])
+    elif pattern == TP:
+        case = _TensorParallel(torch, dist, ctx.device, r, spec["groups"], spec["count"], ctx.backend)
+    else:
+        case = _Pipeline(torch, dist, ctx.device, r, spec["forward"], spec["count"])
+    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
+    timed = _Timed(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
+    agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
+
+    def agree(x: float) -> float:
+        agree_buf.fill_(x)
+        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX)
+        return float(agree_buf.item())
+
+    def prepare(p: Any) -> None:
+        timed.sync()
+        dist.barrier()
+
+    samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare)
+    case.fill()
+    timed.sync()
+    dist.barrier()
+    case.run()
+    timed.sync()
+    wrong, checked, first = case.check()
+    del case, timed
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    its = iteration_stats(torch, dist, samples, r, n, ctx.device)
+    first_rank = r == 0
+    return BenchResult(
+        rank=r, in_place=False, samples_s=tuple(its.times) if first_rank else (), batch=timing_plan.batch, graph=0,
+        graph_error="", registered=False, register_note="", size_bytes=0, wrong=wrong, checked=checked,
+        first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
+        own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
+        straggled=its.straggled, host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device)
+
+
+# -- the controller's side ------------------------------------------------------------------------
+
+def _duration(s: float) -> str:
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: str) -> Measurement:
+    """The measurement of the ranks' results (ordered by rank) for the plan ``p``; :class:`WrongResult`,
+    naming every rank that saw a wrong element, if any did."""
+    bad = [r for r in results if r.wrong]
+    if bad:
+        lines = [f"{p.pattern} ({p.model}, scale 1/{p.scale}) produced a wrong result on {len(results)} ranks "
+                 f"({backend}):"]
+        for r in bad:
+            assert r.first_wrong is not None
+            i, got, exp = r.first_wrong
+            lines.append(f"  rank {r.rank}: {r.wrong} of {r.checked} elements wrong (first at index {i}: got {got:g}, "
+                         f"expected {exp:g})")
+        raise WrongResult("\n".join(lines), bad)
+    first = results[0]
+    samples = list(first.samples_s)
+    info: dict[str, Any] = {"backend": backend, "batch": first.batch, "graph": False,
+                            "timer": "device events" if backend != "gloo" else "host clock", **p.info,
+                            "iteration": p.iteration, "per_step": p.per_step}
+    m = Measurement(op=p.pattern, size_bytes=p.bytes_per_iter, samples_s=samples,
+                    devices=tuple(f"rank{r.rank}" for r in results), busbw_factor=p.busbw_factor,
+                    world_size=len(results), dtype="bfloat16", kind="collective", info=info)
+    step_s = m.median_s * p.per_step
+    times = "" if p.per_step == 1 else f" ({p.per_step} x {_duration(m.median_s)}: {p.iteration})"
+    info["step_comm_s"] = step_s
+    info["step"] = (f"{p.pattern} of the {p.model} shape on {len(results)} ranks"
+                    f"{'' if p.scale == 1 else f' (scaled 1/{p.scale})'}: {_duration(step_s)} per training step"
+                    f"{times if times else f' ({p.iteration})'}, busbw {m.busbw_gbps:.2f} GB/s")
+    info["ranks"] = ranks_info(results)
+    return m
