@@ -8,6 +8,7 @@ binary must be added to ``NCCL_TESTS`` below, with nccl-tests' own formula).
 
 from __future__ import annotations
 
+import json
 import pickle
 import statistics
 import subprocess
@@ -23,6 +24,8 @@ from pytest_gpucomm.ops.collectives import (
     BenchResult,
     Shape,
     WrongResult,
+    TAIL_MAX_OPS,
+    TAIL_MIN_OPS,
     add_op_methods,
     busbw_factor,
     element_count,
@@ -311,3 +314,61 @@ def test_every_op_and_form_gives_its_expected_result_on_gloo(gloo_pool, op, in_p
     assert results[0].checked > 0
     m = to_measurement(results, op=op, backend="gloo", dtype="float32", requested_bytes=1000)
     assert m.world_size == n and m.busbw_gbps > 0
+
+
+# -- single operations, each timed on its own (the tail) --------------------------------------------
+
+def test_to_measurement_puts_the_single_op_figures_and_their_histogram_in_info_tail():
+    import numpy as np
+
+    from pytest_gpucomm.gate.tails import Histogram
+
+    times = tuple(1e-4 * (1 + 0.01 * i) for i in range(1200))  # 100 us .. 1.3 ms
+    results = [_result(0, op_times_s=times, op_own_p50_s=1e-4, op_own_p99_s=2e-4, op_timer="host clock per operation",
+                       op_timer_resolution_s=1e-9, op_timer_overhead_s=5e-8, op_budget_s=0.1),
+               _result(1, (), op_own_p50_s=3e-4, op_own_p99_s=4e-4, op_timer="host clock per operation",
+                       op_timer_resolution_s=1e-9, op_timer_overhead_s=7e-8, op_budget_s=0.1)]
+    tail = to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096).info["tail"]
+    p50, p99, p999 = np.percentile(np.array(times) * 1e6, [50, 99, 99.9])
+    assert tail["n"] == 1200
+    assert (tail["p50_us"], tail["p99_us"], tail["p999_us"]) == pytest.approx((p50, p99, p999))
+    assert tail["max_us"] == pytest.approx(max(times) * 1e6) and tail["jitter"] == pytest.approx(p99 / p50)
+    assert tail["own_p50_us"] == pytest.approx([100.0, 300.0]) and tail["own_p99_us"] == pytest.approx([200.0, 400.0])
+    assert tail["overhead_us"] == pytest.approx(0.07) and tail["resolution_us"] == pytest.approx(0.001)
+    assert (tail["timer"], tail["budget_s"]) == ("host clock per operation", 0.1)
+    hist = Histogram.from_dict(tail["hist"])
+    assert hist.n == 1200 and hist.quantile(0.5) == pytest.approx(p50 * 1e-6, rel=0.003)
+    json.dumps(tail)  # the JSON report takes it as it is
+
+
+def test_to_measurement_states_no_p99_9_below_1000_single_ops():
+    results = [_result(0, op_times_s=tuple(1e-4 + 1e-7 * i for i in range(999)), op_timer="host clock per operation")]
+    tail = to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096).info["tail"]
+    assert tail["n"] == 999 and tail["p999_us"] is None and tail["p99_us"] > tail["p50_us"]
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "send_recv"])
+def test_bench_times_single_ops_from_its_budget_and_returns_the_slowest_ranks_time_per_op(gloo_pool, op):
+    n = gloo_pool.world_size
+    kwargs = {"op": op, "size_bytes": 4096, "dtype": "float32", "min_time_s": 0.002, "tail_time_s": 0.05}
+    results = list(gloo_pool.run("pytest_gpucomm.ops.collectives:bench", kwargs, timeout_s=120))
+    first = results[0]
+    k = len(first.op_times_s)
+    assert TAIL_MIN_OPS <= k <= TAIL_MAX_OPS  # from the 0.05 s budget at the agreed time of one op
+    assert all(r.op_times_s == () for r in results[1:])
+    for r in results:
+        assert 0 < r.op_own_p50_s <= r.op_own_p99_s and r.op_budget_s == 0.05
+        assert r.op_timer == "host clock per operation" and r.op_timer_resolution_s > 0 and r.op_timer_overhead_s > 0
+        # per op the time is the slowest rank's: its median bounds every rank's own median
+        assert r.op_own_p50_s <= statistics.median(first.op_times_s)
+    m = to_measurement(results, op=op, backend="gloo", dtype="float32", requested_bytes=4096)
+    assert m.info["tail"]["n"] == k and m.info["tail"]["p50_us"] <= m.info["tail"]["p99_us"] <= m.info["tail"]["max_us"]
+    assert len(m.samples_s) >= 10  # the batched samples are still there
+
+
+def test_bench_skips_the_single_ops_with_a_zero_budget(gloo_pool):
+    kwargs = {"op": "all_reduce", "size_bytes": 1024, "min_time_s": 0.002, "tail_time_s": 0}
+    results = list(gloo_pool.run("pytest_gpucomm.ops.collectives:bench", kwargs, timeout_s=120))
+    assert all(r.op_times_s == () and r.op_timer == "" for r in results)
+    m = to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=1024)
+    assert "tail" not in m.info and len(m.samples_s) >= 10

@@ -343,6 +343,14 @@ class BenchResult:
     host: str = ""  # where the rank ran: host, node index, device
     node: int = 0
     device: str = ""
+    # -- single operations, each timed on its own (see :func:`single_ops`); per-op data on rank 0 only
+    op_times_s: tuple[float, ...] = ()  # rank 0: per single op, the slowest rank's time; else ()
+    op_own_p50_s: float = 0.0  # this rank's own single-op times: median and 99th percentile
+    op_own_p99_s: float = 0.0
+    op_timer: str = ""  # how a single op was timed
+    op_timer_resolution_s: float = 0.0  # the timer's step
+    op_timer_overhead_s: float = 0.0  # median time of an empty timed interval (start, stop, nothing between)
+    op_budget_s: float = 0.0  # the time budget that set the number of single ops
 
 
 class WrongResult(Exception):
@@ -395,6 +403,8 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
     if first.size_bytes != requested_bytes:
         info["requested_bytes"] = requested_bytes
     info["ranks"] = ranks_info(results)
+    if first.op_times_s:
+        info["tail"] = tail_info(results)
     return Measurement(
         op=op,
         size_bytes=first.size_bytes,
@@ -424,6 +434,28 @@ def ranks_info(results: Sequence[BenchResult]) -> dict[str, list[Any]]:
         "wait_median_s": [r.wait_median_s for r in results],
         "straggled": [r.straggled for r in results],
         "straggler": [ids[i] for i in results[0].straggler],
+    }
+
+
+def tail_info(results: Sequence[BenchResult]) -> dict[str, Any]:
+    """``info["tail"]``: the single-operation times' figures (the slowest rank's per op: ``n``, ``p50_us``,
+    ``p99_us``, ``p999_us`` -- None below 1,000 ops --, ``max_us``, ``jitter`` = p99 / p50), their sparse
+    histogram (``hist``, :class:`pytest_gpucomm.gate.tails.Histogram`: what the tail rule counts), each rank's
+    own ``own_p50_us`` / ``own_p99_us``, and the timer: ``timer``, ``resolution_us``, ``overhead_us``
+    (the largest over the ranks), ``budget_s``."""
+    from ..gate.tails import Histogram, tail_figures
+
+    first = results[0]
+    times = list(first.op_times_s)
+    return {
+        **tail_figures(times).to_dict(),
+        "own_p50_us": [r.op_own_p50_s * 1e6 for r in results],
+        "own_p99_us": [r.op_own_p99_s * 1e6 for r in results],
+        "timer": first.op_timer,
+        "resolution_us": max(r.op_timer_resolution_s for r in results) * 1e6,
+        "overhead_us": max(r.op_timer_overhead_s for r in results) * 1e6,
+        "budget_s": first.op_budget_s,
+        "hist": Histogram.from_samples(times).to_dict(),
     }
 
 
@@ -687,14 +719,92 @@ def iteration_stats(torch: Any, dist: Any, own: Sequence[float], rank: int, worl
     )
 
 
+#: single-op phase: the most and the fewest single ops timed per case
+TAIL_MAX_OPS = 10_000
+TAIL_MIN_OPS = 20
+#: the most single ops enqueued on a device before the host waits for them (the device queue never fills)
+TAIL_CHUNK = 256
+
+
+class SingleOps(NamedTuple):
+    """One rank's single-op phase (see :func:`single_ops`)."""
+
+    own_s: list[float]  # this rank's time of each single op
+    timer: str
+    resolution_s: float
+    overhead_s: float
+
+
+def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int) -> SingleOps:
+    """Time ``n_ops`` single ops, each on its own: on GPU a pair of device events around each op, on CPU the
+    host clock.  Each rank calls it with the same ``n_ops`` (the ops are collectives).
+
+    GPU: the ops are launched eagerly in chunks of at most ``TAIL_CHUNK``; before each chunk a spin kernel
+    (``torch.cuda._sleep``) keeps the device busy for about as long as the host takes to enqueue the chunk, so
+    the ops and their events run back to back on the device and an op's time is its device time, not the
+    host's launch gap.  The timer's figures come from empty event pairs enqueued the same way
+    (resolution: the smallest non-zero interval; overhead: the median empty interval).  CPU: resolution from
+    ``time.get_clock_info``, overhead the median of back-to-back ``perf_counter`` pairs."""
+    if not gpu:
+        pairs = []
+        for _ in range(1000):
+            t0 = time.perf_counter()
+            pairs.append(time.perf_counter() - t0)
+        own = []
+        for _ in range(n_ops):
+            t0 = time.perf_counter()
+            run()
+            own.append(time.perf_counter() - t0)
+        pairs.sort()
+        return SingleOps(own, "host clock per operation", time.get_clock_info("perf_counter").resolution,
+                         pairs[len(pairs) // 2])
+    cuda = torch.cuda
+    # how many spin cycles cover one second of host enqueueing: from a timed spin
+    a, b = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+    a.record()
+    cuda._sleep(1_000_000)
+    b.record()
+    cuda.synchronize()
+    cycles_per_s = 1_000_000 / max(a.elapsed_time(b) / 1e3, 1e-6)
+    # the host's enqueue time of one op with its events, from one unfed chunk
+    t0 = time.perf_counter()
+    for _ in range(min(8, n_ops)):
+        run()
+    per_op_host = (time.perf_counter() - t0) / max(1, min(8, n_ops)) + 5e-6
+    cuda.synchronize()
+
+    def fed(k: int, body: Optional[Callable[[], None]]) -> list[float]:
+        evs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(k)]
+        cuda._sleep(int(cycles_per_s * per_op_host * k * 1.2) + 1)
+        for s_, e_ in evs:
+            s_.record()
+            if body is not None:
+                body()
+            e_.record()
+        cuda.synchronize()
+        return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs]
+
+    empty = fed(100, None)
+    own: list[float] = []
+    while len(own) < n_ops:
+        own += fed(min(TAIL_CHUNK, n_ops - len(own)), run)
+    nonzero = [x for x in empty if x > 0]
+    empty.sort()
+    return SingleOps(own, "device events per operation", min(nonzero) if nonzero else 0.0, empty[len(empty) // 2])
+
+
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
           min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
-          register: bool = True) -> BenchResult:
+          register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
     """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.
 
     The op runs over ``ctx.group`` (None: the default group), as rank ``ctx.rank`` of ``ctx.world_size``:
     every torch.distributed call here -- the op, the agreement on the plan, the barriers -- passes that
-    group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own."""
+    group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own.
+
+    After the batched samples (the median figures), single ops are timed one by one (:func:`single_ops`):
+    as many as fill ``tail_time_s`` (None: ``min_time_s``) at the agreed (slowest rank's) wall time of one,
+    between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS``; 0 skips the phase."""
     import torch
     import torch.distributed as dist
 
@@ -761,6 +871,20 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         dist.barrier(group=group)
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
+    # Single ops, each timed on its own (the tail): their number from the time budget and the agreed
+    # (slowest rank's) wall time of one op, so every rank makes the same calls.
+    budget = min_time_s if tail_time_s is None else float(tail_time_s)
+    singles = None
+    if budget > 0:
+        timed.sync()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            case.run()
+        timed.sync()
+        per_op = max(agree((time.perf_counter() - t0) / 3), 1e-9)
+        n_ops = max(TAIL_MIN_OPS, min(TAIL_MAX_OPS, int(budget / per_op)))
+        dist.barrier(group=group)
+        singles = single_ops(torch, case.run, gpu, n_ops)
     # the timed samples replayed a graph if the graph of their shape was captured
     graph_inner = plan.batch if timed.use_graph and graph_shape(plan.batch)[0] in timed.graphs else 0
     # Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
@@ -809,6 +933,16 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     # Rank 0 alone returns the per-iteration data, the others their summaries (compact gathered results).
     its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=group)
     first_rank = r == 0
+    tail: dict[str, Any] = {}
+    if singles is not None:  # per single op, the slowest rank's time (every rank of the group calls this)
+        import statistics
+
+        op_its = iteration_stats(torch, dist, singles.own_s, r, n, ctx.device, group=group)
+        own_sorted = sorted(singles.own_s)
+        tail = dict(op_times_s=tuple(op_its.times) if first_rank else (), op_own_p50_s=statistics.median(own_sorted),
+                    op_own_p99_s=own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
+                    op_timer=singles.timer, op_timer_resolution_s=singles.resolution_s,
+                    op_timer_overhead_s=singles.overhead_s, op_budget_s=budget)
     return BenchResult(
         rank=r,
         in_place=in_place,
@@ -831,4 +965,5 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         host=ctx.host or socket.gethostname(),
         node=ctx.node_rank,
         device=ctx.device,
+        **tail,
     )
