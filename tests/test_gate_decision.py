@@ -576,3 +576,12 @@ def test_bad_parameters_raise_value_error_naming_the_value(call: Callable[[], ob
 def test_fit_case_takes_any_sequence_of_labels():
     labels: Sequence[Optional[str]] = ("a", None)
     assert fit_case([at(1.0), at(1.01)], labels).sessions == 2
+
+
+@pytest.mark.parametrize("op, group", [("all_reduce", "collective"), ("send_recv", "collective"),
+                                       ("dp_grad_sync", "collective"), ("moe_all_to_all", "collective"),
+                                       ("node_pair", "collective"), ("h2d", "copy"), ("d2h", "copy")])
+def test_case_group_puts_patterns_and_node_pairs_with_the_collectives_and_copies_apart(op, group):
+    from pytest_gpucomm.gate.verdicts import case_group
+
+    assert case_group(op) == group

@@ -107,10 +107,13 @@ class Verdict:
 
 
 def case_group(op: str) -> str:
-    """The group whose common shift a case belongs to: "collective" or "copy"."""
+    """The group whose common shift a case belongs to: "collective" for what runs over a process group (the
+    collectives, the training-step patterns, the node pairs), "copy" for the copies."""
     from ..ops.collectives import OPS
+    from ..ops.nodes import OP as NODE_OP
+    from ..ops.patterns import PATTERNS
 
-    return "collective" if op in OPS else "copy"
+    return "collective" if op in OPS or op in PATTERNS or op == NODE_OP else "copy"
 
 
 class Gate:
