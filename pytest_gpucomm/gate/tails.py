@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -50,9 +50,14 @@ __all__ = [
     "EXPECTED_SHARE",
     "BIN_RATIO",
     "TailFigures",
+    "SKETCH_LEVELS",
+    "TailSketch",
     "tail_figures",
     "Histogram",
     "baseline_ratio",
+    "TailSpread",
+    "DEFAULT_SHARE_SPREAD",
+    "fit_spread",
     "TailTest",
     "tail_test",
 ]
@@ -156,16 +161,127 @@ class Histogram:
         return cls({int(i): int(c) for i, c in d.get("bins", [])})
 
 
-def baseline_ratio(runs: Sequence[tuple[float, float]]) -> float:
-    """The baseline's tail shape: the median over its runs of p99 / p50, each run given as (p50, p99)."""
-    if not runs:
-        raise ValueError("the baseline has no run with tail figures")
+#: the levels a :class:`TailSketch` keeps, as ratios to its median
+SKETCH_LEVELS = (0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
+
+
+@dataclass(frozen=True)
+class TailSketch:
+    """What a baseline run keeps of a case's single-operation times (the store's ``runs[i]["tail"]``): the
+    number of single ops ``n``, their median ``p50_s`` and, per level of :data:`SKETCH_LEVELS` that ``n``
+    resolves (at least one op above it), the quantile as a ratio to the median (``ratios``), and the slowest
+    op's ratio (``max_ratio``).  A few numbers per run, instead of every time or the whole histogram."""
+
+    n: int
+    p50_s: float
+    ratios: dict[float, float]
+    max_ratio: float
+
+    @classmethod
+    def from_histogram(cls, hist: Histogram, p50_s: Optional[float] = None) -> "TailSketch":
+        n = hist.n
+        if n == 0:
+            raise ValueError("an empty histogram has no tail sketch")
+        p50 = hist.quantile(0.5) if p50_s is None else float(p50_s)
+        ratios = {q: max(1.0, hist.quantile(q) / p50) for q in SKETCH_LEVELS if n * (1 - q) >= 1}
+        return cls(n=n, p50_s=p50, ratios=ratios, max_ratio=max(1.0, hist.quantile(1.0) / p50))
+
+    @classmethod
+    def from_samples(cls, samples_s: Sequence[float]) -> "TailSketch":
+        a = _positive(samples_s, "tail sketch")
+        return cls.from_histogram(Histogram.from_samples(a), float(np.median(a)))
+
+    @classmethod
+    def from_info(cls, tail: dict[str, Any], where: str = "info['tail']") -> "TailSketch":
+        """From a measurement's ``info["tail"]`` (its histogram and exact median)."""
+        try:
+            return cls.from_histogram(Histogram.from_dict(tail["hist"], where), float(tail["p50_us"]) * 1e-6)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{where}: not a tail record ({e!r})") from None
+
+    @property
+    def p99_s(self) -> Optional[float]:
+        r = self.ratios.get(0.99)
+        return None if r is None else r * self.p50_s
+
+    def share_above(self, ratio: float) -> float:
+        """The share of this run's ops slower than ``ratio`` x its median, interpolated between the sketched
+        levels (log share linear in log ratio); beyond the slowest op: half an op."""
+        pts = sorted((r, 1 - q) for q, r in self.ratios.items())
+        floor = 0.5 / self.n
+        if not pts:
+            return 0.5 if ratio <= 1.0 else floor
+        if ratio <= pts[0][0]:
+            return pts[0][1]
+        if ratio >= self.max_ratio:
+            return floor
+        pts.append((self.max_ratio, floor))
+        for (r0, s0), (r1, s1) in zip(pts, pts[1:]):
+            if r0 <= ratio <= r1:
+                if r1 <= r0:
+                    return s1
+                t = (math.log(ratio) - math.log(r0)) / (math.log(r1) - math.log(r0))
+                return float(math.exp(math.log(s0) + t * (math.log(max(s1, floor)) - math.log(s0))))
+        return floor
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "p50_us": self.p50_s * 1e6,
+                "ratios": {f"{q:g}": round(r, 6) for q, r in sorted(self.ratios.items())},
+                "max_ratio": round(self.max_ratio, 6)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "tail sketch") -> "TailSketch":
+        try:
+            n, p50 = int(d["n"]), float(d["p50_us"]) * 1e-6
+            ratios = {float(q): float(r) for q, r in d["ratios"].items()}
+            mx = float(d["max_ratio"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"{where}: not a tail sketch ({e!r})") from None
+        if n < 1 or not (p50 > 0 and math.isfinite(p50)) or any(not (1.0 <= r <= mx) for r in ratios.values()):
+            raise ValueError(f"{where}: need n >= 1, p50_us > 0 and 1 <= each ratio <= max_ratio, got {d!r}")
+        return cls(n=n, p50_s=p50, ratios=ratios, max_ratio=mx)
+
+
+def _as_pair(run: Union["TailSketch", tuple[float, float]]) -> tuple[float, Optional[float]]:
+    if isinstance(run, TailSketch):
+        return run.p50_s, run.p99_s
+    return float(run[0]), float(run[1])
+
+
+def baseline_ratio(runs: Sequence[Union["TailSketch", tuple[float, float]]]) -> float:
+    """The baseline's tail shape: the median over its runs of p99 / p50, each run a :class:`TailSketch` or
+    (p50, p99); runs too short for a p99 (fewer than 100 ops) are left out."""
     ratios = []
-    for j, (p50, p99) in enumerate(runs):
+    for j, run in enumerate(runs):
+        p50, p99 = _as_pair(run)
+        if p99 is None:
+            continue
         if not (p50 > 0 and p99 >= p50 and math.isfinite(p99)):
             raise ValueError(f"baseline run {j}: need 0 < p50 <= p99, got p50={p50!r}, p99={p99!r}")
         ratios.append(p99 / p50)
+    if not ratios:
+        raise ValueError("the baseline has no run with tail figures")
     return float(np.median(ratios))
+
+
+@dataclass(frozen=True)
+class TailSpread:
+    """How much the share of slow ops moves from run to run, over the baseline's cases: ``sd`` of the log
+    share, with ``df`` degrees of freedom from ``cases`` cases (0: none measured, the default assumed)."""
+
+    sd: float
+    df: float = 0.0
+    cases: int = 0
+
+
+#: the run-to-run spread of the log share of slow ops assumed where the baseline measures none
+DEFAULT_SHARE_SPREAD = 0.2
+
+
+def fit_spread(cases: Iterable[Sequence["TailSketch"]]) -> TailSpread:
+    """The run-to-run spread of the share of slow ops, pooled over the cases of a baseline (each a
+    sequence of its runs' sketches).  (Placeholder: the assumed default until the fit lands.)"""
+    return TailSpread(DEFAULT_SHARE_SPREAD)
 
 
 @dataclass(frozen=True)
@@ -193,9 +309,9 @@ class TailTest:
                 f"(level {self.level:.2g})")
 
 
-def tail_test(baseline: Sequence[tuple[float, float]], today: Union[Histogram, Sequence[float]], *,
+def tail_test(baseline: Sequence[Union[TailSketch, tuple[float, float]]], today: Union[Histogram, Sequence[float]], *,
               tolerance: float = DEFAULT_TAIL_TOLERANCE, alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
-              looks: int = 1, today_p50_s: Optional[float] = None) -> TailTest:
+              looks: int = 1, today_p50_s: Optional[float] = None, spread: Optional[TailSpread] = None) -> TailTest:
     """The tail rule for one case: ``baseline`` is (p50, p99) per baseline run, in seconds; ``today`` the
     single-operation times (raw, or a :class:`Histogram`); ``today_p50_s`` today's exact median where
     ``today`` is a histogram (else taken from it).  TAIL at level alpha / (n_comparisons x looks)."""
