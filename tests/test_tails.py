@@ -131,3 +131,9 @@ def test_tail_figures_state_no_p99_9_below_1000_samples():
     f = tail_figures(list(range(1, 1001)))
     assert f.p999_s == pytest.approx(np.percentile(range(1, 1001), 99.9)) and f.max_s == 1000
     assert f.jitter == pytest.approx(f.p99_s / f.p50_s)
+
+
+def test_merged_histograms_count_every_time_of_each():
+    a, b = Histogram.from_samples([1e-5, 2e-5]), Histogram.from_samples([1e-5, 3e-5, 4e-5])
+    m = Histogram.merged([a, b])
+    assert m.n == 5 and m.count_above(2.5e-5) == 2 and m.counts[min(m.counts)] == 2

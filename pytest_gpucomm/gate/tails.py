@@ -130,6 +130,15 @@ class Histogram:
     def n(self) -> int:
         return sum(self.counts.values())
 
+    @classmethod
+    def merged(cls, hists: Sequence["Histogram"]) -> "Histogram":
+        """One histogram of the times of several (a case measured again: its runs pooled)."""
+        counts: dict[int, int] = {}
+        for h in hists:
+            for i, c in h.counts.items():
+                counts[i] = counts.get(i, 0) + c
+        return cls(counts)
+
     @staticmethod
     def lower_edge(i: int) -> float:
         return _BIN_ORIGIN_S * BIN_RATIO ** i
