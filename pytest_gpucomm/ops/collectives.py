@@ -722,8 +722,11 @@ def iteration_stats(torch: Any, dist: Any, own: Sequence[float], rank: int, worl
 #: single-op phase: the most and the fewest single ops timed per case
 TAIL_MAX_OPS = 10_000
 TAIL_MIN_OPS = 20
-#: the most single ops enqueued on a device before the host waits for them (the device queue never fills)
-TAIL_CHUNK = 256
+#: the most single ops enqueued behind one latch (the device queue must hold them all while the latch holds)
+TAIL_CHUNK = 64
+#: a latch not released by the host within this long is released by a timer (the host was blocked: the
+#: device queue was full); that chunk's times include the wait and are dropped
+LATCH_RELEASE_S = 2.0
 
 
 class SingleOps(NamedTuple):
@@ -735,16 +738,94 @@ class SingleOps(NamedTuple):
     overhead_s: float
 
 
+class FlagLatch:
+    """Hold a CUDA stream until the host says go: the stream waits (``cuStreamWaitValue32``, a stream memory
+    operation of the driver) until a word of pinned host memory reaches a value, which the host writes once
+    it has enqueued everything behind the latch.  Unlike a spin kernel of estimated length, the device never
+    starts before the host is done, however long the host takes, so no op's interval holds host time.
+
+    A timer releases a latch the host has not released within ``LATCH_RELEASE_S`` (a host blocked because
+    the device queue is full would otherwise wait forever); :meth:`release` then returns False.
+    ``FlagLatch.create`` returns None where the driver or the stream memory operations are missing."""
+
+    def __init__(self, torch: Any, lib: Any) -> None:
+        import ctypes
+
+        self._c = ctypes
+        # the _v2 entry point (CUDA 11.7+) needs no driver module option; the first one may
+        self._wait = getattr(lib, "cuStreamWaitValue32_v2", None) or lib.cuStreamWaitValue32
+        self._wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        self._wait.restype = ctypes.c_int
+        self.flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        dptr = ctypes.c_uint64()
+        get = lib.cuMemHostGetDevicePointer_v2
+        get.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint]
+        get.restype = ctypes.c_int
+        rc = get(ctypes.byref(dptr), ctypes.c_void_p(self.flag.data_ptr()), 0)
+        if rc:
+            raise OSError(f"cuMemHostGetDevicePointer failed with CUresult {rc}")
+        self.dptr = dptr.value
+        self.word = ctypes.c_int32.from_address(self.flag.data_ptr())
+        self.value = 0
+        self._timer: Any = None
+        self._lock = __import__("threading").Lock()
+
+    #: why the last :meth:`create` gave None
+    unavailable = ""
+
+    @classmethod
+    def create(cls, torch: Any) -> "Optional[FlagLatch]":
+        import ctypes
+
+        if getattr(torch.version, "hip", None) or not getattr(torch.version, "cuda", None):
+            FlagLatch.unavailable = "not a CUDA build of torch"
+            return None
+        try:
+            latch = cls(torch, ctypes.CDLL("libcuda.so.1"))
+            latch.hold(torch.cuda.current_stream())  # a first hold and release proves the call works here
+            latch.release()
+            torch.cuda.current_stream().synchronize()
+            return latch
+        except (OSError, AttributeError, RuntimeError) as e:
+            FlagLatch.unavailable = f"{type(e).__name__}: {e}"
+            return None
+
+    def hold(self, stream: Any) -> None:
+        import threading
+
+        self.value = (self.value + 1) & 0x7FFFFFFF
+        rc = self._wait(self._c.c_void_p(stream.cuda_stream), self.dptr, self.value, 0)  # 0: CU_STREAM_WAIT_VALUE_GEQ
+        if rc:
+            raise RuntimeError(f"cuStreamWaitValue32 failed with CUresult {rc}")
+        self._timer = threading.Timer(LATCH_RELEASE_S, self._set)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _set(self) -> bool:
+        with self._lock:
+            if self.word.value == self.value:
+                return False
+            self.word.value = self.value
+            return True
+
+    def release(self) -> bool:
+        """Let the stream go; False when the timer had already released it."""
+        self._timer.cancel()
+        return self._set()
+
+
 def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int) -> SingleOps:
     """Time ``n_ops`` single ops, each on its own: on GPU a pair of device events around each op, on CPU the
     host clock.  Each rank calls it with the same ``n_ops`` (the ops are collectives).
 
-    GPU: the ops are launched eagerly in chunks of at most ``TAIL_CHUNK``; before each chunk a spin kernel
-    (``torch.cuda._sleep``) keeps the device busy for about as long as the host takes to enqueue the chunk, so
-    the ops and their events run back to back on the device and an op's time is its device time, not the
-    host's launch gap.  The timer's figures come from empty event pairs enqueued the same way
-    (resolution: the smallest non-zero interval; overhead: the median empty interval).  CPU: resolution from
-    ``time.get_clock_info``, overhead the median of back-to-back ``perf_counter`` pairs."""
+    GPU: the ops are enqueued in chunks of at most ``TAIL_CHUNK`` behind a :class:`FlagLatch`, which the
+    host releases once the whole chunk is enqueued: the ops and their events run back to back on the device,
+    and an op's time is its device time, never the host's launch gap.  A chunk whose latch the timer had to
+    release is timed again.  Where the latch is not available (no driver stream memory operations) a spin
+    kernel of the measured enqueue time, doubled, stands in for it.  The timer's figures come from empty
+    event pairs enqueued the same way (resolution: the smallest non-zero interval; overhead: the median empty
+    interval).  CPU: resolution from ``time.get_clock_info``, overhead the median of back-to-back
+    ``perf_counter`` pairs."""
     if not gpu:
         pairs = []
         for _ in range(1000):
@@ -759,38 +840,52 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int) -> Si
         return SingleOps(own, "host clock per operation", time.get_clock_info("perf_counter").resolution,
                          pairs[len(pairs) // 2])
     cuda = torch.cuda
-    # how many spin cycles cover one second of host enqueueing: from a timed spin
-    a, b = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-    a.record()
-    cuda._sleep(1_000_000)
-    b.record()
-    cuda.synchronize()
-    cycles_per_s = 1_000_000 / max(a.elapsed_time(b) / 1e3, 1e-6)
-    # the host's enqueue time of one op with its events, from one unfed chunk
-    t0 = time.perf_counter()
-    for _ in range(min(8, n_ops)):
-        run()
-    per_op_host = (time.perf_counter() - t0) / max(1, min(8, n_ops)) + 5e-6
-    cuda.synchronize()
+    latch = FlagLatch.create(torch)
+    stream = cuda.current_stream()
+    spin_per_s = 0.0
+    per_op_host = 50e-6
+    if latch is None:  # the spin's cycles per second, from a timed spin
+        a, b = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        a.record()
+        cuda._sleep(1_000_000)
+        b.record()
+        cuda.synchronize()
+        spin_per_s = 1_000_000 / max(a.elapsed_time(b) / 1e3, 1e-6)
 
-    def fed(k: int, body: Optional[Callable[[], None]]) -> list[float]:
+    def chunk(k: int, body: Optional[Callable[[], None]]) -> Optional[list[float]]:
+        nonlocal per_op_host
         evs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(k)]
-        cuda._sleep(int(cycles_per_s * per_op_host * k * 1.2) + 1)
+        if latch is not None:
+            latch.hold(stream)
+        else:
+            cuda._sleep(int(spin_per_s * (per_op_host * k * 2 + 50e-6)))
+        t0 = time.perf_counter()
         for s_, e_ in evs:
             s_.record()
             if body is not None:
                 body()
             e_.record()
+        per_op_host = max(per_op_host * 0.5, (time.perf_counter() - t0) / k)
+        released = latch.release() if latch is not None else True
         cuda.synchronize()
-        return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs]
+        return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs] if released else None
 
-    empty = fed(100, None)
+    empty: list[float] = []
+    while not empty:
+        empty = chunk(min(TAIL_CHUNK, 100), None) or []
     own: list[float] = []
+    size = TAIL_CHUNK
     while len(own) < n_ops:
-        own += fed(min(TAIL_CHUNK, n_ops - len(own)), run)
+        got = chunk(min(size, n_ops - len(own)), run)
+        if got is None:  # the host could not enqueue the chunk behind the latch: smaller chunks
+            size = max(1, size // 2)
+            continue
+        own += got
     nonzero = [x for x in empty if x > 0]
     empty.sort()
-    return SingleOps(own, "device events per operation", min(nonzero) if nonzero else 0.0, empty[len(empty) // 2])
+    how = "device events per operation, behind a host-released latch" if latch is not None else \
+        f"device events per operation, behind a spin kernel (no latch: {FlagLatch.unavailable})"
+    return SingleOps(own, how, min(nonzero) if nonzero else 0.0, empty[len(empty) // 2])
 
 
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
