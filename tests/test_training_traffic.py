@@ -328,10 +328,14 @@ def restore(ctx):
 @pytestmark_linux
 def test_the_suite_records_a_baseline_and_is_gated_against_it_without_a_regression(pytester):
     # the suite itself, a subset on 2 gloo ranks: every pattern of the 8B shape but the gradient sync alone (the
-    # overlap runs it; its CPU variant takes ~40 ms an iteration), and the MoE all-to-all
+    # overlap runs it; its CPU variant takes ~40 ms an iteration), and the MoE all-to-all.  What is checked is
+    # that every pattern gets a baseline entry and is judged against it.  The tolerance is 95%: on the shared
+    # 2-core CI machine gloo runs of the same pattern minutes apart were 0.2x to 1.6x each other (the overlap once
+    # 0.215x, which a 5% tolerance rightly calls a REGRESSION); the median rule itself is tested on simulated
+    # noise (tests/test_gate_plugin.py)
     shutil.copy(SUITE, pytester.path / "test_suite_copy.py")  # (the name of this file is taken)
     subset = ["-k", "llama3-8b and not dp_grad_sync or moe_all_to_all", "--gpu-baseline=base.json",
-              "--gpucomm-min-time=0.01", "-p", "no:cacheprovider"]
+              "--gpu-tolerance=0.95", "--gpucomm-min-time=0.01", "-p", "no:cacheprovider"]
     saved = pytester.runpytest(*subset, "--gpu-baseline-save")
     saved.assert_outcomes(passed=4)
     doc = json.loads((pytester.path / "base.json").read_text())
@@ -344,4 +348,5 @@ def test_the_suite_records_a_baseline_and_is_gated_against_it_without_a_regressi
     # every pattern judged against its own baseline entry (one baseline run: the verdicts may say "not gated")
     assert len(rows) == 4, rows
     for r in rows:
-        assert r["baseline"]["status"] not in ("new", "REGRESSION") and r["baseline"]["baseline_gbps"] > 0, r["baseline"]
+        verdict = r["baseline"]
+        assert verdict["status"] not in ("new", "REGRESSION") and verdict["baseline_gbps"] > 0, verdict
