@@ -656,19 +656,22 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         timed.sync()
         dist.barrier()
 
+    # the overlap: each part's time per iteration (from the start to the part's end), alone then overlapped
     parts: dict[str, list[float]] = {}
-    if pattern == OVERLAP:  # each part alone first (its own plan), then both: the measurement
-        for key, on in (("dp_alone_s", (True, False)), ("tp_alone_s", (False, True))):
-            timed: Any = _OverlapTimed(case, on)
-            parts[key], _ = measure(timed, settings, agree=agree, prepare=prepare)
+    timed: Any = None
+    if pattern == OVERLAP:  # each part alone first (each its own plan), then both: the measurement
+        for k, (key, on) in enumerate((("dp_alone_s", (True, False)), ("tp_alone_s", (False, True)))):
+            timed = _OverlapTimed(case, on)
+            alone, _ = measure(timed, settings, agree=agree, prepare=prepare)
+            parts[key] = [split[k] for split in timed.split[len(timed.split) - len(alone):]]
         timed = _OverlapTimed(case, (True, True))
     else:
         timed = _Timed(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
     samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare)
-    if pattern == OVERLAP:  # the last samples read are the timed ones
-        split = timed.split[len(timed.split) - len(samples):]
-        parts["dp_overlapped_s"] = [d for d, _ in split]
-        parts["tp_overlapped_s"] = [t for _, t in split]
+    if pattern == OVERLAP:  # the samples are read last, in order: the last entries of split are theirs
+        both = timed.split[len(timed.split) - len(samples):]
+        parts["dp_overlapped_s"] = [d for d, _ in both]
+        parts["tp_overlapped_s"] = [t for _, t in both]
     budget = min_time_s if tail_time_s is None else float(tail_time_s)
     singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget)
     case.fill()
