@@ -7,8 +7,8 @@ In a launched job of several nodes a collective runs over a group kind (:mod:`.t
 ``"intra-node"`` / ``"inter-node"``, where every group of the kind runs at once; each group's measurement is
 recorded (its node or local rank named), and the method returns the slowest of them.
 ``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group,
-model)`` (and ``comm.dp_grad_sync``, ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``) the training-step
-patterns (:mod:`.ops.patterns`).
+model)`` (and ``comm.dp_grad_sync``, ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the
+training-step patterns (:mod:`.ops.patterns`).
 """
 
 from __future__ import annotations
@@ -386,10 +386,12 @@ class Comm:
     # -- training-step patterns ----------------------------------------------------------------------
     def training(self, pattern: str, group: ProcessGroup, model: str, *, scale: Optional[int] = None) -> Measurement:
         """Time the training-step ``pattern`` (``"dp_grad_sync"``, ``"moe_all_to_all"``, ``"tp_layer"``,
-        ``"pp_send_recv"``) of the model shape ``model`` (a name of :data:`.ops.patterns.MODELS`) over the whole
-        world of ``group``, and check its results (see :mod:`.ops.patterns`).  ``scale`` divides the element
+        ``"pp_send_recv"``, ``"overlap_dp_tp"``) of the model shape ``model`` (a name of
+        :data:`.ops.patterns.MODELS`) over the whole world of ``group``, then its single iterations one by one
+        (``info["tail"]``), and check its results (see :mod:`.ops.patterns`).  ``scale`` divides the element
         counts; default 1 on GPU, :data:`.ops.patterns.CPU_SCALE` on gloo.  The measurement's
-        ``info["step"]`` gives the communication time per training step.
+        ``info["step"]`` gives the communication time per training step, ``info["step_label"]`` the pattern
+        and shape in words.
 
         Tensor-parallel groups: pairs of neighbouring ranks, or in a job launched on several nodes the ranks
         of each node; pipeline stages: one rank each, or one node each (local rank k sends to local rank k of
@@ -403,7 +405,8 @@ class Comm:
             raise pytest.UsageError(f"{nodeid}: comm.{pattern}(model={model!r}): known model shapes: "
                                     f"{', '.join(MODELS)}")
         shape = MODELS[model]
-        if (pattern == "dp_grad_sync" and shape.params <= 0) or (pattern == "moe_all_to_all" and not shape.moe):
+        if (pattern in ("dp_grad_sync", "overlap_dp_tp") and shape.params <= 0) or (pattern == "moe_all_to_all"
+                                                                                    and not shape.moe):
             raise pytest.UsageError(f"{nodeid}: comm.{pattern}(model={model!r}): the {model} shape has no "
                                     f"{'experts' if pattern == 'moe_all_to_all' else 'data-parallel gradient'}")
         if not isinstance(group, ProcessGroup):
@@ -419,7 +422,7 @@ class Comm:
             if state.launched is not None and state.multi_node:
                 layout = state.launched.layout(state.info)
                 stages = [list(layout.ranks_of(node)) for node in layout.node_ids]
-                if pattern == "tp_layer":
+                if pattern in ("tp_layer", "overlap_dp_tp"):
                     tp_groups = [list(g.ranks) for g in layout.groups("intra-node")]
             p = plan(pattern, shape, group.world_size, scale, tp_groups=tp_groups, stages=stages)
         except ValueError as e:
@@ -461,6 +464,11 @@ class Comm:
     def pp_send_recv(self, group: ProcessGroup, model: str, **kw: Any) -> Measurement:
         """Pipeline parallel: one micro-batch's activation to the next stage and its gradient back."""
         return self.training("pp_send_recv", group, model, **kw)
+
+    def overlap_dp_tp(self, group: ProcessGroup, model: str, **kw: Any) -> Measurement:
+        """Data and tensor parallel at once: the gradient sync while the layers' tensor-parallel collectives run,
+        each on its own communicator; ``info["overlap"]`` gives each one's slowdown against running alone."""
+        return self.training("overlap_dp_tp", group, model, **kw)
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""

@@ -8,12 +8,16 @@
   (seq x micro-batch x hidden, bf16) in tensor-parallel groups: pairs of neighbouring ranks on one host, the
   ranks of each node in a job launched on several nodes;
 * pipeline parallel (``test_pp_send_recv``): one micro-batch's activation to the next stage and its gradient
-  back, every stage at once.
+  back, every stage at once;
+* data and tensor parallel at once (``test_overlap_dp_tp``): the whole gradient sync on a communicator of its
+  own while every layer's tensor-parallel collectives run on theirs (the backward pass); ``info["overlap"]``
+  gives each one's time alone and overlapped, and the slowdowns.  The gated figure is the overlapped one.
 
 Each row's ``info["step"]`` gives the communication time per training step of that shape and world
-("dp_grad_sync of the llama3-8b shape on 2 ranks: 41.3 ms per training step ..."), ``info["step_comm_s"]``
-the number.  On CPU (gloo) the element counts are divided by ``CPU_SCALE`` (``info["scale"]``); on GPU the
-shapes are full.
+("the data-parallel gradient sync of the llama3-8b shape on 2 ranks: 41.3 ms per training step, ..."),
+``info["step_comm_s"]`` the number, ``info["step_label"]`` the pattern and shape in words, and
+``info["tail"]`` the figures of single iterations timed one by one (p50, p99, p99.9, max, jitter).  On CPU
+(gloo) the element counts are divided by ``CPU_SCALE`` (``info["scale"]``); on GPU the shapes are full.
 
 The shapes, from the models' Hugging Face config.json:
 
@@ -54,3 +58,8 @@ def test_tp_layer(model, process_group, comm):
 @pytest.mark.parametrize("model", DENSE + MOE)
 def test_pp_send_recv(model, process_group, comm):
     comm.pp_send_recv(process_group, model)
+
+
+@pytest.mark.parametrize("model", DENSE)
+def test_overlap_dp_tp(model, process_group, comm):
+    comm.overlap_dp_tp(process_group, model)

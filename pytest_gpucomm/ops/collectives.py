@@ -891,6 +891,44 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int) -> Si
     return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2])
 
 
+def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callable[[], None],
+                    agree: Callable[[float], float], gpu: bool, budget_s: float,
+                    group: Any = None) -> Optional[SingleOps]:
+    """The single-op phase of a case, after its timed samples, on every rank of ``group``: ``run`` (one op,
+    or one iteration of a pattern) three times to get the agreed (slowest rank's, ``agree``) wall time of
+    one, then as many single ops as fill ``budget_s`` at that time, between ``TAIL_MIN_OPS`` and
+    ``TAIL_MAX_OPS`` (:func:`single_ops`), so that every rank makes the same calls.  None when ``budget_s``
+    is 0 or less (the phase skipped)."""
+    if budget_s <= 0:
+        return None
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        run()
+    sync()
+    per_op = max(agree((time.perf_counter() - t0) / 3), 1e-9)
+    n_ops = max(TAIL_MIN_OPS, min(TAIL_MAX_OPS, int(budget_s / per_op)))
+    dist.barrier(group=group)
+    return single_ops(torch, run, gpu, n_ops)
+
+
+def single_op_fields(torch: Any, dist: Any, singles: Optional[SingleOps], budget_s: float, rank: int, world: int,
+                     device: str, group: Any = None) -> dict[str, Any]:
+    """:class:`BenchResult`'s single-op fields (``op_times_s``, per op the slowest rank's time, on rank 0 only;
+    this rank's own p50 and p99; the timer; the budget) of the phase ``singles``; {} where it was skipped.
+    Every rank of ``group`` calls it (:func:`iteration_stats`)."""
+    if singles is None:
+        return {}
+    import statistics
+
+    op_its = iteration_stats(torch, dist, singles.own_s, rank, world, device, group=group)
+    own_sorted = sorted(singles.own_s)
+    return dict(op_times_s=tuple(op_its.times) if rank == 0 else (), op_own_p50_s=statistics.median(own_sorted),
+                op_own_p99_s=own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
+                op_timer=singles.timer, op_timer_resolution_s=singles.resolution_s,
+                op_timer_overhead_s=singles.overhead_s, op_budget_s=budget_s)
+
+
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
           min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
           register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
@@ -969,20 +1007,8 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         dist.barrier(group=group)
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
-    # Single ops, each timed on its own (the tail): their number from the time budget and the agreed
-    # (slowest rank's) wall time of one op, so every rank makes the same calls.
     budget = min_time_s if tail_time_s is None else float(tail_time_s)
-    singles = None
-    if budget > 0:
-        timed.sync()
-        t0 = time.perf_counter()
-        for _ in range(3):
-            case.run()
-        timed.sync()
-        per_op = max(agree((time.perf_counter() - t0) / 3), 1e-9)
-        n_ops = max(TAIL_MIN_OPS, min(TAIL_MAX_OPS, int(budget / per_op)))
-        dist.barrier(group=group)
-        singles = single_ops(torch, case.run, gpu, n_ops)
+    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, group=group)
     # the timed samples replayed a graph if the graph of their shape was captured
     graph_inner = plan.batch if timed.use_graph and graph_shape(plan.batch)[0] in timed.graphs else 0
     # Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
@@ -1031,16 +1057,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     # Rank 0 alone returns the per-iteration data, the others their summaries (compact gathered results).
     its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=group)
     first_rank = r == 0
-    tail: dict[str, Any] = {}
-    if singles is not None:  # per single op, the slowest rank's time (every rank of the group calls this)
-        import statistics
-
-        op_its = iteration_stats(torch, dist, singles.own_s, r, n, ctx.device, group=group)
-        own_sorted = sorted(singles.own_s)
-        tail = dict(op_times_s=tuple(op_its.times) if first_rank else (), op_own_p50_s=statistics.median(own_sorted),
-                    op_own_p99_s=own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
-                    op_timer=singles.timer, op_timer_resolution_s=singles.resolution_s,
-                    op_timer_overhead_s=singles.overhead_s, op_budget_s=budget)
+    tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device, group=group)
     return BenchResult(
         rank=r,
         in_place=in_place,

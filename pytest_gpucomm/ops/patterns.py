@@ -1,4 +1,4 @@
-"""The communication of a training step: four patterns, each timed and checked as the collectives are.
+"""The communication of a training step: five patterns, each timed and checked as the collectives are.
 
 A pattern is what one kind of parallelism puts on the network in one training step of a model shape
 (:data:`MODELS`, from the models' public configs; the suite ``suites/test_training_traffic.py`` names the
@@ -29,16 +29,33 @@ sources).  One *iteration* of a pattern, the unit that is timed, and how a train
   sent from every stage to the next at once, then its gradient from every stage to the previous at once.
   One iteration is one micro-batch forward and backward; a step has ``micro_batches`` of them.  bytes = 2 S;
   busbw factor 1 (S / t per link and direction).
+* ``overlap_dp_tp`` (data and tensor parallel at once): the backward pass, where DDP all-reduces the
+  gradient buckets while the layers' tensor-parallel collectives run: ``dp_grad_sync``'s whole gradient on a
+  communicator of the world's ranks (a group of its own) and, at the same time, ``tp_layer``'s four
+  collectives once per layer in the tensor-parallel groups (another communicator).  On GPU each part runs on
+  a CUDA stream of its own that starts from one event on the current stream and joins it at the end; on CPU
+  (gloo) the gradient sync runs in a second thread.  Each part is timed alone, then both together;
+  ``info["overlap"]`` gives each part's median time alone and overlapped (from the common start to the
+  part's end; per iteration the slowest rank's) and their ratios, ``dp_slowdown`` and ``tp_slowdown``.  The
+  measurement (what is gated) is the overlapped iteration, once per step.  bytes = G + 4 S x layers; busbw
+  factor the mean of the parts' factors weighted by their bytes.  Scaled, it has 1/16 of the layers, as
+  its gradient has 1/16 of the buckets.
 
 The per-step figure (``info["step_comm_s"]``, and ``info["step"]`` in words) is the iteration's median time
 times the iterations per step: the communication time of a step if none of it overlapped with compute or
-with each other.
+with each other (the overlap pattern's iteration is the overlapped one).  ``info["step_label"]`` names the
+pattern and shape in plain words ("the data-parallel gradient sync of the llama3-8b shape on 8 ranks").
+
+After the timed samples every pattern times single iterations one by one, as the collectives time single
+ops (:func:`.collectives.single_op_phase`: a budget of ``tail_time_s``, default ``min_time_s``, the same
+count on every rank), and ``info["tail"]`` holds their figures (:func:`.collectives.tail_info`).
 
 ``scale`` divides the element counts, so that the CPU variant (gloo) stays quick: the DP gradient, and the
 hidden size of the other patterns (the token counts, the routing and the number of layers stay).  A scaled
 DP gradient's bucket caps are divided by ``scale / SCALED_BUCKETS_FEWER``: it has 1/16 of the full model's
-buckets (39 instead of 614 for llama3-8b; ``info["buckets"]``), as gloo takes about a millisecond per
-all-reduce however small.  On GPU the scale is 1.
+buckets (40 instead of 614 for llama3-8b; ``info["buckets"]``), as gloo takes about a millisecond per
+all-reduce however small; the overlap's tensor-parallel part likewise has 1/16 of the layers
+(``info["overlap_layers"]``).  On GPU the scale is 1.
 
 This module holds what a pattern is (:data:`MODELS`, :func:`plan`: the plan of a pattern for a shape,
 world and scale, with its bytes, factor and per-step count), the per-rank task :func:`run_pattern` (timed
@@ -56,16 +73,20 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from ..measurement import Measurement
-from ..units import describe_size
-from .collectives import BenchResult, WrongResult, ranks_info
+from ..units import format_size
+from .collectives import BenchResult, WrongResult, ranks_info, tail_info
 
-__all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
-           "DDP_FIRST_BUCKET_BYTES", "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern", "to_measurement", "check_rows",
-           "WrongResult"]
+__all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "PatternResult", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
+           "DDP_FIRST_BUCKET_BYTES", "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern",
+           "to_measurement", "check_rows", "WrongResult"]
 
-DP, MOE, TP, PP = "dp_grad_sync", "moe_all_to_all", "tp_layer", "pp_send_recv"
+DP, MOE, TP, PP, OVERLAP = "dp_grad_sync", "moe_all_to_all", "tp_layer", "pp_send_recv", "overlap_dp_tp"
 #: the patterns, in the suite's order
-PATTERNS = (DP, MOE, TP, PP)
+PATTERNS = (DP, MOE, TP, PP, OVERLAP)
+#: what each pattern is, in plain words (``info["step_label"]``)
+WHAT = {DP: "data-parallel gradient sync", MOE: "mixture-of-experts all-to-all",
+        TP: "tensor-parallel layer collectives", PP: "pipeline-parallel send/recv",
+        OVERLAP: "data-parallel gradient sync overlapped with the tensor-parallel collectives"}
 
 #: PyTorch DDP's default bucket caps: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` and ``bucket_cap_mb=25``
 DDP_FIRST_BUCKET_BYTES = 1 << 20
@@ -199,6 +220,20 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
     width = max(1, model.hidden // scale)
     act = model.seq * model.micro_batch * width  # elements of one activation
     info: dict[str, Any] = {"model": model.name, "pattern": pattern, "scale": scale}
+    if pattern == OVERLAP:
+        dp = plan(DP, model, world, scale)
+        tp = plan(TP, model, world, scale, tp_groups=tp_groups)
+        fewer = scale // max(1, scale // SCALED_BUCKETS_FEWER)  # as the scaled gradient's buckets
+        layers = -(-model.layers // fewer)
+        dp_bytes, tp_bytes = dp.bytes_per_iter, tp.bytes_per_iter * layers
+        factor = (dp_bytes * dp.busbw_factor + tp_bytes * tp.busbw_factor) / (dp_bytes + tp_bytes)
+        info.update({k: v for k, v in dp.info.items() if k not in info}, tp=tp.info["tp"],
+                    tp_groups=tp.info["tp_groups"], layers=model.layers, overlap_layers=layers,
+                    activation_bytes=tp.info["activation_bytes"], dp_bytes=dp_bytes, tp_bytes=tp_bytes)
+        return PatternPlan(OVERLAP, model.name, world, scale, {"dp": dp.spec, "tp": tp.spec, "layers": layers},
+                           dp_bytes + tp_bytes, factor, 1,
+                           f"the gradient sync of {format_size(dp_bytes)} in {dp.info['buckets']} buckets while "
+                           f"{layers} layers' tensor-parallel collectives run, 4 each", info)
     if pattern == DP:
         if model.params <= 0:
             raise ValueError(f"model {model.name!r} has no data-parallel gradient in this suite")
@@ -213,7 +248,7 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
             info["gradient"] = model.dp_note
         return PatternPlan(DP, model.name, world, scale, {"total": total, "first": first, "cap": cap},
                            total * BF16, 2 * (world - 1) / world, 1,
-                           f"one full gradient sync ({describe_size(total * BF16)} in {len(buckets)} buckets)", info)
+                           f"one full gradient sync of {format_size(total * BF16)} in {len(buckets)} buckets", info)
     if pattern == MOE:
         if not model.moe:
             raise ValueError(f"model {model.name!r} has no experts")
@@ -284,8 +319,9 @@ def _merge(acc: list[Any], part: tuple[int, int, Optional[tuple[int, float, floa
 class _DataParallel:
     """The gradient in one flat buffer; each iteration all-reduces its DDP buckets, launched back to back."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, world: int, total: int, first: int, cap: int) -> None:
-        self.torch, self.dist, self.world = torch, dist, world
+    def __init__(self, torch: Any, dist: Any, device: str, world: int, total: int, first: int, cap: int,
+                 group: Any = None) -> None:
+        self.torch, self.dist, self.world, self.group = torch, dist, world, group
         self.grad = torch.empty(total, device=device, dtype=torch.bfloat16)
         self.views, at = [], 0
         for k in ddp_buckets(total, first, cap):
@@ -305,7 +341,7 @@ class _DataParallel:
             self.grad[lo:hi].copy_(self._pattern(lo, hi))
 
     def run(self) -> None:
-        works = [self.dist.all_reduce(v, async_op=True) for v in self.views]
+        works = [self.dist.all_reduce(v, group=self.group, async_op=True) for v in self.views]
         for w in works:
             w.wait()
 
@@ -365,20 +401,23 @@ class _Experts:
         return acc[0], acc[1], acc[2]
 
 
-#: this process's tensor-parallel groups, made once per set of groups (every rank creates every group, in order)
-_TP_GROUPS: dict[tuple[tuple[int, ...], ...], Any] = {}
+#: this process's sub-groups, made once per use ("tp", "dp") and set of groups (every rank creates every group,
+#: in order): the overlap's gradient sync gets a communicator of its own even where its ranks are a
+#: tensor-parallel group's (a world of 2)
+_GROUPS: dict[tuple[str, tuple[tuple[int, ...], ...]], Any] = {}
 
 
-def _tp_group(dist: Any, groups: Sequence[Sequence[int]], rank: int, backend: str) -> tuple[Any, tuple[int, ...]]:
-    key = tuple(tuple(g) for g in groups)
-    if key not in _TP_GROUPS:
+def _tp_group(dist: Any, groups: Sequence[Sequence[int]], rank: int, backend: str,
+              use: str = "tp") -> tuple[Any, tuple[int, ...]]:
+    key = (use, tuple(tuple(g) for g in groups))
+    if key not in _GROUPS:
         mine = None
-        for g in key:  # every rank calls new_group for every group, in the same order
+        for g in key[1]:  # every rank calls new_group for every group, in the same order
             handle = dist.new_group(list(g), backend=backend)
             if rank in g:
                 mine = (handle, g)
-        _TP_GROUPS[key] = mine
-    return _TP_GROUPS[key]
+        _GROUPS[key] = mine
+    return _GROUPS[key]
 
 
 class _TensorParallel:
@@ -439,17 +478,154 @@ class _Pipeline:
         return acc[0], acc[1], acc[2]
 
 
+class _Overlap:
+    """The backward pass of data and tensor parallelism at once: the whole gradient all-reduced in DDP's
+    buckets on a group of the world's ranks (:class:`_DataParallel`) while ``layers`` x the tensor-parallel
+    layer's four collectives run in their groups (:class:`_TensorParallel`).  :meth:`iteration` runs either
+    part alone or both: on GPU each part on a CUDA stream of its own, both starting after an event on the
+    current stream, which waits for both at the end; on CPU the gradient sync in a second thread."""
+
+    def __init__(self, torch: Any, dist: Any, device: str, rank: int, world: int, spec: dict[str, Any],
+                 backend: str, gpu: bool) -> None:
+        self.torch, self.gpu, self.layers = torch, gpu, int(spec["layers"])
+        d, t = spec["dp"], spec["tp"]
+        dp_group, _ = _tp_group(dist, [list(range(world))], rank, backend, use="dp")
+        self.dp = _DataParallel(torch, dist, device, world, d["total"], d["first"], d["cap"], group=dp_group)
+        self.tp = _TensorParallel(torch, dist, device, rank, t["groups"], t["count"], backend)
+        if gpu:
+            self.streams = (torch.cuda.Stream(), torch.cuda.Stream())
+
+    def fill(self) -> None:
+        self.dp.fill()
+        self.tp.fill()
+
+    def _tp_run(self) -> None:
+        for _ in range(self.layers):
+            self.tp.run()
+
+    def iteration(self, dp: bool = True, tp: bool = True, timed: bool = True) -> Any:
+        """Run the parts asked for.  CPU: returns (total, dp part, tp part) seconds, a part's from the start to
+        its end (0 where it did not run).  GPU: returns the events (start, end, dp end, tp end) to read after
+        a sync (None where not ``timed`` or the part did not run)."""
+        if not self.gpu:
+            import threading
+            import time
+
+            t0 = time.perf_counter()
+            box: dict[str, Any] = {}
+
+            def dp_part() -> None:
+                try:
+                    self.dp.run()
+                    box["dp"] = time.perf_counter() - t0
+                except BaseException as e:  # raised in the calling thread after the join
+                    box["error"] = e
+
+            thread = None
+            if dp and tp:
+                thread = threading.Thread(target=dp_part, name="gpucomm-overlap-dp", daemon=True)
+                thread.start()
+            elif dp:
+                dp_part()
+            if tp:
+                self._tp_run()
+                box["tp"] = time.perf_counter() - t0
+            if thread is not None:
+                thread.join()
+            if "error" in box:
+                raise box["error"]
+            return time.perf_counter() - t0, box.get("dp", 0.0), box.get("tp", 0.0)
+        cuda = self.torch.cuda
+        cur = cuda.current_stream()
+        ev = (lambda: cuda.Event(enable_timing=True)) if timed else (lambda: None)  # noqa: E731
+        start, end, ends = ev(), ev(), [None, None]
+        if start is not None:
+            start.record(cur)
+        for k, (on, part) in enumerate(((dp, self.dp.run), (tp, self._tp_run))):
+            if on:
+                stream = self.streams[k]
+                stream.wait_stream(cur)
+                with cuda.stream(stream):
+                    part()
+                ends[k] = ev()
+                if ends[k] is not None:
+                    ends[k].record(stream)
+        for k, on in enumerate((dp, tp)):
+            if on:
+                cur.wait_stream(self.streams[k])
+        if end is not None:
+            end.record(cur)
+        return start, end, ends[0], ends[1]
+
+    def seconds(self, marks: Any) -> tuple[float, float, float]:
+        """(total, dp part, tp part) of what :meth:`iteration` returned, after a sync."""
+        if not self.gpu:
+            return marks
+        start, end, dp_end, tp_end = marks
+        return tuple(start.elapsed_time(e) / 1e3 if e is not None else 0.0  # type: ignore[return-value]
+                     for e in (end, dp_end, tp_end))
+
+    def run(self) -> None:
+        """Both parts, once, untimed (the single-op phase and the check)."""
+        self.iteration(timed=False)
+
+    def sync(self) -> None:
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+    def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+        acc: list[Any] = [0, 0, None]
+        _merge(acc, self.dp.check())
+        _merge(acc, self.tp.check(), self.dp.grad.numel())
+        return acc[0], acc[1], acc[2]
+
+
+class _OverlapTimed:
+    """Adapter of :class:`_Overlap` for the timing engine: each sample ``batch`` iterations of the ``parts``
+    (dp, tp); a sample's mean part times are appended to ``split`` when the sample is read."""
+
+    def __init__(self, case: _Overlap, parts: tuple[bool, bool]) -> None:
+        self.case, self.parts = case, parts
+        self.split: list[tuple[float, float]] = []
+
+    def sample(self, batch: int) -> Any:
+        marks = [self.case.iteration(*self.parts) for _ in range(batch)]
+
+        def seconds() -> float:
+            times = [self.case.seconds(m) for m in marks]
+            self.split.append((sum(t[1] for t in times) / batch, sum(t[2] for t in times) / batch))
+            return sum(t[0] for t in times)
+
+        return seconds
+
+    def sync(self) -> None:
+        self.case.sync()
+
+
+@dataclass(frozen=True)
+class PatternResult(BenchResult):
+    """A rank's result of :func:`run_pattern`: a :class:`BenchResult`, and for the overlap (rank 0 only) the
+    medians of the slowest rank's time per iteration of each part alone and overlapped (``dp_alone_s``,
+    ``tp_alone_s``, ``dp_overlapped_s``, ``tp_overlapped_s``)."""
+
+    overlap: dict[str, float] = field(default_factory=dict)
+
+
 def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float = 0.1,
-                max_samples: int = 1000) -> BenchResult:
+                max_samples: int = 1000, tail_time_s: Optional[float] = None) -> PatternResult:
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
-    (:func:`plan`), time its iterations (warm-up, plan agreed by every rank), then run one more on fresh
-    inputs and poisoned outputs and count the wrong elements; last, with the other ranks, each iteration's
-    time (the slowest rank's) and who arrived last (:func:`.collectives.iteration_stats`)."""
+    (:func:`plan`), time its iterations (warm-up, plan agreed by every rank; the overlap: each part alone,
+    then both), time single iterations one by one (:func:`.collectives.single_op_phase`: ``tail_time_s``, None:
+    ``min_time_s``; 0 skips them), then run one more on fresh inputs and poisoned outputs and count the wrong
+    elements; last, with the other ranks, each iteration's time (the slowest rank's) and who arrived last
+    (:func:`.collectives.iteration_stats`)."""
+    import statistics
+
     import torch
     import torch.distributed as dist
 
     from ..timing import TimingSettings, measure
-    from .collectives import _Timed, iteration_stats
+    from .collectives import _Timed, iteration_stats, single_op_fields, single_op_phase
 
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
@@ -464,10 +640,11 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         case = _Experts(torch, dist, ctx.device, r, spec["counts"], spec["width"])
     elif pattern == TP:
         case = _TensorParallel(torch, dist, ctx.device, r, spec["groups"], spec["count"], ctx.backend)
-    else:
+    elif pattern == PP:
         case = _Pipeline(torch, dist, ctx.device, r, spec["forward"], spec["count"])
+    else:
+        case = _Overlap(torch, dist, ctx.device, r, n, spec, ctx.backend, gpu)
     settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
-    timed = _Timed(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
     agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
 
     def agree(x: float) -> float:
@@ -479,7 +656,24 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         timed.sync()
         dist.barrier()
 
+    # the overlap: each part's time per iteration (from the start to the part's end), alone then overlapped
+    parts: dict[str, list[float]] = {}
+    timed: Any = None
+    if pattern == OVERLAP:  # each part alone first (each its own plan), then both: the measurement
+        for k, (key, on) in enumerate((("dp_alone_s", (True, False)), ("tp_alone_s", (False, True)))):
+            timed = _OverlapTimed(case, on)
+            alone, _ = measure(timed, settings, agree=agree, prepare=prepare)
+            parts[key] = [split[k] for split in timed.split[len(timed.split) - len(alone):]]
+        timed = _OverlapTimed(case, (True, True))
+    else:
+        timed = _Timed(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
     samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare)
+    if pattern == OVERLAP:  # the samples are read last, in order: the last entries of split are theirs
+        both = timed.split[len(timed.split) - len(samples):]
+        parts["dp_overlapped_s"] = [d for d, _ in both]
+        parts["tp_overlapped_s"] = [t for _, t in both]
+    budget = min_time_s if tail_time_s is None else float(tail_time_s)
+    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget)
     case.fill()
     timed.sync()
     dist.barrier()
@@ -491,13 +685,18 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     its = iteration_stats(torch, dist, samples, r, n, ctx.device)
+    tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device)
+    overlap = {}
+    for key, own in parts.items():  # every rank, in the same order
+        overlap[key] = statistics.median(iteration_stats(torch, dist, own, r, n, ctx.device).times)
     first_rank = r == 0
-    return BenchResult(
+    return PatternResult(
         rank=r, in_place=False, samples_s=tuple(its.times) if first_rank else (), batch=timing_plan.batch, graph=0,
         graph_error="", registered=False, register_note="", size_bytes=0, wrong=wrong, checked=checked,
         first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
         own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
-        straggled=its.straggled, host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device)
+        straggled=its.straggled, host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device,
+        overlap=overlap if first_rank else {}, **tail)
 
 
 # -- the controller's side ------------------------------------------------------------------------
@@ -532,10 +731,27 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
                     devices=tuple(f"rank{r.rank}" for r in results), busbw_factor=p.busbw_factor,
                     world_size=len(results), dtype="bfloat16", kind="collective", info=info)
     step_s = m.median_s * p.per_step
-    times = "" if p.per_step == 1 else f" ({p.per_step} x {_duration(m.median_s)}: {p.iteration})"
+    label = (f"the {WHAT[p.pattern]} of the {p.model} shape on {len(results)} ranks"
+             f"{'' if p.scale == 1 else f' (scaled 1/{p.scale})'}")
+    each = (f"{p.iteration}" if p.per_step == 1
+            else f"{p.per_step} x {_duration(m.median_s)}, each {p.iteration}")
     info["step_comm_s"] = step_s
-    info["step"] = (f"{p.pattern} of the {p.model} shape on {len(results)} ranks"
-                    f"{'' if p.scale == 1 else f' (scaled 1/{p.scale})'}: {_duration(step_s)} per training step"
-                    f"{times if times else f' ({p.iteration})'}, busbw {m.busbw_gbps:.2f} GB/s")
+    info["step_label"] = label
+    info["step"] = f"{label}: {_duration(step_s)} per training step, {each}; busbw {m.busbw_gbps:.2f} GB/s"
+    figures = getattr(first, "overlap", None)
+    if p.pattern == OVERLAP and figures:
+        ov = dict(figures)
+        ov["dp_slowdown"] = ov["dp_overlapped_s"] / ov["dp_alone_s"] if ov["dp_alone_s"] > 0 else None
+        ov["tp_slowdown"] = ov["tp_overlapped_s"] / ov["tp_alone_s"] if ov["tp_alone_s"] > 0 else None
+        info["overlap"] = ov
+
+        def part(name: str, key: str) -> str:
+            alone, over, slow = ov[f"{key}_alone_s"], ov[f"{key}_overlapped_s"], ov[f"{key}_slowdown"]
+            return (f"{name} {_duration(alone)} alone, {_duration(over)} overlapped"
+                    f"{'' if slow is None else f' ({slow:.2f}x)'}")
+
+        info["step"] += f"; {part('the gradient sync', 'dp')}, {part('the tensor-parallel collectives', 'tp')}"
     info["ranks"] = ranks_info(results)
+    if first.op_times_s:
+        info["tail"] = tail_info(results)
     return m
