@@ -814,18 +814,21 @@ class FlagLatch:
         return self._set()
 
 
-def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int) -> SingleOps:
+def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int, launches: int = 1) -> SingleOps:
     """Time ``n_ops`` single ops, each on its own: on GPU a pair of device events around each op, on CPU the
     host clock.  Each rank calls it with the same ``n_ops`` (the ops are collectives).
 
-    GPU: the ops are enqueued in chunks of at most ``TAIL_CHUNK`` behind a :class:`FlagLatch`, which the
-    host releases once the whole chunk is enqueued: the ops and their events run back to back on the device,
-    and an op's time is its device time, never the host's launch gap.  A chunk whose latch the timer had to
-    release is timed again.  Where the latch is not available (no driver stream memory operations) a spin
-    kernel of the measured enqueue time, doubled, stands in for it.  The timer's figures come from empty
-    event pairs enqueued the same way (resolution: the smallest non-zero interval; overhead: the median empty
-    interval).  CPU: resolution from ``time.get_clock_info``, overhead the median of back-to-back
-    ``perf_counter`` pairs."""
+    GPU: the ops are enqueued in chunks of at most ``TAIL_CHUNK`` collectives (an op of ``launches``
+    collectives, a pattern's iteration, counts as that many) behind a :class:`FlagLatch`, which the host
+    releases once the whole chunk is enqueued: the ops and their events run back to back on the device, and
+    an op's time is its device time, never the host's launch gap.  A chunk whose latch the timer had to
+    release (the device queue was full) is timed again in smaller chunks; when even one op does not fit, or
+    one op holds more than ``TAIL_CHUNK`` collectives, or the latch is not available (no driver stream memory
+    operations), the ops are timed without a latch: the device then starts each as soon as it is enqueued
+    (long iterations keep the host ahead of the device; the timer string says which way was used).  The
+    timer's figures come from empty event pairs enqueued the same way (resolution: the smallest step between
+    distinct intervals; overhead: the median empty interval).  CPU: resolution from
+    ``time.get_clock_info``, overhead the median of back-to-back ``perf_counter`` pairs."""
     if not gpu:
         pairs = []
         for _ in range(1000):
@@ -840,65 +843,59 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int) -> Si
         return SingleOps(own, "host clock per operation", time.get_clock_info("perf_counter").resolution,
                          pairs[len(pairs) // 2])
     cuda = torch.cuda
-    latch = FlagLatch.create(torch)
+    launches = max(1, int(launches))
+    latch = FlagLatch.create(torch) if launches <= TAIL_CHUNK else None
+    why = FlagLatch.unavailable if launches <= TAIL_CHUNK else f"one op holds {launches} collectives"
     stream = cuda.current_stream()
-    spin_per_s = 0.0
-    per_op_host = 50e-6
-    if latch is None:  # the spin's cycles per second, from a timed spin
-        a, b = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-        a.record()
-        cuda._sleep(1_000_000)
-        b.record()
-        cuda.synchronize()
-        spin_per_s = 1_000_000 / max(a.elapsed_time(b) / 1e3, 1e-6)
 
-    def chunk(k: int, body: Optional[Callable[[], None]]) -> Optional[list[float]]:
-        nonlocal per_op_host
+    def chunk(k: int, body: Optional[Callable[[], None]]) -> tuple[list[float], bool]:
         evs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(k)]
         if latch is not None:
             latch.hold(stream)
-        else:
-            cuda._sleep(int(spin_per_s * (per_op_host * k * 2 + 50e-6)))
-        t0 = time.perf_counter()
         for s_, e_ in evs:
             s_.record()
             if body is not None:
                 body()
             e_.record()
-        per_op_host = max(per_op_host * 0.5, (time.perf_counter() - t0) / k)
         released = latch.release() if latch is not None else True
         cuda.synchronize()
-        return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs] if released else None
+        return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs], released
 
-    empty: list[float] = []
-    while not empty:
-        empty = chunk(min(TAIL_CHUNK, 100), None) or []
+    empty, _ = chunk(100, None)
     own: list[float] = []
-    size = TAIL_CHUNK
+    unlatched = 0
+    size = max(1, TAIL_CHUNK // launches)
+    # Every rank makes exactly n_ops calls, whatever its latch did (the ops are collectives, and the ranks'
+    # times are paired op by op): a chunk the timer released keeps its times, counted as unlatched, and the
+    # next chunks are smaller -- or, after a single op, unlatched.
     while len(own) < n_ops:
-        got = chunk(min(size, n_ops - len(own)), run)
-        if got is None:  # the host could not enqueue the chunk behind the latch: smaller chunks
-            size = max(1, size // 2)
-            continue
+        got, released = chunk(min(size, n_ops - len(own)), run)
         own += got
+        if not released:
+            unlatched += len(got)
+            if size == 1:
+                latch, why = None, "one op does not fit the device queue behind it"
+            size = max(1, size // 2)
+    seen = sorted(set(empty) | set(own))
     # the clock's step: the smallest difference between two distinct intervals measured (the events' tick,
     # 32 ns on an H200, not the ~1.3 us an empty pair takes, which is the overhead)
-    seen = sorted(set(empty) | set(own))
     steps = [b - a for a, b in zip(seen, seen[1:]) if b - a > 1e-12]
     empty.sort()
     how = "device events per operation, behind a host-released latch" if latch is not None else \
-        f"device events per operation, behind a spin kernel (no latch: {FlagLatch.unavailable})"
+        f"device events per operation, no latch ({why})"
+    if unlatched:
+        how += f"; {unlatched} of {n_ops} ops behind a latch the timer released (host time included)"
     return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2])
 
 
 def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callable[[], None],
                     agree: Callable[[float], float], gpu: bool, budget_s: float,
-                    group: Any = None) -> Optional[SingleOps]:
+                    group: Any = None, launches: int = 1) -> Optional[SingleOps]:
     """The single-op phase of a case, after its timed samples, on every rank of ``group``: ``run`` (one op,
     or one iteration of a pattern) three times to get the agreed (slowest rank's, ``agree``) wall time of
     one, then as many single ops as fill ``budget_s`` at that time, between ``TAIL_MIN_OPS`` and
     ``TAIL_MAX_OPS`` (:func:`single_ops`), so that every rank makes the same calls.  None when ``budget_s``
-    is 0 or less (the phase skipped)."""
+    is 0 or less (the phase skipped).  ``launches``: the collectives one ``run`` makes (:func:`single_ops`)."""
     if budget_s <= 0:
         return None
     sync()
@@ -909,7 +906,7 @@ def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callab
     per_op = max(agree((time.perf_counter() - t0) / 3), 1e-9)
     n_ops = max(TAIL_MIN_OPS, min(TAIL_MAX_OPS, int(budget_s / per_op)))
     dist.barrier(group=group)
-    return single_ops(torch, run, gpu, n_ops)
+    return single_ops(torch, run, gpu, n_ops, launches)
 
 
 def single_op_fields(torch: Any, dist: Any, singles: Optional[SingleOps], budget_s: float, rank: int, world: int,

@@ -340,6 +340,11 @@ class _DataParallel:
             hi = min(lo + step, self.grad.numel())
             self.grad[lo:hi].copy_(self._pattern(lo, hi))
 
+    @property
+    def launches(self) -> int:
+        """The collectives of one iteration: one all-reduce per bucket."""
+        return len(self.views)
+
     def run(self) -> None:
         works = [self.dist.all_reduce(v, group=self.group, async_op=True) for v in self.views]
         for w in works:
@@ -388,6 +393,11 @@ class _Experts:
     def fill(self) -> None:
         self.recv.fill_(-7)
         self.back.fill_(-7)
+
+    @property
+    def launches(self) -> int:
+        """The collectives of one iteration: dispatch and combine."""
+        return 2
 
     def run(self) -> None:
         a2a = self.dist.all_to_all_single
@@ -440,6 +450,11 @@ class _TensorParallel:
         self.ag.fill()
         self.rs.fill()
 
+    @property
+    def launches(self) -> int:
+        """The collectives of one iteration: two all-gathers, two reduce-scatters."""
+        return 4
+
     def run(self) -> None:
         self.ag.run()
         self.rs.run()
@@ -466,6 +481,11 @@ class _Pipeline:
     def fill(self) -> None:
         self.fwd.fill()
         self.bwd.fill()
+
+    @property
+    def launches(self) -> int:
+        """The batched send/recv calls of one iteration: forward and backward."""
+        return 2
 
     def run(self) -> None:
         self.fwd.run()
@@ -564,6 +584,11 @@ class _Overlap:
         start, end, dp_end, tp_end = marks
         return tuple(start.elapsed_time(e) / 1e3 if e is not None else 0.0  # type: ignore[return-value]
                      for e in (end, dp_end, tp_end))
+
+    @property
+    def launches(self) -> int:
+        """The collectives of one iteration: the gradient's buckets and every layer's four."""
+        return self.dp.launches + self.layers * self.tp.launches
 
     def run(self) -> None:
         """Both parts, once, untimed (the single-op phase and the check)."""
@@ -673,7 +698,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         parts["dp_overlapped_s"] = [d for d, _ in both]
         parts["tp_overlapped_s"] = [t for _, t in both]
     budget = min_time_s if tail_time_s is None else float(tail_time_s)
-    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget)
+    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, launches=case.launches)
     case.fill()
     timed.sync()
     dist.barrier()
