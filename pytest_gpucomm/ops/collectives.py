@@ -892,18 +892,24 @@ def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callab
                     agree: Callable[[float], float], gpu: bool, budget_s: float,
                     group: Any = None, launches: int = 1) -> Optional[SingleOps]:
     """The single-op phase of a case, after its timed samples, on every rank of ``group``: ``run`` (one op,
-    or one iteration of a pattern) three times to get the agreed (slowest rank's, ``agree``) wall time of
-    one, then as many single ops as fill ``budget_s`` at that time, between ``TAIL_MIN_OPS`` and
+    or one iteration of a pattern) three times (and, for short ops, 20 more) back to back to get the agreed
+    (slowest rank's, ``agree``) wall time of one, then as many single ops as fill ``budget_s`` at that time, between ``TAIL_MIN_OPS`` and
     ``TAIL_MAX_OPS`` (:func:`single_ops`), so that every rank makes the same calls.  None when ``budget_s``
     is 0 or less (the phase skipped).  ``launches``: the collectives one ``run`` makes (:func:`single_ops`)."""
     if budget_s <= 0:
         return None
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        run()
-    sync()
-    per_op = max(agree((time.perf_counter() - t0) / 3), 1e-9)
+
+    def wall(k: int) -> float:  # k ops enqueued back to back, then waited for: per op, the host or the device
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(k):
+            run()
+        sync()
+        return (time.perf_counter() - t0) / k
+
+    per_op = max(agree(wall(3)), 1e-9)
+    if budget_s / per_op > 100:  # short ops: the wait at the end weighs on 3 ops; 20 tell the pace
+        per_op = max(agree(wall(20)), 1e-9)
     n_ops = max(TAIL_MIN_OPS, min(TAIL_MAX_OPS, int(budget_s / per_op)))
     dist.barrier(group=group)
     return single_ops(torch, run, gpu, n_ops, launches)
