@@ -328,3 +328,17 @@ def test_the_cpu_model_is_the_fit_of_the_recorded_sessions():
     assert p["share_sd"] == pytest.approx(CPU["wvar"], abs=0.01)
     # the default spread is this pooled figure, rounded
     assert DEFAULT_SHARE_SPREAD == pytest.approx(p["share_sd"], abs=0.05)
+
+
+def test_a_level_within_a_few_clock_steps_of_the_median_is_not_judged():
+    # a 1.3 us op timed in 32 ns steps (one H200, a one-rank NCCL all_reduce): p99 one step above p50
+    base = [TailSketch.from_samples([1.28e-6] * 985 + [1.31e-6] * 15) for _ in range(3)]
+    today = [1.28e-6] * 900 + [1.31e-6] * 50 + [1.34e-6] * 50  # 5 % two steps above: the clock, not a tail
+    t = tail_test(base, today, resolution_s=32e-9)
+    assert not t.tail and t.levels == 0 and "steps of the clock (32 ns)" in t.text()
+    assert tail_test(base, today).tail  # without the clock's step the rule would call it
+
+
+def test_the_clock_step_must_be_seconds_at_least_zero():
+    with pytest.raises(ValueError, match="resolution_s"):
+        tail_test([(1.0, 2.0)], [1.0, 2.0], resolution_s=-1.0)

@@ -95,6 +95,7 @@ __all__ = [
     "fit_spread",
     "mixture_sf",
     "TailTest",
+    "MIN_TICKS",
     "tail_test",
 ]
 
@@ -306,6 +307,8 @@ class TailSketch:
 BaselineRun = Union[TailSketch, Histogram, tuple[float, float]]
 #: the baseline's percentiles at which the rule counts today's slow ops (each a reference ratio to the median)
 TAIL_LEVELS = (0.99, 0.999)
+#: a level is tested only where its threshold lies at least this many clock steps above the median
+MIN_TICKS = 8
 #: a level above the p99 is judged only with runs (baseline and today) that expect this many ops above it
 #: (the p99.9: 5,000 ops); below it the share's log is too coarse for the lognormal-binomial model
 FAR_MIN_EXPECTED = 5
@@ -479,13 +482,16 @@ class TailTest:
     baseline_share: float = EXPECTED_SHARE  # the baseline's share above the reference (geometric mean of its runs)
     quantile: float = 0.99  # the baseline's percentile whose ratio made the threshold
     rate_sd: float = 0.0  # the sd of today's log share under the null: run to run and the baseline's error
-    levels: int = 1  # reference levels tested
+    levels: int = 1  # reference levels tested (0: none resolved by the clock, see ``unresolved``)
+    unresolved: str = ""  # why no level was tested
 
     @property
     def share(self) -> float:
         return self.exceed / self.n if self.n else 0.0
 
     def text(self) -> str:
+        if not self.levels:
+            return f"tail not judged: {self.unresolved}"
         pct = f"p{self.quantile * 100:g}"
         return (f"{self.exceed} of {self.n} iterations ({self.share:.2%}) slower than the baseline's {pct} scaled "
                 f"to today's median ({self.threshold_s * 1e6:.2f} us = {self.baseline_ratio:.2f} x p50 "
@@ -539,14 +545,17 @@ def mixture_sf(k: int, n: int, log_rate: float, rate_sd: float, mix_df: Optional
 def tail_test(baseline: Sequence[BaselineRun], today: Union[Histogram, Sequence[float]], *,
               tolerance: float = DEFAULT_TAIL_TOLERANCE, alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
               looks: int = 1, today_p50_s: Optional[float] = None, spread: Optional[TailSpread] = None,
-              today_runs: int = 1) -> TailTest:
+              today_runs: int = 1, resolution_s: float = 0.0) -> TailTest:
     """The tail rule for one case (see the module's doc): ``baseline`` is its runs (:class:`TailSketch`, as the
     store keeps them; a run's :class:`Histogram`; or (p50, p99) seconds, whose share above the reference is
     taken as 1 % without error, and which give no p99.9); ``today`` the single-operation times (raw, or a
     :class:`Histogram`; ``today_runs`` runs pooled in it, e.g. re-measures merged); ``today_p50_s`` today's
     exact median where ``today`` is a histogram (else taken from it); ``spread`` the run-to-run spread
-    (:func:`fit_spread` over the baseline's cases; None: fitted to this case's runs alone).  TAIL when the
-    p-value, corrected over the reference levels tested, is below alpha / (n_comparisons x looks)."""
+    (:func:`fit_spread` over the baseline's cases; None: fitted to this case's runs alone); ``resolution_s``
+    the step of today's clock: a level whose threshold lies fewer than ``MIN_TICKS`` steps above today's
+    median is not tested (the share above it is set by the clock's step, not by the times: a 1.3 us op timed
+    in 32 ns steps has its p99 one step above its median).  TAIL when the p-value, corrected over the
+    reference levels tested, is below alpha / (n_comparisons x looks); no level tested: never TAIL."""
     from .decision import corrected_alpha
 
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
@@ -572,13 +581,21 @@ def tail_test(baseline: Sequence[BaselineRun], today: Union[Histogram, Sequence[
         p50 = float(np.median(a)) if today_p50_s is None else today_p50_s
     if not (isinstance(p50, (int, float)) and p50 > 0 and math.isfinite(p50)):
         raise ValueError(f"today_p50_s must be positive finite seconds, got {p50!r}")
+    if isinstance(resolution_s, bool) or not isinstance(resolution_s, (int, float)) or not (
+            resolution_s >= 0 and math.isfinite(resolution_s)):
+        raise ValueError(f"resolution_s must be seconds >= 0, got {resolution_s!r}")
     tested = []
+    unresolved = ""
     for q in TAIL_LEVELS:
         lv = _level(runs, q)
         if lv is None or (q > TAIL_LEVELS[0] and n * (1 - q) < FAR_MIN_EXPECTED):
             continue  # the baseline does not resolve it, or today has too few ops to expect enough above it
         ratio, logs, binom = lv
         threshold = p50 * ratio
+        if threshold - p50 < MIN_TICKS * resolution_s:
+            unresolved = (f"the baseline's p{q * 100:g} is {(threshold - p50) * 1e9:.0f} ns above today's median, "
+                          f"fewer than {MIN_TICKS} steps of the clock ({resolution_s * 1e9:.0f} ns)")
+            continue
         k = today.count_above(threshold) if isinstance(today, Histogram) else int(np.count_nonzero(a > threshold))
         s2 = spread.at(q) ** 2
         # today's log rate: the baseline's (estimated from its m runs: run to run and binomial error) plus
@@ -588,6 +605,10 @@ def tail_test(baseline: Sequence[BaselineRun], today: Union[Histogram, Sequence[
         allowed = min(1.0, base_share * (1 + tolerance))
         p = mixture_sf(k, n, math.log(allowed), rate_sd, MIX_DF)
         tested.append((p, q, k, threshold, ratio, allowed, base_share, rate_sd))
+    if not tested:
+        return TailTest(tail=False, n=n, exceed=0, threshold_s=p50, baseline_ratio=1.0, today_p50_s=p50,
+                        allowed_share=1.0, p_value=1.0, level=level, levels=0,
+                        unresolved=unresolved or "no reference level resolved")
     p, q, k, threshold, ratio, allowed, base_share, rate_sd = min(tested)
     p = min(1.0, p * len(tested))
     return TailTest(tail=p < level, n=n, exceed=k, threshold_s=threshold, baseline_ratio=ratio, today_p50_s=p50,
