@@ -502,7 +502,8 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
     _check_baseline(baseline)
     from .gate.tails import Histogram, TailSketch
 
-    with_tail = [r for r in report["rows"] if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")]
+    with_tail = [r for r in report["rows"]
+                 if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")]
     if sizes is not None:
         asked = {int(s) for s in sizes}
         chosen = [r for r in with_tail if int(r["size_bytes"]) in asked]
@@ -536,15 +537,15 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
             for i, sk in enumerate(sketches):
                 sx, sy = _sketch_points(sk)
                 ax.plot(sx * 1e6, sy, "o:", color=_BASE, ms=4, lw=0.8, alpha=0.7, gid="baseline-sketch",
-                        label=f"baseline: tail sketches of {plural(len(sketches), 'run')} (median, 0.9-0.999, slowest)"
-                        if i == 0 else None)
+                        label=(f"baseline: tail sketches of {plural(len(sketches), 'run')} (median, 0.9-0.999, "
+                               "slowest)") if i == 0 else None)
         elif case is not None:
             # no sketch: the per-iteration (batch) times of each run, t = bytes x busbw factor / figure, with
             # today's batch times beside them
-            k = float(row["bytes_per_iter"]) * float(row.get("busbw_factor", 1.0)) / GB
+            figure_s = float(row["bytes_per_iter"]) * float(row.get("busbw_factor", 1.0)) / GB  # figure x time
             runs = [r for r in case.get("runs", []) if r.get("samples_gbps")]
             for i, run in enumerate(runs):
-                bx, by = _exceedance_of_samples([k / g for g in run["samples_gbps"]])
+                bx, by = _exceedance_of_samples([figure_s / g for g in run["samples_gbps"]])
                 ax.step(bx * 1e6, by, where="pre", color=_BASE, lw=0.8, alpha=0.7, ls="--", gid="baseline-batch",
                         label=f"baseline: per-iteration times of {plural(len(runs), 'run')} (no single-op sketch kept)"
                         if i == 0 else None)
@@ -559,7 +560,8 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
         ax.legend(fontsize=7, loc="lower left")
         p = ", ".join(f"{q} {_fmt_time(float(tail[f'{q}_us']) * 1e-6)}" for q in ("p50", "p99")
                       if isinstance(tail.get(f"{q}_us"), (int, float)))
-        where = f"{row['world_size']} ranks" if int(row.get("world_size", 1)) > 1 else "->".join(row.get("devices") or [])
+        where = (f"{row['world_size']} ranks" if int(row.get("world_size", 1)) > 1
+                 else "->".join(row.get("devices") or []))
         fig.suptitle(f"{row['op']} {format_size(int(row['size_bytes']))}, {where}: single-op latency"
                      f"{f' (today {p})' if p else ''}\n"
                      f"{context}", fontsize=9)
@@ -588,7 +590,7 @@ def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png"
     used: set[str] = set()
     paths = []
     for i, fig in enumerate(figs):
-        stem = _slug(fig.get_label() or f"figure-{i + 1}")
+        stem = _slug(str(fig.get_label() or f"figure-{i + 1}"))
         name, n = stem, 1
         while name.lower() in used:
             n += 1

@@ -216,8 +216,9 @@ def test_titles_name_the_hardware_the_date_and_the_baseline(report, baseline):
     assert "baseline cpu (judged in the run; its file not drawn)" in plots.sweep_figures(report)[0].get_suptitle()
     del report["baseline"]
     assert "; no baseline" in plots.sweep_figures(report)[0].get_suptitle()
-    assert plots.hardware_line({"kind": "gpu", "count": 8, "model": "NVIDIA H200", "comm_library": "nccl 2.28.9",
-                                "driver": "570.1", "host": "h0"}) == "8 x NVIDIA H200, nccl 2.28.9, driver 570.1, host h0"
+    gpu = {"kind": "gpu", "count": 8, "model": "NVIDIA H200", "comm_library": "nccl 2.28.9", "driver": "570.1",
+           "host": "h0"}
+    assert plots.hardware_line(gpu) == "8 x NVIDIA H200, nccl 2.28.9, driver 570.1, host h0"
 
 
 # -- the copy matrices ---------------------------------------------------------------------------------
