@@ -493,8 +493,8 @@ def _sketch_points(sketch: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
                     sizes: Optional[Iterable[int]] = None) -> list["Figure"]:
-    """A figure per row with a single-op record (``info["tail"]["hist"]``) at the smallest size of its sweep
-    (or at ``sizes``): the share of single ops at or above each latency, today's against the baseline's
+    """A figure per row with a single-op record (``info["tail"]["hist"]``; not a training-step pattern's)
+    at the smallest size of its sweep (or at ``sizes``): the share of single ops at or above each latency, today's against the baseline's
     (see the module doc).  Lines: ``today`` (single ops, x in microseconds), ``baseline-sketch`` (one per
     baseline run with a sketch), else ``today-batch`` and ``baseline-batch`` (one per baseline run)."""
     Figure = _mpl()
@@ -502,8 +502,9 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
     _check_baseline(baseline)
     from .gate.tails import Histogram, TailSketch
 
-    with_tail = [r for r in report["rows"]
-                 if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")]
+    with_tail = [r for r in report["rows"]  # a training-step pattern is no small message (nor a sweep)
+                 if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")
+                 and "step_comm_s" not in _info(r)]
     if sizes is not None:
         asked = {int(s) for s in sizes}
         chosen = [r for r in with_tail if int(r["size_bytes"]) in asked]

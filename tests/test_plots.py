@@ -320,7 +320,11 @@ def test_without_sketches_the_latency_figure_draws_the_per_iteration_times_of_bo
     assert np.allclose(today.get_xdata(), sorted(s * 1e6 for s in row["samples_s"]), rtol=1e-12)
     n = len(row["samples_s"])
     assert np.allclose(today.get_ydata(), [(n - j) / n for j in range(n)])
-    # at the sizes asked for: one figure per row with a single-op record there
+    # at the sizes asked for: one figure per row with a single-op record there, a training-step pattern's left out
+    pattern = copy.deepcopy(row)
+    pattern.update(test="test_small.py::test_step[dp]", op="dp_grad_sync", size_bytes=4096)
+    pattern["info"]["step_comm_s"] = 0.01
+    report["rows"].append(pattern)
     assert [f.get_label() for f in plots.latency_figures(report, sizes=[4096, 16384])] == [
         "latency-test_ar_4KiB", "latency-test_ar_16KiB"]
 
