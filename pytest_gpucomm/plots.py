@@ -1,0 +1,603 @@
+"""Plots of a saved JSON report against a baseline file: the bandwidth curve of each sweep, the matrix of the
+copies' device pairs, and the small messages' latency distribution.
+
+matplotlib is an optional extra (``pip install pytest-gpucomm[plots]``), imported only when a plot is
+drawn; without it every drawing function raises :class:`PlotsUnavailable`, whose message names the extra.
+The figures are ``matplotlib.figure.Figure`` objects made without ``pyplot`` (no GUI backend, no global
+state: safe in a pytest run, a notebook or a headless CI job); :func:`save_all` writes them as PNG or SVG.
+
+**Inputs** are the saved documents, so the plots can be drawn outside pytest: ``report`` is the JSON report
+(``report.json_document``: ``format`` "pytest-gpucomm-report", its rows with samples, verdicts under
+``row["baseline"]``, the single-op record under ``row["info"]["tail"]``, the run's ``fingerprint``);
+``baseline`` is a baseline file's document (``gate.store``'s schema) or None.  A report of another format or
+a newer version, or a baseline that is not one, is a ValueError naming what was found.
+
+**The figures** (each function returns a list, one figure per sweep, copy test or small-message case; the
+figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it):
+
+* :func:`sweep_figures`: per sweep (``curves.sweeps_from_report``), the table's figure (busbw for a
+  collective, algbw for a copy) against the size on log axes: today's median, its spread (the 10th to 90th
+  percentile of the per-iteration figures, as ``curves.SweepPoint`` keeps it), the baseline's median (over
+  its runs of their medians) with its run-to-run band (the lowest to highest run median,
+  ``curves.sweeps_from_baseline``), the rows whose verdict is one of :data:`MARKED_STATUSES` as a marker at
+  their size, and the 80 % and 90 % sizes of today's curve (``curves.curve_model``; dashed where
+  interpolated between measured sizes, dotted where measured; the baseline's in grey).  With a baseline a
+  lower panel shows today / baseline per size, with the report's tolerance as a band around 1.
+* :func:`copy_matrix_figures`: per copy test (the test function, op and node), a source x destination
+  matrix of GB/s at a few sizes (the smallest, the middle one and the largest measured; the colour scale
+  from 0 to the fastest pair, so a pair's shade is its share of the fastest), and, with a baseline, of
+  today / baseline (the baseline's figure: the median of its runs' medians) on a diverging colour scale
+  symmetric around 1.0 (red slower, blue faster); rows and columns are the devices seen, a pair not
+  measured is left blank.
+* :func:`latency_figures`: per collective sweep with single-op records, at its smallest size (or the sizes
+  asked for), the share of single ops at or above a latency (log-log, the tail reads at the right):
+  today's from ``info["tail"]["hist"]`` against the baseline's runs -- their tail sketches
+  (``runs[i]["tail"]``: the median and the ratios at 0.9 ... 0.999) where the baseline keeps them, else its
+  per-iteration (batch) times, drawn with today's batch times for a like-for-like look.
+
+Titles name the hardware (the report's fingerprint), the run's date and the baseline (its name and runs).
+Artists carry a ``gid`` (``today``, ``today-spread``, ``baseline``, ``baseline-band``, ``marked-<STATUS>``,
+``crossing-0.8``, ...) so that callers and tests can find them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .curves import Sweep, _fmt_time, curve_model, sweep_id, sweeps_from_baseline, sweeps_from_report
+from .units import GB, format_size, plural
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "PlotsUnavailable",
+    "EXTRA",
+    "MARKED_STATUSES",
+    "FORMATS",
+    "sweep_figures",
+    "copy_matrix_figures",
+    "latency_figures",
+    "all_figures",
+    "save_all",
+    "hardware_line",
+    "context_line",
+]
+
+#: how to install what the plots need
+EXTRA = "pip install 'pytest-gpucomm[plots]'"
+#: the verdicts a sweep plot marks at their size (the gate's regressions, tail and floor failures, a missed
+#: threshold)
+MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")
+#: the file formats save_all writes
+FORMATS = ("png", "svg")
+
+REPORT_FORMAT = "pytest-gpucomm-report"
+REPORT_VERSION = 1
+BASELINE_SCHEMA = "pytest-gpucomm-baseline"
+
+_TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
+
+
+class PlotsUnavailable(ImportError):
+    """matplotlib is not installed: the message names the extra that brings it."""
+
+
+def _mpl() -> Any:
+    """``matplotlib.figure.Figure``, or PlotsUnavailable naming the extra."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise PlotsUnavailable(f"the gpucomm plots need matplotlib, which cannot be imported ({e}): "
+                               f"install the plots extra, {EXTRA}") from None
+    return Figure
+
+
+# -- the inputs ----------------------------------------------------------------------------------------
+
+
+def _check_report(report: Any) -> Mapping[str, Any]:
+    if not isinstance(report, Mapping):
+        raise ValueError(f"not a pytest-gpucomm report: a {type(report).__name__}, not a JSON object")
+    fmt, version = report.get("format"), report.get("version")
+    if fmt != REPORT_FORMAT:
+        raise ValueError(f"not a pytest-gpucomm report: format {fmt!r} (a report says {REPORT_FORMAT!r})")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"invalid report version {version!r}: a whole number >= 1 is expected")
+    if version > REPORT_VERSION:
+        raise ValueError(f"report version {version} is newer than this pytest-gpucomm reads ({REPORT_VERSION}): "
+                         "upgrade pytest-gpucomm")
+    if not isinstance(report.get("rows"), list):
+        raise ValueError(f"not a pytest-gpucomm report: no list of rows (rows: {type(report.get('rows')).__name__})")
+    return report
+
+
+def _check_baseline(baseline: Any) -> Optional[Mapping[str, Any]]:
+    if baseline is None:
+        return None
+    if not isinstance(baseline, Mapping):
+        raise ValueError(f"not a pytest-gpucomm baseline: a {type(baseline).__name__}, not a JSON object")
+    if baseline.get("schema") != BASELINE_SCHEMA:
+        found = (f"format {baseline.get('format')!r}" if "format" in baseline and "schema" not in baseline
+                 else f"schema {baseline.get('schema')!r}")
+        raise ValueError(f"not a pytest-gpucomm baseline: {found} (a baseline says schema {BASELINE_SCHEMA!r})")
+    if not isinstance(baseline.get("cases"), Mapping):
+        raise ValueError(f"baseline {baseline.get('name', '?')!r}: no cases")
+    return baseline
+
+
+def _verdict_statuses(row: Mapping[str, Any]) -> list[str]:
+    """The row's statuses among MARKED_STATUSES (its own and the gate's verdict's), in that order."""
+    found = {str(row.get("status", ""))}
+    verdict = row.get("baseline")
+    if isinstance(verdict, Mapping):
+        found.add(str(verdict.get("status", "")))
+    return [s for s in MARKED_STATUSES if s in found]
+
+
+def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    info = row.get("info")
+    return info if isinstance(info, Mapping) else {}
+
+
+def _node_label(row: Mapping[str, Any]) -> str:
+    from .measurement import Measurement
+
+    return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
+                       info=dict(_info(row))).node_label
+
+
+def _form(row: Mapping[str, Any]) -> str:
+    in_place = _info(row).get("in_place")
+    return "" if in_place is None else ("in place" if in_place else "out of place")
+
+
+def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The sweep key ``curves.sweeps`` gives the row's measurement."""
+    test = str(row.get("test", ""))
+    size = int(row["size_bytes"])
+    sid = sweep_id(test, size, _info(row).get("requested_bytes")) if test else ""
+    return (sid, row["op"], tuple(row.get("devices") or ()), int(row.get("world_size", 1)), row.get("dtype"),
+            _node_label(row), "" if sid else _form(row))
+
+
+def _layout(report: Mapping[str, Any]) -> str:
+    launch = report.get("launch")
+    return str((launch or {}).get("layout") or "") if isinstance(launch, Mapping) else ""
+
+
+def _baseline_case(baseline: Optional[Mapping[str, Any]], report: Mapping[str, Any],
+                   row: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+    if baseline is None:
+        return None
+    from .gate.store import case_key
+
+    key = case_key(str(row.get("test", "")), str(row["op"]), int(row["size_bytes"]), row.get("dtype"),
+                   int(row.get("world_size", 1)), _layout(report))
+    case = baseline["cases"].get(key)
+    return case if isinstance(case, Mapping) else None
+
+
+def _run_median(run: Mapping[str, Any]) -> Optional[float]:
+    summary = run.get("summary") or {}
+    if summary.get("median_gbps"):
+        return float(summary["median_gbps"])
+    samples = run.get("samples_gbps") or []
+    return float(np.median(samples)) if samples else None
+
+
+def _case_gbps(case: Mapping[str, Any]) -> Optional[float]:
+    """The baseline's figure of a case: the median over its runs of their median figure (as
+    ``curves.sweeps_from_baseline`` gives a point)."""
+    medians = [m for m in (_run_median(r) for r in case.get("runs", [])) if m]
+    return float(np.median(medians)) if medians else None
+
+
+# -- titles --------------------------------------------------------------------------------------------
+
+
+def hardware_line(fingerprint: Optional[Mapping[str, Any]]) -> str:
+    """The hardware of a fingerprint in one line: ``2 x NVIDIA H200, nccl 2.28.9, driver 570.1, host h0``;
+    on CPU ``CPU AMD EPYC, 2 cores, gloo, host vm``."""
+    fp = fingerprint or {}
+    if not fp:
+        return "hardware not recorded"
+    if fp.get("kind") == "gpu":
+        head = f"{fp.get('count', '?')} x {fp.get('model', '?')}"
+        parts = [head, str(fp.get("comm_library", "")), f"driver {fp.get('driver', '?')}"]
+    else:
+        parts = [f"CPU {fp.get('cpu') or fp.get('model', '?')}", f"{fp.get('cpu_cores', '?')} cores",
+                 str(fp.get("comm_library", ""))]
+    if fp.get("host"):
+        parts.append(f"host {fp['host']}")
+    return ", ".join(p for p in parts if p)
+
+
+def _date(report: Mapping[str, Any]) -> str:
+    fp = report.get("fingerprint") or {}
+    date = str(fp.get("date", "")) if isinstance(fp, Mapping) else ""
+    m = re.match(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)", date)
+    return f"{m.group(1)} {m.group(2)} UTC" if m and date.endswith("+00:00") else (
+        f"{m.group(1)} {m.group(2)}" if m else (date or "date not recorded"))
+
+
+def _baseline_name(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> str:
+    if baseline is not None:
+        runs = len(baseline.get("runs") or [])
+        return f"baseline {baseline.get('name', '?')} ({runs} run{'' if runs == 1 else 's'})"
+    section = report.get("baseline")
+    if isinstance(section, Mapping) and section.get("path"):
+        return f"baseline {Path(str(section['path'])).stem} (judged in the run; its file not drawn)"
+    return "no baseline"
+
+
+def context_line(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None) -> str:
+    """The second line of every title: the hardware, the date and the baseline."""
+    return f"{hardware_line(report.get('fingerprint'))}; {_date(report)}; {_baseline_name(report, baseline)}"
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    """A safe file name part: ``suites/test_copies.py::test_peer_copy[0->1]`` -> ``test_peer_copy_0-to-1``."""
+    text = text.rsplit("::", 1)[-1].replace("<->", "-and-").replace("->", "-to-")
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")
+    return (s or "figure")[:120]
+
+
+def _size_axis(ax: Any, sizes: Sequence[int]) -> None:
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(int(s) for s in sizes))
+    if len(ticks) > 12:  # every other size when there are many
+        ticks = ticks[::2]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([format_size(s) for s in ticks], rotation=45, ha="right", fontsize=8)
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _pick_sizes(sizes: Sequence[int]) -> list[int]:
+    """The smallest, the middle and the largest of ``sizes`` (fewer when there are fewer)."""
+    s = sorted(set(sizes))
+    return sorted({s[0], s[len(s) // 2], s[-1]})
+
+
+# -- per sweep -----------------------------------------------------------------------------------------
+
+
+def sweep_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None) -> list["Figure"]:
+    """A figure per sweep of ``report`` (see the module doc), against ``baseline`` where it has the sweep."""
+    Figure = _mpl()
+    _check_report(report)
+    _check_baseline(baseline)
+    base = {s.key[:5]: s for s in sweeps_from_baseline(baseline)} if baseline is not None else {}
+    marks: dict[tuple[Any, ...], list[tuple[int, float, str]]] = {}
+    for row in report["rows"]:
+        for status in _verdict_statuses(row):
+            marks.setdefault(_row_key(row), []).append((int(row["size_bytes"]), float(row["gbps"]), status))
+    tolerance = (report.get("settings") or {}).get("tolerance")
+    context = context_line(report, baseline)
+    figs = []
+    for sweep in sweeps_from_report(report):
+        b = base.get(sweep.key[:5])
+        fig = Figure(figsize=(8, 6.5 if b is not None else 5), layout="constrained")
+        if b is not None:
+            ax, rax = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+        else:
+            ax, rax = fig.subplots(1, 1), None
+        _draw_sweep(ax, sweep, b, marks.get(sweep.key, []))
+        if rax is not None and b is not None:
+            _draw_ratio(rax, sweep, b, tolerance)
+        _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
+        if rax is not None:
+            ax.tick_params(labelbottom=False)
+        fig.suptitle(f"{sweep.label}\n{context}", fontsize=9)
+        fig.set_label(f"sweep-{_slug(sweep.key[0])}" if sweep.key[0] else f"sweep-{_slug(sweep.label)}")
+        figs.append(fig)
+    return figs
+
+
+def _draw_sweep(ax: Any, sweep: Sweep, base: Optional[Sweep], marks: list[tuple[int, float, str]]) -> None:
+    x = np.array(sweep.sizes, dtype=float)
+    y = np.array([p.gbps for p in sweep.points])
+    lo = np.array([p.lo_gbps if p.lo_gbps is not None else p.gbps for p in sweep.points])
+    hi = np.array([p.hi_gbps if p.hi_gbps is not None else p.gbps for p in sweep.points])
+    ax.fill_between(x, lo, hi, color=_TODAY, alpha=0.2, lw=0, label="today: p10-p90 of iterations", gid="today-spread")
+    ax.plot(x, y, "o-", color=_TODAY, ms=4, label="today: median", gid="today")
+    if base is not None:
+        bx = np.array(base.sizes, dtype=float)
+        by = np.array([p.gbps for p in base.points])
+        blo = np.array([p.lo_gbps if p.lo_gbps is not None else p.gbps for p in base.points])
+        bhi = np.array([p.hi_gbps if p.hi_gbps is not None else p.gbps for p in base.points])
+        n_runs = max(p.n for p in base.points)
+        ax.fill_between(bx, blo, bhi, color=_BASE, alpha=0.25, lw=0,
+                        label=f"baseline: lowest-highest run median ({plural(n_runs, 'run')})", gid="baseline-band")
+        ax.plot(bx, by, "s--", color=_BASE, ms=3, label="baseline: median of the runs' medians", gid="baseline")
+    for status in MARKED_STATUSES:
+        pts = [(s, g) for s, g, st in marks if st == status]
+        if pts:
+            ax.scatter([s for s, _ in pts], [g for _, g in pts], marker="X", s=90, color=_MARK, zorder=5,
+                       edgecolors="black", linewidths=0.5, label=status, gid=f"marked-{status}")
+    _draw_crossings(ax, sweep, _TODAY, "today", "")
+    if base is not None:
+        _draw_crossings(ax, base, "grey", "baseline", "baseline-")
+    ax.set_yscale("log")
+    ax.set_ylabel(f"{sweep.figure} (GB/s, GB = 1e9 B)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _draw_crossings(ax: Any, sweep: Sweep, color: str, who: str, gid_prefix: str) -> None:
+    model = curve_model(sweep)
+    notes: dict[str, list[str]] = {}
+    for share in (0.8, 0.9):
+        c = model.crossing(share)
+        if c.size_bytes is None:
+            notes.setdefault(c.reason, []).append(f"{share:.0%}")
+            continue
+        how = "interpolated" if c.interpolated else "measured"
+        ax.axvline(c.size_bytes, color=color, lw=1, ls="--" if c.interpolated else ":",
+                   alpha=0.8 if who == "today" else 0.5,
+                   label=f"{who}: {share:.0%} of peak at {format_size(c.size_bytes)} ({how})",
+                   gid=f"{gid_prefix}crossing-{share:g}")
+    if notes and who == "today":
+        text = "\n".join(f"{' and '.join(shares)} of peak: {why}" for why, shares in notes.items())
+        ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                color="dimgrey", wrap=True, gid="crossing-notes")
+
+
+def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: Any) -> None:
+    bmap = {p.size_bytes: p.gbps for p in base.points}
+    common = [p for p in sweep.points if p.size_bytes in bmap]
+    x = [p.size_bytes for p in common]
+    r = [p.gbps / bmap[p.size_bytes] for p in common]
+    if isinstance(tolerance, (int, float)) and 0 < tolerance < 1:
+        ax.axhspan(1 - tolerance, 1 + tolerance, color="grey", alpha=0.15, lw=0,
+                   label=f"tolerance {tolerance:.0%}", gid="tolerance")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.plot(x, r, "o-", color=_TODAY, ms=3, label="today / baseline", gid="ratio")
+    ax.set_ylabel("today / baseline")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+
+
+# -- copies --------------------------------------------------------------------------------------------
+
+
+def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
+                        sizes: Optional[Iterable[int]] = None) -> list["Figure"]:
+    """A figure per copy test (test function, op, node) of ``report``: source x destination GB/s at
+    ``sizes`` (default: the smallest, middle and largest measured), and, with ``baseline``, today / the
+    baseline's figure (the median of its runs' medians) per cell; a pair not measured (or not in the
+    baseline) is blank.  Each matrix is an ``AxesImage`` whose array holds the cells (NaN masked) in the
+    order of the axes' tick labels."""
+    Figure = _mpl()
+    _check_report(report)
+    _check_baseline(baseline)
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for row in report["rows"]:
+        devices = row.get("devices") or []
+        if row.get("kind") != "copy" or len(devices) != 2:
+            continue
+        test = str(row.get("test", ""))
+        groups.setdefault((test.split("[", 1)[0], str(row["op"]), _node_label(row)), []).append(row)
+    asked = sorted({int(s) for s in sizes}) if sizes is not None else None
+    context = context_line(report, baseline)
+    figs = []
+    for (test, op, node), rows in groups.items():
+        measured = sorted({int(r["size_bytes"]) for r in rows})
+        chosen = [s for s in asked if s in measured] if asked is not None else _pick_sizes(measured)
+        if not chosen:
+            continue
+        src = sorted({str(r["devices"][0]) for r in rows}, key=_natural)
+        dst = sorted({str(r["devices"][1]) for r in rows}, key=_natural)
+        with_ratio = baseline is not None
+        ncols = len(chosen)
+        fig = Figure(figsize=(max(4.0, 1.2 + 0.45 * len(dst)) * ncols,
+                              (max(3.0, 1.2 + 0.45 * len(src))) * (2 if with_ratio else 1) + 0.8),
+                     layout="constrained")
+        axes = np.array(fig.subplots(2 if with_ratio else 1, ncols, squeeze=False))
+        for j, size in enumerate(chosen):
+            gb = np.full((len(src), len(dst)), np.nan)
+            ratio = np.full((len(src), len(dst)), np.nan)
+            for r in rows:
+                if int(r["size_bytes"]) != size:
+                    continue
+                i, k = src.index(str(r["devices"][0])), dst.index(str(r["devices"][1]))
+                gb[i, k] = float(r["gbps"])
+                case = _baseline_case(baseline, report, r)
+                base_gbps = _case_gbps(case) if case is not None else None
+                if base_gbps:
+                    ratio[i, k] = float(r["gbps"]) / base_gbps
+            top = float(np.nanmax(gb)) if np.isfinite(gb).any() else 1.0
+            _matrix(axes[0, j], gb, src, dst, f"{format_size(size)}: GB/s", "viridis", 0.0, top,
+                    f"gbps-{size}", "{:.3g}")
+            if with_ratio:
+                spread = np.nanmax(np.abs(ratio - 1.0)) if np.isfinite(ratio).any() else 0.0
+                half = max(0.05, float(spread))
+                _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
+                        1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
+        where = f" ({node})" if node else ""
+        kind = "both-ways copy" if op == "copy_bidir" else op
+        fig.suptitle(f"{test or op}: {kind}{where}, source (rows) x destination (columns)\n{context}", fontsize=9)
+        fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
+        figs.append(fig)
+    return figs
+
+
+def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title: str, cmap_name: str,
+            vmin: float, vmax: float, gid: str, fmt: str) -> None:
+    import matplotlib
+
+    cmap = matplotlib.colormaps[cmap_name].with_extremes(bad="white")
+    data = np.ma.masked_invalid(values)
+    im = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    im.set_gid(gid)
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xlabel("destination", fontsize=8)
+    ax.set_ylabel("source", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    lo, hi = vmin, vmax
+    for i in range(values.shape[0]):
+        for k in range(values.shape[1]):
+            v = values[i, k]
+            if math.isfinite(v):
+                dark = (v - lo) / (hi - lo) if hi > lo else 0.5
+                light = (cmap_name == "viridis" and dark < 0.6) or (cmap_name != "viridis" and abs(dark - 0.5) > 0.3)
+                ax.text(k, i, fmt.format(v), ha="center", va="center", fontsize=7,
+                        color="white" if light else "black")
+    bar = ax.figure.colorbar(im, ax=ax, shrink=0.8)
+    bar.formatter.set_useOffset(False)
+
+
+# -- small messages ------------------------------------------------------------------------------------
+
+
+def _exceedance_of_hist(hist: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin (ascending): its geometric middle (s) and the share of ops in it or above."""
+    from .gate.tails import BIN_RATIO
+
+    idx = sorted(hist.counts)
+    counts = np.array([hist.counts[i] for i in idx], dtype=float)
+    x = np.array([hist.lower_edge(i) * math.sqrt(BIN_RATIO) for i in idx])
+    above = counts[::-1].cumsum()[::-1]
+    return x, above / counts.sum()
+
+
+def _exceedance_of_samples(samples_s: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    t = np.sort(np.asarray(samples_s, dtype=float))
+    n = t.size
+    return t, (n - np.arange(n)) / n
+
+
+def _sketch_points(sketch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A run's tail sketch as (time, share of ops at or above it): its median at 0.5, each kept level q at
+    1 - q, its slowest op at 1 / n."""
+    pts = [(sketch.p50_s, 0.5)] + [(sketch.p50_s * r, 1.0 - q) for q, r in sorted(sketch.ratios.items())]
+    pts.append((sketch.p50_s * sketch.max_ratio, 1.0 / sketch.n))
+    return np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+
+
+def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
+                    sizes: Optional[Iterable[int]] = None) -> list["Figure"]:
+    """A figure per row with a single-op record (``info["tail"]["hist"]``; not a training-step pattern's)
+    at the smallest size of its sweep (or at ``sizes``): the share of single ops at or above each latency, today's against the baseline's
+    (see the module doc).  Lines: ``today`` (single ops, x in microseconds), ``baseline-sketch`` (one per
+    baseline run with a sketch), else ``today-batch`` and ``baseline-batch`` (one per baseline run)."""
+    Figure = _mpl()
+    _check_report(report)
+    _check_baseline(baseline)
+    from .gate.tails import Histogram, TailSketch
+
+    with_tail = [r for r in report["rows"]  # a training-step pattern is no small message (nor a sweep)
+                 if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")
+                 and "step_comm_s" not in _info(r)]
+    if sizes is not None:
+        asked = {int(s) for s in sizes}
+        chosen = [r for r in with_tail if int(r["size_bytes"]) in asked]
+    else:
+        smallest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        for r in with_tail:
+            k = _row_key(r)
+            if k not in smallest or int(r["size_bytes"]) < int(smallest[k]["size_bytes"]):
+                smallest[k] = r
+        chosen = list(smallest.values())
+    context = context_line(report, baseline)
+    name = str(baseline.get("name", "?")) if baseline is not None else ""
+    figs = []
+    for row in chosen:
+        test = str(row.get("test", ""))
+        tail = _info(row)["tail"]
+        hist = Histogram.from_dict(tail["hist"], f"report row {test}: info['tail']['hist']")
+        fig = Figure(figsize=(8, 5), layout="constrained")
+        ax = fig.subplots()
+        x, y = _exceedance_of_hist(hist)
+        ax.step(x * 1e6, y, where="pre", color=_TODAY, lw=1.5, zorder=3, gid="today",
+                label=f"today: {hist.n} single ops (slowest rank per op)")
+        case = _baseline_case(baseline, report, row)
+        sketches = []
+        if case is not None:
+            for i, run in enumerate(case.get("runs", [])):
+                if isinstance(run.get("tail"), Mapping):
+                    where = f"baseline {name}, case {test} size {row['size_bytes']}, run {run.get('run_id', i)}: tail"
+                    sketches.append(TailSketch.from_dict(run["tail"], where))
+        if sketches:
+            for i, sk in enumerate(sketches):
+                sx, sy = _sketch_points(sk)
+                ax.plot(sx * 1e6, sy, "o:", color=_BASE, ms=4, lw=0.8, alpha=0.7, gid="baseline-sketch",
+                        label=(f"baseline: tail sketches of {plural(len(sketches), 'run')} (median, 0.9-0.999, "
+                               "slowest)") if i == 0 else None)
+        elif case is not None:
+            # no sketch: the per-iteration (batch) times of each run, t = bytes x busbw factor / figure, with
+            # today's batch times beside them
+            figure_s = float(row["bytes_per_iter"]) * float(row.get("busbw_factor", 1.0)) / GB  # figure x time
+            runs = [r for r in case.get("runs", []) if r.get("samples_gbps")]
+            for i, run in enumerate(runs):
+                bx, by = _exceedance_of_samples([figure_s / g for g in run["samples_gbps"]])
+                ax.step(bx * 1e6, by, where="pre", color=_BASE, lw=0.8, alpha=0.7, ls="--", gid="baseline-batch",
+                        label=f"baseline: per-iteration times of {plural(len(runs), 'run')} (no single-op sketch kept)"
+                        if i == 0 else None)
+            tx, ty = _exceedance_of_samples(row.get("samples_s") or [])
+            ax.step(tx * 1e6, ty, where="pre", color=_TODAY, lw=0.8, ls="--", gid="today-batch",
+                    label="today: per-iteration times")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("latency (us)")
+        ax.set_ylabel("share of ops at or above")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+        p = ", ".join(f"{q} {_fmt_time(float(tail[f'{q}_us']) * 1e-6)}" for q in ("p50", "p99")
+                      if isinstance(tail.get(f"{q}_us"), (int, float)))
+        where = (f"{row['world_size']} ranks" if int(row.get("world_size", 1)) > 1
+                 else "->".join(row.get("devices") or []))
+        fig.suptitle(f"{row['op']} {format_size(int(row['size_bytes']))}, {where}: single-op latency"
+                     f"{f' (today {p})' if p else ''}\n"
+                     f"{context}", fontsize=9)
+        fig.set_label(f"latency-{_slug(test or row['op'])}")
+        figs.append(fig)
+    return figs
+
+
+# -- all of them, and saving ---------------------------------------------------------------------------
+
+
+def all_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None) -> list["Figure"]:
+    """Every figure of ``report``: the sweeps', the copy matrices' and the small messages' latency."""
+    return sweep_figures(report, baseline) + copy_matrix_figures(report, baseline) + latency_figures(report, baseline)
+
+
+def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png") -> list[Path]:
+    """Write each figure to ``directory`` (made if missing) as ``<label>.<fmt>``, the label made safe
+    (letters, digits, ``._-``; at most 120 characters; a repeated name gets ``-2``, ``-3`` ...); returns
+    the paths in order.  ``fmt``: "png" (150 dpi) or "svg"."""
+    fmt = str(fmt).lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise ValueError(f"invalid plot format {fmt!r}: one of {', '.join(FORMATS)}")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    paths = []
+    for i, fig in enumerate(figs):
+        stem = _slug(str(fig.get_label() or f"figure-{i + 1}"))
+        name, n = stem, 1
+        while name.lower() in used:
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name.lower())
+        path = out / f"{name}.{fmt}"
+        fig.savefig(path, format=fmt, dpi=150 if fmt == "png" else None)
+        paths.append(path)
+    return paths

@@ -1,0 +1,366 @@
+"""The plots (pytest_gpucomm.plots), drawn from a report and a baseline recorded on CPU, checked through
+matplotlib's objects: axes scales, the series' data, the baseline band, marked regressions, the matrices'
+cells, the titles; and the files save_all writes.
+
+One real run per module (a copy sweep and an all_reduce sweep on gloo, saved as a baseline and a JSON
+report); the tests edit copies of the two documents (a second baseline run, a verdict, more devices).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pytest_gpucomm import plots
+from pytest_gpucomm.curves import curve_model, sweeps_from_report
+
+TEST_FILE = """
+from pytest_gpucomm import sizes
+
+@sizes("4KiB", "16KiB", "64KiB")
+def test_copy(gpu_pair, size, comm):
+    comm.copy(gpu_pair, size)
+
+@sizes("1KiB", "4KiB", "16KiB")
+def test_ar(comm, process_group, size):
+    comm.collective("all_reduce", process_group, size)
+"""
+SIZES = {"copy": [4096, 16384, 65536], "all_reduce": [1024, 4096, 16384]}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """(report, baseline) of one real CPU run that saved itself as the baseline ``cpu``."""
+    pytest.importorskip("matplotlib")
+    d = tmp_path_factory.mktemp("plots_run")
+    (d / "test_small.py").write_text(TEST_FILE)
+    cmd = [sys.executable, "-m", "pytest", "test_small.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+           "--gpucomm-device=cpu", "--gpucomm-min-time=0.01", "--gpu-baseline=cpu", "--gpu-baseline-save",
+           "--gpucomm-json=report.json"]
+    proc = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((d / "report.json").read_text()), json.loads((d / "baselines" / "cpu.json").read_text())
+
+
+@pytest.fixture
+def report(recorded):
+    return copy.deepcopy(recorded[0])
+
+
+@pytest.fixture
+def baseline(recorded):
+    """The recorded baseline with a second run at 0.9 x the first's figures (a run-to-run band)."""
+    doc = copy.deepcopy(recorded[1])
+    doc["runs"].append(dict(doc["runs"][0], run_id="slower-run"))
+    for case in doc["cases"].values():
+        run = copy.deepcopy(case["runs"][0])
+        run["run_id"] = "slower-run"
+        run["samples_gbps"] = [g * 0.9 for g in run["samples_gbps"]]
+        run["summary"]["median_gbps"] *= 0.9
+        run["summary"]["p50_us"] /= 0.9
+        case["runs"].append(run)
+    return doc
+
+
+def _gid(fig, gid):
+    return [a for ax in fig.axes for a in ax.get_children() if a.get_gid() == gid]
+
+
+def _one(fig, gid):
+    found = _gid(fig, gid)
+    assert len(found) == 1, (gid, found)
+    return found[0]
+
+
+def _figure(figs, label):
+    found = [f for f in figs if f.get_label() == label]
+    assert len(found) == 1, (label, [f.get_label() for f in figs])
+    return found[0]
+
+
+def _rows(report, test_prefix):
+    return sorted((r for r in report["rows"] if r["test"].startswith(test_prefix)), key=lambda r: r["size_bytes"])
+
+
+def _copy_rows(report, src, dst):
+    return sorted((r for r in report["rows"] if r["op"] == "copy" and r["devices"] == [src, dst]),
+                  key=lambda r: r["size_bytes"])
+
+
+def _band_ys(collection, x):
+    """The y values of a fill_between polygon at x."""
+    v = collection.get_paths()[0].vertices
+    return sorted({round(float(y), 9) for xx, y in v if math.isclose(xx, x, rel_tol=1e-9)})
+
+
+def _run_medians(case):
+    return [run["summary"]["median_gbps"] for run in case["runs"]]
+
+
+def _case(baseline, row):
+    key = f"{row['test']}|{row['op']}|{row['size_bytes']}B|{row['dtype'] or '-'}|ws{row['world_size']}"
+    return baseline["cases"][key]
+
+
+# -- without matplotlib --------------------------------------------------------------------------------
+
+
+def test_without_matplotlib_the_module_imports_and_drawing_raises_plots_unavailable_naming_the_extra(monkeypatch):
+    code = "import sys, pytest_gpucomm.plots; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    doc = {"format": "pytest-gpucomm-report", "version": 1, "rows": []}
+    for draw in (plots.sweep_figures, plots.copy_matrix_figures, plots.latency_figures, plots.all_figures):
+        with pytest.raises(plots.PlotsUnavailable, match=re.escape("pip install 'pytest-gpucomm[plots]'")):
+            draw(doc)
+    assert issubclass(plots.PlotsUnavailable, ImportError)
+
+
+# -- the sweeps ----------------------------------------------------------------------------------------
+
+
+def test_a_sweep_figure_draws_todays_medians_and_spread_on_log_axes(report):
+    figs = plots.sweep_figures(report)
+    assert sorted(f.get_label() for f in figs) == ["sweep-test_ar", "sweep-test_copy_0-to-1", "sweep-test_copy_1-to-0"]
+    for label, prefix in (("sweep-test_copy_0-to-1", None), ("sweep-test_ar", "test_small.py::test_ar")):
+        fig = _figure(figs, label)
+        rows = _copy_rows(report, "cpu:0", "cpu:1") if prefix is None else _rows(report, prefix)
+        (ax,) = fig.axes  # no baseline: one panel
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+        today = _one(fig, "today")
+        assert list(today.get_xdata()) == [r["size_bytes"] for r in rows]
+        assert np.allclose(today.get_ydata(), [r["gbps"] for r in rows], rtol=1e-12)
+        spread = _one(fig, "today-spread")
+        for r in rows:  # the 10th and 90th percentile of the per-iteration figures
+            per_iteration = r["bytes_per_iter"] * r["busbw_factor"] / 1e9 / np.array(r["samples_s"])
+            expected = [np.percentile(per_iteration, 10), np.percentile(per_iteration, 90)]
+            assert np.allclose(_band_ys(spread, r["size_bytes"]), sorted(expected), rtol=1e-6)
+        assert not _gid(fig, "baseline") and not _gid(fig, "baseline-band")
+
+
+def test_a_sweep_figure_draws_the_baselines_median_and_its_run_to_run_band(report, baseline):
+    fig = _figure(plots.sweep_figures(report, baseline), "sweep-test_copy_1-to-0")
+    rows = _copy_rows(report, "cpu:1", "cpu:0")
+    cases = [_case(baseline, r) for r in rows]
+    line = _one(fig, "baseline")
+    assert list(line.get_xdata()) == SIZES["copy"]
+    assert np.allclose(line.get_ydata(), [np.median(_run_medians(c)) for c in cases], rtol=1e-12)
+    band = _one(fig, "baseline-band")
+    for r, c in zip(rows, cases):  # lowest and highest run median: the recorded run and the one at 0.9 x
+        lo, hi = min(_run_medians(c)), max(_run_medians(c))
+        assert hi == pytest.approx(lo / 0.9)
+        assert np.allclose(_band_ys(band, r["size_bytes"]), [lo, hi], rtol=1e-6)
+    ratio = _one(fig, "ratio")  # the lower panel: today / baseline per size
+    assert np.allclose(ratio.get_ydata(), [r["gbps"] / np.median(_run_medians(c)) for r, c in zip(rows, cases)])
+    assert fig.axes[1].get_xscale() == "log"
+
+
+def test_a_row_whose_verdict_is_regression_is_marked_at_its_size(report, baseline):
+    (row,) = [r for r in _copy_rows(report, "cpu:0", "cpu:1") if r["size_bytes"] == 16384]
+    row["baseline"]["status"] = "REGRESSION"
+    (tail_row,) = [r for r in _rows(report, "test_small.py::test_ar") if r["size_bytes"] == 4096]
+    tail_row["status"] = "TAIL"
+    figs = plots.sweep_figures(report, baseline)
+    marker = _one(_figure(figs, "sweep-test_copy_0-to-1"), "marked-REGRESSION")
+    assert marker.get_offsets().tolist() == [[16384, row["gbps"]]]
+    assert marker.get_label() == "REGRESSION"
+    assert _one(_figure(figs, "sweep-test_ar"), "marked-TAIL").get_offsets().tolist() == [[4096, tail_row["gbps"]]]
+    other = _figure(figs, "sweep-test_copy_1-to-0")
+    assert not [a for a in other.axes[0].get_children() if str(a.get_gid()).startswith("marked-")]
+
+
+def test_the_80_and_90_percent_sizes_are_marked_and_said_to_be_interpolated(report):
+    # today's copy 0->1 reshaped to a curve that levels off: 1, 10, 10 GB/s at 4, 16, 64 KiB
+    for r, g in zip(_copy_rows(report, "cpu:0", "cpu:1"), (1.0, 10.0, 10.0)):
+        r["samples_s"] = [r["size_bytes"] / (g * 1e9)] * len(r["samples_s"])
+        r["gbps"] = g
+    (sweep,) = [s for s in sweeps_from_report(report) if s.where == "cpu:0->cpu:1"]
+    model = curve_model(sweep)
+    fig = _figure(plots.sweep_figures(report), "sweep-test_copy_0-to-1")
+    for share in (0.8, 0.9):
+        c = model.crossing(share)
+        assert c.interpolated and 4096 < c.size_bytes < 16384
+        line = _one(fig, f"crossing-{share:g}")
+        assert list(line.get_xdata()) == [c.size_bytes, c.size_bytes]
+        assert line.get_linestyle() == "--" and line.get_label().endswith("(interpolated)")
+        assert f"{share:.0%} of peak" in line.get_label()
+    # the real all_reduce sweep: each share is either marked at curve_model's size or said not known
+    fig = _figure(plots.sweep_figures(report), "sweep-test_ar")
+    model = curve_model([s for s in sweeps_from_report(report) if s.op == "all_reduce"][0])
+    for share in (0.8, 0.9):
+        c = model.crossing(share)
+        if c.size_bytes is not None:
+            assert list(_one(fig, f"crossing-{share:g}").get_xdata()) == [c.size_bytes, c.size_bytes]
+        else:
+            assert c.reason in _one(fig, "crossing-notes").get_text()
+
+
+def test_titles_name_the_hardware_the_date_and_the_baseline(report, baseline):
+    fp = report["fingerprint"]
+    figs = plots.all_figures(report, baseline)
+    assert len(figs) == 5  # three sweeps, one copy matrix, one small-message latency
+    for fig in figs:
+        title = fig.get_suptitle()
+        assert f"CPU {fp['cpu']}, {fp['cpu_cores']} cores, gloo, host {fp['host']}" in title
+        assert f"{fp['date'][:10]} {fp['date'][11:16]}" in title
+        assert "baseline cpu (2 runs)" in title
+    assert "baseline cpu (judged in the run; its file not drawn)" in plots.sweep_figures(report)[0].get_suptitle()
+    del report["baseline"]
+    assert "; no baseline" in plots.sweep_figures(report)[0].get_suptitle()
+    gpu = {"kind": "gpu", "count": 8, "model": "NVIDIA H200", "comm_library": "nccl 2.28.9", "driver": "570.1",
+           "host": "h0"}
+    assert plots.hardware_line(gpu) == "8 x NVIDIA H200, nccl 2.28.9, driver 570.1, host h0"
+
+
+# -- the copy matrices ---------------------------------------------------------------------------------
+
+
+def test_the_copy_matrices_hold_the_gbps_and_the_ratio_to_the_baseline_for_the_devices_seen(report, baseline):
+    # two more devices (cpu:2, cpu:10: natural order) in pairs the baseline does not have
+    extra = []
+    for r in _copy_rows(report, "cpu:0", "cpu:1"):
+        for src, dst, k in (("cpu:2", "cpu:10", 0.5), ("cpu:10", "cpu:0", 0.25)):
+            e = copy.deepcopy(r)
+            e["devices"], e["gbps"] = [src, dst], r["gbps"] * k
+            e["test"] = r["test"].replace("-0->1]", f"-{src[4:]}->{dst[4:]}]")
+            extra.append(e)
+    report["rows"] += extra
+    (fig,) = plots.copy_matrix_figures(report, baseline)
+    assert fig.get_label() == "matrix-test_copy-copy"
+    srcs, dsts = ["cpu:0", "cpu:1", "cpu:2", "cpu:10"], ["cpu:0", "cpu:1", "cpu:10"]
+    for size in SIZES["copy"]:
+        rows = [r for r in report["rows"] if r["op"] == "copy" and r["size_bytes"] == size]
+        gb, ratio = _one(fig, f"gbps-{size}"), _one(fig, f"ratio-{size}")
+        for im in (gb, ratio):
+            assert [t.get_text() for t in im.axes.get_yticklabels()] == srcs
+            assert [t.get_text() for t in im.axes.get_xticklabels()] == dsts
+        cells, rcells = gb.get_array(), ratio.get_array()
+        seen = set()
+        for r in rows:
+            i, k = srcs.index(r["devices"][0]), dsts.index(r["devices"][1])
+            seen.add((i, k))
+            assert cells[i, k] == pytest.approx(r["gbps"], rel=1e-12)
+            if r["devices"][0] in ("cpu:0", "cpu:1") and r["devices"][1] in ("cpu:0", "cpu:1"):
+                assert rcells[i, k] == pytest.approx(r["gbps"] / np.median(_run_medians(_case(baseline, r))))
+            else:  # not in the baseline: blank
+                assert np.ma.is_masked(rcells[i, k])
+        for i in range(len(srcs)):  # pairs not measured: blank
+            for k in range(len(dsts)):
+                if (i, k) not in seen:
+                    assert np.ma.is_masked(cells[i, k]) and np.ma.is_masked(rcells[i, k])
+        assert ratio.norm.vmin + ratio.norm.vmax == pytest.approx(2.0)  # centred on 1
+        assert ratio.norm.vmax - 1.0 >= float(np.max(np.abs(rcells.compressed() - 1.0))) - 1e-12
+        assert ratio.get_cmap().name.startswith("RdBu")
+        assert gb.norm.vmin == 0.0 and gb.norm.vmax == pytest.approx(max(r["gbps"] for r in rows))
+    # without a baseline: the GB/s row only; sizes asked for
+    (fig,) = plots.copy_matrix_figures(report, sizes=[16384])
+    assert len(_gid(fig, "gbps-16384")) == 1 and not _gid(fig, "gbps-4096") and not _gid(fig, "ratio-16384")
+
+
+# -- small messages ------------------------------------------------------------------------------------
+
+
+def _hist_series(row):
+    from pytest_gpucomm.gate.tails import BIN_RATIO, Histogram
+
+    bins = row["info"]["tail"]["hist"]["bins"]
+    n = sum(c for _, c in bins)
+    x = [Histogram.lower_edge(i) * math.sqrt(BIN_RATIO) * 1e6 for i, _ in bins]
+    y = [sum(c for _, c in bins[j:]) / n for j in range(len(bins))]
+    return x, y
+
+
+def test_the_latency_figure_draws_todays_single_ops_against_the_baselines_tail_sketches(report, baseline):
+    from pytest_gpucomm.gate.tails import TailSketch
+
+    row = _rows(report, "test_small.py::test_ar")[0]  # the smallest size
+    case = _case(baseline, row)
+    sketch = TailSketch.from_info(row["info"]["tail"])
+    case["runs"][0]["tail"] = sketch.to_dict()
+    case["runs"][1]["tail"] = dict(sketch.to_dict(), p50_us=sketch.p50_s * 1e6 * 1.2)
+    (fig,) = plots.latency_figures(report, baseline)
+    assert fig.get_label() == "latency-test_ar_1KiB"
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    today = _one(fig, "today")
+    x, y = _hist_series(row)
+    assert np.allclose(today.get_xdata(), x, rtol=1e-12) and np.allclose(today.get_ydata(), y, rtol=1e-12)
+    assert today.get_ydata()[0] == 1.0
+    lines = _gid(fig, "baseline-sketch")
+    assert len(lines) == 2
+    for line, scale in zip(lines, (1.0, 1.2)):
+        levels = sorted(sketch.ratios)
+        p50 = sketch.p50_s * 1e6 * scale
+        assert np.allclose(line.get_xdata(), [p50] + [p50 * sketch.ratios[q] for q in levels]
+                           + [p50 * sketch.max_ratio], rtol=1e-5)
+        assert np.allclose(line.get_ydata(), [0.5] + [1 - q for q in levels] + [1 / sketch.n])
+    assert not _gid(fig, "baseline-batch") and not _gid(fig, "today-batch")
+    assert "all_reduce 1 KiB, 2 ranks: single-op latency" in fig.get_suptitle()
+
+
+def test_without_sketches_the_latency_figure_draws_the_per_iteration_times_of_both(report, baseline):
+    row = _rows(report, "test_small.py::test_ar")[0]
+    case = _case(baseline, row)
+    (fig,) = plots.latency_figures(report, baseline)
+    k = row["bytes_per_iter"] * row["busbw_factor"] / 1e9
+    lines = _gid(fig, "baseline-batch")
+    assert len(lines) == len(case["runs"]) == 2
+    for line, run in zip(lines, case["runs"]):
+        assert np.allclose(line.get_xdata(), sorted(k / g * 1e6 for g in run["samples_gbps"]), rtol=1e-9)
+    today = _one(fig, "today-batch")
+    assert np.allclose(today.get_xdata(), sorted(s * 1e6 for s in row["samples_s"]), rtol=1e-12)
+    n = len(row["samples_s"])
+    assert np.allclose(today.get_ydata(), [(n - j) / n for j in range(n)])
+    # at the sizes asked for: one figure per row with a single-op record there, a training-step pattern's left out
+    pattern = copy.deepcopy(row)
+    pattern.update(test="test_small.py::test_step[dp]", op="dp_grad_sync", size_bytes=4096)
+    pattern["info"]["step_comm_s"] = 0.01
+    report["rows"].append(pattern)
+    assert [f.get_label() for f in plots.latency_figures(report, sizes=[4096, 16384])] == [
+        "latency-test_ar_4KiB", "latency-test_ar_16KiB"]
+
+
+# -- saving and bad input ------------------------------------------------------------------------------
+
+
+def test_save_all_writes_png_and_svg_files_with_safe_names(report, baseline, tmp_path):
+    figs = plots.all_figures(report, baseline)
+    figs = [_figure(figs, label) for label in ("sweep-test_ar", "matrix-test_copy-copy", "latency-test_ar_1KiB")]
+    for fmt, magic in (("png", b"\x89PNG"), ("svg", b"<svg")):
+        paths = plots.save_all(figs, tmp_path / fmt, fmt=fmt)
+        assert len(paths) == len(figs) == len({p.name for p in paths})
+        for p in paths:
+            assert p.parent == tmp_path / fmt and re.fullmatch(rf"[A-Za-z0-9._-]+\.{fmt}", p.name)
+            data = p.read_bytes()
+            assert len(data) > 1000 and magic in data[:2000]  # a real image, not an empty file
+    from matplotlib.figure import Figure
+
+    odd = Figure(figsize=(1, 1))
+    odd.set_label("../../etc/passwd x?")
+    paths = plots.save_all([odd, odd], tmp_path / "odd")
+    assert [p.name for p in paths] == ["etc_passwd_x.png", "etc_passwd_x-2.png"]
+    assert all(p.parent == tmp_path / "odd" and p.stat().st_size > 0 for p in paths)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["odd", "png", "svg"]  # nothing written elsewhere
+    with pytest.raises(ValueError, match="invalid plot format 'jpg': one of png, svg"):
+        plots.save_all(figs, tmp_path, fmt="jpg")
+
+
+def test_a_document_of_another_format_or_a_newer_version_is_refused_naming_what_was_found(report, baseline):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(ValueError, match="not a pytest-gpucomm report: format 'pytest-benchmark'"):
+        plots.sweep_figures({"format": "pytest-benchmark", "version": 1, "rows": []})
+    with pytest.raises(ValueError, match="report version 2 is newer than this pytest-gpucomm reads \\(1\\)"):
+        plots.copy_matrix_figures(dict(report, version=2))
+    with pytest.raises(ValueError, match="not a pytest-gpucomm baseline: format 'pytest-gpucomm-report'"):
+        plots.latency_figures(report, report)
+    with pytest.raises(ValueError, match="not a pytest-gpucomm report: a list"):
+        plots.all_figures([])
