@@ -137,7 +137,7 @@ def fit_run(tail: dict[str, Any], where: str) -> dict[str, Any]:
     slow = [(Histogram.lower_edge(i) * math.sqrt(BIN_RATIO) / p50, c) for i, c in h.counts.items()
             if Histogram.lower_edge(i) > cut]
     logs = [math.log(r) for r, c in slow for _ in range(c)]
-    return {"n": n, "p50_s": p50, "ratio": p99 / p50, "ratio_far": h.quantile(0.999) / p50, "body_sigma": sigma, "slow_share": w,
+    return {"n": n, "p50_s": p50, "step_s": float(tail.get("resolution_us") or 0.0) * 1e-6, "ratio": p99 / p50, "ratio_far": h.quantile(0.999) / p50, "body_sigma": sigma, "slow_share": w,
             "slow_factor": math.exp(statistics.median(logs)) if logs else None,
             "slow_sigma": statistics.pstdev(logs) if len(logs) >= 2 else None, "hist": h}
 
@@ -159,9 +159,15 @@ def _share_spread(runs: Sequence[dict[str, Any]], key: str) -> tuple[float, list
 
 def fit_case(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The noise figures of one case from its runs' :func:`fit_run` figures (see the module's doc)."""
+    from pytest_gpucomm.gate.tails import MIN_TICKS
+
     ref, shares, v = _share_spread(runs, "ratio")
     _, _, v_far = _share_spread(runs, "ratio_far")
+    p50 = statistics.median(r["p50_s"] for r in runs)
+    step = statistics.median(r["step_s"] for r in runs)
     out: dict[str, Any] = {
+        # the rule judges the case only where its p99 lies MIN_TICKS clock steps above the median
+        "resolved": (ref - 1.0) * p50 >= MIN_TICKS * step,
         "runs": len(runs), "n": statistics.median(r["n"] for r in runs),
         "p50_us": statistics.median(r["p50_s"] for r in runs) * 1e6, "ref_ratio": ref,
         "body_sigma": statistics.median(r["body_sigma"] for r in runs),
@@ -182,12 +188,13 @@ def _median_or_none(xs: Any) -> Optional[float]:
 
 
 def pooled(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Pooled figures over cases: share_sd from the variances weighted by runs - 1, the rest medians."""
-    multi = [c for c in cases if c["share_var"] is not None]
+    """Pooled figures over cases: share_sd from the variances weighted by runs - 1 over the cases the rule
+    judges (``resolved``: their p99 at least MIN_TICKS clock steps above the median), the rest medians."""
+    multi = [c for c in cases if c["share_var"] is not None and c.get("resolved", True)]
     df = sum(c["runs"] - 1 for c in multi)
     v = sum((c["runs"] - 1) * c["share_var"] for c in multi) / df if df else None
     v_far = sum((c["runs"] - 1) * c["share_var_far"] for c in multi) / df if df else None
-    out = {"cases": len(cases), "df": df, "share_sd": None if v is None else math.sqrt(max(0.0, v)),
+    out = {"cases": len(cases), "resolved": sum(1 for c in cases if c.get("resolved", True)), "df": df, "share_sd": None if v is None else math.sqrt(max(0.0, v)),
            "share_sd_far": None if v_far is None else math.sqrt(max(0.0, v_far))}
     for key in ("body_sigma", "slow_share", "slow_factor", "slow_sigma", "ref_ratio", "share_at_ref", "n"):
         out[key] = _median_or_none(c[key] for c in cases)
@@ -232,13 +239,16 @@ def print_fit(res: dict[str, Any]) -> None:
         print(head)
         rows = list(f["cases"].items()) + [("pooled (this file)", f["pooled"])]
         for name, c in rows:
-            print(f"{name:<26} {c.get('runs', c.get('cases')):>4} {_f(c['n'], '6.0f')} {_f(c.get('p50_us'), '8.1f')} "
+            mark = "" if c.get("resolved", True) else " *"
+            print(f"{name + mark:<26} {c.get('runs', c.get('cases')):>4} {_f(c['n'], '6.0f')} {_f(c.get('p50_us'), '8.1f')} "
                   f"{_f(c['body_sigma'], '6.1%')} {_f(c['slow_share'], '6.2%')} {_f(c['slow_factor'], '7.2f')} "
                   f"{_f(c['slow_sigma'], '5.2f')} {_f(c['ref_ratio'], '6.2f')} {_f(c['share_at_ref'], '6.2%')} "
                   f"{_f(c['share_sd'], '6.3f')} {_f(c['share_sd_far'], '6.3f')} {_f(c['drift'], '6.1%')}")
         print()
     p = res["pooled"]
-    print(f"pooled over {len(res['files'])} file(s), {p['cases']} cases ({p['df']} df): body sigma "
+    print("* not resolved: the case's p99 lies fewer than MIN_TICKS clock steps above its median (the rule does not "
+          "judge it; left out of the pooled s)")
+    print(f"pooled over {len(res['files'])} file(s), {p['cases']} cases, {p['resolved']} resolved ({p['df']} df): body sigma "
           f"{_f(p['body_sigma'], '.1%')}, slow share {_f(p['slow_share'], '.2%')} x {_f(p['slow_factor'], '.2f')} "
           f"(sd {_f(p['slow_sigma'], '.2f')}), p99/p50 {_f(p['ref_ratio'], '.2f')}, run-to-run sd of the log "
           f"share above it {_f(p['share_sd'], '.3f')} (binomial part removed; above the p99.9 ratio "
