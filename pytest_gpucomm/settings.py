@@ -53,8 +53,8 @@ _OPTIONS = [
      f"overrides it). Default: {DEFAULT_TOLERANCE}.", "FRACTION"),
     ("--gpu-tail-tolerance", "gpucomm_tail_tolerance", "gpucomm_tail_tolerance", "GPUCOMM_TAIL_TOLERANCE",
      f"The tail verdict (TAIL): the share of single ops slower than the baseline's p99, scaled to today's median, "
-     f"may be 1% x (1 + this) before it is tested as heavier (a test's @bandwidth(tail_tolerance=...) overrides "
-     f"it). Default: {DEFAULT_TAIL_TOLERANCE:g} (2% allowed).", "TOLERANCE"),
+     f"may be 0.01 x (1 + this) before it is tested as heavier (a test's @bandwidth(tail_tolerance=...) overrides "
+     f"it). Default: {DEFAULT_TAIL_TOLERANCE:g} (a share of 0.02 allowed).", "TOLERANCE"),
     ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
      f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide (half over the gated "
      f"cases and their re-measures, half over the groups' common shifts). Default: {DEFAULT_ALPHA}.",

@@ -393,7 +393,7 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
     from test_launched import ARGS, clean_env, free_port, run_all, torchrun
 
     (tmp_path / "test_tail.py").write_text(ONE_ALL_REDUCE)
-    gate = [*ARGS, "--gpu-baseline=cpu2", "--gpu-baseline-dir=baselines", "--gpucomm-tail-time=0.5",
+    gate = [*ARGS, "--gpu-baseline=cpu2", "--gpu-baseline-dir=baselines", "--gpucomm-tail-time=1",
             "--gpu-tail-tolerance=3", "--gpu-tolerance=0.5", "-rf"]
 
     def job(name: str, *args: str) -> tuple[int, str, dict[str, Any]]:

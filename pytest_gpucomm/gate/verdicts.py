@@ -412,7 +412,8 @@ class Gate:
         today's measurement has no single ops.  ``again_ms``: the re-measures made so far (the median
         verdict's), which a flagged first run pools, and to which ``again`` (None: no more re-measures, as
         when the median already failed) adds more while the pooled share is still above the allowed one."""
-        info = m.info.get("tail") if isinstance(m.info, dict) else None
+        info = getattr(m, "info", None)
+        info = info.get("tail") if isinstance(info, dict) else None
         if not isinstance(info, dict) or not info.get("hist"):
             return None
         sketches = [r.tail for r in entry.runs if r.tail is not None and r.tail.p99_s is not None]
