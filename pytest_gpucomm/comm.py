@@ -250,7 +250,7 @@ class Comm:
         if form not in spec.forms:
             raise pytest.UsageError(f"{nodeid}: {op} has no {form.replace('_', '-')} form in torch.distributed")
         kwargs = {"op": op, "size_bytes": n, "dtype": dtype, "in_place": ip,
-                  "min_time_s": self._state.settings.min_time_s}
+                  "min_time_s": self._state.settings.min_time_s, "tail_time_s": self._state.settings.tail_time_s}
         if kind is not None and kind != group.kind:
             group = self._group_of_kind(group, kind)
         if group.kind != "world":

@@ -295,7 +295,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     marks = marks_of(item)
     failures = check_thresholds(marks, records)
     if state.gates and judge:
-        failures += state.judge(records, marks.bandwidth.tolerance if marks.bandwidth else None)
+        bw = marks.bandwidth
+        failures += state.judge(records, bw.tolerance if bw else None, bw.tail_tolerance if bw else None)
     item.user_properties.extend(junit_properties(records, state.gates))
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["table_rows", "render_table", "json_document", "straggler_lines", "stragglers_of", "write_json", "benchmark_document", "gate_columns",
            "baseline_extra",
-           "junit_properties", "summary_lines", "write_reports"]
+           "junit_properties", "summary_lines", "write_reports", "tail_cell", "tail_counts"]
 
 HEADERS = [
     "test",
@@ -73,12 +73,32 @@ def table_rows(records: Iterable[Record]) -> list[list[Any]]:
     return rows
 
 
+TAIL_HEADER = "1-op tail"
+
+
+def tail_cell(m: Any) -> str:
+    """The compact tail column of a measurement with single ops: their p99 and jitter (p99 / p50), e.g.
+    ``p99 24.1us 1.31x``; "" for one without (a copy)."""
+    tail = m.info.get("tail") if isinstance(m.info, dict) else None
+    if not isinstance(tail, dict) or tail.get("p99_us") is None:
+        return ""
+    p99 = float(tail["p99_us"])
+    when = f"{p99 / 1e3:.3g}ms" if p99 >= 1e3 else f"{p99:.3g}us"
+    jitter = tail.get("jitter")
+    return f"p99 {when}" + (f" {float(jitter):.2f}x" if jitter is not None else "")
+
+
 def render_table(records: list[Record], extra_headers: Optional[list[str]] = None,
                  extra: Optional[list[list[Any]]] = None) -> str:
+    """The table; a column of the single ops' tail (:func:`tail_cell`) where some measurement has one."""
     from tabulate import tabulate
 
     rows = table_rows(records)
     headers = list(HEADERS)
+    cells = [tail_cell(r.measurement) for r in records]
+    if any(cells):
+        headers.append(TAIL_HEADER)
+        rows = [row + [c] for row, c in zip(rows, cells)]
     if extra_headers and extra:
         headers += extra_headers
         rows = [r + e for r, e in zip(rows, extra)]
@@ -101,7 +121,8 @@ def gate_columns(records: Iterable[Record]) -> list[list[Any]]:
 LEGEND = (
     "GB/s: median busbw for collectives, algbw for copies (GB = 1e9 bytes; a both-ways copy counts the bytes of "
     "both directions); p50/p99: per-iteration latency; CV: coefficient of variation of the per-iteration times; "
-    "n: samples."
+    "n: samples; 1-op tail (collectives): p99 of the single ops, each timed on its own (the slowest rank's time), "
+    "and their jitter p99/p50."
 )
 
 
@@ -255,7 +276,8 @@ def summary_lines(state: "State") -> list[str]:
     lines += straggler_lines(state.records)
     if gated:
         counts = Counter(str(r.status) for r in state.records)
-        lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+        lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                     + tail_counts(state.records))
         if state.from_workers.get("gate_header"):
             lines += state.from_workers["gate_header"]
         elif state.settings.baseline and state.gate.loaded:
@@ -266,6 +288,17 @@ def summary_lines(state: "State") -> list[str]:
         lines.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
                      "slowed each other (compare with a run without -n)")
     return lines + state.notes
+
+
+def tail_counts(records: Iterable[Record]) -> str:
+    """The tail verdicts for the verdicts' line: "; tails tested on 12 cases: 1 TAIL" (a TAIL under a REGRESSION
+    counted too), "" where no tail was tested."""
+    tails = [(r.baseline or {}).get("tail") or {} for r in records]
+    tested = [t for t in tails if t.get("status") in (Status.OK.value, Status.TAIL.value)]
+    if not tested:
+        return ""
+    heavier = sum(1 for t in tested if t["status"] == Status.TAIL.value)
+    return f"; tails tested on {plural(len(tested), 'case')}: {heavier} TAIL"
 
 
 def gate_summary_lines(state: "State") -> list[str]:

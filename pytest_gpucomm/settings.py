@@ -26,12 +26,14 @@ from .vocab import (
     DEFAULT_GPU_MAX_SIZE,
     DEFAULT_MAX_RUNS,
     DEFAULT_MIN_TIME_S,
+    DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
     DTYPE_ALIASES,
     DTYPES,
     MAX_BASELINE_RUNS,
     MAX_MIN_TIME_S,
+    MAX_TAIL_TOLERANCE,
     MAX_TIMEOUT_S,
 )
 
@@ -49,6 +51,10 @@ _OPTIONS = [
     ("--gpu-tolerance", "gpucomm_tolerance", "gpucomm_tolerance", "GPUCOMM_TOLERANCE",
      f"A slowdown smaller than this fraction is never a regression (a test's @bandwidth(tolerance=...) "
      f"overrides it). Default: {DEFAULT_TOLERANCE}.", "FRACTION"),
+    ("--gpu-tail-tolerance", "gpucomm_tail_tolerance", "gpucomm_tail_tolerance", "GPUCOMM_TAIL_TOLERANCE",
+     f"The tail verdict (TAIL): the share of single ops slower than the baseline's p99, scaled to today's median, "
+     f"may be 0.01 x (1 + this) before it is tested as heavier (a test's @bandwidth(tail_tolerance=...) overrides "
+     f"it). Default: {DEFAULT_TAIL_TOLERANCE:g} (a share of 0.02 allowed).", "TOLERANCE"),
     ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
      f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide (half over the gated "
      f"cases and their re-measures, half over the groups' common shifts). Default: {DEFAULT_ALPHA}.",
@@ -59,6 +65,10 @@ _OPTIONS = [
     ("--gpucomm-min-time", "gpucomm_min_time", "gpucomm_min_time", "GPUCOMM_MIN_TIME",
      f"Minimum measuring time per case in seconds, warm-up excluded. Default: {DEFAULT_MIN_TIME_S}. "
      "Use 1 for the one-second-per-size runs of the published benchmarks.", "SECONDS"),
+    ("--gpucomm-tail-time", "gpucomm_tail_time", "gpucomm_tail_time", "GPUCOMM_TAIL_TIME",
+     "Time budget per collective case in seconds for its single ops, each timed on its own (the tail figures and "
+     "the TAIL verdict; at least 20 and at most 10,000 ops); 0 skips them. Default: --gpucomm-min-time.",
+     "SECONDS"),
     ("--gpucomm-max-size", "gpucomm_max_size", "gpucomm_max_size", "GPUCOMM_MAX_SIZE",
      "Largest message size of the @sizes sweeps; larger sizes are not collected. "
      f"Default: {describe_size(DEFAULT_GPU_MAX_SIZE)} on GPU, {describe_size(DEFAULT_CPU_MAX_SIZE)} on CPU.", "SIZE"),
@@ -105,24 +115,28 @@ class Settings:
     allow_xdist: bool = False
     launch: str = "auto"
     rank_log: Optional[str] = None
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
+    tail_time_s: Optional[float] = None  # None: min_time_s
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
-                "alpha": self.alpha, "dtypes": list(self.dtypes)}
+                "alpha": self.alpha, "dtypes": list(self.dtypes), "tail_tolerance": self.tail_tolerance,
+                "tail_time_s": self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def describe(self) -> str:
         parts = [
             f"device={self.device}",
             f"min-time={self.min_time_s:g}s",
+            *([f"tail-time={self.tail_time_s:g}s"] if self.tail_time_s is not None else []),
             f"max-size={'default' if self.max_size is None else describe_size(self.max_size)}",
             f"timeout={self.timeout_s:g}s",
             f"dtype={','.join(self.dtypes)}",
             f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",
         ]
         if self.baseline:
-            parts.append(f"tolerance={self.tolerance:g}, alpha={self.alpha:g}")
+            parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}")
         if self.json_path:
             parts.append(f"json={self.json_path}")
         return "gpucomm settings: " + ", ".join(parts)
@@ -257,6 +271,20 @@ def _parse_alpha(value: str, name: str, origin: str) -> float:
     return x
 
 
+def _parse_tail_tolerance(value: str, name: str, origin: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or not 0 <= x < MAX_TAIL_TOLERANCE:
+        raise pytest.UsageError(
+            f"invalid {name} {value!r} (from {origin}): expected a number from 0 to below {MAX_TAIL_TOLERANCE:g} (the "
+            f"share of single ops allowed above the baseline's scaled p99 is 1% x (1 + tolerance); "
+            f"{DEFAULT_TAIL_TOLERANCE:g}: 2%)"
+        )
+    return x
+
+
 def _parse_runs(value: str, name: str, origin: str) -> int:
     try:
         k = int(value)
@@ -291,6 +319,9 @@ def read_settings(config: pytest.Config) -> Settings:
         allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
         launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
         rank_log=_get(config, "--gpucomm-rank-log", lambda v, n, o: v, None),
+        tail_tolerance=_get(config, "--gpu-tail-tolerance", _parse_tail_tolerance, DEFAULT_TAIL_TOLERANCE),
+        tail_time_s=_get(config, "--gpucomm-tail-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
+                         None),
     )
 
 

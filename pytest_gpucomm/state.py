@@ -181,7 +181,7 @@ class State:
             base_dir = Path(s.baseline_dir) if s.baseline_dir else Path(self.config.rootpath) / "baselines"
             self._gate = Gate(GateSettings(
                 spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,), max_runs=s.baseline_runs,
-                tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict,
+                tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict, tail_tolerance=s.tail_tolerance,
             ))
         return self._gate
 
@@ -378,17 +378,18 @@ class State:
         judges and this rank follows."""
         return self.gate.loaded or self.follows_gate
 
-    def judge(self, records: list[Record], tolerance: Optional[float]) -> list[str]:
+    def judge(self, records: list[Record], tolerance: Optional[float],
+              tail_tolerance: Optional[float] = None) -> list[str]:
         """The baseline verdict on each record; returns the failure messages.  The gate may re-measure a
         flagged case through ``Record.redo`` (each call a new :class:`Remeasure`); the record keeps its
         first measurement, the gate reports the re-measures.  A recording run (--gpu-baseline-save)
-        reports its verdicts but does not fail.
+        reports its verdicts but does not fail.  ``tail_tolerance`` overrides the session's for the tail verdict.
 
         Launched mode: the gate runs on global rank 0, which sends every rank each re-measure before it
         makes it (every rank measures again together) and then the verdicts; the others follow."""
         launched = self.launched if self.launched is not None and self.launched.started else None
         if launched is None:
-            return self._judge(records, tolerance, [r.redo for r in records])
+            return self._judge(records, tolerance, [r.redo for r in records], tail_tolerance)
         if not self.speaks:
             return self._follow(launched, records)
 
@@ -399,7 +400,8 @@ class State:
             return again
 
         try:
-            failures = self._judge(records, tolerance, [leading(i, r.redo) for i, r in enumerate(records)])
+            failures = self._judge(records, tolerance, [leading(i, r.redo) for i, r in enumerate(records)],
+                                   tail_tolerance)
         except BaseException as e:
             launched.broadcast(("error", f"{type(e).__name__}: {e}"))
             raise
@@ -428,10 +430,10 @@ class State:
             return list(message[2])
 
     def _judge(self, records: list[Record], tolerance: Optional[float],
-               redos: list[Callable[[], "Remeasure"]]) -> list[str]:
+               redos: list[Callable[[], "Remeasure"]], tail_tolerance: Optional[float] = None) -> list[str]:
         failures = []
         for r, redo in zip(records, redos):
-            v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo)
+            v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo, tail_tolerance)
             r.baseline = v.to_dict()
             if r.status is not Status.FAILED:
                 r.status = v.status

@@ -22,6 +22,8 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_MAX_RUNS",
     "DEFAULT_MAX_REMEASURES",
+    "DEFAULT_TAIL_TOLERANCE",
+    "MAX_TAIL_TOLERANCE",
     "DEFAULT_DTYPE",
     "CPU_MAX_WORLD",
     "CPU_LOGICAL_DEVICES",
@@ -43,6 +45,7 @@ class Status(str, Enum):
     OK = "ok"  # every threshold met / consistent with the baseline
     FAILED = "FAIL"  # a @bandwidth / @latency threshold was missed
     REGRESSION = "REGRESSION"  # slower than the baseline beyond the tolerance, confirmed
+    TAIL = "TAIL"  # the single ops' tail heavier than the baseline's beyond the tail tolerance, confirmed
     IMPROVED = "improved"  # faster than the baseline beyond the tolerance
     NOT_GATED = "not gated"  # with this baseline the case cannot catch a drop of twice the tolerance
     NOT_GATED_STRICT = "NOT GATED"  # the same, and --gpu-baseline-strict
@@ -60,7 +63,7 @@ class Status(str, Enum):
         return self in _FAILING
 
 
-_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.NEW_STRICT, Status.NOT_GATED_STRICT, Status.FLOOR})
+_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.TAIL, Status.NEW_STRICT, Status.NOT_GATED_STRICT, Status.FLOOR})
 
 #: element types of the collectives: name -> bytes per element
 DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -81,6 +84,12 @@ DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
 DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression
 DEFAULT_ALPHA = 0.01  # suite-level significance, Bonferroni-corrected
 DEFAULT_MAX_RUNS = 24  # runs kept per case in a baseline file: several sessions (gate.decision)
+#: the tail verdict's tolerance: the share of single ops above the baseline's p99 (scaled to today's median)
+#: allowed is 1 % x (1 + this); the rule and its simulations are gate.tails' (its DEFAULT_TAIL_TOLERANCE,
+#: which must equal this: a test checks it; here so that the options' help needs no numpy)
+DEFAULT_TAIL_TOLERANCE = 1.0
+#: the largest tail tolerance: 1 % x (1 + tolerance) must stay below 100 %
+MAX_TAIL_TOLERANCE = 99.0
 DEFAULT_MAX_REMEASURES = 1  # re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)
 
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and

@@ -24,7 +24,7 @@ def test_markers_are_registered_with_their_signatures(pytester):
     result = pytester.runpytest("--markers")
     result.stdout.fnmatch_lines(
         [
-            "*@pytest.mark.bandwidth(min_gbps=None, size=None, tolerance=None)*",
+            "*@pytest.mark.bandwidth(min_gbps=None, size=None, tolerance=None, tail_tolerance=None)*",
             "*@pytest.mark.latency(max_us=None, size=None, percentile=50)*",
             "*@pytest.mark.sizes(*sizes, start=None, stop=None, factor=2)*",
             "*@pytest.mark.gpus(n)*",

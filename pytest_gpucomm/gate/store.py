@@ -27,7 +27,10 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
           "runs": [                          # oldest first, at most max_runs
             {"run_id": "20240607T101500-ab12",
              "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
-             "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50}}
+             "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50},
+             "tail": {"n": 9800, "p50_us": 20.1,           # optional: the run's single ops, each timed on
+                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.tails.TailSketch:
+                      "max_ratio": 2.9}}                    # quantile / median per level, slowest op / median)
           ],
           "floor_gbps": 44.0                 # optional; published cases: the minimum acceptable median
         }
@@ -37,6 +40,13 @@ through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCH
 Rules beyond the JSON types: a case with no runs must have ``floor_gbps`` (a published figure); a case
 with runs is checked statistically against them (``gate.decision.compare``), and keeps its floor as well.
 Unknown extra keys are kept on read and ignored, so a later minor addition does not break older readers.
+
+A run's ``tail`` is what the tail verdict (TAIL) compares today's single ops with: saved for each case whose
+measurement has single ops (``info["tail"]``: the collectives), absent for the others and in files recorded
+before it existed, which load as before (their cases are judged on the median only).  It is an optional
+field of schema_version 1, not a new version: the schema never closed a run's fields, so a reader of an
+earlier version loads a file with tails and ignores them, and its saves keep the earlier runs' tails (a run
+is merged as a whole).  Its rules: ``n`` >= 1, ``p50_us`` > 0, each ratio in [1, max_ratio], levels in (0, 1).
 
 Writing (:func:`save_run`) takes an exclusive lock (``<file>.lock``, via ``filelock``), re-reads the file,
 merges this run in, and replaces the file atomically (temporary file in the same directory, fsync,
@@ -168,6 +178,17 @@ JSON_SCHEMA: dict[str, Any] = {
                                         "n": {"type": "integer", "minimum": 0},
                                     },
                                 },
+                                "tail": {
+                                    "type": "object",
+                                    "required": ["n", "p50_us", "ratios", "max_ratio"],
+                                    "properties": {
+                                        "n": {"type": "integer", "minimum": 1},
+                                        "p50_us": _POSITIVE_NUMBER,
+                                        "ratios": {"type": "object", "additionalProperties": {"type": "number",
+                                                                                             "minimum": 1}},
+                                        "max_ratio": {"type": "number", "minimum": 1},
+                                    },
+                                },
                             },
                         },
                     },
@@ -237,6 +258,7 @@ class CaseRecord:
     devices: Sequence[str] = ()
     summary: Mapping[str, Any] = field(default_factory=dict)
     layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes (case_key), "" on one host
+    tail: Optional[Mapping[str, Any]] = None  # the single ops' TailSketch.to_dict(), where it has single ops
 
     @property
     def key(self) -> str:
@@ -244,8 +266,15 @@ class CaseRecord:
 
     @classmethod
     def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
-        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side)."""
+        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side); a measurement
+        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.gate.tails.TailSketch`."""
         samples = [float(v) for v in measurement.samples_gbps]
+        tail = None
+        info = getattr(measurement, "info", None) or {}
+        if isinstance(info.get("tail"), dict) and info["tail"].get("hist"):
+            from .tails import TailSketch
+
+            tail = TailSketch.from_info(info["tail"], f"{test_id}: info['tail']").to_dict()
         summary = {
             "median_gbps": float(measurement.gbps),
             "p50_us": float(measurement.p50_us),
@@ -263,6 +292,7 @@ class CaseRecord:
             devices=tuple(measurement.devices),
             summary=summary,
             layout=layout,
+            tail=tail,
         )
 
 
@@ -281,6 +311,7 @@ class CaseRun:
     run_id: str
     samples_gbps: list
     summary: dict
+    tail: Optional[Any] = None  # gate.tails.TailSketch of the run's single ops, None where it has none
 
 
 @dataclass
@@ -578,6 +609,7 @@ def _read_document(path: Path) -> dict:
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise BaselineError(f"{path}: invalid baseline: at {_json_path(err.absolute_path)}: {_describe(err)}{more}")
     _check_samples(path, doc)
+    _check_tails(path, doc)
     return doc
 
 
@@ -615,6 +647,36 @@ def _check_samples(path: Path, doc: dict) -> None:
                     )
 
 
+def _check_tails(path: Path, doc: dict) -> None:
+    """Each run's ``tail`` (optional) is a tail sketch: its levels in (0, 1), its ratios in [1, max_ratio]."""
+    for key, case in doc["cases"].items():
+        for i, run in enumerate(case["runs"]):
+            if "tail" in run:
+                _sketch(path, run["tail"], ["cases", key, "runs", i, "tail"])
+
+
+def _sketch(path: Path, d: Any, where: list[Any]) -> Any:
+    """The :class:`~pytest_gpucomm.gate.tails.TailSketch` of a run's ``tail``, or a BaselineError naming the file
+    and the place."""
+    from .tails import TailSketch
+
+    at = f"{path}: invalid baseline: at {_json_path(where)}"
+    bad = [q for q in (d.get("ratios") or {}) if not _level(q)] if isinstance(d, dict) else []
+    if bad:
+        raise BaselineError(f"{at}: {bad[0]!r} is not a level between 0 and 1 (a ratio's key is its quantile)")
+    try:
+        return TailSketch.from_dict(d, at)
+    except ValueError as e:
+        raise BaselineError(str(e)) from None
+
+
+def _level(q: Any) -> bool:
+    try:
+        return 0 < float(q) < 1
+    except (TypeError, ValueError):
+        return False
+
+
 def _to_baseline(path: Path, doc: dict) -> Baseline:
     runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {}), r.get("session"), r.get("node"),
                       r.get("host")) for r in doc["runs"]]
@@ -628,8 +690,9 @@ def _to_baseline(path: Path, doc: dict) -> Baseline:
             world_size=int(c["world_size"]),
             dtype=c.get("dtype"),
             devices=list(c.get("devices") or []),
-            runs=[CaseRun(r["run_id"], [float(v) for v in r["samples_gbps"]], dict(r.get("summary") or {}))
-                  for r in c["runs"]],
+            runs=[CaseRun(r["run_id"], [float(v) for v in r["samples_gbps"]], dict(r.get("summary") or {}),
+                          _sketch(path, r["tail"], ["cases", key, "runs", i, "tail"]) if "tail" in r else None)
+                  for i, r in enumerate(c["runs"])],
             floor_gbps=float(c["floor_gbps"]) if c.get("floor_gbps") is not None else None,
             layout=str(c.get("layout") or ""),
         )
@@ -707,7 +770,8 @@ def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases
         summary = _clean_summary(rec.summary)
         summary.setdefault("n", len(samples))
         runs = [r for r in old.pop("runs", []) if r["run_id"] != run_id]  # a re-save of the same run
-        runs.append({"run_id": run_id, "samples_gbps": samples, "summary": summary})
+        runs.append({"run_id": run_id, "samples_gbps": samples, "summary": summary,
+                     **({"tail": json.loads(json.dumps(dict(rec.tail)))} if rec.tail else {})})
         floor = old.pop("floor_gbps", None)
         for k in ("test_id", "op", "size_bytes", "world_size", "dtype", "devices", "layout"):
             old.pop(k, None)
@@ -833,6 +897,10 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
                 raise BaselineError(f"{path}: refusing to write an invalid baseline: at {_json_path(e.absolute_path)}: {e.message}")
+            try:
+                _check_tails(path, doc)
+            except BaselineError as e:
+                raise BaselineError(f"refusing to write: {e}") from None
             write_atomic(path, dumps_document(doc))
     except Timeout:
         raise BaselineError(

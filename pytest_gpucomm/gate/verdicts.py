@@ -10,7 +10,17 @@ Per measured case with a baseline entry the verdict (a :class:`pytest_gpucomm.vo
   passes, or ``NOT GATED`` and fails with ``--gpu-baseline-strict``;
 * ``new``        -- no entry in the baseline; passes, or ``NEW`` and fails with ``--gpu-baseline-strict``;
 * ``floor-ok`` / ``FLOOR`` -- a published case: the median must reach the published floor, less the
-  tolerance, after the same re-measures.
+  tolerance, after the same re-measures;
+* ``TAIL``       -- the median is not a regression, but the single ops' tail is heavier than the
+  baseline's: more of them than 1 % x (1 + tail tolerance) are slower than the baseline's p99 scaled to
+  today's median, by the exact binomial test of :mod:`pytest_gpucomm.gate.tails` at the same corrected
+  level as the median's, after the same re-measures (today's runs pooled); fails.  A case is tested where
+  its baseline runs keep single-op sketches and its measurement has single ops (the collectives).  A
+  REGRESSION wins over TAIL; the verdict's ``tail`` says what the tail test found either way.
+
+Each tail test is a comparison of its own in the multiple-comparison correction: the session's
+``n_comparisons`` counts the gated medians and the tested tails, and both verdicts use the same share of
+alpha and the same number of looks.
 
 At the end of the session the common shift of all collectives and of all copies is estimated
 (:meth:`Gate.shifts`) and reported; a shift beyond the tolerance fails the session.
@@ -33,7 +43,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from ..units import describe_size, plural
-from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, Status
+from ..vocab import (DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE,
+                     Status)
 
 if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
@@ -73,6 +84,7 @@ class GateSettings:
     alpha: float = DEFAULT_ALPHA
     strict: bool = False
     max_remeasures: int = DEFAULT_MAX_REMEASURES
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
 
 
 @dataclass
@@ -106,6 +118,56 @@ class Verdict:
         }
 
 
+def _us(x: Optional[float]) -> str:
+    """A time in microseconds, as the messages give it: 8.12 us, 41.2 us, 1.24 ms, 1.50 s; "n/a" for None."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f} s"
+    if x >= 1e3:
+        return f"{x / 1e3:.2f} ms"
+    return f"{x:.2f} us" if x < 10 else f"{x:.1f} us"
+
+
+def _figures_now(info: dict[str, Any], merged: Any) -> dict[str, Any]:
+    """Today's single-op figures (us): the measurement's own, or those of its runs' pooled histogram."""
+    if merged is None:
+        return {k: info.get(k) for k in ("n", "p50_us", "p99_us", "p999_us", "max_us", "jitter")}
+    q = {k: merged.quantile(p) * 1e6 for k, p in (("p50_us", 0.5), ("p99_us", 0.99), ("max_us", 1.0))}
+    q["p999_us"] = merged.quantile(0.999) * 1e6 if merged.n >= 1000 else None
+    return {"n": merged.n, **q, "jitter": q["p99_us"] / q["p50_us"]}
+
+
+def _figures_baseline(sketches: list[Any]) -> dict[str, Any]:
+    """The baseline's single-op figures (us): per figure the median over the runs that resolve it."""
+    import statistics
+
+    def med(values: list[float]) -> Optional[float]:
+        return statistics.median(values) * 1e6 if values else None
+
+    return {"p50_us": med([s.p50_s for s in sketches]),
+            "p99_us": med([s.ratios[0.99] * s.p50_s for s in sketches if 0.99 in s.ratios]),
+            "p999_us": med([s.ratios[0.999] * s.p50_s for s in sketches if 0.999 in s.ratios]),
+            "max_us": med([s.max_ratio * s.p50_s for s in sketches]), "runs": len(sketches),
+            "n": [s.n for s in sketches]}
+
+
+def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
+    """What the change costs a training step, for a measurement that gives its time per step
+    (``info["step_comm_s"]``; named by ``info["step_label"]``, else its op): today's step time (that of the
+    runs pooled: the first run's scaled by its bandwidth over the pooled median's) against the baseline's
+    (today's times the ratio of today's bandwidth to the baseline's); "" for any other measurement."""
+    info = getattr(m, "info", None) or {}
+    step = info.get("step_comm_s")
+    if not isinstance(step, (int, float)) or not step > 0 or not (ratio > 0 and now_gbps > 0):
+        return ""
+    now = float(step) * first_gbps / now_gbps
+    base = now * ratio
+    label = info.get("step_label") or m.op
+    return (f"{label} takes {_us(now * 1e6)} instead of {_us(base * 1e6)} ({now / base - 1:+.1%}) per training "
+            "step")
+
+
 def case_group(op: str) -> str:
     """The group whose common shift a case belongs to: "collective" for what runs over a process group (the
     collectives, the training-step patterns, the node pairs), "copy" for the copies."""
@@ -124,6 +186,8 @@ class Gate:
         self.path: Optional[Path] = None
         self.baseline: Optional[Baseline] = None  # None also when the file does not exist yet (saving)
         self.n_comparisons = 1
+        self.n_tail_comparisons = 0  # of n_comparisons, the tails tested (cases whose baseline runs have sketches)
+        self._tail_spread: Any = None
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
@@ -164,7 +228,9 @@ class Gate:
         if self.baseline is not None:
             # floor-only cases are checked against their floor, not tested: they spend no alpha
             gated = sum(1 for e in self.baseline.cases.values() if e.has_runs and e.test_id in nodeids)
-            self.n_comparisons = max(1, gated)
+            self.n_tail_comparisons = sum(1 for e in self.baseline.cases.values()
+                                          if e.test_id in nodeids and any(r.tail is not None for r in e.runs))
+            self.n_comparisons = max(1, gated + self.n_tail_comparisons)
             # another host of the same kind (a CI runner pool) is not an environment change
             self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
                                               ignore=VOLATILE_KEYS | {"host"})
@@ -224,8 +290,10 @@ class Gate:
             runs += f", at most {most} per case"
         lines = [
             f"gpucomm baseline: {self.path} ({b.source}, {runs}, {len(b.cases)} cases, last recorded "
-            f"{last}); {self.n_comparisons} gated comparisons, alpha {self.settings.alpha:g} (Bonferroni), "
-            f"tolerance {self.settings.tolerance:.0%}"
+            f"{last}); {self.n_comparisons} gated comparisons"
+            + (f" ({self.n_tail_comparisons} of them tails)" if self.n_tail_comparisons else "")
+            + f", alpha {self.settings.alpha:g} (Bonferroni), tolerance {self.settings.tolerance:.0%}"
+            + (f", tail tolerance {self.settings.tail_tolerance:g}" if self.n_tail_comparisons else "")
         ]
         if b.source == "published":
             lines.append(f"gpucomm baseline source: {b.source_detail}")
@@ -245,10 +313,11 @@ class Gate:
 
     # -- the decision ------------------------------------------------------------------------------
     def judge(self, nodeid: str, m: Measurement, tolerance: Optional[float],
-              remeasure: Optional[Callable[[], "Remeasure"]]) -> Verdict:
-        """The verdict on one measurement of test ``nodeid``; ``tolerance`` overrides the session's (the
-        @bandwidth marker's), ``remeasure`` measures the case again in a new process state when it looks
-        like a regression (DECISION_RULE step 5)."""
+              remeasure: Optional[Callable[[], "Remeasure"]], tail_tolerance: Optional[float] = None) -> Verdict:
+        """The verdict on one measurement of test ``nodeid``; ``tolerance`` and ``tail_tolerance`` override the
+        session's (the @bandwidth marker's), ``remeasure`` measures the case again in a new process state when
+        it looks like a regression (DECISION_RULE step 5) or like a heavier tail; the two verdicts share the
+        re-measures (the tail pools those the median verdict made before it asks for more)."""
         from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
         from .fingerprint import format_fingerprint_diff
         from .store import case_key
@@ -263,11 +332,13 @@ class Gate:
         tol = self.settings.tolerance if tolerance is None else tolerance
         first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
         again_log: list[dict[str, Any]] = []
+        again_ms: list[Any] = []  # the re-measured measurements (the tail verdict pools their single ops)
 
         def measure_again() -> tuple[Any, bool]:
             assert remeasure is not None
             r = remeasure()
             loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
+            again_ms.append(r.measurement)
             again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})
             return loc, r.fresh
 
@@ -298,19 +369,120 @@ class Gate:
         if again_log:
             how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again_log)
             pooled = f"; first run {first.gbps:.2f} GB/s, measured again: {how}"
+        env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
+        step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
         if v.status is Status.REGRESSION:
-            env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
             v.message = (
                 f"REGRESSION: {self._what(m)}: {c.current_median_gbps:.2f} GB/s now vs {c.baseline_median_gbps:.2f} GB/s "
                 f"in baseline {self.baseline.name}: drop {1 - c.ratio:.1%} > tolerance {c.tolerance:.0%}; "
                 f"{c.reason}{pooled}.\n"
-                f"  changed since the baseline was recorded: {env}"
+                f"  changed since the baseline was recorded: {env}" + (f"\n  {step}" if step else "")
             )
         elif v.status is Status.NOT_GATED_STRICT:
             v.message = f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: {c.reason}{pooled}"
         else:
             v.message = c.reason + pooled
+        median_done = len(again_ms)
+        tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
+        looks = max(1, self.settings.max_remeasures) if remeasure is not None else 1  # the median verdict's
+        tail = self._judge_tail(nodeid, entry, m, again_ms, again if v.status is not Status.REGRESSION else None,
+                                tol_tail, looks)
+        if tail is None:
+            return v
+        t, text = tail
+        v.details["tail"] = t
+        v.remeasured = len(again_ms)
+        for a in again_log[median_done:]:
+            a["for"] = "tail"
+        if t["status"] == Status.TAIL.value:
+            if v.status is Status.REGRESSION:
+                v.message += f"\n  and a heavier tail (TAIL): {text}"
+            else:
+                v.status = Status.TAIL
+                v.message = (f"TAIL: {self._what(m)}: {text}.\n  the median: {v.message}\n"
+                             f"  changed since the baseline was recorded: {env}" + (f"\n  {step}" if step else ""))
+        elif t["status"] != "untested":
+            v.message += f"; tail: {t['text']}"
         return v
+
+    def _judge_tail(self, nodeid: str, entry: "CaseEntry", m: Measurement, again_ms: list[Any],
+                    again: Optional[Callable[[], tuple[Any, bool]]], tolerance: float, looks: int
+                    ) -> Optional[tuple[dict[str, Any], str]]:
+        """The tail verdict of a case (``gate.tails.tail_test``) and the TAIL message's text, or None where
+        today's measurement has no single ops.  ``again_ms``: the re-measures made so far (the median
+        verdict's), which a flagged first run pools, and to which ``again`` (None: no more re-measures, as
+        when the median already failed) adds more while the pooled share is still above the allowed one."""
+        info = getattr(m, "info", None)
+        info = info.get("tail") if isinstance(info, dict) else None
+        if not isinstance(info, dict) or not info.get("hist"):
+            return None
+        sketches = [r.tail for r in entry.runs if r.tail is not None and r.tail.p99_s is not None]
+        if not sketches:
+            return ({"status": "untested", "why": "no baseline run of this case keeps single-op figures (recorded "
+                     "without them, or with fewer than 100 single ops); record runs with --gpu-baseline-save"}, "")
+        from .decision import CASE_ALPHA_SHARE
+        from .tails import Histogram, tail_test
+
+        def hist_of(x: Any, where: str) -> Optional[Histogram]:
+            t = x.info.get("tail") if isinstance(getattr(x, "info", None), dict) else None
+            return Histogram.from_dict(t["hist"], where) if isinstance(t, dict) and t.get("hist") else None
+
+        kw: dict[str, Any] = dict(tolerance=tolerance, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
+                                  n_comparisons=self.n_comparisons, looks=looks, spread=self._spread())
+        hists = [hist_of(m, f"{nodeid}: info['tail']['hist']")]
+        first = t = tail_test(sketches, hists[0], today_p50_s=float(info["p50_us"]) * 1e-6, **kw)
+        used = 0
+
+        def pool() -> Any:
+            nonlocal used
+            for k, x in enumerate(again_ms[used:], used + 1):
+                h = hist_of(x, f"{nodeid}: re-measure {k}: info['tail']['hist']")
+                if h is not None:
+                    hists.append(h)
+            used = len(again_ms)
+            return tail_test(sketches, Histogram.merged(hists), **kw) if len(hists) > 1 else t
+
+        if first.share > first.allowed_share:  # flagged: never TAIL on one run where it can be measured again
+            t = pool()
+            while (again is not None and len(again_ms) < self.settings.max_remeasures and t.share > t.allowed_share
+                   and (len(hists) == 1 or not t.tail)):
+                again()
+                t = pool()
+        runs_now = len(hists)
+        merged = Histogram.merged(hists) if runs_now > 1 else None
+        now = _figures_now(info, merged)
+        base = _figures_baseline(sketches)
+        d: dict[str, Any] = {
+            "status": Status.TAIL.value if t.tail else Status.OK.value,
+            "now": now, "baseline": base, "n": t.n, "exceed": t.exceed, "share": t.share,
+            "allowed_share": t.allowed_share, "threshold_us": t.threshold_s * 1e6, "baseline_ratio": t.baseline_ratio,
+            "p_value": t.p_value, "level": t.level, "tolerance": tolerance, "runs_pooled": runs_now,
+            "baseline_runs": len(sketches), "text": t.text(),
+        }
+        if runs_now > 1:
+            d["first"] = {"n": first.n, "exceed": first.exceed, "share": first.share, "p_value": first.p_value}
+        text = (
+            f"p99 {_us(now['p99_us'])} now vs {_us(base['p99_us'])} in baseline {self.baseline.name if self.baseline else ''} "
+            f"(p50 {_us(now['p50_us'])} vs {_us(base['p50_us'])}, p99.9 {_us(now['p999_us'])} vs "
+            f"{_us(base['p999_us'])}, max {_us(now['max_us'])} vs {_us(base['max_us'])}; median over "
+            f"{plural(len(sketches), 'baseline run')}); {t.share:.1%} of {t.n:,} single ops slower than the baseline's "
+            f"p99 scaled to today's median ({_us(t.threshold_s * 1e6)} = {t.baseline_ratio:.2f} x p50), "
+            f"{t.allowed_share:.0%} allowed (tail tolerance {tolerance:g}), p = {t.p_value:.2g} (level {t.level:.2g})"
+        )
+        if runs_now > 1:
+            text += (f"; {plural(runs_now, 'run')} pooled (the first alone: {first.share:.1%} of {first.n:,}, "
+                     f"p = {first.p_value:.2g})")
+        return d, text
+
+    def _spread(self) -> Any:
+        """The run-to-run spread of the share of slow ops, fitted once per gate over every case's sketches."""
+        if self._tail_spread is None:
+            from .tails import fit_spread
+
+            assert self.baseline is not None
+            cases = [[r.tail for r in e.runs if r.tail is not None] for e in self.baseline.cases.values()]
+            self._tail_spread = fit_spread([c for c in cases if c])
+        return self._tail_spread
 
     def shifts(self, verdicts: list[dict[str, Any]], commons: Optional[dict[str, dict[str, Any]]] = None) -> list["Shift"]:
         """The session's common shift per group (DECISION_RULE step 6), from the verdicts' dicts (``to_dict``,
