@@ -85,10 +85,10 @@ DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression
 DEFAULT_ALPHA = 0.01  # suite-level significance, Bonferroni-corrected
 DEFAULT_MAX_RUNS = 24  # runs kept per case in a baseline file: several sessions (gate.decision)
 #: the tail verdict's tolerance: the share of single ops above the baseline's p99 (scaled to today's median)
-#: allowed is 1 % x (1 + this); the rule and its simulations are gate.tails' (its DEFAULT_TAIL_TOLERANCE,
+#: allowed is the baseline's own share (about 1 %) x (1 + this); the rule and its simulations are gate.tails' (its DEFAULT_TAIL_TOLERANCE,
 #: which must equal this: a test checks it; here so that the options' help needs no numpy)
-DEFAULT_TAIL_TOLERANCE = 1.0
-#: the largest tail tolerance: 1 % x (1 + tolerance) must stay below 100 %
+DEFAULT_TAIL_TOLERANCE = 0.5
+#: the largest tail tolerance accepted (a hundredfold share of slow ops)
 MAX_TAIL_TOLERANCE = 99.0
 DEFAULT_MAX_REMEASURES = 1  # re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)
 
