@@ -20,6 +20,7 @@ __all__ = ["Settings", "add_options", "read_settings", "parse_seconds", "origin"
 T = TypeVar("T")
 
 from .vocab import (
+    TAIL_TIME_FACTOR,
     DEFAULT_ALPHA,
     DEFAULT_CPU_MAX_SIZE,
     DEFAULT_DTYPE,
@@ -67,7 +68,7 @@ _OPTIONS = [
      "Use 1 for the one-second-per-size runs of the published benchmarks.", "SECONDS"),
     ("--gpucomm-tail-time", "gpucomm_tail_time", "gpucomm_tail_time", "GPUCOMM_TAIL_TIME",
      "Time budget per collective case in seconds for its single ops, each timed on its own (the tail figures and "
-     "the TAIL verdict; at least 20 and at most 10,000 ops); 0 skips them. Default: --gpucomm-min-time.",
+     "the TAIL verdict; at least 20 and at most 10,000 ops); 0 skips them. Default: 3 x --gpucomm-min-time.",
      "SECONDS"),
     ("--gpucomm-max-size", "gpucomm_max_size", "gpucomm_max_size", "GPUCOMM_MAX_SIZE",
      "Largest message size of the @sizes sweeps; larger sizes are not collected. "
@@ -123,7 +124,7 @@ class Settings:
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
                 "alpha": self.alpha, "dtypes": list(self.dtypes), "tail_tolerance": self.tail_tolerance,
-                "tail_time_s": self.min_time_s if self.tail_time_s is None else self.tail_time_s}
+                "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def describe(self) -> str:
         parts = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import Enum
 
 __all__ = [
+    "TAIL_TIME_FACTOR",
     "Status",
     "DTYPES",
     "DTYPE_ALIASES",
@@ -88,6 +89,9 @@ DEFAULT_MAX_RUNS = 24  # runs kept per case in a baseline file: several sessions
 #: allowed is the baseline's own share (about 1 %) x (1 + this); the rule and its simulations are gate.tails' (its DEFAULT_TAIL_TOLERANCE,
 #: which must equal this: a test checks it; here so that the options' help needs no numpy)
 DEFAULT_TAIL_TOLERANCE = 0.5
+#: the single-op phase's time per case, without --gpucomm-tail-time: this many x --gpucomm-min-time (0.3 s by
+#: default gave one H200 7,000-10,000 single ops of a small collective; the p99.9 level needs 5,000)
+TAIL_TIME_FACTOR = 3
 #: the largest tail tolerance accepted (a hundredfold share of slow ops)
 MAX_TAIL_TOLERANCE = 99.0
 DEFAULT_MAX_REMEASURES = 1  # re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)

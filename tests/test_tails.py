@@ -6,14 +6,16 @@ share by ``wvar``, both sd of the log):
 
 * NARROW, ASSUMED device-like (not measured: the lead refits it from H200 runs of
   ``benchmarks/tail_noise.py``): body 4 %, 1.5 % of ops 1.5 x slower (sd 0.15), drift 1 %, wvar 0.2;
-* H200, FITTED to one H200 (``benchmarks/data/tail_noise_h200_1gpu_1.json``: one session of 6 runs, each a
-  new one-rank NCCL group, x all_gather, reduce_scatter x 4 KiB-16 MiB, 2,300-3,100 single ops per run behind
+* H200, FITTED to one H200 (``benchmarks/data/tail_noise_h200_1gpu_1.json`` and ``_2.json``: two sessions,
+  separate machine leases an hour apart, each 6 runs in new one-rank NCCL groups x all_gather, reduce_scatter
+  (and all_reduce, broadcast) x 4 KiB-16 MiB (and 256 MiB in the second), 2,300-3,600 single ops per run behind
   the host-released latch -- the device's and the event clock's own noise, no link; the one-rank all_reduce
-  and broadcast are copies of nothing, 1.3 us timed in 32 ns steps, and the rule does not judge them):
-  body 4 % whose width moves by 5.5 % (sd of log) from run to run (set so that the model's run-to-run spread
-  of the share matches the fit below; the measured per-run widths move by 9 %, the clock's steps included), 0.15 % of ops 1.4 x slower (sd 0.15) with
-  that share moving by 0.8, drift 1.9 %; the run-to-run sd of the log share above the p99 ratio pooled over
-  the 8 resolved cases is 0.38 (40 df), which this model reproduces
+  and broadcast are copies of nothing, 1.3 us timed in 32 ns steps, which the rule does not judge;
+  ``python benchmarks/tail_noise.py --fit benchmarks/data/tail_noise_h200_1gpu_*.json``): body 2-4 % (here 4 %)
+  whose width moves from run to run by 10 % (sd of log; set so that the model's run-to-run spread of the
+  share matches the fit below), 0.15 % of ops 1.4 x slower (sd 0.15, share moving by 0.1), drift 1.8 %; the
+  run-to-run sd of the log share above the p99 ratio pooled over the 18 resolved cases (90 df) is 0.56 (per
+  session 0.38 and 0.67), above the p99.9 ratio 0.34 (0.17 and 0.43), which this model reproduces
   (``test_the_h200_model_has_the_fitted_run_to_run_spread``);
 * CPU, FITTED to this project's 2-core runner shared with other jobs (``benchmarks/data/tail_noise_cpu_1..4.json``:
   4 sessions 2-13 minutes apart, each 5 runs in new gloo process groups of 2 ranks x all_reduce, all_gather x
@@ -46,7 +48,7 @@ from pytest_gpucomm.gate.tails import (DEFAULT_SHARE_SPREAD, DEFAULT_TAIL_TOLERA
 
 ROOT = Path(__file__).resolve().parents[1]
 NARROW = dict(sigma=0.04, w=0.015, slow_med=1.5, slow_sigma=0.15, drift=0.01, wvar=0.2)
-H200 = dict(sigma=0.04, svar=0.065, w=0.0015, slow_med=1.4, slow_sigma=0.15, drift=0.019, wvar=0.1)
+H200 = dict(sigma=0.04, svar=0.1, w=0.0015, slow_med=1.4, slow_sigma=0.15, drift=0.018, wvar=0.1)
 CPU = dict(sigma=0.38, w=0.081, slow_med=11.3, slow_sigma=0.49, drift=0.18, wvar=0.90)
 CASES = 20  # cases per simulated suite: the Bonferroni correction is over them
 #: single ops per run at the default measuring (0.1 s) for a small collective on a GPU: 0.1 s / 10-20 us per op
@@ -98,20 +100,25 @@ def test_without_a_change_at_most_one_suite_in_a_hundred_fails_falsely():
 
 def test_the_h200_model_has_the_fitted_run_to_run_spread():
     rng = np.random.default_rng(3)
-    runs = [_runs(rng, H200, 40, 3000) * 1e-5 for _ in range(6)]
+    runs = [_runs(rng, H200, 40, 10_000) * 1e-5 for _ in range(6)]
     s = fit_spread([[TailSketch.from_samples(r[i]) for r in runs] for i in range(40)])
-    assert s.measured_sd == pytest.approx(0.38, abs=0.05)
+    assert s.measured_sd == pytest.approx(0.56, abs=0.06) and s.sd_far == pytest.approx(0.34, abs=0.06)
 
 
-def test_without_a_change_on_h200_noise_at_most_one_suite_in_a_hundred_fails_falsely():
-    fails, _, tests, _ = _simulate(H200, suites=100, n=N_GPU, seed=21)
+@pytest.mark.parametrize("k_runs", [3, 8])
+def test_without_a_change_on_h200_noise_at_most_one_suite_in_a_hundred_fails_falsely(k_runs):
+    fails, _, tests, _ = _simulate(H200, suites=100, n=N_GPU, seed=21, k_runs=k_runs)
     assert fails.any(axis=1).mean() <= 0.01
 
 
-def test_on_h200_noise_a_tail_of_2_percent_3x_slower_is_caught_in_95_percent_of_cases_while_the_median_holds():
-    fails, medians, tests, _ = _simulate(H200, suites=10, n=N_GPU, seed=23, extra=(0.02, 3.0))
+def test_on_h200_noise_a_tail_of_2_percent_3x_slower_is_caught_in_95_percent_of_cases_against_8_baseline_runs():
+    # the baseline's error weighs: against 3 runs the same tail is caught in about a quarter of the cases
+    # (26 % at this seed), against 5 in 94.5 %, against 8 in 98.5 % (gate.tails' doc)
+    fails, medians, tests, _ = _simulate(H200, suites=10, n=N_GPU, seed=23, extra=(0.02, 3.0), k_runs=8)
     assert fails.mean() >= 0.95
     assert np.all(np.abs(medians - 1) < 0.05)
+    few, _, _, _ = _simulate(H200, suites=10, n=N_GPU, seed=23, extra=(0.02, 3.0), k_runs=3)
+    assert few.mean() < 0.5
 
 
 def test_without_a_change_on_cpu_noise_fitted_to_the_recorded_runs_at_most_one_suite_in_a_hundred_fails_falsely():

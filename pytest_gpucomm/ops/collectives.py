@@ -36,7 +36,7 @@ from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence
 
 from ..measurement import Measurement
 from ..units import describe_size
-from ..vocab import DTYPES
+from ..vocab import DTYPES, TAIL_TIME_FACTOR
 
 __all__ = [
     "OPS",
@@ -942,7 +942,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own.
 
     After the batched samples (the median figures), single ops are timed one by one (:func:`single_ops`):
-    as many as fill ``tail_time_s`` (None: ``min_time_s``) at the agreed (slowest rank's) wall time of one,
+    as many as fill ``tail_time_s`` (None: ``TAIL_TIME_FACTOR`` x ``min_time_s``) at the agreed (slowest rank's) wall time of one,
     between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS``; 0 skips the phase."""
     import torch
     import torch.distributed as dist
@@ -1010,7 +1010,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         dist.barrier(group=group)
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
-    budget = min_time_s if tail_time_s is None else float(tail_time_s)
+    budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
     singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, group=group)
     # the timed samples replayed a graph if the graph of their shape was captured
     graph_inner = plan.batch if timed.use_graph and graph_shape(plan.batch)[0] in timed.graphs else 0

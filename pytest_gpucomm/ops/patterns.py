@@ -47,7 +47,7 @@ with each other (the overlap pattern's iteration is the overlapped one).  ``info
 pattern and shape in plain words ("the data-parallel gradient sync of the llama3-8b shape on 8 ranks").
 
 After the timed samples every pattern times single iterations one by one, as the collectives time single
-ops (:func:`.collectives.single_op_phase`: a budget of ``tail_time_s``, default ``min_time_s``, the same
+ops (:func:`.collectives.single_op_phase`: a budget of ``tail_time_s``, default 3 x ``min_time_s``, the same
 count on every rank), and ``info["tail"]`` holds their figures (:func:`.collectives.tail_info`).
 
 ``scale`` divides the element counts, so that the CPU variant (gloo) stays quick: the DP gradient, and the
@@ -74,6 +74,7 @@ from typing import Any, Optional, Sequence
 
 from ..measurement import Measurement
 from ..units import format_size
+from ..vocab import TAIL_TIME_FACTOR
 from .collectives import BenchResult, WrongResult, ranks_info, tail_info
 
 __all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "PatternResult", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
@@ -641,7 +642,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
     (:func:`plan`), time its iterations (warm-up, plan agreed by every rank; the overlap: each part alone,
     then both), time single iterations one by one (:func:`.collectives.single_op_phase`: ``tail_time_s``, None:
-    ``min_time_s``; 0 skips them), then run one more on fresh inputs and poisoned outputs and count the wrong
+    3 x ``min_time_s``; 0 skips them), then run one more on fresh inputs and poisoned outputs and count the wrong
     elements; last, with the other ranks, each iteration's time (the slowest rank's) and who arrived last
     (:func:`.collectives.iteration_stats`)."""
     import statistics
@@ -697,7 +698,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         both = timed.split[len(timed.split) - len(samples):]
         parts["dp_overlapped_s"] = [d for d, _ in both]
         parts["tp_overlapped_s"] = [t for _, t in both]
-    budget = min_time_s if tail_time_s is None else float(tail_time_s)
+    budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
     singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, launches=case.launches)
     case.fill()
     timed.sync()
