@@ -308,6 +308,10 @@ def test_the_latency_figure_draws_todays_single_ops_against_the_baselines_tail_s
 
 
 def test_without_sketches_the_latency_figure_draws_the_per_iteration_times_of_both(report, baseline):
+    baseline = copy.deepcopy(baseline)  # a baseline recorded before runs kept their single ops' sketch
+    for c in baseline["cases"].values():
+        for r in c["runs"]:
+            r.pop("tail", None)
     row = _rows(report, "test_small.py::test_ar")[0]
     case = _case(baseline, row)
     (fig,) = plots.latency_figures(report, baseline)

@@ -267,7 +267,7 @@ def test_the_patterns_run_and_check_their_results_on_a_gloo_world_of_4(pytester)
         assert r["busbw_gbps"] > 0 and r["n"] >= 10 and len(info["ranks"]["rank"]) == 4, name
         # single iterations, one by one: at least TAIL_MIN_OPS, the slowest rank's, ordered percentiles
         tail = info["tail"]
-        assert tail["n"] >= 20 and tail["budget_s"] == 0.002 and tail["timer"] == "host clock per operation", name
+        assert tail["n"] >= 20 and tail["budget_s"] == pytest.approx(0.006) and tail["timer"] == "host clock per operation", name
         assert 0 < tail["p50_us"] <= tail["p99_us"] <= tail["max_us"], name
         assert sum(c for _, c in tail["hist"]["bins"]) == tail["n"] and len(tail["own_p50_us"]) == 4, name
     assert rows["test_dp"]["op"] == "dp_grad_sync" and rows["test_dp"]["info"]["buckets"] == 4
@@ -335,7 +335,7 @@ def test_the_suite_records_a_baseline_and_is_gated_against_it_without_a_regressi
     # noise (tests/test_gate_plugin.py)
     shutil.copy(SUITE, pytester.path / "test_suite_copy.py")  # (the name of this file is taken)
     subset = ["-k", "llama3-8b and not dp_grad_sync or moe_all_to_all", "--gpu-baseline=base.json",
-              "--gpu-tolerance=0.95", "--gpucomm-min-time=0.01", "-p", "no:cacheprovider"]
+              "--gpu-tolerance=0.95", "--gpu-tail-tolerance=50", "--gpucomm-min-time=0.01", "-p", "no:cacheprovider"]
     saved = pytester.runpytest(*subset, "--gpu-baseline-save")
     saved.assert_outcomes(passed=4)
     doc = json.loads((pytester.path / "base.json").read_text())
