@@ -436,3 +436,13 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
     assert b["remeasured"] >= 1 and b["tail"]["runs_pooled"] == 2  # every rank measured again, then pooled
     assert "cannot be restarted" in b["remeasures"][0]["how"]
     assert "1 TAIL" in text and "tails tested on 1 case: 1 TAIL" in text
+
+
+def test_a_baseline_case_whose_runs_had_fewer_than_100_single_ops_is_left_out_of_the_spread(tmp_path):
+    g = gate_of(tmp_path)
+    short = record("test_c.py::test_short", steady(100.0), single_ops(5, n=50))  # a sketch without a p99
+    save_run(g.path, name="cpu", run_id="r9", date="2026-01-02T00:00:00+00:00", fingerprint={},
+             cases={short.key: short})
+    g = Gate(GateSettings(spec=str(g.path)))
+    g.load(None, {}, {NODEID})
+    assert g.judge(NODEID, today(7), None, None).to_dict()["tail"]["status"] == "ok"

@@ -499,7 +499,9 @@ class Gate:
             from .tails import fit_spread
 
             assert self.baseline is not None
-            cases = [[r.tail for r in e.runs if r.tail is not None] for e in self.baseline.cases.values()]
+            # runs of fewer than 100 single ops keep a sketch without a p99: the rule reads none of them
+            cases = [[r.tail for r in e.runs if r.tail is not None and r.tail.p99_s is not None]
+                     for e in self.baseline.cases.values()]
             self._tail_spread = fit_spread([c for c in cases if c])
         return self._tail_spread
 
