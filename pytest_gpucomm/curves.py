@@ -91,7 +91,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .units import GB, describe_size, size_token
+from .units import GB, describe_duration, describe_size, size_token
 
 __all__ = [
     "SweepPoint",
@@ -130,14 +130,6 @@ MAX_MEDIAN_RESIDUAL = 0.05
 #: ... or above this largest one (between the H200 copies' worst, 8.4 %, and the NCCL collectives' best,
 #: 16.7 %, single runs: see the module doc)
 MAX_RESIDUAL = 0.15
-
-
-def _fmt_time(seconds: float) -> str:
-    if seconds >= 1.0:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
 
 
 def _pct(x: float, digits: int = 0) -> str:
@@ -218,7 +210,7 @@ class Sweep:
         for a, b in zip(pts, pts[1:]):
             if a.size_bytes == b.size_bytes:
                 raise ValueError(f"size {describe_size(int(a.size_bytes))} given twice in {where}: a sweep has "
-                                 f"one point per size (medians {_fmt_time(a.median_s)} and {_fmt_time(b.median_s)})")
+                                 f"one point per size (medians {describe_duration(a.median_s)} and {describe_duration(b.median_s)})")
         if not pts:
             raise ValueError(f"no sizes in {where}: a sweep needs at least one measured size")
         object.__setattr__(self, "points", pts)
@@ -463,7 +455,7 @@ class LatencyBandwidthFit:
             if self.reason.startswith("poor fit"):
                 return f"latency-bandwidth model: cannot tell ({self.reason}; R^2 {self.r2_log:.4f} in log time)"
             return f"latency-bandwidth model: cannot tell ({self.reason}; {quality})"
-        lat = _fmt_time(self.latency_s) if self.latency_s is not None else "?"
+        lat = describe_duration(self.latency_s) if self.latency_s is not None else "?"
         bw = f"{_fmt_gbps(self.bandwidth_gbps)} GB/s" if self.bandwidth_gbps is not None else "?"
         half = f", n_half {describe_size(self.n_half_bytes)}" if self.n_half_bytes else ""
         why = f"; {self.reason}" if self.reason else ""
@@ -576,7 +568,7 @@ class CurveModel:
                       + " points: not known, the peak lies beyond the sweep")
         else:
             shares = "; ".join(c.text() for c in self.crossings)
-        first = (f"{self.sweep.label}: latency floor {_fmt_time(self.latency_floor_s)} at "
+        first = (f"{self.sweep.label}: latency floor {describe_duration(self.latency_floor_s)} at "
                  f"{describe_size(self.latency_floor_size)}; {peak}; {shares}")
         eff = self.peak_efficiency
         second = "  " + self.fit.text() + (f"; measured peak {_pct(eff)} of the model's bandwidth" if eff else "")

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .curves import Sweep, _fmt_time, curve_model, sweep_id, sweeps_from_baseline, sweeps_from_report
-from .units import GB, format_size, plural
+from .curves import Sweep, curve_model, sweep_id, sweeps_from_baseline, sweeps_from_report
+from .units import GB, describe_duration, format_size, plural
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -559,7 +559,7 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
         ax.set_ylabel("share of ops at or above")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
-        p = ", ".join(f"{q} {_fmt_time(float(tail[f'{q}_us']) * 1e-6)}" for q in ("p50", "p99")
+        p = ", ".join(f"{q} {describe_duration(float(tail[f'{q}_us']) * 1e-6)}" for q in ("p50", "p99")
                       if isinstance(tail.get(f"{q}_us"), (int, float)))
         where = (f"{row['world_size']} ranks" if int(row.get("world_size", 1)) > 1
                  else "->".join(row.get("devices") or []))

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from .measurement import Measurement
-from .units import format_size
+from .units import describe_duration, format_size
 
 __all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "CHANCE_P", "MIN_LAG",
            "NOTABLE_SPREAD", "modified_z", "chance_of_at_least",
@@ -82,13 +82,7 @@ def modified_z(values: Sequence[float], floor: float = 0.0) -> list[float]:
     return [Z_SCALE * (v - med) / scale for v in values]
 
 
-def fmt_s(s: float) -> str:
-    """A duration for a human: 20.1 ms, 153 us, 1.20 s."""
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
+fmt_s = describe_duration  # a duration for a human: 20.1 ms, 153 us, 1.20 s
 
 
 def _node_label(node: int, host: str) -> str:

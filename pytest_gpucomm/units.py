@@ -19,7 +19,7 @@ import math
 import re
 from typing import Union
 
-__all__ = ["SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "size_token", "gbps", "GB", "plural"]
+__all__ = ["describe_duration", "SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "size_token", "gbps", "GB", "plural"]
 
 GB = 1e9
 #: the largest size accepted anywhere: 1 TiB, more than any device's memory
@@ -101,6 +101,16 @@ def _at_most_max(value: SizeLike, nbytes: int, origin: str) -> int:
         raise SizeError(f"invalid size {value!r}{origin}: {nbytes:,} bytes is above the largest size, 1 TiB "
                         f"({MAX_SIZE:,} bytes)")
     return nbytes
+
+
+def describe_duration(seconds: float, fixed: bool = False) -> str:
+    """A duration for a human: 1.20 s, 20.1 ms, 153 us (three significant digits); ``fixed``: one decimal
+    in ms and us (20.0 ms, 153.2 us), for figures set side by side."""
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms" if fixed else f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.1f} us" if fixed else f"{seconds * 1e6:.3g} us"
 
 
 def format_size(nbytes: int) -> str:

@@ -87,3 +87,10 @@ def test_format_size_prints_every_accepted_size_without_raising(n):
 def test_format_size_never_raises_on_a_dense_range_of_byte_counts():
     for n in range(1, 70_000, 7):
         format_size(n)
+
+
+def test_describe_duration_gives_three_digits_or_one_decimal_when_fixed():
+    from pytest_gpucomm.units import describe_duration
+
+    assert [describe_duration(s) for s in (1.2, 0.0201, 153.24e-6, 0.02)] == ["1.20 s", "20.1 ms", "153 us", "20 ms"]
+    assert [describe_duration(s, fixed=True) for s in (0.02, 153.24e-6)] == ["20.0 ms", "153.2 us"]

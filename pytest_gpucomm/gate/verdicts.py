@@ -430,7 +430,7 @@ class Gate:
         kw: dict[str, Any] = dict(tolerance=tolerance, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
                                   n_comparisons=self.n_comparisons, looks=looks, spread=self._spread())
         steps = [float(info.get("resolution_us") or 0.0) * 1e-6]
-        hists = [hist_of(m, f"{nodeid}: info['tail']['hist']")]
+        hists: list[Histogram] = [Histogram.from_dict(info["hist"], f"{nodeid}: info['tail']['hist']")]
         first = t = tail_test(sketches, hists[0], today_p50_s=float(info["p50_us"]) * 1e-6,
                               resolution_s=steps[0], **kw)
         used = 0

@@ -750,6 +750,7 @@ class FlagLatch:
 
     def __init__(self, torch: Any, lib: Any) -> None:
         import ctypes
+        import threading
 
         self._c = ctypes
         # the _v2 entry point (CUDA 11.7+) needs no driver module option; the first one may
@@ -768,7 +769,7 @@ class FlagLatch:
         self.word = ctypes.c_int32.from_address(self.flag.data_ptr())
         self.value = 0
         self._timer: Any = None
-        self._lock = __import__("threading").Lock()
+        self._lock = threading.Lock()
 
     #: why the last :meth:`create` gave None
     unavailable = ""
@@ -888,6 +889,19 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int, launc
     return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2])
 
 
+def agreement(torch: Any, dist: Any, device: str, group: Any = None) -> Callable[[float], float]:
+    """``agree(x)``: the largest ``x`` over the ranks of ``group`` (None: the default group), on every rank --
+    how the ranks agree on a timing plan or a pace (every rank calls it, in the same order)."""
+    buf = torch.zeros(1, dtype=torch.float32 if device.startswith("cuda") else torch.float64, device=device)
+
+    def agree(x: float) -> float:
+        buf.fill_(x)
+        dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+        return float(buf.item())
+
+    return agree
+
+
 def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callable[[], None],
                     agree: Callable[[float], float], gpu: bool, budget_s: float,
                     group: Any = None, launches: int = 1) -> Optional[SingleOps]:
@@ -997,12 +1011,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         max_inflight_iters=batch if graphs else 256,
     )
     timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
-    agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
-
-    def agree(x: float) -> float:
-        agree_buf.fill_(x)
-        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX, group=group)
-        return float(agree_buf.item())
+    agree = agreement(torch, dist, ctx.device, group)
 
     def prepare(p: Any) -> None:
         timed.sample(p.batch)  # capture (on GPU) outside the timed samples

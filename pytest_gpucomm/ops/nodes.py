@@ -124,7 +124,7 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     import torch.distributed as dist
 
     from ..timing import TimingSettings, measure
-    from .collectives import _Timed
+    from .collectives import _Timed, agreement
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
@@ -134,12 +134,7 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     tdtype = getattr(torch, dtype)
     count = max(1, size_bytes // DTYPES[dtype])
     settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
-    agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
-
-    def agree(x: float) -> float:
-        agree_buf.fill_(x)
-        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX)
-        return float(agree_buf.item())
+    agree = agreement(torch, dist, ctx.device)
 
     # a collective of the whole group first: on NCCL the first call on a communicator must be made by all of
     # its ranks, and point-to-point calls between some of them must not be that first call

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from ..measurement import Measurement
-from ..units import format_size
+from ..units import describe_duration, format_size
 from ..vocab import TAIL_TIME_FACTOR
 from .collectives import BenchResult, WrongResult, ranks_info, tail_info
 
@@ -651,7 +651,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
     import torch.distributed as dist
 
     from ..timing import TimingSettings, measure
-    from .collectives import _Timed, iteration_stats, single_op_fields, single_op_phase
+    from .collectives import _Timed, agreement, iteration_stats, single_op_fields, single_op_phase
 
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
@@ -671,12 +671,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
     else:
         case = _Overlap(torch, dist, ctx.device, r, n, spec, ctx.backend, gpu)
     settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
-    agree_buf = torch.zeros(1, dtype=torch.float64 if not gpu else torch.float32, device=ctx.device)
-
-    def agree(x: float) -> float:
-        agree_buf.fill_(x)
-        dist.all_reduce(agree_buf, op=dist.ReduceOp.MAX)
-        return float(agree_buf.item())
+    agree = agreement(torch, dist, ctx.device)
 
     def prepare(p: Any) -> None:
         timed.sync()
@@ -727,14 +722,6 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
 
 # -- the controller's side ------------------------------------------------------------------------
 
-def _duration(s: float) -> str:
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.1f} us"
-
-
 def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: str) -> Measurement:
     """The measurement of the ranks' results (ordered by rank) for the plan ``p``; :class:`WrongResult`,
     naming every rank that saw a wrong element, if any did."""
@@ -760,10 +747,10 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
     label = (f"the {WHAT[p.pattern]} of the {p.model} shape on {len(results)} ranks"
              f"{'' if p.scale == 1 else f' (scaled 1/{p.scale})'}")
     each = (f"{p.iteration}" if p.per_step == 1
-            else f"{p.per_step} x {_duration(m.median_s)}, each {p.iteration}")
+            else f"{p.per_step} x {describe_duration(m.median_s, fixed=True)}, each {p.iteration}")
     info["step_comm_s"] = step_s
     info["step_label"] = label
-    info["step"] = f"{label}: {_duration(step_s)} per training step, {each}; busbw {m.busbw_gbps:.2f} GB/s"
+    info["step"] = f"{label}: {describe_duration(step_s, fixed=True)} per training step, {each}; busbw {m.busbw_gbps:.2f} GB/s"
     figures = getattr(first, "overlap", None)
     if p.pattern == OVERLAP and figures:
         ov = dict(figures)
@@ -773,7 +760,7 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
 
         def part(name: str, key: str) -> str:
             alone, over, slow = ov[f"{key}_alone_s"], ov[f"{key}_overlapped_s"], ov[f"{key}_slowdown"]
-            return (f"{name} {_duration(alone)} alone, {_duration(over)} overlapped"
+            return (f"{name} {describe_duration(alone, fixed=True)} alone, {describe_duration(over, fixed=True)} overlapped"
                     f"{'' if slow is None else f' ({slow:.2f}x)'}")
 
         info["step"] += f"; {part('the gradient sync', 'dp')}, {part('the tensor-parallel collectives', 'tp')}"
