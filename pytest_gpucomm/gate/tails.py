@@ -21,10 +21,10 @@ The rule, per case:
    spread and their binomial error) -- and T of unit sd, Student's t with :data:`MIX_DF` = 20 degrees of
    freedom (a normal fitted the recorded CPU runs' sd but not their far tails: in the CPU-fitted
    simulation the slow share switches regimes from run to run, and a normal mixing failed 2 % of no-change
-   suites; with 10 degrees of freedom the mixing was so heavy that on the H200-fitted model a share of slow
-   ops 14 x the baseline's at the p99.9 was caught in only 72 % of cases; with 20, 0 of 300 no-change suites
-   failed on each of the CPU, H200 and assumed narrow models, and the 2 % x 3 tail was caught in 97 % of
-   cases on the H200 model, 100 % on the narrow one).  The p-value, P(K >= k), is the binomial tail averaged over T on a fine grid
+   suites; with 10 degrees of freedom the mixing was so heavy that on a first H200 fit (one session) a
+   share of slow ops 14 x the baseline's at the p99.9 was caught in only 72 % of cases, 97 % with 20; with
+   20, 0 of 300 no-change suites failed on each of the CPU and assumed narrow models, and 0 of 300 on the
+   final H200 model (two sessions) against 3 and against 8 baseline runs).  The p-value, P(K >= k), is the binomial tail averaged over T on a fine grid
    (:func:`mixture_sf`), times the number of levels tested (Bonferroni, 1 or 2).
 4. **s**, the run-to-run sd of the log share of slow ops, is :func:`fit_spread` over the baseline's cases
    with at least 2 runs: per case, the variance of its runs' log shares above its reference less their
