@@ -1,0 +1,205 @@
+"""Saved files read outside a pytest run: a JSON report (``--gpucomm-json``), and what a report is compared
+with -- a baseline file (NAME or PATH, as ``--gpu-baseline`` takes it) or another report.
+
+Used by the ``gpucomm`` command (:mod:`pytest_gpucomm.cli`), the plots and the HTML page.  Every problem is
+a :class:`ReportError` (a ValueError) that names the file and what was found, as the plugin's errors do:
+a missing file, a file that is not JSON or is cut short, a document of another format, a report of a newer
+version than this pytest-gpucomm reads.  A baseline file is read by :mod:`pytest_gpucomm.gate.store` (its
+schema, its checks, its errors: ``BaselineError``, also a ValueError-like exception caught by the command).
+
+No torch, no pytest: numpy through the measurement, jsonschema and filelock through the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+__all__ = [
+    "REPORT_FORMAT",
+    "REPORT_VERSION",
+    "MAX_REPORT_BYTES",
+    "ReportError",
+    "check_report",
+    "read_json",
+    "load_report",
+    "Reference",
+    "load_reference",
+    "report_as_baseline",
+    "measurements_of",
+    "looks_like_path",
+]
+
+#: the ``format`` and the newest ``version`` of the JSON report (``report.json_document``)
+REPORT_FORMAT = "pytest-gpucomm-report"
+REPORT_VERSION = 1
+#: a report larger than this is refused (a full 8-GPU run with samples is a few MB)
+MAX_REPORT_BYTES = 512 * 1024 * 1024
+
+
+class ReportError(ValueError):
+    """A saved file that cannot be used: the message names the file and what is wrong with it."""
+
+
+def check_report(doc: Any, where: str = "") -> Mapping[str, Any]:
+    """``doc`` if it is a report this pytest-gpucomm reads, else ReportError naming ``where`` (a file)."""
+    at = f"{where}: " if where else ""
+    if not isinstance(doc, Mapping):
+        raise ReportError(f"{at}not a pytest-gpucomm report: a JSON {type(doc).__name__}, not an object")
+    fmt, version = doc.get("format"), doc.get("version")
+    if fmt != REPORT_FORMAT:
+        found = (f"schema {doc.get('schema')!r} (a baseline file?)" if "schema" in doc and "format" not in doc
+                 else f"format {fmt!r}")
+        raise ReportError(f"{at}not a pytest-gpucomm report: {found} (a report says format {REPORT_FORMAT!r})")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ReportError(f"{at}invalid report version {version!r}: a whole number >= 1 is expected")
+    if version > REPORT_VERSION:
+        raise ReportError(f"{at}report version {version} is newer than this pytest-gpucomm reads "
+                          f"({REPORT_VERSION}): upgrade pytest-gpucomm")
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise ReportError(f"{at}not a pytest-gpucomm report: no list of rows (rows: {type(rows).__name__})")
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or not isinstance(row.get("test"), str):
+            raise ReportError(f"{at}invalid report: rows[{i}] is not a measurement row (no test id)")
+    return doc
+
+
+def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int = MAX_REPORT_BYTES) -> Any:
+    """The parsed JSON of ``path``; ReportError naming the file when it is missing, a directory, too large,
+    not UTF-8, empty, cut short or not JSON.  ``what`` names the file's role in the messages."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if p.is_dir():
+            raise ReportError(f"{p}: is a directory, not a {what} file")
+        if size > limit:
+            raise ReportError(f"{p}: {size:,} bytes, more than the {limit:,} a {what} may have")
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ReportError(f"{p}: {what} file does not exist") from None
+    except ReportError:
+        raise
+    except OSError as e:
+        raise ReportError(f"{p}: cannot read the {what} file: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{p}: not a UTF-8 text file (byte {e.start}): not a {what}") from None
+    if not text.strip():
+        raise ReportError(f"{p}: the file is empty: not a {what}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text.rstrip()):
+            raise ReportError(f"{p}: the file is cut short: the JSON ends unexpectedly at line {e.lineno} column "
+                              f"{e.colno} ({e.msg})") from None
+        raise ReportError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except (RecursionError, ValueError, MemoryError) as e:
+        raise ReportError(f"{p}: invalid JSON: {e}") from None
+
+
+def load_report(path: "str | os.PathLike[str]") -> dict[str, Any]:
+    """A saved JSON report, checked (:func:`check_report`)."""
+    doc = read_json(path, "report")
+    check_report(doc, str(path))
+    return doc
+
+
+def looks_like_path(spec: str) -> bool:
+    """Whether a baseline spec names a file (a path separator, or ``.json`` at the end) rather than a NAME:
+    the same rule as ``--gpu-baseline`` (``gate.store.resolve_baseline``)."""
+    return os.sep in spec or "/" in spec or bool(os.altsep and os.altsep in spec) or spec.endswith(".json")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a report is compared with: ``doc`` is always a baseline document (``gate.store``'s schema; a
+    report given as the reference is turned into a one-run baseline, :func:`report_as_baseline`), ``kind``
+    says which it was ("baseline" or "report"), ``report`` is that report's own document."""
+
+    kind: str
+    path: Path
+    doc: dict[str, Any]
+    report: Optional[dict[str, Any]] = None
+
+    @property
+    def name(self) -> str:
+        return str(self.doc.get("name") or self.path.stem)
+
+    def describe(self) -> str:
+        if self.kind == "report":
+            return f"the report {self.path} (taken as a one-run baseline)"
+        return f"the baseline {self.name} ({self.path})"
+
+
+def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"] = (),
+                   detected_model: Optional[str] = None) -> Reference:
+    """Resolve ``spec`` -- a baseline NAME (looked up in ``search_dirs``, as ``--gpu-baseline``), ``auto`` (the
+    name for ``detected_model``), or the path of a baseline file or of a saved report -- and read it.
+    Raises ReportError or ``gate.store.BaselineError`` (both name the value and the file)."""
+    from .gate.store import _read_document, resolve_baseline
+
+    spec = (spec or "").strip()
+    if looks_like_path(spec):
+        path = Path(spec).expanduser()
+        doc = read_json(path, "baseline or report")
+        if isinstance(doc, Mapping) and "format" in doc and "schema" not in doc:
+            report = dict(check_report(doc, str(path)))
+            return Reference("report", path, report_as_baseline(report, path.stem, str(path)), report)
+        return Reference("baseline", path, _read_document(path))
+    path = resolve_baseline(spec, search_dirs=[Path(d) for d in search_dirs], detected_model=detected_model)
+    return Reference("baseline", path, _read_document(path))
+
+
+def measurements_of(report: Mapping[str, Any], where: str = "") -> list[tuple[str, Any]]:
+    """``(test id, Measurement)`` per row of a checked report; ReportError naming the row that cannot be
+    read back."""
+    from .measurement import Measurement
+
+    out = []
+    for i, row in enumerate(report["rows"]):
+        try:
+            out.append((str(row["test"]), Measurement.from_dict(row)))
+        except (KeyError, TypeError, ValueError) as e:
+            at = f"{where}: " if where else ""
+            raise ReportError(f"{at}invalid report: rows[{i}] ({row.get('test')}): cannot read its measurement "
+                              f"back ({type(e).__name__}: {e})") from None
+    return out
+
+
+def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") -> dict[str, Any]:
+    """A baseline document holding one run: the report's rows, as ``--gpu-baseline-save`` would have saved
+    them (``gate.store.CaseRecord.from_measurement``, the same keys; a node's rows of a job across nodes each
+    in a run of their own is not reproduced: a second row of a key goes into a ``-partK`` run).  Validated as
+    a baseline file is; ReportError when it cannot be."""
+    from .gate.store import _VALIDATOR, CaseRecord, _check_tails, _merge_run, new_document
+
+    rows = measurements_of(report, where)
+    layout = str(((report.get("launch") or {}).get("layout")) or "")
+    date = str((report.get("fingerprint") or {}).get("date") or report.get("date") or "")
+    fingerprint = report.get("fingerprint") or {}
+    doc = new_document(name)
+    parts: list[dict[str, Any]] = []
+    for test_id, m in rows:
+        rec = CaseRecord.from_measurement(m, test_id, layout)
+        part = 0
+        while part < len(parts) and rec.key in parts[part]:
+            part += 1
+        if part == len(parts):
+            parts.append({})
+        parts[part][rec.key] = rec
+    for k, cases in enumerate(parts):
+        try:
+            doc = _merge_run(doc, run_id=f"report-{name}" + (f"-part{k}" if k else ""), date=date or "unknown",
+                             fingerprint=fingerprint, cases=cases, max_runs=doc["max_runs"])
+        except ValueError as e:
+            raise ReportError(f"{where or name}: cannot take the report as a baseline: {e}") from None
+    errors = list(_VALIDATOR.iter_errors(doc))
+    if errors:
+        raise ReportError(f"{where or name}: cannot take the report as a baseline: {errors[0].message}")
+    _check_tails(Path(where or name), doc)
+    return doc
