@@ -1,7 +1,8 @@
 """The bandwidth curve of a sweep: latency floor, peak, the sizes where the curve reaches a share of its
 peak, and a fitted latency-bandwidth model; and today's curve compared with the baseline's.
 
-Pure numbers (numpy; scipy when a model is fitted); no torch, no pytest.  Not yet wired into the report.
+Pure numbers (numpy; scipy when a model is fitted); no torch, no pytest.  The report's "curves" section
+(terminal and JSON), ``gpucomm show`` / ``compare`` / ``html`` and the plots call it (:func:`curve_report`).
 
 **A sweep** (:class:`Sweep`) is one op, on one device pair or world, one dtype, one form (in place or not),
 measured at several sizes: a :class:`SweepPoint` per size holds the median time and the figure the table
@@ -107,6 +108,9 @@ __all__ = [
     "sweeps_from_report",
     "sweeps_from_baseline",
     "sweep_id",
+    "curve_report",
+    "curve_lines",
+    "CURVES_HEADING",
     "interpolation_error",
     "STILL_RISING",
     "SHARES",
@@ -665,7 +669,7 @@ class CurveComparison:
         """(size, ratio) of the size whose figure fell most."""
         return min(self.ratios, key=lambda sr: sr[1])
 
-    def text(self) -> str:
+    def text(self, with_label: bool = True) -> str:
         parts = [f"peak {self.peak_ratio:.2f}x", f"latency floor {self.latency_ratio:.2f}x"]
         for share in (0.8, 0.9):
             a, b = self.baseline.crossing(share), self.now.crossing(share)
@@ -674,7 +678,7 @@ class CurveComparison:
             parts.append(f"{_pct(share)} point {_size_or_why(a)} -> {_size_or_why(b)}")
         size, ratio = self.worst
         parts.append(f"worst size {size_token(size)} {ratio:.2f}x")
-        line = f"{self.now.sweep.label}: " + ", ".join(parts)
+        line = (f"{self.now.sweep.label}: " if with_label else "") + ", ".join(parts)
         left = []
         if self.now_only:
             left.append("only today: " + ", ".join(size_token(s) for s in self.now_only))
@@ -714,3 +718,54 @@ def compare_curves(now: Sweep, baseline: Sweep) -> CurveComparison:
                            latency_ratio=ma.latency_floor_s / mb.latency_floor_s, ratios=ratios,
                            now_only=tuple(s for s in now.sizes if s not in set(common)),
                            baseline_only=tuple(s for s in baseline.sizes if s not in set(common)))
+
+
+# -- the report's section ------------------------------------------------------------------------------
+
+#: the heading of the curves section of the terminal summary and of ``gpucomm show``
+CURVES_HEADING = ("gpucomm curves (per sweep of 2 sizes or more: latency floor = the median time at the smallest "
+                  "size; peak; the sizes reaching 50/80/90 % of the peak; the fit time = latency + size / "
+                  "bandwidth; and against the baseline's curve where it has the sweep: today / baseline. The "
+                  "per-size verdicts decide; these explain them):")
+
+
+def curve_report(now: Sequence[Sweep], baseline: Optional[Sequence[Sweep]] = None) -> list[dict[str, Any]]:
+    """The "curves" section of a report: per sweep of ``now`` (in its order), its model and, where
+    ``baseline`` has the same sweep (matched by ``key[:5]``: test id without size, op, devices, world size,
+    dtype), the comparison with it.  Each entry: ``sweep`` (the test id without its size, or the label),
+    ``label``, ``model`` (``CurveModel.to_dict`` less the points, which the rows hold), ``comparison``
+    (``CurveComparison.to_dict``, or ``{"text": why not}`` when the sweeps share no size, or None without a
+    baseline sweep)."""
+    base = {s.key[:5]: s for s in (baseline or [])}
+    out = []
+    for s in now:
+        model = curve_model(s).to_dict()
+        model["sweep"] = {k: v for k, v in model["sweep"].items() if k != "points"}
+        entry: dict[str, Any] = {"sweep": s.key[0] or s.label, "label": s.label, "model": model, "comparison": None}
+        b = base.get(s.key[:5])
+        if b is not None:
+            try:
+                c = compare_curves(s, b)
+            except ValueError as e:
+                entry["comparison"] = {"text": f"not compared with the baseline: {e}"}
+            else:
+                entry["comparison"] = {**c.to_dict(), "text_short": c.text(with_label=False)}
+        out.append(entry)
+    return out
+
+
+def curve_lines(entries: Sequence[Mapping[str, Any]], limit: Optional[int] = None) -> list[str]:
+    """The curves section as text: a heading, then per sweep its model's lines and its comparison with the
+    baseline (``  vs baseline: peak 0.99x, ...``); at most ``limit`` sweeps (the rest counted)."""
+    if not entries:
+        return []
+    lines = [CURVES_HEADING]
+    shown = list(entries)[:limit] if limit else list(entries)
+    for e in shown:
+        lines += [("    " if i else "  ") + line.strip() for i, line in enumerate(str(e["model"]["text"]).splitlines())]
+        c = e.get("comparison")
+        if c:
+            lines.append("    vs baseline: " + str(c.get("text_short") or c.get("text")))
+    if len(shown) < len(entries):
+        lines.append(f"  ... and {len(entries) - len(shown)} more sweeps (the JSON report's \"curves\" has every one)")
+    return lines

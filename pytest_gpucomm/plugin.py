@@ -81,6 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
                              (settings.benchmark_json, "--gpucomm-benchmark-json")):
             if path:
                 check_output_path(path, option)
+        if settings.plots_dir:
+            _check_plots(config, settings.plots_dir)
     config.stash[STATE_KEY] = state = State(config, settings)
     state.set_launch(launch)
     state.launch_error = launch_error
@@ -90,6 +92,26 @@ def pytest_configure(config: pytest.Config) -> None:
         global _HANDLER_PID
         _HANDLER_PID = os.getpid()
         config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _check_plots(config: pytest.Config, folder: str) -> None:
+    """--gpucomm-plots, before any test runs: matplotlib must import (else a usage error naming the extra) and
+    the folder must be one that can be made; with pytest-html active, the plots also go into its report."""
+    from .settings import origin
+
+    where = origin(config, "--gpucomm-plots")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        from .plots import EXTRA
+
+        raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): the plots need matplotlib, which cannot be "
+                                f"imported ({e}): install the plots extra, {EXTRA}") from None
+    p = os.path.abspath(folder)
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    if not os.path.isdir(p) or not os.access(p, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): {p!r} is not a writable folder")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -290,7 +312,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         raise error
     if not records:
         return result
-    from .report import junit_properties
+    from .report import LIVE_KEY, junit_properties, live_text
 
     marks = marks_of(item)
     failures = check_thresholds(marks, records)
@@ -298,6 +320,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         bw = marks.bandwidth
         failures += state.judge(records, bw.tolerance if bw else None, bw.tail_tolerance if bw else None)
     item.user_properties.extend(junit_properties(records, state.gates))
+    item.user_properties.append((LIVE_KEY, live_text(records, state.gates)))
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
     return result
@@ -313,6 +336,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if launched.broken is not None:  # a rank hung or gone: no further test can run on the job's groups
             item.session.shouldfail = launched.broken
     return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Optional[tuple[str, str, Any]]:
+    """Under -v, a gpucomm test's line shows its figures and verdicts as it finishes:
+    ``PASSED 395.8 GB/s 1.00x ok`` (the property the call phase left, :func:`report.live_text`)."""
+    if report.when != "call" or hasattr(report, "wasxfail") or (config.getoption("verbose") or 0) < 1:
+        return None
+    live = next((v for k, v in getattr(report, "user_properties", ()) if k == "gpucomm.live"), None)
+    if not live:
+        return None
+    if report.passed:
+        return "passed", ".", (f"PASSED {live}", {"green": True})
+    if report.failed:
+        return "failed", "F", (f"FAILED {live}", {"red": True})
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -350,6 +388,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from .report import session_shifts
 
         state.shifts = session_shifts(state)
+    if state.records and state.speaks and not worker:  # before the run is saved into the baseline
+        from .report import baseline_document, curves_of
+
+        try:
+            state.baseline_doc = baseline_document(state)
+        except Exception as e:  # the file changed under the run: the verdicts stand, the curves go without it
+            state.notes.append(f"gpucomm: the baseline's curves are left out: {e}")
+        state.curves, notes = curves_of(state)
+        state.notes += notes
     if state.records and state.speaks:
         from .report import write_reports
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["table_rows", "render_table", "json_document", "straggler_lines", "stragglers_of", "write_json", "benchmark_document", "gate_columns",
            "baseline_extra",
-           "junit_properties", "summary_lines", "write_reports", "tail_cell", "tail_counts"]
+           "junit_properties", "summary_lines", "write_reports", "tail_cell", "tail_counts", "curves_of",
+           "baseline_document", "CURVE_LIMIT", "live_text", "LIVE_KEY", "report_document"]
 
 HEADERS = [
     "test",
@@ -165,6 +166,72 @@ def straggler_lines(records: list[Record], limit: int = 10) -> list[str]:
     return lines + notes
 
 
+#: the sweeps the terminal's curves section shows (the JSON report has every one)
+CURVE_LIMIT = 30
+
+
+def baseline_document(state: "State") -> Optional[dict[str, Any]]:
+    """The baseline file's document as this session judged against it (read before this run saves into it),
+    or None without one: the gate's, or in a pytest-xdist controller the file the workers named."""
+    b = state.gate.baseline if state.settings.baseline and state.gate.loaded else None
+    if b is not None:
+        return b.doc
+    path = state.from_workers.get("baseline_path") if state.settings.baseline else None
+    if path and Path(path).is_file():
+        from .gate.store import _read_document
+
+        return _read_document(Path(path))
+    return None
+
+
+def curves_of(state: "State") -> tuple[list[dict[str, Any]], list[str]]:
+    """The "curves" section of the run (``curves.curve_report``: each sweep's model, compared with the
+    baseline's curve where the baseline has the sweep: ``state.baseline_doc``), and a note where it cannot be
+    made."""
+    from .curves import curve_report, sweeps, sweeps_from_baseline
+
+    try:
+        now = sweeps(state.records)
+        doc = state.baseline_doc
+        return curve_report(now, sweeps_from_baseline(doc) if doc is not None else None), []
+    except Exception as e:  # the curves explain, the verdicts decide: a curve that cannot be made is a note
+        return [], [f"gpucomm: no curves section: {type(e).__name__}: {e}"]
+
+
+#: the JUnit / user property that carries a test's figures and verdicts to its line under -v
+LIVE_KEY = "gpucomm.live"
+
+
+def live_text(records: list[Record], gated: bool, limit: int = 2) -> str:
+    """A test's figures and verdicts for its line under ``-v``: ``395.8 GB/s 1.00x ok`` per measurement
+    (the ratio and the verdict where the gate judged it), at most ``limit`` of them and a count of the rest."""
+    parts = []
+    for r in records[:limit]:
+        text = f"{fmt_gbps(r.measurement.gbps)} GB/s"
+        b = r.baseline or {}
+        if b.get("ratio"):
+            text += f" {b['ratio']:.2f}x"
+        if gated or r.status is Status.FAILED:
+            text += f" {r.status.value if isinstance(r.status, Status) else r.status}"
+        parts.append(text)
+    if len(records) > limit:
+        parts.append(f"+{len(records) - limit} more")
+    return "; ".join(parts)
+
+
+def report_document(state: "State") -> dict[str, Any]:
+    """The run's JSON report (:func:`json_document` with the baseline, launch and curves sections): what
+    --gpucomm-json writes and the plots are drawn from."""
+    section = baseline_extra(state)
+    extra: dict[str, Any] = {"baseline": section} if section else {}
+    launch = state.launch_extra()
+    if launch:
+        extra["launch"] = launch
+    extra["curves"] = state.curves
+    return json_document(state.records, settings=state.settings.to_dict(), fingerprint=state.fingerprint,
+                         extra=extra)
+
+
 def json_document(records: list[Record], *, settings: dict[str, Any], fingerprint: Optional[dict[str, Any]],
                   extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The JSON report: a row per measurement (with, for a collective, its ranks' summary under
@@ -273,6 +340,9 @@ def summary_lines(state: "State") -> list[str]:
                          gate_columns(state.records) if gated else None)
     lines += table.splitlines()
     lines.append(LEGEND)
+    from .curves import curve_lines
+
+    lines += curve_lines(state.curves, limit=CURVE_LIMIT)
     lines += straggler_lines(state.records)
     if gated:
         counts = Counter(str(r.status) for r in state.records)
@@ -399,16 +469,21 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         return
     if s.json_path:
         def json_report() -> None:
-            section = baseline_extra(state)
-            extra = {"baseline": section} if section else {}
-            launch = state.launch_extra()
-            if launch:
-                extra["launch"] = launch
-            doc = json_document(state.records, settings=s.to_dict(), fingerprint=state.fingerprint, extra=extra)
-            write_json(s.json_path, doc)
+            write_json(s.json_path, report_document(state))
             state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
 
         attempt(f"the JSON report {s.json_path}", json_report)
+    if s.plots_dir:
+        def plots() -> None:
+            from .plots import all_figures, save_all
+
+            state.plot_paths = save_all(all_figures(report_document(state), state.baseline_doc), s.plots_dir,
+                                        s.plots_format)
+            state.notes.append(f"gpucomm: drew {len(state.plot_paths)} plots into {s.plots_dir}"
+                               + ("" if state.baseline_doc is None else " (against the baseline as it was before "
+                                  "this run)"))
+
+        attempt(f"the plots in {s.plots_dir}", plots)
     if s.benchmark_json:
         def benchmark_report() -> None:
             write_json(s.benchmark_json, benchmark_document(state.records, state.fingerprint, date))

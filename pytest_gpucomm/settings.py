@@ -75,6 +75,12 @@ _OPTIONS = [
      f"Default: {describe_size(DEFAULT_GPU_MAX_SIZE)} on GPU, {describe_size(DEFAULT_CPU_MAX_SIZE)} on CPU.", "SIZE"),
     ("--gpucomm-json", "gpucomm_json", "gpucomm_json", "GPUCOMM_JSON",
      "Write every measurement (summary rows and raw samples) to this JSON file. Default: none.", "PATH"),
+    ("--gpucomm-plots", "gpucomm_plots", "gpucomm_plots", "GPUCOMM_PLOTS",
+     "Draw the plots of the run into DIR at its end (created if missing): per sweep the bandwidth curve against "
+     "the baseline's band, the copies' device-pair matrices, the small messages' latency distribution. Needs "
+     "matplotlib: pip install 'pytest-gpucomm[plots]'. Default: no plots.", "DIR"),
+    ("--gpucomm-plots-format", "gpucomm_plots_format", "gpucomm_plots_format", "GPUCOMM_PLOTS_FORMAT",
+     "The plots' file format: png or svg. Default: png.", "png|svg"),
     ("--gpucomm-dtype", "gpucomm_dtype", "gpucomm_dtype", "GPUCOMM_DTYPE",
      "Element types of the collective suite, comma-separated: float32, bfloat16, float16. Default: float32.",
      "DTYPE[,DTYPE]"),
@@ -118,12 +124,15 @@ class Settings:
     rank_log: Optional[str] = None
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
     tail_time_s: Optional[float] = None  # None: min_time_s
+    plots_dir: Optional[str] = None
+    plots_format: str = "png"
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
-                "alpha": self.alpha, "dtypes": list(self.dtypes), "tail_tolerance": self.tail_tolerance,
+                "alpha": self.alpha, "strict": self.baseline_strict, "dtypes": list(self.dtypes),
+                "tail_tolerance": self.tail_tolerance,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def describe(self) -> str:
@@ -140,6 +149,8 @@ class Settings:
             parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}")
         if self.json_path:
             parts.append(f"json={self.json_path}")
+        if self.plots_dir:
+            parts.append(f"plots={self.plots_dir} ({self.plots_format})")
         return "gpucomm settings: " + ", ".join(parts)
 
 
@@ -255,6 +266,13 @@ def _parse_launch(value: str, name: str, origin: str) -> str:
     return v
 
 
+def _parse_plots_format(value: str, name: str, origin: str) -> str:
+    v = value.strip().lower()
+    if v not in ("png", "svg"):
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected png or svg")
+    return v
+
+
 def _parse_fraction(value: str, name: str, origin: str) -> float:
     try:
         x = float(value)
@@ -321,6 +339,8 @@ def read_settings(config: pytest.Config) -> Settings:
         launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
         rank_log=_get(config, "--gpucomm-rank-log", lambda v, n, o: v, None),
         tail_tolerance=_get(config, "--gpu-tail-tolerance", _parse_tail_tolerance, DEFAULT_TAIL_TOLERANCE),
+        plots_dir=_get(config, "--gpucomm-plots", lambda v, n, o: v, None),
+        plots_format=_get(config, "--gpucomm-plots-format", _parse_plots_format, "png"),
         tail_time_s=_get(config, "--gpucomm-tail-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
                          None),
     )

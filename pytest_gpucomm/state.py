@@ -70,6 +70,10 @@ class State:
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.write_failed = False  # an output (report, baseline) could not be written at the end
         self.shifts: list[Any] = []  # the session's common shifts (gate.decision.Shift), set at its end
+        self.curves: list[dict[str, Any]] = []  # the "curves" section (curves.curve_report), set at its end
+        #: the baseline file's document as judged against (before this run saved into it), set at its end
+        self.baseline_doc: Optional[dict[str, Any]] = None
+        self.plot_paths: list[Any] = []  # the plots drawn at its end (--gpucomm-plots)
         self.from_workers: dict[str, Any] = {}  # under pytest-xdist, in the controller: what workers sent
         self.report_order: dict[str, int] = {}  # test id -> the order its call phase finished in
         self.finished_tests: set[str] = set()  # test ids that ran to their end (set up, called, torn down)

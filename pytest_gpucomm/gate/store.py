@@ -352,6 +352,8 @@ class Baseline:
     runs: list  # list[RunRecord], oldest first
     cases: dict  # key -> CaseEntry
     schema_version: int = SCHEMA_VERSION
+    #: the document as read (the curves and plots read the file's layout); None for a Baseline made otherwise
+    doc: Optional[dict] = field(default=None, repr=False, compare=False)
 
     def latest_fingerprint(self) -> Optional[dict]:
         """The fingerprint of the newest run recorded in the file, or None when there is none."""
@@ -705,6 +707,7 @@ def _to_baseline(path: Path, doc: dict) -> Baseline:
         runs=runs,
         cases=cases,
         schema_version=int(doc["schema_version"]),
+        doc=doc,
     )
 
 

@@ -212,19 +212,27 @@ class Gate:
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
-        from .fingerprint import VOLATILE_KEYS, diff_fingerprints
         from .store import BaselineError, load_baseline, resolve_baseline
 
         spec = self.settings.spec
         if spec is None:
             raise RuntimeError("Gate.load: no baseline was asked for (GateSettings.spec is None)")
         try:
-            self.path = resolve_baseline(spec, search_dirs=list(self.settings.search_dirs),
-                                         detected_model=detected_model, must_exist=not self.settings.save)
-            if self.path.exists() or not self.settings.save:
-                self.baseline = load_baseline(self.path)
+            path = resolve_baseline(spec, search_dirs=list(self.settings.search_dirs),
+                                    detected_model=detected_model, must_exist=not self.settings.save)
+            baseline = load_baseline(path) if path.exists() or not self.settings.save else None
         except BaselineError as e:
             raise pytest.UsageError(f"--gpu-baseline={spec}: {e}") from None
+        self.use(path, baseline, fingerprint, nodeids)
+
+    def use(self, path: Path, baseline: Optional["Baseline"], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
+        """Judge against ``baseline`` (read from ``path``; None: it does not exist yet), for a run of the tests
+        ``nodeids`` in the environment ``fingerprint``: what :meth:`load` does once it has read the file, and
+        what ``gpucomm compare`` does with a baseline or a report it read itself."""
+        from .fingerprint import VOLATILE_KEYS, diff_fingerprints
+
+        self.path, self.baseline = Path(path), baseline
+        self._models, self._commons, self._tail_spread = None, {}, None
         if self.baseline is not None:
             # floor-only cases are checked against their floor, not tested: they spend no alpha
             gated = sum(1 for e in self.baseline.cases.values() if e.has_runs and e.test_id in nodeids)
@@ -339,7 +347,9 @@ class Gate:
             r = remeasure()
             loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
             again_ms.append(r.measurement)
-            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how})
+            # the re-measure whole (samples, single ops): `gpucomm compare` replays it from the JSON report
+            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how,
+                              "measurement": r.measurement.to_dict(with_samples=True)})
             return loc, r.fresh
 
         again = measure_again if remeasure is not None else None
