@@ -83,6 +83,11 @@ def pytest_configure(config: pytest.Config) -> None:
                 check_output_path(path, option)
         if settings.plots_dir:
             _check_plots(config, settings.plots_dir)
+            if getattr(config.option, "htmlpath", None):  # pytest-html: the plots go into its report too
+                from .htmlpage import PytestHtmlPlots
+
+                config.pluginmanager.register(PytestHtmlPlots(lambda: config.stash[STATE_KEY].plot_paths),
+                                              "gpucomm-html-plots")
     config.stash[STATE_KEY] = state = State(config, settings)
     state.set_launch(launch)
     state.launch_error = launch_error
