@@ -56,7 +56,8 @@ saver killed mid-write are removed by the next save (under the lock, and only if
 them).  A corrupt existing file is never overwritten: fix or remove it by hand.  A whole document built
 elsewhere (a published baseline: ``baselines/make_published.py``) starts from :func:`new_document` and is
 written with :func:`write_document`, which checks it as :func:`load_baseline` would before it replaces
-anything.
+anything.  Any other change of an existing file (``gpucomm baselines prune``/``merge``) goes through
+:func:`update_document`: the same lock, re-read and atomic write as :func:`save_run`, for an arbitrary change.
 
 Reading is bounded: only a regular file is read (a FIFO, device or socket is refused before it is opened,
 and the open cannot block), at most :data:`MAX_BASELINE_BYTES`, nested at most :data:`MAX_NESTING` deep;
@@ -74,7 +75,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import jsonschema
 from filelock import FileLock, Timeout
@@ -106,6 +107,7 @@ __all__ = [
     "new_document",
     "dumps_document",
     "write_document",
+    "update_document",
 ]
 
 SCHEMA_ID = "pytest-gpucomm-baseline"
@@ -932,3 +934,61 @@ def write_document(path: Path, doc: dict[str, Any]) -> None:
             raise BaselineError(f"{path}: refusing to write an invalid baseline: {e}") from None
 
     write_atomic(path, dumps_document(doc), check)
+
+
+def update_document(path: Path, change: Callable[[Optional[dict]], Optional[dict]], *,
+                    lock_timeout_s: float = LOCK_TIMEOUT_S, missing_ok: bool = False) -> Optional[dict]:
+    """Change the baseline file at ``path`` as :func:`save_run` does: under its lock, on what it holds now.
+
+    Under an exclusive lock on ``<path>.lock`` (the one :func:`save_runs` takes, so a save and a change never
+    interleave): re-read the file (a missing one is a BaselineError, or ``None`` is passed with
+    ``missing_ok``; a corrupt one raises BaselineError and is left untouched), call ``change(doc)``, check the
+    document it returns as :func:`load_baseline` checks a file (schema, samples and floors positive and finite,
+    tails, nesting), and write it atomically.  An invalid result raises BaselineError ("refusing to write")
+    and the file is left as it was; ``change`` returning ``None`` writes nothing (nothing to do), and an
+    exception it raises passes through with nothing written.  Returns the document written, or ``None``.
+    A lock not had within ``lock_timeout_s`` seconds is a BaselineError naming the lock file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock", timeout=lock_timeout_s)
+    try:
+        with lock:
+            remove_stale_temp_files(path)  # a killed writer's leftovers: see save_runs
+            if path.exists() or not missing_ok:
+                current: Optional[dict] = _read_document(path)
+            else:
+                current = None
+            doc = change(current)
+            if doc is None:
+                return None
+            _check_to_write(path, doc)
+            write_atomic(path, dumps_document(doc))
+            return doc
+    except Timeout:
+        raise BaselineError(
+            f"{path}: could not lock {path}.lock within {lock_timeout_s:g} s (another save in progress?)"
+        ) from None
+
+
+def _check_to_write(path: Path, doc: Any) -> None:
+    """What :func:`_read_document` checks of a file, on a document about to be written: BaselineError
+    ("refusing to write an invalid baseline") naming ``path`` and the first problem."""
+    at = f"{path}: refusing to write an invalid baseline"
+    if _nesting_depth_exceeds(doc, MAX_NESTING):
+        raise BaselineError(f"{at}: it is nested deeper than {MAX_NESTING} levels")
+    if not isinstance(doc, dict):
+        raise BaselineError(f"{at}: the document is a {type(doc).__name__}, not an object")
+    version = doc.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise BaselineError(f"{at}: schema_version {version} is newer than this pytest-gpucomm writes "
+                            f"({SCHEMA_VERSION})")
+    errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        err = jsonschema.exceptions.best_match(errors) or errors[0]
+        raise BaselineError(f"{at}: at {_json_path(err.absolute_path)}: {_describe(err)}")
+    try:
+        _check_samples(path, doc)
+        _check_tails(path, doc)
+    except BaselineError as e:
+        raise BaselineError(f"refusing to write: {e}") from None
