@@ -92,7 +92,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .units import GB, describe_duration, describe_size, size_token
+from .units import GB, describe_duration, describe_size, format_size, size_token
 
 __all__ = [
     "SweepPoint",
@@ -701,7 +701,7 @@ class CurveComparison:
 
 def _size_or_why(c: CrossingSize) -> str:
     if c.size_bytes is not None:
-        return describe_size(c.size_bytes)
+        return format_size(c.size_bytes)
     return "? (still rising)" if c.reason.startswith("not known") else "? (below the sweep)"
 
 

@@ -28,7 +28,9 @@ figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it)
   from 0 to the fastest pair, so a pair's shade is its share of the fastest), and, with a baseline, of
   today / baseline (the baseline's figure: the median of its runs' medians) on a diverging colour scale
   symmetric around 1.0 (red slower, blue faster); rows and columns are the devices seen, a pair not
-  measured is left blank.
+  measured is left blank.  Where the report has one-way copies of more than one test (peer copies, host to
+  device, device to host), a first figure puts them all in one matrix, the host a row and a column like a
+  device (``matrix-all_one-way_copies-...``): the one slow link among all of them shows at a glance.
 * :func:`latency_figures`: per collective sweep with single-op records, at its smallest size (or the sizes
   asked for), the share of single ops at or above a latency (log-log, the tail reads at the right):
   today's from ``info["tail"]["hist"]`` against the baseline's runs -- their tail sketches
@@ -74,6 +76,9 @@ EXTRA = "pip install 'pytest-gpucomm[plots]'"
 #: the verdicts a sweep plot marks at their size (the gate's regressions, tail and floor failures, a missed
 #: threshold)
 MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")
+#: the one-way copies that the all-copies matrix puts together (peer, host to device, device to host)
+ONE_WAY_OPS = ("copy", "h2d", "d2h")
+ALL_ONE_WAY = "one-way"
 #: the file formats save_all writes
 FORMATS = ("png", "svg")
 
@@ -387,12 +392,22 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
     _check_report(report)
     _check_baseline(baseline)
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    one_way: dict[str, list[Mapping[str, Any]]] = {}
     for row in report["rows"]:
         devices = row.get("devices") or []
         if row.get("kind") != "copy" or len(devices) != 2:
             continue
         test = str(row.get("test", ""))
         groups.setdefault((test.split("[", 1)[0], str(row["op"]), _node_label(row)), []).append(row)
+        if row["op"] in ONE_WAY_OPS:
+            one_way.setdefault(_node_label(row), []).append(row)
+    # every one-way copy in one matrix, the host a row and a column like a device: one look shows the slow
+    # link among all of them (only where it adds to the per-test matrices: more than one op, one size each)
+    for node, rows in one_way.items():
+        tests = {str(r.get("test", "")).split("[", 1)[0] for r in rows}
+        pairs = [(str(r["devices"][0]), str(r["devices"][1]), int(r["size_bytes"])) for r in rows]
+        if len(tests) > 1 and len(pairs) == len(set(pairs)):
+            groups = {("all one-way copies", ALL_ONE_WAY, node): rows, **groups}
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
     context = context_line(report, baseline)
     figs = []
@@ -430,7 +445,8 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
                         1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
         where = f" ({node})" if node else ""
-        kind = "both-ways copy" if op == "copy_bidir" else op
+        kind = ("both-ways copy" if op == "copy_bidir" else
+                "peer, host to device and device to host" if op == ALL_ONE_WAY else op)
         fig.suptitle(f"{test or op}: {kind}{where}, source (rows) x destination (columns)\n{context}", fontsize=9)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)

@@ -54,8 +54,8 @@ _OPTIONS = [
      f"overrides it). Default: {DEFAULT_TOLERANCE}.", "FRACTION"),
     ("--gpu-tail-tolerance", "gpucomm_tail_tolerance", "gpucomm_tail_tolerance", "GPUCOMM_TAIL_TOLERANCE",
      f"The tail verdict (TAIL): the share of single ops slower than the baseline's p99, scaled to today's median, "
-     f"may be 0.01 x (1 + this) before it is tested as heavier (a test's @bandwidth(tail_tolerance=...) overrides "
-     f"it). Default: {DEFAULT_TAIL_TOLERANCE:g} (a share of 0.02 allowed).", "TOLERANCE"),
+     f"may be (1 + this) x the baseline's own share (about 0.01) before it is tested as heavier (a test's "
+     f"@bandwidth(tail_tolerance=...) overrides it). Default: {DEFAULT_TAIL_TOLERANCE:g}.", "TOLERANCE"),
     ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
      f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide (half over the gated "
      f"cases and their re-measures, half over the groups' common shifts). Default: {DEFAULT_ALPHA}.",
@@ -298,8 +298,8 @@ def _parse_tail_tolerance(value: str, name: str, origin: str) -> float:
     if not math.isfinite(x) or not 0 <= x < MAX_TAIL_TOLERANCE:
         raise pytest.UsageError(
             f"invalid {name} {value!r} (from {origin}): expected a number from 0 to below {MAX_TAIL_TOLERANCE:g} (the "
-            f"share of single ops allowed above the baseline's scaled p99 is 1% x (1 + tolerance); "
-            f"{DEFAULT_TAIL_TOLERANCE:g}: 2%)"
+            f"share of single ops allowed above the baseline's scaled p99 is the baseline's own share, about 1%, "
+            f"x (1 + tolerance); default {DEFAULT_TAIL_TOLERANCE:g})"
         )
     return x
 
