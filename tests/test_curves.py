@@ -17,8 +17,11 @@ from pytest_gpucomm.curves import (
     STILL_RISING,
     Sweep,
     SweepPoint,
+    CURVES_HEADING,
     compare_curves,
+    curve_lines,
     curve_model,
+    curve_report,
     fit_latency_bandwidth,
     interpolation_error,
     sweep_id,
@@ -27,7 +30,7 @@ from pytest_gpucomm.curves import (
     sweeps_from_report,
 )
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.units import GB, describe_size
+from pytest_gpucomm.units import GB, describe_size, format_size
 
 ROOT = Path(__file__).resolve().parents[1]
 BY4 = [1024 * 4**k for k in range(11)]  # 1 KiB .. 1 GiB, the suites' sweep
@@ -198,9 +201,10 @@ def test_comparison_of_a_curve_slowed_at_small_sizes_only():
     assert cmp.worst == (1024, pytest.approx(1 / 1.38))
     c80, c90 = curve_model(base).crossing(0.8), curve_model(base).crossing(0.9)
     assert cmp.text() == (f"copy, cuda:0->cuda:1: peak 1.00x, latency floor 1.38x, "
-                          f"80 % point {describe_size(c80.size_bytes)} -> {describe_size(c80.size_bytes)}, "
-                          f"90 % point {describe_size(c90.size_bytes)} -> {describe_size(c90.size_bytes)}, "
+                          f"80 % point {format_size(c80.size_bytes)} -> {format_size(c80.size_bytes)}, "
+                          f"90 % point {format_size(c90.size_bytes)} -> {format_size(c90.size_bytes)}, "
                           f"worst size 1KiB 0.72x")
+    assert cmp.text(with_label=False) == cmp.text().split(": ", 1)[1]
 
 
 def test_comparison_of_a_curve_slowed_at_large_sizes_moves_the_shares():
@@ -355,3 +359,36 @@ def test_importing_curves_imports_neither_torch_nor_scipy_nor_pytest():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the report's section ----------------------------------------------------------------------------------
+
+
+def test_curve_report_compares_only_the_sweeps_the_baseline_has():
+    base = [lb_sweep(5e-6, 100e9)]
+    now = [lb_sweep(5e-6, 50e9), lb_sweep(5e-6, 100e9, where="cuda:1->cuda:0")]
+    entries = curve_report(now, base)
+    assert [e["label"] for e in entries] == [s.label for s in now]
+    first, second = entries
+    assert first["comparison"]["peak_ratio"] == pytest.approx(0.5, rel=0.01)
+    assert first["comparison"]["text_short"].startswith("peak 0.50x, latency floor 1.00x")
+    assert second["comparison"] is None  # another pair: not in the baseline
+    assert "points" not in first["model"]["sweep"]  # the rows hold them
+    assert first["model"]["text"] == curve_model(now[0]).text()
+    json.dumps(entries)  # the JSON report holds it as it is
+
+
+def test_curve_report_without_a_common_size_says_why_instead_of_a_comparison():
+    entries = curve_report([lb_sweep(5e-6, 1e11, sizes=BY4[:3])], [lb_sweep(5e-6, 1e11, sizes=BY4[5:])])
+    assert entries[0]["comparison"]["text"].startswith("not compared with the baseline: no size in common")
+
+
+def test_curve_lines_give_the_heading_each_model_its_comparison_and_count_the_rest():
+    now = [lb_sweep(5e-6, 50e9), lb_sweep(5e-6, 100e9, where="cuda:1->cuda:0"), lb_sweep(5e-6, 1e11, where="x")]
+    lines = curve_lines(curve_report(now, [lb_sweep(5e-6, 100e9)]), limit=2)
+    assert lines[0] == CURVES_HEADING
+    assert lines[1].startswith("  copy, cuda:0->cuda:1: latency floor") and lines[2].startswith("    latency-bandwidth")
+    assert lines[3].startswith("    vs baseline: peak 0.50x")
+    assert lines[4].startswith("  copy, cuda:1->cuda:0:") and not any("vs baseline" in x for x in lines[4:6])
+    assert lines[-1] == '  ... and 1 more sweeps (the JSON report\'s "curves" has every one)'
+    assert curve_lines([]) == []

@@ -349,7 +349,8 @@ class Gate:
             again_ms.append(r.measurement)
             # the re-measure whole (samples, single ops): `gpucomm compare` replays it from the JSON report
             again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how,
-                              "measurement": r.measurement.to_dict(with_samples=True)})
+                              **({"measurement": r.measurement.to_dict(with_samples=True)}
+                                 if hasattr(r.measurement, "to_dict") else {})})
             return loc, r.fresh
 
         again = measure_again if remeasure is not None else None
