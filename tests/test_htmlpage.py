@@ -51,7 +51,9 @@ def recorded(tmp_path_factory):
     (d / "test_small.py").write_text(TEST_FILE)
     for extra in (["--gpu-baseline-save"], ["--gpucomm-json=report.json"]):
         proc = subprocess.run(RUN + extra, cwd=d, capture_output=True, text=True, timeout=300, env=dict(os.environ))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        # the gated run may find a regression against a one-run baseline on a loaded runner (exit 1): the page
+        # shows whatever the verdicts are
+        assert proc.returncode in ((0,) if "--gpu-baseline-save" in extra else (0, 1)), proc.stdout + proc.stderr
     return json.loads((d / "report.json").read_text()), json.loads((d / "baselines" / "cpu.json").read_text())
 
 

@@ -266,6 +266,35 @@ def test_the_copy_matrices_hold_the_gbps_and_the_ratio_to_the_baseline_for_the_d
     assert len(_gid(fig, "gbps-16384")) == 1 and not _gid(fig, "gbps-4096") and not _gid(fig, "ratio-16384")
 
 
+def test_one_way_copies_of_several_tests_share_one_matrix_with_the_host_as_a_row_and_a_column(report, baseline):
+    # host -> device and device -> host rows, as suites/test_copies.py's host tests make them
+    for r in _copy_rows(report, "cpu:0", "cpu:1"):
+        for op, devices, k in (("h2d", ["host", "cpu:0"], 0.5), ("d2h", ["cpu:1", "host"], 0.25)):
+            e = copy.deepcopy(r)
+            e["op"], e["devices"], e["gbps"] = op, devices, r["gbps"] * k
+            e["test"] = r["test"].replace("::test_copy[", f"::test_{op}[")
+            report["rows"].append(e)
+    figs = plots.copy_matrix_figures(report, baseline)
+    assert [f.get_label() for f in figs] == ["matrix-all_one-way_copies-one-way", "matrix-test_copy-copy",
+                                             "matrix-test_h2d-h2d", "matrix-test_d2h-d2h"]
+    both = figs[0]
+    assert "all one-way copies: peer, host to device and device to host" in both.texts[0].get_text()
+    devs = ["cpu:0", "cpu:1", "host"]
+    for size in SIZES["copy"]:
+        gb, ratio = _one(both, f"gbps-{size}"), _one(both, f"ratio-{size}")
+        assert [t.get_text() for t in gb.axes.get_yticklabels()] == devs
+        assert [t.get_text() for t in gb.axes.get_xticklabels()] == devs
+        cells = gb.get_array()
+        for r in report["rows"]:
+            if r["size_bytes"] == size and r["op"] in ("copy", "h2d", "d2h"):
+                assert cells[devs.index(r["devices"][0]), devs.index(r["devices"][1])] == pytest.approx(r["gbps"])
+        assert np.ma.is_masked(cells[2, 2]) and np.ma.is_masked(cells[0, 0])  # host->host, cpu:0->cpu:0
+        assert np.ma.is_masked(ratio.get_array()[2, 0])  # host->cpu:0 is not in the baseline
+    # one copy test only: no combined matrix (it would repeat the test's own)
+    only = [r for r in report["rows"] if r["op"] not in ("h2d", "d2h")]
+    assert [f.get_label() for f in plots.copy_matrix_figures(dict(report, rows=only))] == ["matrix-test_copy-copy"]
+
+
 # -- small messages ------------------------------------------------------------------------------------
 
 
