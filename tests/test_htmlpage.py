@@ -27,18 +27,9 @@ import pytest
 from pytest_gpucomm import htmlpage, plots
 from pytest_gpucomm.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
 from pytest_gpucomm.saved import ReportError
+from small_suite import SMALL_SUITE  # noqa: E402
 
-TEST_FILE = """
-from pytest_gpucomm import sizes
-
-@sizes("4KiB", "16KiB", "64KiB")
-def test_copy(gpu_pair, size, comm):
-    comm.copy(gpu_pair, size)
-
-@sizes("1KiB", "4KiB", "16KiB")
-def test_ar(comm, process_group, size):
-    comm.collective("all_reduce", process_group, size)
-"""
+TEST_FILE = SMALL_SUITE
 RUN = [sys.executable, "-m", "pytest", "test_small.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
        "--gpucomm-device=cpu", "--gpucomm-min-time=0.02", "--gpucomm-tail-time=0.02", "--gpu-baseline=cpu"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

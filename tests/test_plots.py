@@ -21,18 +21,9 @@ import pytest
 
 from pytest_gpucomm import plots
 from pytest_gpucomm.curves import curve_model, sweeps_from_report
+from small_suite import SMALL_SUITE  # noqa: E402
 
-TEST_FILE = """
-from pytest_gpucomm import sizes
-
-@sizes("4KiB", "16KiB", "64KiB")
-def test_copy(gpu_pair, size, comm):
-    comm.copy(gpu_pair, size)
-
-@sizes("1KiB", "4KiB", "16KiB")
-def test_ar(comm, process_group, size):
-    comm.collective("all_reduce", process_group, size)
-"""
+TEST_FILE = SMALL_SUITE
 SIZES = {"copy": [4096, 16384, 65536], "all_reduce": [1024, 4096, 16384]}
 
 
