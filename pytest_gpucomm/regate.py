@@ -141,7 +141,8 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
             v = limited.judge(test, m, None if tol is None else float(tol), held if held.recorded else None,
                               None if tail_tol is None else float(tail_tol))
             v.details["offline"] = OFFLINE_NOTE
-            v.message += f" ({OFFLINE_NOTE})"
+            first, sep, rest = v.message.partition("\n")  # on the verdict's line, not on a line under it
+            v.message = f"{first} ({OFFLINE_NOTE})" + sep + rest
             notes.append(f"{test}: {OFFLINE_NOTE}")
         out.append(RegatedRow(test, m, v, recorded.get("status") if recorded else None))
     shifts = gate.shifts([r.verdict.to_dict() for r in out])

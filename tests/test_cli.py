@@ -1,0 +1,416 @@
+"""The ``gpucomm`` command (pytest_gpucomm.cli, regate, saved): ``compare`` gives the verdicts of the pytest
+run that made the report, replaying its re-measures; against another baseline, another report or other
+settings it names what changed; ``show``, ``plot`` and ``html`` print and write what they say; bad input
+exits 2 with a message naming the file or the value; ``python -m pytest_gpucomm`` and the console script
+run it; ``baselines`` and ``env`` are reachable through it.
+
+One set of runs per module (tests/simulated_copies.py: a copy sweep timed by a simulated clock, so the
+verdicts are known): three runs saved as the baseline ``cpu``, then a run gated against it with one case
+slowed down 30 % (a REGRESSION, measured again before its verdict), then an unchanged run; both gated runs
+write a JSON report.  The tests read those files and write edited copies of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
+
+from pytest_gpucomm import cli
+from pytest_gpucomm.curves import CURVES_HEADING
+from pytest_gpucomm.regate import OFFLINE_NOTE
+
+REPLAYED = " (replayed from the report)"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli_runs")
+    write_files(d)
+    base = record_baseline(d)
+    slow = run_pytest(d, "--gpu-baseline=cpu", "--gpucomm-json=slow.json", sim_run=5, slow=True)
+    clean = run_pytest(d, "--gpu-baseline=cpu", "--gpucomm-json=clean.json", sim_run=6)
+    return SimpleNamespace(dir=d, baseline=base, slow=d / "slow.json", slow_run=slow, clean=d / "clean.json",
+                           clean_run=clean)
+
+
+def gpucomm(*argv) -> tuple[int, str]:
+    out = io.StringIO()
+    code = cli.main([str(a) for a in argv], out=out)
+    return code, out.getvalue()
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def write(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def scaled_baseline(runs, tmp_path, factor: float, drop: str = "") -> Path:
+    """A copy of the baseline claiming ``factor`` x its bandwidth, without the cases whose key has ``drop``."""
+    doc = load(runs.baseline)
+    for key in [k for k in doc["cases"] if drop and drop in k]:
+        del doc["cases"][key]
+    for case in doc["cases"].values():
+        for run in case["runs"]:
+            run["samples_gbps"] = [x * factor for x in run["samples_gbps"]]
+            run["summary"]["median_gbps"] *= factor
+    return write(tmp_path / f"scaled-{factor:g}.json", doc)
+
+
+def short(test_id: str) -> str:
+    return test_id.split("::")[-1]
+
+
+def changed_lines(text: str) -> dict[str, tuple[str, str]]:
+    """The ``  <test>: run <status> -> now <status>`` lines of compare's output."""
+    return {m[1]: (m[2], m[3]) for m in re.finditer(r"^  (\S+::\S+): run (.+) -> now (.+)$", text, re.M)}
+
+
+# -- compare: the run's verdicts -------------------------------------------------------------------------
+
+
+def test_the_runs_themselves_regress_on_the_slowed_case_only(runs):
+    """What the comparisons below lean on: the slowed run failed on the gate, and only on its slowed case,
+    which it measured again; the unchanged run passed."""
+    assert runs.slow_run.returncode == 1, runs.slow_run.stdout + runs.slow_run.stderr
+    assert runs.clean_run.returncode == 0, runs.clean_run.stdout + runs.clean_run.stderr
+    failing = {row["test"]: row["baseline"]["status"] for row in load(runs.slow)["rows"]
+               if row["baseline"]["status"] == "REGRESSION"}
+    assert list(failing) == [f"test_sim.py::test_copy[{SLOW_CASE}]"]
+    [row] = [r for r in load(runs.slow)["rows"] if r["test"] in failing]
+    assert row["baseline"]["remeasured"] >= 1 and len(row["baseline"]["remeasures"]) == row["baseline"]["remeasured"]
+    assert all("measurement" in a for a in row["baseline"]["remeasures"])
+
+
+@pytest.mark.parametrize("which", ["slow", "clean"])
+def test_compare_against_the_runs_baseline_gives_the_runs_verdicts_replaying_its_remeasures(runs, tmp_path, which):
+    report, run = getattr(runs, which), getattr(runs, f"{which}_run")
+    out = tmp_path / "compared.json"
+    code, text = gpucomm("compare", runs.baseline, report, "--json", out)
+    # exit 1 exactly when the pytest run failed on the gate
+    assert code == run.returncode, text
+    original, compared = load(report), load(out)
+    assert [r["test"] for r in compared["rows"]] == [r["test"] for r in original["rows"]]
+    for was, now in zip(original["rows"], compared["rows"]):
+        assert now["status"] == was["baseline"]["status"] == was["status"], was["test"]
+        # the whole verdict is the run's: its figures, interval, re-measures; the texts say they were replayed
+        a, b = was["baseline"], now["baseline"]
+        assert "offline" not in b
+        assert b["message"].replace(REPLAYED, "") == a["message"], was["test"]
+        assert [x["how"] for x in b["remeasures"]] == [x["how"] + REPLAYED for x in a["remeasures"]]
+        assert [x["measurement"] for x in b["remeasures"]] == [x["measurement"] for x in a["remeasures"]]
+        assert {k: v for k, v in b.items() if k not in ("message", "remeasures")} == \
+            {k: v for k, v in a.items() if k not in ("message", "remeasures")}
+    assert compared["compared"]["kind"] == "baseline" and compared["compared"]["against"] == str(runs.baseline)
+    assert OFFLINE_NOTE not in text and "verdicts differ from the run's" not in text
+    n_failed = sum(1 for r in original["rows"] if r["baseline"]["status"] == "REGRESSION")
+    assert text.rstrip().splitlines()[-1] == (
+        f"gpucomm compare: {'FAILED' if n_failed else 'passed'} ({n_failed} failing verdicts of "
+        f"{len(original['rows'])} rows, 0 failing common shifts)")
+    counts = Counter(r["baseline"]["status"] for r in original["rows"])
+    assert "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) in text
+    assert f"the report {report} against the baseline cpu ({runs.baseline})" in text.splitlines()[0]
+
+
+def test_compare_finds_a_baseline_by_name_in_the_baseline_dir_its_environment_variable_or_the_current_folder(
+        runs, monkeypatch, tmp_path):
+    expected, _ = gpucomm("compare", runs.baseline, runs.slow, "--no-curves")
+    assert expected == 1
+    monkeypatch.delenv("GPUCOMM_BASELINE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./baselines here
+    code, _ = gpucomm("compare", "cpu", runs.slow, "--no-curves")
+    assert code == 2
+    assert gpucomm("compare", "cpu", runs.slow, "--baseline-dir", runs.baseline.parent, "--no-curves")[0] == expected
+    monkeypatch.setenv("GPUCOMM_BASELINE_DIR", str(runs.baseline.parent))
+    assert gpucomm("compare", "cpu", runs.slow, "--no-curves")[0] == expected
+    monkeypatch.delenv("GPUCOMM_BASELINE_DIR")
+    monkeypatch.chdir(runs.dir)
+    code, text = gpucomm("compare", "cpu", runs.slow, "--no-curves")
+    assert code == expected and "against the baseline cpu (baselines/cpu.json)" in text
+
+
+def test_compare_against_a_baseline_claiming_half_the_bandwidth_passes_and_names_every_changed_verdict(
+        runs, tmp_path):
+    half = scaled_baseline(runs, tmp_path, 0.5)
+    out = tmp_path / "compared.json"
+    code, text = gpucomm("compare", half, runs.slow, "--json", out, "--no-curves")
+    assert code == 0, text
+    rows = load(out)["rows"]
+    assert [r["status"] for r in rows] == ["improved"] * len(rows)
+    run = {r["test"]: r["baseline"]["status"] for r in load(runs.slow)["rows"]}
+    assert changed_lines(text) == {t: (s, "improved") for t, s in run.items() if s != "improved"}
+    assert f"{len(changed_lines(text))} verdicts differ from the run's" in text
+    assert load(out)["compared"]["against"] == str(half)
+
+
+def test_compare_where_the_gate_wants_re_measures_the_report_lacks_judges_on_what_it_holds_and_says_so(
+        runs, tmp_path):
+    triple = scaled_baseline(runs, tmp_path, 3.0)  # every case of the unchanged run is now a third of the baseline
+    out = tmp_path / "compared.json"
+    code, text = gpucomm("compare", triple, runs.clean, "--json", out, "--no-curves")
+    assert code == 1
+    rows = load(out)["rows"]
+    assert [r["status"] for r in rows] == ["REGRESSION"] * len(rows)
+    # said on the verdict's own line (the message's first), not after the lines under it
+    assert all(r["baseline"]["offline"] == OFFLINE_NOTE
+               and r["baseline"]["message"].splitlines()[0].endswith(f"({OFFLINE_NOTE})") for r in rows)
+    assert all(r["baseline"]["remeasured"] == 0 for r in rows)  # the unchanged run re-measured nothing
+    notes = text.split("notes:\n", 1)[1].splitlines()[:len(rows)]
+    assert notes == [f"  {r['test']}: {OFFLINE_NOTE}" for r in rows]
+    assert [f"FAILED {r['test']}: {r['baseline']['message'].splitlines()[0]}" for r in rows] == \
+        [line for line in text.splitlines() if line.startswith("FAILED ")]
+
+
+def test_compare_against_another_report_takes_it_as_a_one_run_baseline(runs, tmp_path):
+    out = tmp_path / "compared.json"
+    code, text = gpucomm("compare", runs.slow, runs.clean, "--json", out, "--no-curves")
+    assert code == 0, text  # the unchanged run is faster than the slowed one, nowhere slower
+    assert text.splitlines()[0] == (f"gpucomm compare: the report {runs.clean} against the report {runs.slow} "
+                                    "(taken as a one-run baseline)")
+    doc = load(out)
+    assert doc["compared"]["kind"] == "report" and doc["compared"]["against"] == str(runs.slow)
+    now = {r["test"]: r["status"] for r in doc["rows"]}
+    run = {r["test"]: r["baseline"]["status"] for r in load(runs.clean)["rows"]}
+    assert changed_lines(text) == {t: (run[t], now[t]) for t in now if now[t] != run[t]}
+    slowed = f"test_sim.py::test_copy[{SLOW_CASE}]"
+    assert now[slowed] == "improved"  # 1.43 x the slowed run's bandwidth
+    assert doc["rows"][[r["test"] for r in doc["rows"]].index(slowed)]["baseline"]["ratio"] > 1.3
+    # the other way round, the slowed case is a regression against the unchanged run
+    code, text = gpucomm("compare", runs.clean, runs.slow, "--no-curves")
+    assert code == 1 and f"FAILED {slowed}: REGRESSION" in text
+
+
+def test_compare_settings_override_the_runs_tolerance_and_strictness(runs, tmp_path):
+    slowed = f"test_sim.py::test_copy[{SLOW_CASE}]"
+    out = tmp_path / "compared.json"
+    code, text = gpucomm("compare", runs.baseline, runs.slow, "--tolerance", "0.5", "--json", out, "--no-curves")
+    assert code == 0, text  # a 30 % drop is within a 50 % tolerance
+    doc = load(out)
+    assert doc["compared"]["settings"]["tolerance"] == 0.5
+    now = {r["test"]: r["status"] for r in doc["rows"]}
+    run = {r["test"]: r["baseline"]["status"] for r in load(runs.slow)["rows"]}
+    assert changed_lines(text) == {t: (run[t], now[t]) for t in now if now[t] != run[t]}
+    assert changed_lines(text)[slowed][0] == "REGRESSION" and now[slowed] in ("ok", "not gated")
+    assert all(r["baseline"]["tolerance"] == 0.5 for r in doc["rows"])
+    # a baseline lacking a case: "new", which fails only with --strict, as --gpu-baseline-strict (and so do
+    # the cases the baseline's three runs cannot gate)
+    gone = "test_sim.py::test_copy[4KiB-1->0]"
+    missing = scaled_baseline(runs, tmp_path, 1.0, drop=short(gone))
+    code, text = gpucomm("compare", missing, runs.clean, "--json", out, "--no-curves")
+    statuses = {r["test"]: r["status"] for r in load(out)["rows"]}
+    assert code == 0 and statuses[gone] == "new"
+    assert {s for t, s in statuses.items() if t != gone} <= {"ok", "not gated", "improved"}
+    code, text = gpucomm("compare", missing, runs.clean, "--strict", "--json", out, "--no-curves")
+    strict = {r["test"]: r["status"] for r in load(out)["rows"]}
+    assert code == 1 and strict[gone] == "NEW"
+    assert {t: s for t, s in strict.items() if t != gone} == \
+        {t: s.upper() if s == "not gated" else s for t, s in statuses.items() if t != gone}
+    assert f"FAILED {gone}: no entry for {gone}|copy|4096B|-|ws1 in {missing}" in text.splitlines()
+
+
+def test_compare_shows_the_curves_against_the_baseline_unless_told_not_to(runs):
+    code, text = gpucomm("compare", runs.baseline, runs.slow)
+    sweeps = load(runs.slow)["curves"]
+    assert CURVES_HEADING in text.splitlines()
+    assert text.count("    vs baseline: peak ") == len(sweeps) == 2
+    code, text = gpucomm("compare", runs.baseline, runs.slow, "--no-curves")
+    assert CURVES_HEADING not in text and "vs baseline" not in text
+
+
+# -- show ------------------------------------------------------------------------------------------------
+
+
+def test_show_prints_the_table_the_counts_the_run_and_the_curves(runs):
+    report = load(runs.slow)
+    code, text = gpucomm("show", runs.slow)
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0] == f"report: {runs.slow}"
+    for row in report["rows"]:  # one table line per row, with its verdict
+        [line] = [ln for ln in lines if f" {short(row['test'])} " in f" {ln} "]
+        assert line.rstrip().endswith(row["status"])
+    counts = Counter(r["status"] for r in report["rows"])
+    assert "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) in lines
+    assert f"judged in the run against {runs.baseline} (6 comparisons)" in lines
+    assert any(ln.startswith("gpucomm shift: every copy is ") for ln in lines)
+    heading = lines.index(CURVES_HEADING)
+    assert heading > max(i for i, ln in enumerate(lines) if short(report["rows"][-1]["test"]) in ln)
+    for entry in report["curves"]:  # the report's own section, with the comparison the run made
+        assert f"  {entry['model']['text'].splitlines()[0].strip()}" in lines[heading:]
+        assert f"    vs baseline: {entry['comparison']['text_short']}" in lines[heading:]
+
+
+def test_show_with_a_baseline_compares_the_curves_with_it_and_no_curves_leaves_them_out(runs, tmp_path):
+    half = scaled_baseline(runs, tmp_path, 0.5)
+    code, text = gpucomm("show", runs.slow, "--baseline", half)
+    assert code == 0
+    peaks = re.findall(r"^    vs baseline: peak ([0-9.]+)x", text, re.M)
+    assert len(peaks) == 2 and all(1.3 < float(p) < 2.7 for p in peaks)  # about twice the half baseline
+    code, text = gpucomm("show", runs.slow, "--no-curves")
+    assert code == 0 and CURVES_HEADING not in text and "vs baseline" not in text
+    assert "gpucomm verdicts: " in text
+
+
+# -- plot and html ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_plot_writes_each_figure_and_names_the_files(runs, tmp_path, fmt):
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "figs"
+    argv = ["plot", runs.slow, "--baseline", runs.baseline, "-o", folder] + (["--format", fmt] if fmt != "png" else [])
+    code, text = gpucomm(*argv)
+    assert code == 0
+    lines = text.splitlines()
+    named = [Path(line.strip()) for line in lines[1:]]
+    assert lines[0] == f"wrote {len(named)} plots to {folder} (against the baseline cpu ({runs.baseline}))"
+    assert sorted(named) == sorted(folder.iterdir())
+    # a figure per sweep and the copies' matrix
+    assert sorted(p.name for p in named) == sorted(f"{stem}.{fmt}" for stem in (
+        "sweep-test_copy_0-to-1", "sweep-test_copy_1-to-0", "matrix-test_copy-copy"))
+    for p in named:
+        data = p.read_bytes()
+        assert data.startswith(PNG_MAGIC) if fmt == "png" else b"<svg" in data[:2000]
+
+
+def test_html_writes_one_page_holding_the_verdicts_and_the_plots(runs, tmp_path):
+    pytest.importorskip("matplotlib")
+    import xml.etree.ElementTree as ET
+
+    page = tmp_path / "out" / "page.html"
+    code, text = gpucomm("html", runs.slow, "--baseline", runs.baseline, "-o", page)
+    assert code == 0 and text == f"wrote {page}\n"
+    body = page.read_text(encoding="utf-8")
+    root = ET.fromstring(body)
+    cells = ["".join(td.itertext()) for td in root.iter("td")]
+    for row in load(runs.slow)["rows"]:
+        assert row["test"] in cells or short(row["test"]) in cells
+    assert cells.count("REGRESSION") == 1 and cells.count("not gated") == 5
+    assert body.count('src="data:image/png;base64,') == 3
+    code, _ = gpucomm("html", runs.slow, "-o", page, "--no-plots")
+    assert code == 0 and "data:image" not in page.read_text(encoding="utf-8")
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+
+
+def _newer(runs, tmp_path):
+    doc = load(runs.slow)
+    doc["version"] = 99
+    return write(tmp_path / "newer.json", doc)
+
+
+def _not_json(runs, tmp_path):
+    p = tmp_path / "cut.json"
+    text = runs.slow.read_text()
+    p.write_text(text[:text.index('"rows"')])  # cut short between two keys
+    return p
+
+
+BAD = [
+    ("missing-report", lambda r, t: ["show", t / "missing.json"], lambda r, t: f"{t / 'missing.json'}: report file does not exist"),
+    ("baseline-as-report", lambda r, t: ["show", r.baseline],
+     lambda r, t: f"{r.baseline}: not a pytest-gpucomm report: schema 'pytest-gpucomm-baseline' (a baseline file?)"),
+    ("newer-report", lambda r, t: ["compare", r.baseline, _newer(r, t)],
+     lambda r, t: f"{t / 'newer.json'}: report version 99 is newer than this pytest-gpucomm reads (1)"),
+    ("cut-report", lambda r, t: ["compare", r.baseline, _not_json(r, t)], lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
+    ("unknown-name", lambda r, t: ["compare", "mi301", r.slow, "--baseline-dir", r.baseline.parent],
+     lambda r, t: f"no baseline named 'mi301' in {r.baseline.parent}; available baselines: cpu"),
+    ("missing-baseline", lambda r, t: ["plot", r.slow, "--baseline", t / "gone.json", "-o", t / "figs"],
+     lambda r, t: f"{t / 'gone.json'}: baseline or report file does not exist"),
+    ("cut-baseline", lambda r, t: ["html", r.slow, "--baseline", _not_json(r, t), "-o", t / "p.html"],
+     lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
+    ("tolerance", lambda r, t: ["compare", r.baseline, r.slow, "--tolerance", "1.5"],
+     lambda r, t: "invalid --tolerance 1.5: expected a fraction in [0, 1)"),
+    ("alpha", lambda r, t: ["compare", r.baseline, r.slow, "--alpha", "0"], lambda r, t: "invalid --alpha 0.0"),
+    ("tail-tolerance", lambda r, t: ["compare", r.baseline, r.slow, "--tail-tolerance", "-1"],
+     lambda r, t: "invalid --tail-tolerance -1.0"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_exits_2_with_a_message_naming_the_file_or_the_value(runs, tmp_path, capsys, argv, message):
+    code, text = gpucomm(*argv(runs, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and text == ""
+    assert err.startswith("gpucomm: error: ") and message(runs, tmp_path) in err, err
+    assert not (tmp_path / "figs").exists() and not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("argv", [["compare", "b.json", "r.json", "--tolerance", "abc"], ["plot", "r.json", "-o", "d",
+                                  "--format", "jpg"], ["show"], [], ["frobnicate"]],
+                         ids=["not-a-number", "format", "no-report", "no-command", "unknown-command"])
+def test_usage_errors_exit_2_with_argparses_usage(capsys, argv):
+    assert gpucomm(*argv)[0] == 2
+    assert "usage: gpucomm" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_exits_2_naming_the_extra(runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    code, _ = gpucomm("plot", runs.slow, "-o", tmp_path / "figs")
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("gpucomm: error: ") and "pip install 'pytest-gpucomm[plots]'" in err
+    # the page is still written, with a note instead of the plots
+    code, _ = gpucomm("html", runs.slow, "-o", tmp_path / "p.html")
+    assert code == 0 and "pytest-gpucomm[plots]" in (tmp_path / "p.html").read_text(encoding="utf-8")
+
+
+# -- the command itself ----------------------------------------------------------------------------------
+
+
+def test_python_m_pytest_gpucomm_runs_the_command_with_its_exit_codes(runs, tmp_path):
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "pytest_gpucomm", *map(str, argv)], capture_output=True,
+                              text=True, timeout=120)
+
+    helped = run("--help")
+    assert helped.returncode == 0, helped.stderr
+    for command in ("show", "compare", "plot", "html", "baselines", "env"):
+        assert command in helped.stdout
+    assert "Exit codes: 0 done; 1 compare found a failing verdict; 2 bad input or usage." in helped.stdout
+    compared = run("compare", runs.baseline, runs.slow, "--no-curves")
+    assert compared.returncode == 1 and "gpucomm compare: FAILED" in compared.stdout
+    missing = run("show", tmp_path / "missing.json")
+    assert missing.returncode == 2 and missing.stderr.startswith("gpucomm: error: ")
+
+
+def test_the_console_script_is_cli_main():
+    tomllib = pytest.importorskip("tomllib")
+    doc = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert doc["project"]["scripts"]["gpucomm"] == "pytest_gpucomm.cli:main"
+
+
+def test_show_and_compare_need_neither_torch_nor_matplotlib(runs):
+    """A report made on the GPU machine is read where no GPU stack is (saved.py reads it without torch)."""
+    code = ("import io, sys; from pytest_gpucomm.cli import main; "
+            f"codes = [main(['show', {str(runs.slow)!r}], out=io.StringIO()), "
+            f"main(['compare', {str(runs.baseline)!r}, {str(runs.slow)!r}], out=io.StringIO())]; "
+            "print(codes, 'torch' in sys.modules, 'matplotlib' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["[0,", "1]", "False", "False"], proc.stdout + proc.stderr
+
+
+def test_baselines_and_env_are_commands_of_gpucomm(runs, capsys):
+    code, text = gpucomm("baselines", "list", "--baseline-dir", runs.baseline.parent)
+    assert code == 0
+    [line] = [ln for ln in text.splitlines() if ln.startswith("cpu ")]
+    assert line.split()[:5] == ["cpu", "measured", "6", "3", "3"]
+    code, text = gpucomm("baselines", "show", "mi301", "--baseline-dir", runs.baseline.parent)
+    assert code == 2 and "mi301" in capsys.readouterr().err
+    code, text = gpucomm("env", "--baseline", runs.baseline)
+    assert code == 0 and "kind: cpu" in text.splitlines()
