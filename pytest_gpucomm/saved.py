@@ -94,6 +94,9 @@ def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int =
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
+        if e.msg.startswith("Unterminated string"):  # a string that runs to the end of the file
+            raise ReportError(f"{p}: the file is cut short: the string that starts at line {e.lineno} column "
+                              f"{e.colno} never ends") from None
         if e.pos >= len(text.rstrip()):
             raise ReportError(f"{p}: the file is cut short: the JSON ends unexpectedly at line {e.lineno} column "
                               f"{e.colno} ({e.msg})") from None

@@ -414,3 +414,12 @@ def test_baselines_and_env_are_commands_of_gpucomm(runs, capsys):
     assert code == 2 and "mi301" in capsys.readouterr().err
     code, text = gpucomm("env", "--baseline", runs.baseline)
     assert code == 0 and "kind: cpu" in text.splitlines()
+
+
+def test_a_report_cut_inside_a_string_is_named_as_cut_short(tmp_path, capsys):
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"format": "pytest-gpucomm-report", "version": 1, "rows": [{"test": "suites/test_x.py::t')
+    assert cli.main(["show", str(cut)]) == 2
+    err = capsys.readouterr().err
+    assert f"gpucomm: error: {cut}: the file is cut short: the string that starts at line 1 column" in err
+    assert "never ends" in err

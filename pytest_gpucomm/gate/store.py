@@ -578,6 +578,9 @@ def _read_document(path: Path) -> dict:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Unterminated string"):  # a string that runs to the end of the file
+            raise BaselineError(f"{path}: the file is truncated: the string that starts at line {exc.lineno} column "
+                                f"{exc.colno} never ends") from None
         if exc.pos >= len(text.rstrip()):
             raise BaselineError(
                 f"{path}: the file is truncated: the JSON ends unexpectedly at line {exc.lineno} "
