@@ -1,5 +1,8 @@
 """Hardware discovery: which devices to measure on, and the environment fingerprint of a run.
 
+On AMD GPUs the driver version, the link types and the fingerprint's ``amd`` part come from AMD's management
+library (:mod:`pytest_gpucomm.amd`: the ``amdsmi`` package, else ``amd-smi``, else ``rocm-smi``), read once.
+
 torch is imported inside the functions, never at module import, so that loading the plugin stays cheap
 and touches no GPU until a gpucomm fixture or marker is used.
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import json
 import os
 import platform
 import re
@@ -132,11 +136,19 @@ def _nvidia_driver() -> str:
     return out.splitlines()[0].strip() if out.strip() else "unknown"
 
 
+@lru_cache(maxsize=1)
+def amd_reading() -> dict[str, Any]:
+    """This machine's AMD management reading (:func:`pytest_gpucomm.amd.read_amd`: amdsmi, else amd-smi, else
+    rocm-smi), read once per process: detection takes its driver version, the fingerprint all of it."""
+    from .amd import read_amd
+
+    return read_amd()
+
+
 def _amd_driver() -> str:
-    out = _run(["rocm-smi", "--showdriverversion"])
-    m = re.search(r"Driver version:\s*(\S+)", out)
-    if m:
-        return m.group(1)
+    driver = amd_reading().get("driver")
+    if driver:
+        return str(driver)
     try:
         with open("/sys/module/amdgpu/version", encoding="utf-8") as f:
             return f.read().strip()
@@ -273,12 +285,15 @@ def parse_rocm_topo(text: str) -> dict[str, str]:
 
 
 def topology(info: DeviceInfo) -> dict[str, str]:
-    """Link type between each pair of GPUs ("0-1": "NV18", "PIX", "XGMI"...), from the vendor tool."""
+    """Link type between each pair of GPUs ("0-1": "NV18", "PIX", "XGMI"...), from the vendor tool: nvidia-smi,
+    or on AMD the management reading (:func:`amd_reading`)."""
     if info.kind != "gpu" or info.count < 2:
         return {}
     if info.vendor == "NVIDIA":
         return parse_nvidia_topo(_run(["nvidia-smi", "topo", "-m"]))
-    return parse_rocm_topo(_run(["rocm-smi", "--showtopotype"]))
+    from .amd import pair_types
+
+    return pair_types(amd_reading())
 
 
 def comm_environment() -> dict[str, str]:
@@ -307,6 +322,9 @@ def fingerprint(info: DeviceInfo) -> dict[str, Any]:
         fp["memory_gib"] = round(info.memory_gib, 1)
         fp["peer_access"] = dict(info.peer_access)
         fp["topology"] = topology(info)
+        if info.vendor == "AMD":
+            # driver, ROCm, xGMI links and their state, PCIe, firmware, clocks: see pytest_gpucomm.amd
+            fp["amd"] = json.loads(json.dumps(amd_reading(), default=str))
     return fp
 
 

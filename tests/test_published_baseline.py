@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_gpucomm.gate import SCHEMA_ID, case_key, load_baseline
 
 # The gate imports numpy, scipy, jsonschema and filelock on first use.  pytester's in-process runs drop the
@@ -23,20 +25,31 @@ GiB = 1024**3
 HEALTH_COPY = 44.0  # MI300X peer copy per pair, rocm-bandwidth-test health check
 TORCH_COPY_16MIB = 40.0  # PyTorch copy_ ~40 GB/s from ~8 MB messages
 ALL_REDUCE_BUSBW = 314.0  # RCCL all_reduce busbw on 8 GPUs, health check
+# AMD's validation-suite health check: TransferBench p2p, 43.9 GB/s each way while a pair copies both ways;
+# the both-ways test counts the two directions
+BOTH_WAYS = 2 * 43.9
+CVS_HEALTH = "https://rocm.docs.amd.com/projects/cvs/en/latest/reference/configuration-files/health.html"
 
 
 def expected_cases():
-    """case key -> floor, built from the suites' node ids on 8 GPUs (pairs 0..7)."""
+    """case key -> (floor, source id), built from the suites' node ids on 8 GPUs (GPUs 0..7)."""
     out = {}
-    for size_id, nbytes, floor in [("16MiB", 16 * MiB, TORCH_COPY_16MIB), ("64MiB", 64 * MiB, HEALTH_COPY),
-                                   ("256MiB", 256 * MiB, HEALTH_COPY), ("1GiB", GiB, HEALTH_COPY)]:
+    for size_id, nbytes, floor, source in [("16MiB", 16 * MiB, TORCH_COPY_16MIB, "torch-copy"),
+                                           ("64MiB", 64 * MiB, HEALTH_COPY, "rbt-health"),
+                                           ("256MiB", 256 * MiB, HEALTH_COPY, "rbt-health"),
+                                           ("1GiB", GiB, HEALTH_COPY, "rbt-health")]:
         for src in range(8):
             for dst in range(8):
                 if src != dst:
                     nodeid = f"suites/test_copies.py::test_peer_copy[{size_id}-{src}->{dst}]"
-                    out[case_key(nodeid, "copy", nbytes, None, 1)] = floor
+                    out[case_key(nodeid, "copy", nbytes, None, 1)] = (floor, source)
+    for size_id, nbytes in [("256MiB", 256 * MiB), ("1GiB", GiB)]:
+        for a in range(8):
+            for b in range(a + 1, 8):
+                nodeid = f"suites/test_copies.py::test_peer_copy_both_ways[{size_id}-{a}<->{b}]"
+                out[case_key(nodeid, "copy_bidir", nbytes, None, 1)] = (BOTH_WAYS, "transferbench-bidir")
     nodeid = "suites/test_collectives.py::test_collective[float32-1GiB-all_reduce-inplace]"
-    out[case_key(nodeid, "all_reduce", GiB, "float32", 8)] = ALL_REDUCE_BUSBW
+    out[case_key(nodeid, "all_reduce", GiB, "float32", 8)] = (ALL_REDUCE_BUSBW, "rccl-health")
     return out
 
 
@@ -53,7 +66,8 @@ def test_shipped_mi300x_loads_and_is_published():
     assert b.source == "published"
     assert b.runs == []
     assert "--gpu-baseline-save" in b.source_detail
-    for figure in ("44 GB/s", "314 GB/s", "40 GB/s", "50 GB/s", "rocm-bandwidth-test"):
+    for figure in ("44 GB/s", "314 GB/s", "40 GB/s", "50 GB/s", "rocm-bandwidth-test", "43.9 GB/s",
+                   "2 x 43.9 = 87.8 GB/s", CVS_HEALTH):
         assert figure in b.source_detail
     doc = json.loads(SHIPPED.read_text(encoding="utf-8"))
     assert doc["schema"] == SCHEMA_ID
@@ -72,12 +86,56 @@ def test_every_shipped_case_is_floor_only():
 def test_shipped_keys_match_the_suites_node_ids_and_floors_are_the_documented_figures():
     b = load_baseline(SHIPPED)
     expected = expected_cases()
-    assert len(expected) == 56 * 4 + 1
+    # 56 ordered pairs one way at 4 sizes, 28 pairs both ways at 2 sizes, all_reduce on 8 ranks
+    assert len(expected) == 56 * 4 + 28 * 2 + 1
     assert set(b.cases) == set(expected)
     for key, c in b.cases.items():
-        assert c.floor_gbps == expected[key], key
+        assert c.floor_gbps == pytest.approx(expected[key][0]), key
         # each entry's own fields give back its key
         assert case_key(c.test_id, c.op, c.size_bytes, c.dtype, c.world_size) == key
+    both = [c for c in b.cases.values() if c.op == "copy_bidir"]
+    assert {tuple(c.devices) for c in both} == {(f"cuda:{a}", f"cuda:{b}") for a in range(8) for b in range(a + 1, 8)}
+    [ar] = [c for c in b.cases.values() if c.world_size == 8]
+    assert ar.devices == [f"rank{r}" for r in range(8)]
+
+
+def test_every_floor_cites_its_published_source():
+    """Each case names the figure its floor comes from (floor_source), and source_detail says what and where
+    that figure is: no floor without a source, no source named that the file does not explain."""
+    doc = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    expected = expected_cases()
+    detail = doc["source_detail"]
+    sources = {c.get("floor_source") for c in doc["cases"].values()}
+    assert sources == {"torch-copy", "rbt-health", "transferbench-bidir", "rccl-health"}
+    for key, c in doc["cases"].items():
+        assert c["floor_source"] == expected[key][1], key
+        assert f"[{c['floor_source']}]" in detail, key
+    # the figure each source gives is written next to its id
+    for source, figure in [("torch-copy", "40 GB/s"), ("rbt-health", "44 GB/s"), ("rccl-health", "314 GB/s"),
+                           ("transferbench-bidir", "87.8 GB/s")]:
+        start = detail.index(f"[{source}]")
+        end = min([detail.index(f"[{s}]") for s in sources if detail.index(f"[{s}]") > start] + [len(detail)])
+        assert figure in detail[start:end], source
+    # and the generator refuses a floor without a known source
+    gen = _generator()
+    with pytest.raises(ValueError, match=r"unknown source 'made-up'"):
+        gen._case("t[0->1]", "copy", 1, None, 1, ["cuda:0", "cuda:1"], 1.0, "made-up")
+
+
+def test_a_floor_source_survives_a_measured_save(tmp_path):
+    """floor_source is a field the schema leaves open: a later --gpu-baseline-save keeps it."""
+    from pytest_gpucomm.gate import CaseRecord, save_run
+
+    path = tmp_path / "mi300x.json"
+    path.write_text(SHIPPED.read_text(encoding="utf-8"), encoding="utf-8")
+    nodeid = "suites/test_copies.py::test_peer_copy[1GiB-0->1]"
+    key = case_key(nodeid, "copy", GiB, None, 1)
+    rec = CaseRecord(test_id=nodeid, op="copy", size_bytes=GiB, world_size=1, dtype=None,
+                     devices=["cuda:0", "cuda:1"], samples_gbps=[48.0, 48.5, 47.9], summary={})
+    save_run(path, name="mi300x", run_id="r1", date="2026-01-01T00:00:00+00:00", fingerprint={}, cases={key: rec})
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["cases"][key]["floor_source"] == "rbt-health" and doc["cases"][key]["floor_gbps"] == HEALTH_COPY
+    assert load_baseline(path).cases[key].runs
 
 
 def test_shipped_node_ids_are_the_ones_the_suites_collect(pytester):
@@ -89,8 +147,8 @@ def test_shipped_node_ids_are_the_ones_the_suites_collect(pytester):
     collected = {line.strip() for line in result.stdout.lines if "::" in line}
     b = load_baseline(SHIPPED)
     on_two = {c.test_id for c in b.cases.values()
-              if c.op == "copy" and c.test_id.endswith(("-0->1]", "-1->0]"))}
-    assert len(on_two) == 8
+              if c.op in ("copy", "copy_bidir") and c.test_id.endswith(("-0->1]", "-1->0]", "-0<->1]"))}
+    assert len(on_two) == 8 + 2
     assert on_two <= collected
     assert "suites/test_collectives.py::test_collective[float32-1GiB-all_reduce-inplace]" in collected
 
@@ -106,7 +164,7 @@ def test_generator_leaves_an_existing_file_alone_when_the_document_is_invalid(tm
     gen = _generator()
     out = tmp_path / "mi300x.json"
     out.write_text("keep me", encoding="utf-8")
-    monkeypatch.setattr(gen, "COPY_FLOORS", [("16MiB", 16 * MiB, -1.0)])  # a floor must be > 0
+    monkeypatch.setattr(gen, "COPY_FLOORS", [("16MiB", 16 * MiB, -1.0, "torch-copy")])  # a floor must be > 0
     assert gen.main(["-o", str(out)]) == 1
     assert f"{out}: refusing to write an invalid baseline" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "keep me"

@@ -27,9 +27,14 @@ class _Absent:
 ABSENT: Any = _Absent()
 """Stands for a key missing on one side in :func:`diff_fingerprints` results."""
 
-#: keys that change from run to run on an unchanged machine: never reported as a change
+#: keys that change from run to run on an unchanged machine: never reported as a change.  The AMD reading
+#: (pytest_gpucomm.amd) adds four readings of the moment: a GPU's current clock ("current_mhz") and whether
+#: it sleeps ("deep_sleep") follow the load, and the xGMI links' accumulated traffic ("read_kb",
+#: "write_kb") grows with every copy; the clock limits, locks and the links' widths, speeds and states
+#: stay, so that a lower clock cap or a link trained down is reported.
 VOLATILE_KEYS: frozenset[str] = frozenset(
-    {"date", "run_id", "time", "timestamp", "start_time", "end_time", "pid", "uptime_s"}
+    {"date", "run_id", "time", "timestamp", "start_time", "end_time", "pid", "uptime_s",
+     "current_mhz", "deep_sleep", "read_kb", "write_kb"}
 )
 
 
