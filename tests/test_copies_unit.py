@@ -1,57 +1,15 @@
-"""The choice of copy engine and the copy benchmark's row selection (pure code; the GPU path is
-verified on a GPU, see the issue notes)."""
+"""The copy benchmark's row selection, GPU batches and the buffer pool (pure code; the GPU path is
+verified on a GPU, see the issue notes).  The choice of copy engine: tests/test_engines.py."""
 
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 import torch
 
 from pytest_gpucomm.compare import raw_copies as bench
 from pytest_gpucomm.ops import copies
-
-
-@pytest.fixture
-def fresh_driver():
-    copies.driver.cache_clear()
-    yield
-    copies.driver.cache_clear()
-
-
-@pytest.mark.parametrize("cuda,hip", [(None, None), ("13.0", "7.0"), (None, "7.0")])
-def test_copies_use_torch_copy_without_a_cuda_build_of_torch(monkeypatch, fresh_driver, cuda, hip):
-    monkeypatch.setattr(torch, "version", types.SimpleNamespace(cuda=cuda, hip=hip))
-    monkeypatch.setattr(copies.ctypes, "CDLL", lambda name: pytest.fail("must not load the CUDA driver"))
-    assert copies.driver() is None
-
-
-def test_copies_use_torch_copy_when_the_cuda_driver_does_not_load(monkeypatch, fresh_driver):
-    def missing(name):
-        raise OSError(f"{name}: cannot open shared object file")
-
-    monkeypatch.setattr(torch, "version", types.SimpleNamespace(cuda="13.0", hip=None))
-    monkeypatch.setattr(copies.ctypes, "CDLL", missing)
-    assert copies.driver() is None
-
-
-class _FakeLib:
-    def __init__(self, name_rc):
-        self.cuMemcpyAsync = lambda *a: 0
-        self.cuGetErrorName = lambda rc, out: name_rc
-
-
-def test_copies_use_the_cuda_driver_when_it_loads(monkeypatch, fresh_driver):
-    monkeypatch.setattr(torch, "version", types.SimpleNamespace(cuda="13.0", hip=None))
-    monkeypatch.setattr(copies.ctypes, "CDLL", lambda name: _FakeLib(0) if name == "libcuda.so.1" else None)
-    d = copies.driver()
-    assert d is not None and d.memcpy(1, 2, 3, None) == 0
-    assert copies.driver() is d  # loaded once
-
-
-def test_driver_error_without_a_name_gives_the_code():
-    assert copies._Driver(_FakeLib(1)).error_name(700) == "CUresult 700"
 
 
 def _report(tmp_path, rows):

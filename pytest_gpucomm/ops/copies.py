@@ -1,12 +1,15 @@
 """Copies: peer-to-peer (one way and both ways), host-to-device and device-to-host.
 
-On CUDA a copy is the driver's ``cuMemcpyAsync`` of contiguous bytes on one stream, as nvbandwidth
-issues it (peer access is enabled through torch first, where the pair supports it), timed with device
-events.  torch's ``dst.copy_(src)`` is not used for the timed copies: between two GPUs it adds a two-way
-barrier between the source and destination streams to every copy, which on 2 x H200 made a 256 KiB peer
-copy take 11 us instead of 3 (23 GB/s against 85 GB/s raw).  Where the driver call is not available
-(ROCm/HIP builds of torch) the copies fall back to ``dst.copy_(src, non_blocking=True)``; the
-measurement's ``info["engine"]`` says which was used.  Small copies are batched behind a short spin
+On a GPU a copy is one call of the GPU runtime's own asynchronous copy of contiguous bytes on one stream,
+as nvbandwidth (CUDA) and TransferBench (ROCm) issue their copies, timed with device events: the CUDA
+driver's ``cuMemcpyAsync``, or HIP's ``hipMemcpyAsync`` on ROCm builds of torch (``ops.engines``: one
+engine, a table of entry points per platform; ``GPUCOMM_COPY_ENGINE`` and ``GPUCOMM_HIP_LIBRARY``
+choose).  Peer access is enabled through torch first, where the pair supports it.  torch's
+``dst.copy_(src)`` is not used for the timed copies: between two GPUs it adds a two-way barrier between
+the source and destination streams to every copy, which on 2 x H200 made a 256 KiB peer copy take 11 us
+instead of 3 (23 GB/s against 85 GB/s raw).  It is the fallback where the runtime's library does not load
+(or ``GPUCOMM_COPY_ENGINE=torch``); the measurement's ``info["engine"]`` says which was used (and
+``info["engine_note"]`` why, after a fallback).  Small copies are batched behind a short spin
 kernel (a "latch", as nvbandwidth does) so the host has enqueued the whole batch before the device starts
 it: the device then runs the copies back to back and launch overhead is not measured.
 
@@ -25,9 +28,7 @@ the ranks that raised).
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import functools
 import os
 import threading
 import time
@@ -35,6 +36,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement
 from ..timing import TimingSettings, measure
+from . import engines
+from .engines import CopyError
 
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
            "bench_copy", "measuring_local_rank", "node_measurements"]
@@ -45,10 +48,6 @@ _LATCH_MAX_S = 0.02
 #: after the latch; at 200 us batches that cost 2-10% against raw copies at 64 KiB-4 MiB on 2 x H200
 #: (host->device and both ways most), so GPU copies batch like the raw reference does.
 GPU_BATCH_S = 1e-3
-
-
-class CopyError(RuntimeError):
-    pass
 
 
 class BufferPool:
@@ -148,41 +147,6 @@ class _Latch:
         self.enqueue_s_per_iter = 0.8 * self.enqueue_s_per_iter + 0.2 * seen
 
 
-ENGINE_DRIVER = "cuMemcpyAsync"
-ENGINE_TORCH = "torch copy_"
-
-
-class _Driver:
-    """The two calls of the CUDA driver API the copies use, through ctypes."""
-
-    def __init__(self, lib: Any) -> None:
-        self.memcpy = lib.cuMemcpyAsync
-        self.memcpy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-        self.memcpy.restype = ctypes.c_int
-        self._name = lib.cuGetErrorName
-        self._name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        self._name.restype = ctypes.c_int
-
-    def error_name(self, rc: int) -> str:
-        out = ctypes.c_char_p()
-        if self._name(rc, ctypes.byref(out)) == 0 and out.value:
-            return out.value.decode()
-        return f"CUresult {rc}"
-
-
-@functools.lru_cache(maxsize=None)
-def driver() -> Optional[_Driver]:
-    """The CUDA driver's memcpy, or None where torch is not a CUDA build or libcuda cannot be loaded."""
-    import torch
-
-    if getattr(torch.version, "hip", None) or not getattr(torch.version, "cuda", None):
-        return None
-    try:
-        return _Driver(ctypes.CDLL("libcuda.so.1"))
-    except (OSError, AttributeError):
-        return None
-
-
 class _CudaCopy:
     """src -> dst (and, both ways, dst -> src at the same time) on GPUs, or host <-> device."""
 
@@ -196,12 +160,15 @@ class _CudaCopy:
         self.main = streams[0][0]
         self.latch = _Latch(latch_device)
         self.what = what
-        self.driver = driver()
-        self.engine = ENGINE_DRIVER if self.driver is not None else ENGINE_TORCH
-        # (dst pointer, src pointer, bytes, stream handle) per direction, for the driver's memcpy
-        self.calls = [(dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(), stream.cuda_stream)
-                      for (src, dst), (stream, _) in zip(pairs, streams)]
-        if self.driver is not None:
+        selection = engines.current()
+        self.copier = selection.engine  # None: torch's copy_
+        self.engine = selection.label
+        self.engine_info = selection.info()
+        # the copier's arguments per direction: (dst pointer, src pointer, bytes, [kind,] stream handle)
+        if self.copier is not None:
+            self.calls = [self.copier.call(dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(),
+                                           stream.cuda_stream, src.is_cuda, dst.is_cuda)
+                          for (src, dst), (stream, _) in zip(pairs, streams)]
             for src, dst in pairs:
                 if src.is_cuda and dst.is_cuda and src.device != dst.device and src.numel():
                     dst[:1].copy_(src[:1])  # torch enables peer access (src device -> dst device) on first use
@@ -213,19 +180,14 @@ class _CudaCopy:
             self.torch.cuda.synchronize(dev)
 
     def _copies(self, index: int, batch: int) -> None:
-        if self.driver is None:
+        if self.copier is None:
             src, dst = self.pairs[index]
             other = self.streams[index][1]
             with _maybe_stream(self.torch, other):
                 for _ in range(batch):
                     dst.copy_(src, non_blocking=True)
             return
-        memcpy = self.driver.memcpy
-        d, s, n, h = self.calls[index]
-        for _ in range(batch):
-            rc = memcpy(d, s, n, h)
-            if rc:
-                raise CopyError(f"{self.what}: cuMemcpyAsync failed with {self.driver.error_name(rc)}")
+        self.copier.copy(self.calls[index], batch, self.what)
 
     def sample(self, batch: int) -> Callable[[], float]:
         torch = self.torch
@@ -391,7 +353,7 @@ def measure_copy(
             streams.append((torch.cuda.Stream(device=j), torch.cuda.Stream(device=i)))
         timed: Any = _CudaCopy(pairs, streams, latch_device=i, what=what)
         info["timer"] = "device events"
-        info["engine"] = timed.engine
+        info.update(timed.engine_info)
         settings = _gpu_batches(settings)
     else:
         timed = _HostCopy(pairs)
@@ -433,7 +395,7 @@ def measure_host_device(device: str, size: int, direction: str, settings: Timing
         samples_s=samples,
         devices=("host", device) if direction == "h2d" else (device, "host"),
         kind="copy",
-        info={"timer": "device events", "engine": timed.engine, "pinned": True, "batch": p.batch},
+        info={"timer": "device events", **timed.engine_info, "pinned": True, "batch": p.batch},
     )
 
 
