@@ -9,8 +9,9 @@ HIP engine (``GPUCOMM_COPY_ENGINE=hip``, ``GPUCOMM_HIP_LIBRARY`` = the shim), al
 times each, in this one process with ``measure_copy`` / ``measure_host_device`` as the suites measure.
 The copies: cuda:0 -> cuda:1 one way and both ways (cuda:0 -> cuda:0 one way on a single GPU), pinned
 host -> cuda:0 and cuda:0 -> host; the sizes 64 KiB to 1 GiB by factors of 4.  An engine's figure is the
-median over its rounds of each measurement's median GB/s; alternating keeps a drift of the machine out
-of the ratio.  Each measurement must name the engine asked for (``info["engine"]``), or the run stops.
+median over its rounds of each measurement's median GB/s; the ratio is the median over the rounds of the
+ratio of a round's two measurements, taken back to back in alternating order, so that a drift of the machine
+cancels.  Each measurement must name the engine asked for (``info["engine"]``), or the run stops.
 
 What it shows: the shim adds one forwarding call per copy, so the two engines issue the same driver
 copies; equal figures say the HIP engine's table (its signature, the copy kinds, the batching around it)
@@ -37,6 +38,10 @@ from pytest_gpucomm.ops import engines
 from pytest_gpucomm.units import format_size, parse_size
 
 TOLERANCE = 0.03
+#: rounds per engine: on one H200 (2026-12-01) with 3 rounds and the median of each engine's own figures, 1 or
+#: 3 of 24 rows were 3.3-9.6 % apart, at sizes that changed between runs and in either direction (device-local
+#: 4 MiB copies near 1.4 TB/s, host->device at 1 MiB): the copies' own round-to-round noise, not the engine
+ROUNDS = 7
 TARGET_FROM = 64 << 10
 SIZES = [(64 << 10) << (2 * k) for k in range(8)]  # 64 KiB .. 1 GiB, factor 4
 BUILD_HELPER = Path(__file__).resolve().parent.parent / "tests" / "hipshim" / "build.py"
@@ -91,10 +96,11 @@ def _measure_with(engine: str, shim: Path, run: Callable[[], Any]) -> Any:
     return m
 
 
-def compare(shim: Path, sizes: Sequence[int], rounds: int = 3, min_time_s: float = 0.1,
+def compare(shim: Path, sizes: Sequence[int], rounds: int = ROUNDS, min_time_s: float = 0.1,
             progress: Optional[Callable[[dict[str, Any]], None]] = None) -> list[dict[str, Any]]:
     """One row per copy and size: ``copy``, ``size_bytes``, ``cuda_gbps``, ``hip_gbps`` (each the median
-    over ``rounds`` of a measurement's median GB/s), ``ratio`` (hip / cuda), and the rounds' figures."""
+    over ``rounds`` of a measurement's median GB/s), ``ratio`` (hip / cuda: the median over the rounds of
+    the ratio of the round's two measurements, taken back to back), and the rounds' figures."""
     import torch
 
     from pytest_gpucomm.ops.copies import BufferPool
@@ -115,8 +121,12 @@ def compare(shim: Path, sizes: Sequence[int], rounds: int = 3, min_time_s: float
                         m = _measure_with(engine, shim, lambda: measure(size, settings, pool))
                         figures[engine].append(m.gbps)
                 cuda, hip = statistics.median(figures["cuda"]), statistics.median(figures["hip"])
+                # the ratio of each round's pair (measured back to back), then their median: a drift of the
+                # machine between rounds cancels in a pair, and one odd round does not decide
+                paired = [h / c for h, c in zip(figures["hip"], figures["cuda"])]
                 row = {"copy": label, "size_bytes": size, "cuda_gbps": cuda, "hip_gbps": hip,
-                       "ratio": hip / cuda, "cuda_rounds_gbps": figures["cuda"], "hip_rounds_gbps": figures["hip"]}
+                       "ratio": statistics.median(paired), "paired_ratios": paired,
+                       "cuda_rounds_gbps": figures["cuda"], "hip_rounds_gbps": figures["hip"]}
                 rows.append(row)
                 if progress is not None:
                     progress(row)
@@ -146,7 +156,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=None, metavar="SIZE[,SIZE]",
                     help="comma-separated sizes. Default: 64KiB to 1GiB by factors of 4")
-    ap.add_argument("--rounds", type=int, default=3, help="measurements per engine, alternating. Default: 3")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help=f"measurements per engine, alternating. Default: {ROUNDS}")
     ap.add_argument("--min-time", type=float, default=0.1, metavar="SECONDS",
                     help="measuring time per measurement (--gpucomm-min-time). Default: 0.1")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE, help=f"Default: {TOLERANCE}")

@@ -152,7 +152,7 @@ def gpu_shim(tmp_path_factory):
 
 def test_hip_engine_through_the_shim_measures_what_the_cuda_engine_measures(gpu_shim):
     bench = _load("gpucomm_hip_shim_vs_cuda", ROOT / "benchmarks" / "hip_shim_vs_cuda.py")
-    rows = bench.compare(gpu_shim, bench.SIZES, rounds=3, min_time_s=0.1)
+    rows = bench.compare(gpu_shim, bench.SIZES, min_time_s=0.1)
     assert {r["size_bytes"] for r in rows} == set(bench.SIZES)
     off = [bench.line(r) for r in rows if not bench.within(r)]
     assert not off, "hip/cuda outside 1 +- 3 %:\n" + bench.HEADER + "\n" + "\n".join(off)
@@ -198,7 +198,7 @@ def _stand_in(figures, seen, label=None):
     return measure
 
 
-def test_comparison_alternates_the_engines_and_takes_each_ones_median(bench, monkeypatch):
+def test_comparison_alternates_the_engines_and_takes_the_median_of_the_rounds_paired_ratios(bench, monkeypatch):
     seen = []
     figures = {"cuda": [100.0, 90.0, 101.0], "hip": [99.0, 120.0, 100.0]}
     monkeypatch.setattr(bench, "copies", lambda n: [("copy x", _stand_in(figures, seen))])
@@ -207,7 +207,9 @@ def test_comparison_alternates_the_engines_and_takes_each_ones_median(bench, mon
     assert {lib for e, lib, _ in seen if e == "hip"} == {"/tmp/libhipshim.so"}
     assert {lib for e, lib, _ in seen if e == "cuda"} == {None}
     (row,) = rows
-    assert (row["cuda_gbps"], row["hip_gbps"]) == (100.0, 100.0) and row["ratio"] == 1.0
+    assert (row["cuda_gbps"], row["hip_gbps"]) == (100.0, 100.0)
+    # the rounds' pairs: 99/100, 120/90, 100/101; their median, not the medians' ratio
+    assert row["paired_ratios"] == [0.99, 120 / 90, 100 / 101] and row["ratio"] == pytest.approx(0.99)
     assert engines.ENV_ENGINE not in os.environ and engines.ENV_HIP_LIBRARY not in os.environ  # put back
 
 
