@@ -154,8 +154,12 @@ def test_hip_engine_through_the_shim_measures_what_the_cuda_engine_measures(gpu_
     bench = _load("gpucomm_hip_shim_vs_cuda", ROOT / "benchmarks" / "hip_shim_vs_cuda.py")
     rows = bench.compare(gpu_shim, bench.SIZES, min_time_s=0.1)
     assert {r["size_bytes"] for r in rows} == set(bench.SIZES)
-    off = [bench.line(r) for r in rows if not bench.within(r)]
-    assert not off, "hip/cuda outside 1 +- 3 %:\n" + bench.HEADER + "\n" + "\n".join(off)
+    off = [bench.line(r) for r in rows if bench.verdict(r) == "FAIL"]
+    assert not off, "hip/cuda outside 1 +- 3 % beyond the engines' own noise:\n" + bench.HEADER + "\n" + "\n".join(off)
+    # a NOISY row is one the machine cannot resolve (both engines' rounds spread more than 3 %); most rows must be
+    # resolved, or the check says nothing
+    noisy = [r for r in rows if bench.verdict(r) == "NOISY"]
+    assert len(noisy) <= len(rows) // 4, "\n".join(bench.line(r) for r in noisy)
 
 
 def test_copy_suite_reports_the_hip_engine_when_asked_for_it(gpu_shim, tmp_path):
@@ -228,7 +232,17 @@ def test_comparison_target_is_three_percent_from_64_kib(bench):
     assert bench.within(row(65536, 0.971)) and bench.within(row(1 << 30, 1.029))
     assert not bench.within(row(65536, 0.969)) and not bench.within(row(1 << 20, 1.031))
     assert bench.within(row(16384, 0.5)) is None  # below 64 KiB: shown, not checked
-    assert bench.line(row(1 << 20, 1.031)).split()[-2:] == ["1.031", "FAIL"]
+    assert bench.line(row(1 << 20, 1.031)).split()[-3:] == ["1.031", "0.0%", "FAIL"]
+
+
+def test_a_row_outside_the_target_is_noisy_when_an_engines_own_rounds_spread_more_than_it(bench):
+    steady = {"copy": "h2d x", "size_bytes": 1 << 20, "cuda_gbps": 50.0, "hip_gbps": 47.0, "ratio": 0.94,
+              "cuda_rounds_gbps": [50.0, 50.2, 49.9, 50.1, 50.0], "hip_rounds_gbps": [47.0, 47.1, 46.9, 47.0, 47.2]}
+    assert bench.noise(steady) < 0.01 and bench.verdict(steady) == "FAIL"  # the engines differ
+    noisy = dict(steady, cuda_rounds_gbps=[36.3, 33.4, 32.9, 27.5, 27.3, 34.0, 32.2])  # one H200's h2d, 256 KiB
+    assert bench.noise(noisy) == pytest.approx((33.7 - 29.85) / 32.9, rel=1e-6)
+    assert bench.verdict(noisy) == "NOISY" and bench.line(noisy).endswith("NOISY")
+    assert bench.verdict(dict(noisy, ratio=0.99)) == "PASS" and bench.verdict(dict(noisy, size_bytes=1024)) is None
 
 
 @pytest.mark.parametrize("args,said", [(["--sizes", "16XB"], "invalid size '16XB' (from --sizes)"),
