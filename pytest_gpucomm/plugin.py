@@ -65,6 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
         raise pytest.UsageError(f"gpucomm: refused in launched mode ({launch.launcher}), where every rank must run "
                                 f"the same tests in the same order:\n  {XDIST_REFUSAL}")
+    if "GPUCOMM_COPY_ENGINE" in os.environ:  # read where a GPU copy is set up: a bad value is said here, at once
+        from .ops.engines import EngineError, _choice
+
+        try:
+            _choice(os.environ)
+        except EngineError as e:
+            raise pytest.UsageError(f"invalid environment: {e}") from None
     if settings.baseline_save and not settings.baseline:
         raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
     if _is_xdist_controller(config) and settings.baseline_save and not settings.allow_xdist:

@@ -351,3 +351,14 @@ def test_current_on_a_cpu_build_of_torch_loads_nothing(monkeypatch, fresh_engine
     monkeypatch.setattr(torch, "version", types.SimpleNamespace(cuda=None, hip=None))
     monkeypatch.delenv(ENGINE, raising=False)
     assert engines.current().engine is None
+
+
+def test_a_bad_engine_variable_is_a_usage_error_before_any_test_runs(pytester, monkeypatch):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    monkeypatch.setenv("GPUCOMM_COPY_ENGINE", "cudda")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == 4  # pytest's usage error
+    result.stderr.fnmatch_lines(["*invalid environment: GPUCOMM_COPY_ENGINE is 'cudda': the GPU copy engine must be "
+                                 "one of auto, cuda, hip, torch*"])
+    monkeypatch.setenv("GPUCOMM_COPY_ENGINE", "torch")
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == 0
