@@ -6,14 +6,16 @@ The collective methods (``comm.all_reduce(group, size)``, ...) are made from the
 In a launched job of several nodes a collective runs over a group kind (:mod:`.topology`): ``"world"``, or
 ``"intra-node"`` / ``"inter-node"``, where every group of the kind runs at once; each group's measurement is
 recorded (its node or local rank named), and the method returns the slowest of them.
-``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group,
-model)`` (and ``comm.dp_grad_sync``, ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the
-training-step patterns (:mod:`.ops.patterns`).
+``comm.copy_one_to_all(hub, size)``, ``comm.copy_all_to_one(hub, size)`` and ``comm.copy_all_pairs(size)``
+copy between all peers at once (:func:`.ops.copies.measure_pattern`).  ``comm.node_pairs()`` is the
+inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)`` (and ``comm.dp_grad_sync``,
+``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the training-step patterns
+(:mod:`.ops.patterns`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence
 
 import pytest
 
@@ -216,6 +218,50 @@ class Comm:
 
     def copy_both_ways(self, pair: Any, size: Any = None) -> Measurement:
         return self.copy(pair, size, both_ways=True)
+
+    # -- all peers at once (ops.copies.measure_pattern) -------------------------------------------------
+    def copy_one_to_all(self, hub: Any, size: Any = None, *, peers: Optional[Sequence[Any]] = None) -> Measurement:
+        """``hub`` writing to every peer at once (``peers``; default: every other device in use), each copy
+        ``size`` bytes.  The figure is the aggregate (every copy's bytes over the span of all of them);
+        ``info`` has the per-link figure and each link's own (see :func:`.ops.copies.measure_pattern`)."""
+        from .ops.copies import ONE_TO_ALL, copy_spec
+
+        h, others = self._hub_and_peers(hub, peers, "copy_one_to_all")
+        return self._copy(copy_spec(ONE_TO_ALL, [h, *others], self._size(size, "copy_one_to_all")))
+
+    def copy_all_to_one(self, hub: Any, size: Any = None, *, peers: Optional[Sequence[Any]] = None) -> Measurement:
+        """Every peer (``peers``; default: every other device in use) writing to ``hub`` at once, each copy
+        ``size`` bytes; figures as :meth:`copy_one_to_all`."""
+        from .ops.copies import ALL_TO_ONE, copy_spec
+
+        h, others = self._hub_and_peers(hub, peers, "copy_all_to_one")
+        return self._copy(copy_spec(ALL_TO_ONE, [*others, h], self._size(size, "copy_all_to_one")))
+
+    def copy_all_pairs(self, size: Any = None, *, devices: Optional[Sequence[Any]] = None) -> Measurement:
+        """Every ordered pair of ``devices`` (default: every device in use) copying at once, each copy ``size``
+        bytes; figures as :meth:`copy_one_to_all`.  Skipped, with the reason, with fewer than two devices."""
+        from .ops.copies import ALL_PAIRS, copy_spec
+
+        if devices is None:
+            devs = self._state.devices()
+            if len(devs) < 2:
+                pytest.skip(self._state.too_few(2))
+        else:
+            devs = self._distinct([self._dev(d) for d in devices], "copy_all_pairs", "devices")
+        return self._copy(copy_spec(ALL_PAIRS, devs, self._size(size, "copy_all_pairs")))
+
+    def _hub_and_peers(self, hub: Any, peers: Optional[Sequence[Any]], what: str) -> tuple[str, list[str]]:
+        h = self._dev(hub)
+        if peers is None:
+            return h, [d for d in self._state.devices() if d != h]
+        return h, self._distinct([self._dev(p) for p in peers if self._dev(p) != h], what, "peers")
+
+    def _distinct(self, devs: list[str], what: str, arg: str) -> list[str]:
+        if len(devs) < (1 if arg == "peers" else 2) or len(set(devs)) != len(devs):
+            raise pytest.UsageError(f"{self._request.node.nodeid}: comm.{what}({arg}=...) needs "
+                                    f"{'a peer other than the hub' if arg == 'peers' else 'two devices or more'}, "
+                                    f"each once; got {devs!r}")
+        return devs
 
     def host_to_device(self, device: Any, size: Any = None) -> Measurement:
         """Pinned host memory -> device."""

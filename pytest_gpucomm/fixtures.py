@@ -1,7 +1,7 @@
-"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``size``, ``group_kind``, ``comm``,
-``process_group``.
+"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``size``, ``group_kind``,
+``comm``, ``process_group``.
 
-``gpu_pair``, ``gpu_link``, ``gpu``, ``size`` and ``group_kind`` are parametrized at collection
+``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``gpu``, ``size`` and ``group_kind`` are parametrized at collection
 (:mod:`.parametrize`); the fixtures hand the parameter to the test.
 """
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .comm import Comm, GpuPair
     from .group import ProcessGroup
 
-__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "size", "group_kind", "comm", "process_group"]
+__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "size", "group_kind", "comm", "process_group"]
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +49,14 @@ def gpu_pair(request: pytest.FixtureRequest) -> "GpuPair":
 def gpu_link(request: pytest.FixtureRequest) -> "GpuPair":
     """An unordered pair of devices (lower index first), for both-ways tests; ids like "0<->1"."""
     return _param(request, "gpu_link")
+
+
+@pytest.fixture
+def gpu_hub(request: pytest.FixtureRequest) -> str:
+    """One device ("cuda:0", or "cpu:0" in the CPU variant) as the hub of an all-peers copy pattern
+    (``comm.copy_one_to_all``, ``comm.copy_all_to_one``); the test runs once per device, with ids like "hub0".
+    Every device, whatever --gpucomm-pairs chooses for the pair tests."""
+    return _param(request, "gpu_hub")
 
 
 @pytest.fixture

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .vocab import CPU_LOGICAL_DEVICES
+from .vocab import CPU_DEVICES_ENV, CPU_LOGICAL_DEVICES, MAX_CPU_DEVICES, MIN_CPU_DEVICES
 
 __all__ = [
     "DeviceInfo",
+    "CpuDevicesError",
+    "cpu_logical_devices",
     "detect",
     "fingerprint",
     "COMM_ENV_PREFIXES",
@@ -58,7 +60,7 @@ class DeviceInfo:
     """What the session measures on."""
 
     kind: str  # "gpu" or "cpu"
-    count: int  # GPUs visible, or CPU_LOGICAL_DEVICES on CPU
+    count: int  # GPUs visible, or the logical host devices on CPU (cpu_logical_devices())
     vendor: str  # "NVIDIA", "AMD", or the CPU vendor
     model: str  # "NVIDIA H200", "AMD Instinct MI300X", CPU model name
     runtime: str  # "CUDA 13.0", "ROCm/HIP 6.2", "none"
@@ -88,7 +90,7 @@ class DeviceInfo:
                 f"{self.runtime}; {self.comm_library}; torch {self.torch}"
             )
         return (
-            f"no GPU used: CPU {self.model}, {self.cpu_cores} cores; {CPU_LOGICAL_DEVICES} logical host devices; "
+            f"no GPU used: CPU {self.model}, {self.cpu_cores} cores; {self.count} logical host devices; "
             f"gloo; torch {self.torch}"
         )
 
@@ -156,12 +158,40 @@ def _amd_driver() -> str:
         return "unknown"
 
 
-@lru_cache(maxsize=4)
+class CpuDevicesError(ValueError):
+    """A bad GPUCOMM_CPU_DEVICES value; the message names it and the accepted range."""
+
+
+def cpu_logical_devices() -> int:
+    """How many logical host devices the CPU variants use: ``GPUCOMM_CPU_DEVICES`` (a whole number from
+    MIN_CPU_DEVICES to MAX_CPU_DEVICES), else ``vocab.CPU_LOGICAL_DEVICES``.  CpuDevicesError otherwise."""
+    raw = os.environ.get(CPU_DEVICES_ENV)
+    if raw is None:
+        return CPU_LOGICAL_DEVICES
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        n = 0
+    if not MIN_CPU_DEVICES <= n <= MAX_CPU_DEVICES:
+        raise CpuDevicesError(
+            f"invalid {CPU_DEVICES_ENV} {raw!r} (from the {CPU_DEVICES_ENV} environment variable): expected the "
+            f"number of logical host devices of the CPU variants, a whole number from {MIN_CPU_DEVICES} to "
+            f"{MAX_CPU_DEVICES} (unset: {CPU_LOGICAL_DEVICES})"
+        )
+    return n
+
+
 def detect(requested: str = "auto") -> DeviceInfo:
     """Find the devices to measure on.
 
-    ``requested`` is "auto" (GPU when one is visible, else CPU), "gpu" (error when none) or "cpu".
+    ``requested`` is "auto" (GPU when one is visible, else CPU), "gpu" (error when none) or "cpu".  On CPU
+    the logical device count is ``cpu_logical_devices()`` (CpuDevicesError for a bad GPUCOMM_CPU_DEVICES).
     """
+    return _detect(requested, cpu_logical_devices())
+
+
+@lru_cache(maxsize=4)
+def _detect(requested: str, cpu_devices: int) -> DeviceInfo:
     import torch
 
     tv = str(torch.__version__)
@@ -176,7 +206,7 @@ def detect(requested: str = "auto") -> DeviceInfo:
     if not use_gpu:
         return DeviceInfo(
             kind="cpu",
-            count=CPU_LOGICAL_DEVICES,
+            count=cpu_devices,
             vendor=platform.machine(),
             model=cpu_model(),
             runtime="none",

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from . import summary as _summary
 from .summary import Summary
 from .units import GB, describe_size
 
-__all__ = ["Measurement", "Remeasure"]
+__all__ = ["Measurement", "Remeasure", "copy_where"]
+
+
+def copy_where(op: str, devices: Sequence[str]) -> str:
+    """A copy's devices, said shortly: "cuda:0->cuda:1", "cuda:0<->cuda:1" (both ways), and for the all-peers
+    patterns (``ops.copies.PATTERN_OPS``) "cuda:0->7 peers", "7 peers->cuda:0", "every pair of 8 devices"."""
+    peers = f"{len(devices) - 1} peer{'' if len(devices) == 2 else 's'}"
+    if op == "copy_one_to_all":
+        return f"{devices[0]}->{peers}"
+    if op == "copy_all_to_one":
+        return f"{peers}->{devices[-1]}"
+    if op == "copy_all_pairs":
+        return f"every pair of {len(devices)} devices"
+    return ("<->" if op == "copy_bidir" else "->").join(devices)
 
 
 @dataclass
@@ -92,14 +105,15 @@ class Measurement:
 
     @property
     def where(self) -> str:
-        """Devices of a copy ("cuda:0->cuda:1") or the world of a collective ("2 ranks (nccl)"); in launched
+        """Devices of a copy ("cuda:0->cuda:1"; of an all-peers pattern "cuda:0->7 peers", "7 peers->cuda:0",
+        "every pair of 8 devices") or the world of a collective ("2 ranks (nccl)"); in launched
         mode a measurement of one node's devices or group names the node first ("node 1 (gpu-a17):
         cuda:0->cuda:1"), from ``info["node"]`` and ``info["host"]``."""
         if self.kind == "collective":
             backend = self.info.get("backend", "")
             here = f"{self.world_size} ranks" + (f" ({backend})" if backend else "")
         else:
-            here = "->".join(self.devices) if self.op != "copy_bidir" else "<->".join(self.devices)
+            here = copy_where(self.op, self.devices)
         return f"{self.node_label}: {here}" if self.node_label else here
 
     @property

@@ -1,8 +1,18 @@
 """Collection: which tests a gpucomm test becomes.
 
 ``@sizes`` becomes one test per size (sizes above ``--gpucomm-max-size`` are left out), ``gpu_pair`` one
-test per ordered pair of devices, ``gpu_link`` one per unordered pair, ``gpu`` one per GPU.  Where nothing
-is left, the test is collected once and skipped with the reason.
+test per ordered pair of devices, ``gpu_link`` one per unordered pair, ``gpu`` one per GPU, ``gpu_hub`` one
+per device (the hub of the all-peers copy patterns, CPU variant included).  Where nothing is left, the test
+is collected once and skipped with the reason.
+
+Which pairs ``gpu_pair`` and ``gpu_link`` run over is ``--gpucomm-pairs`` (:func:`select_pairs`): every
+ordered pair (n x (n - 1)), each device's ring neighbours (i -> i+1 mod n and back: 2n, for n > 2), or device
+0's (0 -> j and j -> 0: 2(n - 1)); a link is an unordered pair of which an ordered pair is chosen.  Without
+the option every pair up to ``vocab.AUTO_ALL_PAIRS_MAX_DEVICES`` devices and the neighbours above
+(:func:`pair_choice`): the pair tests grow as n^2, and on 8 devices every pair makes the copy suite alone
+longer than the 5 minutes the default suites may take (``benchmarks/suite_time_vs_gpus.py``).  On 2 devices
+the three choices are the same two pairs.  A test's id is that of its pair whichever the choice, so a
+baseline recorded with every pair gates a run of the neighbours.
 
 In launched mode the devices are those of the node that this rank sees (every rank of a job must see as
 many, or the ranks collect different tests and stop, saying so); the copies between them are measured on
@@ -16,16 +26,72 @@ stay as they are without it.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import pytest
 
 from .comm import GpuPair
 from .markers import MarkerError, closest_mark, read_sizes, size_id
 from .state import State
-from .units import describe_size
+from .units import describe_size, plural
+from .vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
 
-__all__ = ["parametrize"]
+__all__ = ["parametrize", "pair_choice", "select_pairs", "select_links", "pairs_lines"]
+
+
+def pair_choice(setting: Optional[str], n_devices: int) -> str:
+    """The pair selection in force: ``setting`` (``--gpucomm-pairs``; None when not given), else "all" up to
+    ``AUTO_ALL_PAIRS_MAX_DEVICES`` devices and "neighbours" above."""
+    if setting is not None:
+        if setting not in PAIR_CHOICES:
+            raise ValueError(f"unknown pair selection {setting!r}; known: {', '.join(PAIR_CHOICES)}")
+        return setting
+    return "all" if n_devices <= AUTO_ALL_PAIRS_MAX_DEVICES else "neighbours"
+
+
+def _chosen(n: int, how: str) -> set[tuple[int, int]]:
+    """The ordered index pairs (i, j) of ``how`` among ``n`` devices."""
+    if how == "all":
+        return {(i, j) for i in range(n) for j in range(n) if i != j}
+    if how == "neighbours":
+        ring = {(i, (i + 1) % n) for i in range(n)}
+        return {p for i, j in ring for p in ((i, j), (j, i)) if i != j}
+    if how == "from0":
+        return {p for j in range(1, n) for p in ((0, j), (j, 0))}
+    raise ValueError(f"unknown pair selection {how!r}; known: {', '.join(PAIR_CHOICES)}")
+
+
+def select_pairs(devices: Sequence[str], how: str) -> list[GpuPair]:
+    """The ordered pairs of ``devices`` that ``how`` (one of ``vocab.PAIR_CHOICES``) chooses, in the order of
+    every pair (source-major), so that the tests of a choice run in the order they run with "all"."""
+    chosen = _chosen(len(devices), how)
+    return [GpuPair(a, b) for i, a in enumerate(devices) for j, b in enumerate(devices) if (i, j) in chosen]
+
+
+def select_links(devices: Sequence[str], how: str) -> list[GpuPair]:
+    """The unordered pairs (lower index first) of which ``how`` chooses an ordered pair."""
+    chosen = _chosen(len(devices), how)
+    return [GpuPair(a, devices[j]) for i, a in enumerate(devices) for j in range(i + 1, len(devices))
+            if (i, j) in chosen or (j, i) in chosen]
+
+
+def pairs_lines(state: State) -> list[str]:
+    """The header line saying which pairs the pair tests run over, where the choice leaves some out (none
+    with every pair, as on 2 devices: their output stays as it was)."""
+    devs = state.devices()
+    how = pair_choice(state.settings.pairs, len(devs))
+    every = len(devs) * (len(devs) - 1)
+    kept = len(select_pairs(devs, how))
+    if kept == every:
+        return []
+    if state.settings.pairs is not None:
+        from .settings import origin
+
+        why = f"--gpucomm-pairs from {origin(state.config, '--gpucomm-pairs')}"
+    else:
+        why = f"the default above {AUTO_ALL_PAIRS_MAX_DEVICES} devices; --gpucomm-pairs=all for every pair"
+    return [f"gpucomm pairs: {how} ({why}): {kept} of {plural(every, 'ordered pair')}, "
+            f"{len(select_links(devs, how))} of {plural(every // 2, 'link')}"]
 
 
 def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids: list[str], reason: str,
@@ -54,8 +120,8 @@ def _too_few_pairs(state: State) -> str:
 
 
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
-    """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link`` and ``gpu`` of
-    one test function."""
+    """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link``, ``gpu_hub`` and
+    ``gpu`` of one test function."""
     where = metafunc.definition.nodeid
     if "group_kind" in metafunc.fixturenames and state.multi_node:
         from .topology import GROUP_KINDS
@@ -78,13 +144,18 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
                        f"every size of @sizes is above --gpucomm-max-size {describe_size(cap)}", "no-size")
     if "gpu_pair" in metafunc.fixturenames:
         devs = state.devices()
-        pairs = [GpuPair(a, b) for a in devs for b in devs if a != b]
+        pairs = select_pairs(devs, pair_choice(state.settings.pairs, len(devs)))
         _param_or_skip(metafunc, "gpu_pair", pairs, [p.id for p in pairs], _too_few_pairs(state), "no-pair")
     if "gpu_link" in metafunc.fixturenames:
         devs = state.devices()
-        links = [GpuPair(a, b) for i, a in enumerate(devs) for b in devs[i + 1:]]
+        links = select_links(devs, pair_choice(state.settings.pairs, len(devs)))
         _param_or_skip(metafunc, "gpu_link", links, [p.id.replace("->", "<->") for p in links], _too_few_pairs(state),
                        "no-pair")
+    if "gpu_hub" in metafunc.fixturenames:
+        devs = state.devices()
+        hubs = devs if len(devs) >= 2 else []
+        _param_or_skip(metafunc, "gpu_hub", hubs, [f"hub{d.split(':')[-1]}" for d in hubs], _too_few_pairs(state),
+                       "no-hub")
     if "gpu" in metafunc.fixturenames:
         gpus = state.devices() if state.info.kind == "gpu" else []
         _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],

@@ -18,7 +18,7 @@ from typing import Any, Generator, Optional
 
 import pytest
 
-from .fixtures import comm, gpu, gpu_link, gpu_pair, gpucomm_state, gpus, group_kind, process_group, size  # noqa: F401  (fixtures)
+from .fixtures import comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpus, group_kind, process_group, size  # noqa: F401  (fixtures)
 from .markers import MARKER_LINES, MarkerError, check_thresholds, marks_of, uses_gpucomm
 from .settings import add_options, read_settings
 from .state import STATE_KEY, State, state_of
@@ -255,14 +255,15 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     if not any(uses_gpucomm(i) for i in items) or not state_of(config).speaks:
         return []
     from .hardware import device_summary_lines
+    from .parametrize import pairs_lines
 
     state = state_of(config)
-    return (device_summary_lines(state.info) + state.node_lines()
+    return (device_summary_lines(state.info) + pairs_lines(state) + state.node_lines()
             + (state.gate.header_lines() if state.settings.baseline else []))
 
 
 #: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone
-_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu", "group_kind"})
+_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "group_kind"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

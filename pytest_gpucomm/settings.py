@@ -36,6 +36,8 @@ from .vocab import (
     MAX_MIN_TIME_S,
     MAX_TAIL_TOLERANCE,
     MAX_TIMEOUT_S,
+    AUTO_ALL_PAIRS_MAX_DEVICES,
+    PAIR_CHOICES,
 )
 
 # (option, dest, ini key, env var, help, metavar)
@@ -90,6 +92,12 @@ _OPTIONS = [
     ("--gpucomm-timeout", "gpucomm_timeout", "gpucomm_timeout", "GPUCOMM_TIMEOUT",
      f"Seconds a collective may take on the ranks before the test fails as hung. Default: {DEFAULT_TIMEOUT_S:g}.",
      "SECONDS"),
+    ("--gpucomm-pairs", "gpucomm_pairs", "gpucomm_pairs", "GPUCOMM_PAIRS",
+     "Which ordered device pairs the pair tests (gpu_pair, gpu_link) run over: 'all' (every ordered pair: n x "
+     "(n - 1)), 'neighbours' (each device's ring neighbours, i -> i+1 mod n and back: 2n), 'from0' (device 0 with "
+     "each other device, 0 -> j and j -> 0: 2(n - 1)). The all-peers patterns (gpu_hub, copy_all_pairs) are not "
+     f"affected. Default (or 'auto'): all up to {AUTO_ALL_PAIRS_MAX_DEVICES} devices, neighbours above.",
+     "all|neighbours|from0|auto"),
     ("--gpucomm-launch", "gpucomm_launch", "gpucomm_launch", "GPUCOMM_LAUNCH",
      "How the ranks of a process group are started: 'auto' (as one rank of the job when pytest was started once "
      "per rank by torchrun, srun or mpirun, found from their environment variables; else 'pool'), 'pool' (a pool "
@@ -126,6 +134,7 @@ class Settings:
     tail_time_s: Optional[float] = None  # None: min_time_s
     plots_dir: Optional[str] = None
     plots_format: str = "png"
+    pairs: Optional[str] = None  # --gpucomm-pairs; None: the default for the device count (parametrize.pair_choice)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
@@ -144,6 +153,7 @@ class Settings:
             f"timeout={self.timeout_s:g}s",
             f"dtype={','.join(self.dtypes)}",
             f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",
+            *([f"pairs={self.pairs}"] if self.pairs is not None else []),
         ]
         if self.baseline:
             parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}")
@@ -266,6 +276,28 @@ def _parse_launch(value: str, name: str, origin: str) -> str:
     return v
 
 
+def _parse_pairs(value: str, name: str, origin: str) -> Optional[str]:
+    """One of PAIR_CHOICES ("neighbors" is "neighbours"), or None for "auto" (the default for the device count)."""
+    v = value.strip().lower()
+    v = {"neighbors": "neighbours"}.get(v, v)
+    if v == "auto":
+        return None
+    if v not in PAIR_CHOICES:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {', '.join(PAIR_CHOICES)} "
+                                "or auto")
+    return v
+
+
+def _check_cpu_devices() -> None:
+    """A bad GPUCOMM_CPU_DEVICES is a usage error at start-up, not at the first test that counts devices."""
+    from .hardware import CpuDevicesError, cpu_logical_devices
+
+    try:
+        cpu_logical_devices()
+    except CpuDevicesError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 def _parse_plots_format(value: str, name: str, origin: str) -> str:
     v = value.strip().lower()
     if v not in ("png", "svg"):
@@ -317,6 +349,7 @@ def _parse_runs(value: str, name: str, origin: str) -> int:
 
 
 def read_settings(config: pytest.Config) -> Settings:
+    _check_cpu_devices()
     return Settings(
         baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip(), None),
         device=_get(config, "--gpucomm-device", _parse_device, "auto"),
@@ -343,6 +376,7 @@ def read_settings(config: pytest.Config) -> Settings:
         plots_format=_get(config, "--gpucomm-plots-format", _parse_plots_format, "png"),
         tail_time_s=_get(config, "--gpucomm-tail-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
                          None),
+        pairs=_get(config, "--gpucomm-pairs", _parse_pairs, None),
     )
 
 

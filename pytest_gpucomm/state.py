@@ -197,11 +197,11 @@ class State:
     @property
     def info(self) -> "DeviceInfo":
         if self._info is None:
-            from .hardware import detect
+            from .hardware import CpuDevicesError, detect
 
             try:
                 self._info = detect(self.settings.device)
-            except RuntimeError as e:
+            except (RuntimeError, CpuDevicesError) as e:
                 raise pytest.UsageError(str(e)) from None
         return self._info
 
@@ -258,11 +258,11 @@ class State:
 
     # -- process groups -------------------------------------------------------------------------------
     def max_world(self) -> int:
-        """The largest process group: one rank per GPU, or up to CPU_MAX_WORLD gloo ranks on CPU; in
-        launched mode the job's world."""
+        """The largest process group: one rank per GPU, or on CPU up to CPU_MAX_WORLD gloo ranks (more where
+        GPUCOMM_CPU_DEVICES asks for more logical devices: one rank each); in launched mode the job's world."""
         if self.launch is not None:
             return self.launch.world_size
-        return self.info.count if self.info.kind == "gpu" else CPU_MAX_WORLD
+        return self.info.count if self.info.kind == "gpu" else max(CPU_MAX_WORLD, self.info.count)
 
     def default_world(self) -> int:
         return self.launch.world_size if self.launch is not None else self.info.count
@@ -279,7 +279,7 @@ class State:
     def world_skip_reason(self, world: int) -> str:
         if self.info.kind == "gpu":
             return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"
-        return f"needs a world of {world} ranks, at most {CPU_MAX_WORLD} gloo ranks run on CPU"
+        return f"needs a world of {world} ranks, at most {self.max_world()} gloo ranks run on CPU"
 
     @property
     def multi_node(self) -> bool:

@@ -28,6 +28,11 @@ __all__ = [
     "DEFAULT_DTYPE",
     "CPU_MAX_WORLD",
     "CPU_LOGICAL_DEVICES",
+    "CPU_DEVICES_ENV",
+    "MIN_CPU_DEVICES",
+    "MAX_CPU_DEVICES",
+    "PAIR_CHOICES",
+    "AUTO_ALL_PAIRS_MAX_DEVICES",
     "MAX_FRESH_REMEASURES",
     "MAX_MIN_TIME_S",
     "MAX_TIMEOUT_S",
@@ -74,8 +79,8 @@ DEFAULT_DTYPE = "float32"
 
 #: the markers the plugin registers and reads, and the fixtures it provides
 MARKER_NAMES: tuple[str, ...] = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
-FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link", "comm", "process_group",
-                                           "gpucomm_state"})
+FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "comm",
+                                           "process_group", "gpucomm_state"})
 
 # -- defaults (options, gate, timing) -----------------------------------------------------------------
 DEFAULT_MIN_TIME_S = 0.1  # measuring time per case, warm-up excluded
@@ -99,6 +104,22 @@ DEFAULT_MAX_REMEASURES = 1  # re-measures of a flagged case, in a new process st
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
 #: two-rank collectives have something real to measure.
 CPU_LOGICAL_DEVICES = 2
+#: ... unless this environment variable says how many (MIN_CPU_DEVICES to MAX_CPU_DEVICES): with 8, the CPU
+#: variants collect the tests of an 8-GPU node (56 ordered pairs, 8-rank gloo worlds), so that CI and the
+#: plugin's own tests exercise the large-node paths without the hardware.  64 bounds it: the all-pairs
+#: pattern holds 2 x n x (n - 1) host buffers, and 64 x 63 copies at once already need 4,032 threads.
+CPU_DEVICES_ENV = "GPUCOMM_CPU_DEVICES"
+MIN_CPU_DEVICES = 2
+MAX_CPU_DEVICES = 64
+
+#: --gpucomm-pairs: which ordered device pairs the pair tests (gpu_pair, gpu_link) run over: every one,
+#: each device's ring neighbours (i -> i+1 mod n and back), or device 0's (0 -> j and j -> 0)
+PAIR_CHOICES: tuple[str, ...] = ("all", "neighbours", "from0")
+#: without --gpucomm-pairs: every pair up to this many devices, the ring neighbours above.  The pair tests
+#: grow as n x (n - 1); on 8 devices every pair makes the copy suite alone longer than the 5 minutes the
+#: default suites may take (benchmarks/suite_time_vs_gpus.py has the count and the per-case cost), while
+#: up to 4 devices every pair (12) costs about what 8 devices' neighbours (16) do.
+AUTO_ALL_PAIRS_MAX_DEVICES = 4
 #: gloo worlds on CPU may be larger than the logical device count; this bounds them.
 CPU_MAX_WORLD = 8
 # -- limits: values past these are usage errors, not overflows deep in the timing engine ----------------

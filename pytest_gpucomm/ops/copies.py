@@ -1,4 +1,4 @@
-"""Copies: peer-to-peer (one way and both ways), host-to-device and device-to-host.
+"""Copies: peer-to-peer (one way and both ways), host-to-device and device-to-host, and all peers at once.
 
 On a GPU a copy is one call of the GPU runtime's own asynchronous copy of contiguous bytes on one stream,
 as nvbandwidth (CUDA) and TransferBench (ROCm) issue their copies, timed with device events: the CUDA
@@ -15,6 +15,18 @@ it: the device then runs the copies back to back and launch overhead is not meas
 
 On CPU a copy is a host memcpy between two buffers, timed with the host clock; "both ways" runs two
 copies at once in two threads.
+
+All peers at once (as nvbandwidth's one_to_all / all_to_one tests and TransferBench do): one device
+writing to every peer at once (``one_to_all``), every peer writing to one device (``all_to_one``), every
+ordered pair at once (``all_pairs``) -- what pair tests cannot show: whether a device's links, copy
+engines and memory sustain all of its peers together (on an MI300X node, its 7 xGMI links).  Each pair is
+one copy from its own source buffer to its own destination buffer, issued on a stream of its source device
+(as the pair copy, and nvbandwidth's "write" tests); all start together behind one latch.  The figure
+gated is the aggregate: the bytes of every pair over the time from the common start to the end of the
+last pair (so one slow link slows it).  ``info`` adds the per-link figure (the aggregate / the links) and
+each link's own bandwidth: its bytes over the time from its start to the end of its own copies, while the
+others copy too (device events on its own stream; on CPU each thread's host clock).  See
+``measure_pattern``.
 
 A copy is described by a plain spec (``copy_spec``), so that the same copy can be measured here
 (``measure_spec``, with the session's buffers) or in a new process (the rank task ``bench_copy``, with
@@ -34,13 +46,14 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..measurement import Measurement
+from ..measurement import Measurement, copy_where
 from ..timing import TimingSettings, measure
 from . import engines
 from .engines import CopyError
 
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
-           "bench_copy", "measuring_local_rank", "node_measurements"]
+           "bench_copy", "measuring_local_rank", "node_measurements", "measure_pattern", "pattern_pairs",
+           "PATTERN_OPS", "ONE_TO_ALL", "ALL_TO_ONE", "ALL_PAIRS"]
 
 _LATCH_MARGIN_S = 50e-6
 _LATCH_MAX_S = 0.02
@@ -406,10 +419,17 @@ PEER, HOST_DEVICE = "peer", "host_device"
 
 def copy_spec(copy: str, devices: Sequence[str], size_bytes: int, *, both_ways: bool = False,
               direction: str = "") -> dict[str, Any]:
-    """A copy as plain JSON values: ``copy`` is ``"peer"`` (``devices`` = [src, dst], ``both_ways``) or
-    ``"host_device"`` (``devices`` = [device], ``direction`` "h2d" or "d2h")."""
+    """A copy as plain JSON values: ``copy`` is ``"peer"`` (``devices`` = [src, dst], ``both_ways``),
+    ``"host_device"`` (``devices`` = [device], ``direction`` "h2d" or "d2h"), or a pattern of all peers at
+    once (``pattern_pairs``): ``"one_to_all"`` ([src, *dsts]), ``"all_to_one"`` ([*srcs, dst]) or
+    ``"all_pairs"`` (the devices), at least two distinct devices."""
+    if copy in PATTERN_OPS:
+        pattern_pairs(copy, devices)  # checks the devices
+        return {"copy": copy, "devices": [str(d) for d in devices], "size_bytes": int(size_bytes),
+                "both_ways": False, "direction": ""}
     if copy not in (PEER, HOST_DEVICE):
-        raise ValueError(f"copy must be {PEER!r} or {HOST_DEVICE!r}, got {copy!r}")
+        raise ValueError(f"copy must be one of {', '.join(repr(c) for c in (PEER, HOST_DEVICE, *PATTERN_OPS))}, "
+                         f"got {copy!r}")
     if copy == PEER and len(devices) != 2:
         raise ValueError(f"a peer copy needs [src, dst] devices, got {list(devices)!r}")
     if copy == HOST_DEVICE and (len(devices) != 1 or direction not in ("h2d", "d2h")):
@@ -422,6 +442,8 @@ def copy_spec(copy: str, devices: Sequence[str], size_bytes: int, *, both_ways: 
 def measure_spec(spec: Mapping[str, Any], settings: TimingSettings, pool: BufferPool) -> Measurement:
     """Measure the copy ``spec`` (see ``copy_spec``) in this process, with buffers from ``pool``."""
     devices, size = spec["devices"], int(spec["size_bytes"])
+    if spec["copy"] in PATTERN_OPS:
+        return measure_pattern(spec["copy"], devices, size, settings, pool)
     if spec["copy"] == PEER:
         return measure_copy(devices[0], devices[1], size, settings, pool, bool(spec.get("both_ways")))
     return measure_host_device(devices[0], size, spec["direction"], settings, pool)
@@ -463,13 +485,197 @@ def bench_copy(ctx: Any, *, copy: str, devices: Sequence[str], size_bytes: int, 
     return m.to_dict(with_samples=True)
 
 
+# -- all peers at once: one-to-all, all-to-one, every pair ----------------------------------------------
+
+ONE_TO_ALL, ALL_TO_ONE, ALL_PAIRS = "one_to_all", "all_to_one", "all_pairs"
+#: the patterns of many copies at once (a ``copy_spec``'s ``copy``) -> their measurement's op
+PATTERN_OPS = {ONE_TO_ALL: "copy_one_to_all", ALL_TO_ONE: "copy_all_to_one", ALL_PAIRS: "copy_all_pairs"}
+#: host buffers of one pattern may take at most this share of the host's memory: 2 x pairs x size bytes
+#: grow as n^2 (all pairs of 8 logical devices at 16 MiB: 1.8 GB), and the session's other buffers, its rank
+#: pools and the rest of the machine need the remainder; past it the copy fails with the reason, not the host
+HOST_PATTERN_MEMORY_SHARE = 0.25
+
+
+def pattern_pairs(copy: str, devices: Sequence[str]) -> list[tuple[str, str]]:
+    """The (source, destination) pairs of a pattern, in the order they are issued: ``"one_to_all"`` of
+    [src, *dsts] is src -> each dst; ``"all_to_one"`` of [*srcs, dst] each src -> dst; ``"all_pairs"`` every
+    ordered pair of the devices, source-major.  ValueError for another ``copy``, fewer than two devices or
+    a device named twice."""
+    devs = [str(d) for d in devices]
+    if copy not in PATTERN_OPS:
+        raise ValueError(f"copy pattern must be one of {', '.join(PATTERN_OPS)}, got {copy!r}")
+    if len(devs) < 2 or len(set(devs)) != len(devs):
+        raise ValueError(f"a {copy} copy needs at least two distinct devices, got {devs!r}")
+    if copy == ONE_TO_ALL:
+        return [(devs[0], d) for d in devs[1:]]
+    if copy == ALL_TO_ONE:
+        return [(d, devs[-1]) for d in devs[:-1]]
+    return [(a, b) for a in devs for b in devs if a != b]
+
+
+def _link_id(src: str, dst: str) -> str:
+    return f"{src.split(':')[-1]}->{dst.split(':')[-1]}"
+
+
+class _CudaPattern(_CudaCopy):
+    """Many pairs at once on GPUs (``_CudaCopy``, one stream per pair), with each pair's own time: device
+    events on its stream around its copies, from when the latch released the stream to the end of its
+    batch.  ``link_times`` gets (batch, seconds per pair) for every sample read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the latch covers the host's enqueue of every pair's copies: its cap on the enqueue cost of one
+        # iteration is per copy call, and one iteration here is a call per pair
+        self.latch.MAX_ENQUEUE_S = _Latch.MAX_ENQUEUE_S * len(self.pairs)
+        self.link_times: list[tuple[int, list[float]]] = []
+        self._events: list[tuple[Any, Any]] = []
+
+    def _copies(self, index: int, batch: int) -> None:
+        stream = self.streams[index][0]
+        begin = self.torch.cuda.Event(enable_timing=True)
+        end = self.torch.cuda.Event(enable_timing=True)
+        begin.record(stream)
+        super()._copies(index, batch)
+        end.record(stream)
+        self._events.append((begin, end))
+
+    def sample(self, batch: int) -> Callable[[], float]:
+        self._events = []
+        total = super().sample(batch)
+        events = self._events
+
+        def seconds() -> float:
+            self.link_times.append((batch, [b.elapsed_time(e) / 1e3 for b, e in events]))
+            return total()
+
+        return seconds
+
+
+class _HostPattern:
+    """Many pairs at once on host buffers, one thread per pair (torch single-threaded, as ``_HostCopy``):
+    the sample is from the common start to the last thread's end; ``link_times`` gets (batch, seconds from
+    the start to each thread's end) for every sample read.  A copy that raises in its thread raises here."""
+
+    def __init__(self, pairs: list[tuple[Any, Any]]):
+        self.pairs = pairs
+        self.link_times: list[tuple[int, list[float]]] = []
+
+    def sample(self, batch: int) -> Callable[[], float]:
+        barrier = threading.Barrier(len(self.pairs) + 1)
+        ends = [0.0] * len(self.pairs)
+        errors: list[BaseException] = []
+
+        def work(k: int, src: Any, dst: Any) -> None:
+            try:
+                barrier.wait()
+                for _ in range(batch):
+                    dst.copy_(src)
+            except BaseException as e:  # noqa: BLE001  (raised in the caller's thread below)
+                errors.append(e)
+            ends[k] = time.perf_counter()
+
+        threads = [threading.Thread(target=work, args=(k, src, dst), daemon=True)
+                   for k, (src, dst) in enumerate(self.pairs)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        own = [e - t0 for e in ends]
+        total = max(own)
+
+        def seconds() -> float:
+            self.link_times.append((batch, own))
+            return total
+
+        return seconds
+
+    def sync(self) -> None:
+        pass
+
+    def settle(self) -> None:
+        pass
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0  # unknown: not checked
+
+
+def measure_pattern(copy: str, devices: Sequence[str], size: int, settings: TimingSettings,
+                    pool: BufferPool) -> Measurement:
+    """Every pair of the pattern ``copy`` (``pattern_pairs``) of ``size`` bytes at once.
+
+    The measurement's op is ``PATTERN_OPS[copy]``, its devices ``devices``, its ``size_bytes`` one pair's
+    bytes and its ``bytes_per_iter`` those of every pair: the gated figure is the aggregate.  ``info``:
+    ``links`` (pairs), ``per_link_gbps`` (aggregate / links), ``link_gbps`` (each pair's own median GB/s,
+    "0->1": x), ``slowest_link``, ``link_timer`` (what the per-pair figures time), and as a pair copy's
+    ``timer``, ``engine``, ``peer_access``, ``batch``.  CopyError where a pair's data is wrong, the driver's
+    copy fails, or host buffers would take more than ``HOST_PATTERN_MEMORY_SHARE`` of the host's memory."""
+    import statistics
+
+    import torch
+
+    links = pattern_pairs(copy, devices)
+    op = PATTERN_OPS[copy]
+    what = f"{op} {copy_where(op, devices)} ({size} bytes)"
+    on_gpu = str(devices[0]).startswith("cuda")
+    if not on_gpu:
+        need, have = 2 * len(links) * size, _host_memory_bytes()
+        if have and need > HOST_PATTERN_MEMORY_SHARE * have:
+            raise CopyError(
+                f"{what}: its {len(links)} copies need {need / 2**30:.1f} GiB of host buffers, more than "
+                f"{HOST_PATTERN_MEMORY_SHARE:.0%} of this host's {have / 2**30:.1f} GiB; lower --gpucomm-max-size "
+                "or GPUCOMM_CPU_DEVICES"
+            )
+    # buffers by (device, the other end): the patterns share them, so a GPU holds one source and one
+    # destination per peer whichever pattern runs
+    pairs = [(pool.get(s, f"peers_to_{d}", size), pool.get(d, f"peers_from_{s}", size)) for s, d in links]
+    info: dict[str, Any] = {"links": len(links)}
+    if on_gpu:
+        off = [_link_id(s, d) for s, d in links
+               if not torch.cuda.can_device_access_peer(_device_index(s), _device_index(d))]
+        info["peer_access"] = not off
+        if off:
+            info["no_peer_access"] = off
+        streams = [(torch.cuda.Stream(device=_device_index(s)), None) for s, _ in links]
+        timed: Any = _CudaPattern(pairs, streams, latch_device=_device_index(links[0][0]), what=what)
+        info["timer"] = "device events"
+        info["engine"] = timed.engine
+        info["link_timer"] = ("device events on each pair's stream, from its start to the end of its copies, "
+                              "while every other pair copies")
+        settings = _gpu_batches(settings)
+    else:
+        timed = _HostPattern(pairs)
+        info["timer"] = "host clock"
+        info["link_timer"] = "host clock of each pair's thread, from the common start to its end"
+    with _single_threaded(not on_gpu):
+        samples, p = measure(timed, settings)
+    read = timed.link_times[-len(samples):]  # the timed samples' are the last read
+    _verify(timed, pairs, what)
+    info["batch"] = p.batch
+    m = Measurement(op=op, size_bytes=size, bytes_per_iter=size * len(links), samples_s=samples,
+                    devices=tuple(str(d) for d in devices), kind="copy", info=info)
+    own = {_link_id(s, d): statistics.median(size * batch / max(t[k], 1e-12) / 1e9 for batch, t in read)
+           for k, (s, d) in enumerate(links)}
+    info["per_link_gbps"] = m.algbw_gbps / len(links)
+    info["link_gbps"] = own
+    info["slowest_link"] = min(own, key=own.__getitem__)
+    return m
+
+
 # -- launched mode: node-local copies, measured on every node at once ---------------------------------
 
 def measuring_local_rank(spec: Mapping[str, Any], local_world_size: int) -> int:
     """Which local rank of each node measures the copy ``spec`` (see ``copy_spec``) in launched mode.
 
     On GPU, the local rank whose GPU is the copy's first device: the source of a peer copy, the lower
-    device of a both-ways copy, the GPU of a host<->device copy.  Where a node has more GPUs than ranks,
+    device of a both-ways copy, the GPU of a host<->device copy, the first device of a pattern.  Where a node has more GPUs than ranks,
     the device's index modulo the node's ranks (with one rank per node, that rank measures every copy).
     Host buffers (the CPU variant, ``cpu:0`` and ``cpu:1``): local rank 0."""
     if local_world_size < 1:
