@@ -186,8 +186,13 @@ def test_each_pattern_is_its_pairs():
 @pytest.mark.parametrize("copy, devices", [("all_pairs", ["cpu:0"]), ("one_to_all", ["cpu:0", "cpu:0"]),
                                            ("all_to_one", [])])
 def test_a_pattern_needs_two_distinct_devices(copy, devices):
-    with pytest.raises(ValueError, match=f"a {copy} copy needs at least two distinct devices"):
+    with pytest.raises(ValueError, match=f"the {copy} pattern needs at least two distinct devices"):
         copies.copy_spec(copy, devices, 4096)
+
+
+def test_a_pattern_has_no_direction():
+    with pytest.raises(ValueError, match="the all_pairs pattern has no both_ways or direction, got True and ''"):
+        copies.copy_spec("all_pairs", ["cpu:0", "cpu:1"], 4096, both_ways=True)
 
 
 def test_an_unknown_copy_kind_names_every_known_one():

@@ -425,6 +425,8 @@ def copy_spec(copy: str, devices: Sequence[str], size_bytes: int, *, both_ways: 
     ``"all_pairs"`` (the devices), at least two distinct devices."""
     if copy in PATTERN_OPS:
         pattern_pairs(copy, devices)  # checks the devices
+        if both_ways or direction:
+            raise ValueError(f"the {copy} pattern has no both_ways or direction, got {both_ways!r} and {direction!r}")
         return {"copy": copy, "devices": [str(d) for d in devices], "size_bytes": int(size_bytes),
                 "both_ways": False, "direction": ""}
     if copy not in (PEER, HOST_DEVICE):
@@ -505,7 +507,7 @@ def pattern_pairs(copy: str, devices: Sequence[str]) -> list[tuple[str, str]]:
     if copy not in PATTERN_OPS:
         raise ValueError(f"copy pattern must be one of {', '.join(PATTERN_OPS)}, got {copy!r}")
     if len(devs) < 2 or len(set(devs)) != len(devs):
-        raise ValueError(f"a {copy} copy needs at least two distinct devices, got {devs!r}")
+        raise ValueError(f"the {copy} pattern needs at least two distinct devices, got {devs!r}")
     if copy == ONE_TO_ALL:
         return [(devs[0], d) for d in devs[1:]]
     if copy == ALL_TO_ONE:
@@ -646,7 +648,7 @@ def measure_pattern(copy: str, devices: Sequence[str], size: int, settings: Timi
         streams = [(torch.cuda.Stream(device=_device_index(s)), None) for s, _ in links]
         timed: Any = _CudaPattern(pairs, streams, latch_device=_device_index(links[0][0]), what=what)
         info["timer"] = "device events"
-        info["engine"] = timed.engine
+        info.update(timed.engine_info)
         info["link_timer"] = ("device events on each pair's stream, from its start to the end of its copies, "
                               "while every other pair copies")
         settings = _gpu_batches(settings)
