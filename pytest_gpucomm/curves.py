@@ -322,12 +322,15 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
     ``.measurement`` (the report's).  Measurements of one test (its id without the size parameter, see
     :func:`sweep_id`), op, place (devices or world, node), world size, dtype and form make a sweep.  A
     training-step pattern (a measurement with ``info["step_comm_s"]``) is not a sweep over sizes and is
-    left out, as is a group of fewer than ``min_sizes`` sizes.  A size measured twice in one group is a
+    left out, as is a measurement whose figure is 0 (the busbw of a collective on one rank, where nothing
+    crosses a bus: nccl-tests reports 0 too) and a group of fewer than ``min_sizes`` sizes.  A size measured twice in one group is a
     ValueError naming the size and both tests."""
     groups: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
     for item in items:
         test_id, m = _as_pair(item)
         if "step_comm_s" in (m.info or {}):
+            continue
+        if float(m.gbps) == 0.0:  # busbw of a collective on one rank: nothing crosses a bus, no curve
             continue
         sid = sweep_id(test_id, int(m.size_bytes), (m.info or {}).get("requested_bytes")) if test_id else ""
         key = (sid, m.op, tuple(m.devices), int(m.world_size), m.dtype, m.node_label, "" if sid else _form_of(m))

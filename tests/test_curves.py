@@ -392,3 +392,14 @@ def test_curve_lines_give_the_heading_each_model_its_comparison_and_count_the_re
     assert lines[4].startswith("  copy, cuda:1->cuda:0:") and not any("vs baseline" in x for x in lines[4:6])
     assert lines[-1] == '  ... and 1 more sweeps (the JSON report\'s "curves" has every one)'
     assert curve_lines([]) == []
+
+
+def test_a_collective_on_one_rank_whose_busbw_is_zero_makes_no_sweep_and_no_error():
+    # on one GPU the suites run the collectives on one rank: busbw = algbw x 2 (n - 1) / n = 0 (seen on one H200)
+    one = [Measurement(op="all_reduce", size_bytes=s, samples_s=[1e-5, 1.1e-5], devices=("rank0",), world_size=1,
+                       busbw_factor=0.0, kind="collective") for s in (1024, 4096, 16384)]
+    copies = [Measurement(op="copy", size_bytes=s, samples_s=[1e-5, 1.1e-5], devices=("cuda:0", "cuda:1"))
+              for s in (1024, 4096)]
+    assert one[0].gbps == 0.0
+    got = sweeps(one + copies)
+    assert [s.op for s in got] == ["copy"]
