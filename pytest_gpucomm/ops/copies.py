@@ -244,6 +244,34 @@ class _maybe_stream:
             self.ctx.__exit__(*exc)
 
 
+def _threads_at_once(pairs: list[tuple[Any, Any]], batch: int) -> list[float]:
+    """Copy every pair ``batch`` times, a thread per pair, all released together: each thread's seconds from
+    the common start to its end.  A copy that raises in its thread raises here."""
+    barrier = threading.Barrier(len(pairs) + 1)
+    ends = [0.0] * len(pairs)
+    errors: list[BaseException] = []
+
+    def work(k: int, src: Any, dst: Any) -> None:
+        try:
+            barrier.wait()
+            for _ in range(batch):
+                dst.copy_(src)
+        except BaseException as e:  # noqa: BLE001  (raised in the caller's thread below)
+            errors.append(e)
+        ends[k] = time.perf_counter()
+
+    threads = [threading.Thread(target=work, args=(k, src, dst), daemon=True) for k, (src, dst) in enumerate(pairs)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [e - t0 for e in ends]
+
+
 class _HostCopy:
     """Host memcpy between buffers; both ways = two threads copying at once."""
 
@@ -258,23 +286,7 @@ class _HostCopy:
                 dst.copy_(src)
             dt = time.perf_counter() - t0
             return lambda: dt
-        barrier = threading.Barrier(len(self.pairs) + 1)
-        done: list[float] = []
-
-        def work(src: Any, dst: Any) -> None:
-            barrier.wait()
-            for _ in range(batch):
-                dst.copy_(src)
-            done.append(time.perf_counter())
-
-        threads = [threading.Thread(target=work, args=p) for p in self.pairs]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        dt = max(done) - t0
+        dt = max(_threads_at_once(self.pairs, batch))
         return lambda: dt
 
     def sync(self) -> None:
@@ -563,30 +575,7 @@ class _HostPattern:
         self.link_times: list[tuple[int, list[float]]] = []
 
     def sample(self, batch: int) -> Callable[[], float]:
-        barrier = threading.Barrier(len(self.pairs) + 1)
-        ends = [0.0] * len(self.pairs)
-        errors: list[BaseException] = []
-
-        def work(k: int, src: Any, dst: Any) -> None:
-            try:
-                barrier.wait()
-                for _ in range(batch):
-                    dst.copy_(src)
-            except BaseException as e:  # noqa: BLE001  (raised in the caller's thread below)
-                errors.append(e)
-            ends[k] = time.perf_counter()
-
-        threads = [threading.Thread(target=work, args=(k, src, dst), daemon=True)
-                   for k, (src, dst) in enumerate(self.pairs)]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        own = [e - t0 for e in ends]
+        own = _threads_at_once(self.pairs, batch)
         total = max(own)
 
         def seconds() -> float:
