@@ -82,8 +82,6 @@ ALL_ONE_WAY = "one-way"
 #: the file formats save_all writes
 FORMATS = ("png", "svg")
 
-REPORT_FORMAT = "pytest-gpucomm-report"
-REPORT_VERSION = 1
 BASELINE_SCHEMA = "pytest-gpucomm-baseline"
 
 _TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
@@ -108,19 +106,11 @@ def _mpl() -> Any:
 
 
 def _check_report(report: Any) -> Mapping[str, Any]:
-    if not isinstance(report, Mapping):
-        raise ValueError(f"not a pytest-gpucomm report: a {type(report).__name__}, not a JSON object")
-    fmt, version = report.get("format"), report.get("version")
-    if fmt != REPORT_FORMAT:
-        raise ValueError(f"not a pytest-gpucomm report: format {fmt!r} (a report says {REPORT_FORMAT!r})")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"invalid report version {version!r}: a whole number >= 1 is expected")
-    if version > REPORT_VERSION:
-        raise ValueError(f"report version {version} is newer than this pytest-gpucomm reads ({REPORT_VERSION}): "
-                         "upgrade pytest-gpucomm")
-    if not isinstance(report.get("rows"), list):
-        raise ValueError(f"not a pytest-gpucomm report: no list of rows (rows: {type(report.get('rows')).__name__})")
-    return report
+    """The report if this pytest-gpucomm reads it (``saved.check_report``: a ReportError, a ValueError, names what
+    was found)."""
+    from .saved import check_report
+
+    return check_report(report)
 
 
 def _check_baseline(baseline: Any) -> Optional[Mapping[str, Any]]:

@@ -60,12 +60,6 @@ class Regated:
         common shift that is a regression."""
         return any(r.verdict.failed for r in self.rows) or any(sh.failed for sh in self.shifts)
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.rows:
-            out[r.verdict.status.value] = out.get(r.verdict.status.value, 0) + 1
-        return out
-
 
 class _Replay:
     """The recorded re-measures of one row, handed back one by one as the gate asks for them."""
@@ -133,13 +127,14 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
                            None if tail_tol is None else float(tail_tol))
         except _NoMoreRecorded:
             # judged again on what the report holds: the first run and the re-measures it kept
+            # (the same gate, its fitted models kept, with only as many re-measures as the report holds)
             held = _Replay(replay.recorded)
-            limited = Gate(dataclasses.replace(gs, max_remeasures=len(held.recorded)))
-            limited.layout = gate.layout
-            limited.use(gate.path, gate.baseline, dict(report.get("fingerprint") or {}), {t for t, _ in pairs})
-            limited.n_comparisons, limited.n_tail_comparisons = gate.n_comparisons, gate.n_tail_comparisons
-            v = limited.judge(test, m, None if tol is None else float(tol), held if held.recorded else None,
-                              None if tail_tol is None else float(tail_tol))
+            gate.settings = dataclasses.replace(gs, max_remeasures=len(held.recorded))
+            try:
+                v = gate.judge(test, m, None if tol is None else float(tol), held if held.recorded else None,
+                               None if tail_tol is None else float(tail_tol))
+            finally:
+                gate.settings = gs
             v.details["offline"] = OFFLINE_NOTE
             first, sep, rest = v.message.partition("\n")  # on the verdict's line, not on a line under it
             v.message = f"{first} ({OFFLINE_NOTE})" + sep + rest

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from .atomic import write_atomic
+from .saved import REPORT_FORMAT, REPORT_VERSION
 from .state import Record
 from .units import format_size, plural
 from .vocab import Status
@@ -247,8 +248,8 @@ def json_document(records: list[Record], *, settings: dict[str, Any], fingerprin
             row["stragglers"] = c.to_dict()
         rows.append(row)
     doc: dict[str, Any] = {
-        "format": "pytest-gpucomm-report",
-        "version": 1,
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
         "settings": settings,
         "fingerprint": fingerprint,
         "rows": rows,

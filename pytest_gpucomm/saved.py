@@ -48,7 +48,7 @@ def check_report(doc: Any, where: str = "") -> Mapping[str, Any]:
     """``doc`` if it is a report this pytest-gpucomm reads, else ReportError naming ``where`` (a file)."""
     at = f"{where}: " if where else ""
     if not isinstance(doc, Mapping):
-        raise ReportError(f"{at}not a pytest-gpucomm report: a JSON {type(doc).__name__}, not an object")
+        raise ReportError(f"{at}not a pytest-gpucomm report: a {type(doc).__name__}, not a JSON object")
     fmt, version = doc.get("format"), doc.get("version")
     if fmt != REPORT_FORMAT:
         found = (f"schema {doc.get('schema')!r} (a baseline file?)" if "schema" in doc and "format" not in doc
