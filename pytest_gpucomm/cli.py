@@ -3,7 +3,7 @@ pytest run and without a GPU.
 
 ::
 
-    gpucomm show REPORT [--baseline B]            the table, verdicts and curves of a saved JSON report
+    gpucomm show REPORT [--baseline B]            the table, verdicts, copy matrices and curves of a report
     gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report; exit 1 on a regression
     gpucomm plot REPORT [--baseline B] -o DIR     the plots (PNG, or --format svg)
     gpucomm html REPORT [--baseline B] -o FILE    one self-contained HTML page: verdicts, curves, plots
@@ -116,6 +116,14 @@ def _curve_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, 
     return curve_lines(entries)
 
 
+def _matrix_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, Any]]) -> list[str]:
+    """Every copy matrix of the report (``matrices.matrix_lines``), against ``baseline_doc`` when given."""
+    from .matrices import copy_matrices, matrix_lines
+
+    launch = report.get("launch") if isinstance(report.get("launch"), Mapping) else {}
+    return matrix_lines(copy_matrices(report["rows"], baseline_doc, layout=str(launch.get("layout") or "")))
+
+
 def _hardware_line(report: Mapping[str, Any]) -> str:
     from .plots import context_line
 
@@ -144,6 +152,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     for sh in section.get("shifts") or []:
         if isinstance(sh, Mapping) and sh.get("text"):
             lines.append(f"gpucomm shift: {sh['text']}")
+    lines += _matrix_lines(report, ref.doc if ref is not None else None)
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc if ref is not None else None)
     out.write("\n".join(lines) + "\n")
@@ -179,6 +188,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     for sh in g.shifts:
         lines.append(f"gpucomm shift: {sh.text()}" + (" -- FAILED" if sh.failed else ""))
     lines += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
+    lines += _matrix_lines(report, ref.doc)
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc)
     if args.json:
@@ -239,9 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("show", help="the table, verdicts and curves of a saved JSON report")
+    p = sub.add_parser("show", help="the table, verdicts, copy matrices and curves of a saved JSON report")
     p.add_argument("report", metavar="REPORT", help="a JSON report (pytest --gpucomm-json=REPORT)")
-    p.add_argument("--baseline", metavar="B", help="compare the curves with this baseline (NAME, file or report)")
+    p.add_argument("--baseline", metavar="B", help="compare the copy matrices and curves with this baseline (NAME, file or report)")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
     _add_baseline_dir(p)
     p.set_defaults(func=cmd_show)

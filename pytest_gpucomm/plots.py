@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from .curves import Sweep, curve_model, sweep_id, sweeps_from_baseline, sweeps_from_report
+from .matrices import copy_matrices
+from .matrices import node_label as _node_label
 from .units import GB, describe_duration, format_size, plural
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,9 +78,6 @@ EXTRA = "pip install 'pytest-gpucomm[plots]'"
 #: the verdicts a sweep plot marks at their size (the gate's regressions, tail and floor failures, a missed
 #: threshold)
 MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")
-#: the one-way copies that the all-copies matrix puts together (peer, host to device, device to host)
-ONE_WAY_OPS = ("copy", "h2d", "d2h")
-ALL_ONE_WAY = "one-way"
 #: the file formats save_all writes
 FORMATS = ("png", "svg")
 
@@ -141,13 +140,6 @@ def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return info if isinstance(info, Mapping) else {}
 
 
-def _node_label(row: Mapping[str, Any]) -> str:
-    from .measurement import Measurement
-
-    return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
-                       info=dict(_info(row))).node_label
-
-
 def _form(row: Mapping[str, Any]) -> str:
     in_place = _info(row).get("in_place")
     return "" if in_place is None else ("in place" if in_place else "out of place")
@@ -177,21 +169,6 @@ def _baseline_case(baseline: Optional[Mapping[str, Any]], report: Mapping[str, A
                    int(row.get("world_size", 1)), _layout(report))
     case = baseline["cases"].get(key)
     return case if isinstance(case, Mapping) else None
-
-
-def _run_median(run: Mapping[str, Any]) -> Optional[float]:
-    summary = run.get("summary") or {}
-    if summary.get("median_gbps"):
-        return float(summary["median_gbps"])
-    samples = run.get("samples_gbps") or []
-    return float(np.median(samples)) if samples else None
-
-
-def _case_gbps(case: Mapping[str, Any]) -> Optional[float]:
-    """The baseline's figure of a case: the median over its runs of their median figure (as
-    ``curves.sweeps_from_baseline`` gives a point)."""
-    medians = [m for m in (_run_median(r) for r in case.get("runs", [])) if m]
-    return float(np.median(medians)) if medians else None
 
 
 # -- titles --------------------------------------------------------------------------------------------
@@ -259,8 +236,13 @@ def _size_axis(ax: Any, sizes: Sequence[int]) -> None:
     ax.set_xticklabels([format_size(s) for s in ticks], rotation=45, ha="right", fontsize=8)
 
 
-def _natural(name: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+def _plain_log_labels(axis: Any) -> None:
+    """Plain numbers on a log axis ("1.25", "100"), not "1.25 x 10^0": a latency axis often spans less
+    than a decade, where matplotlib labels the minor ticks in scientific notation."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter())
 
 
 def _pick_sizes(sizes: Sequence[int]) -> list[int]:
@@ -381,33 +363,15 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
     Figure = _mpl()
     _check_report(report)
     _check_baseline(baseline)
-    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
-    one_way: dict[str, list[Mapping[str, Any]]] = {}
-    for row in report["rows"]:
-        devices = row.get("devices") or []
-        if row.get("kind") != "copy" or len(devices) != 2:
-            continue
-        test = str(row.get("test", ""))
-        groups.setdefault((test.split("[", 1)[0], str(row["op"]), _node_label(row)), []).append(row)
-        if row["op"] in ONE_WAY_OPS:
-            one_way.setdefault(_node_label(row), []).append(row)
-    # every one-way copy in one matrix, the host a row and a column like a device: one look shows the slow
-    # link among all of them (only where it adds to the per-test matrices: more than one op, one size each)
-    for node, rows in one_way.items():
-        tests = {str(r.get("test", "")).split("[", 1)[0] for r in rows}
-        pairs = [(str(r["devices"][0]), str(r["devices"][1]), int(r["size_bytes"])) for r in rows]
-        if len(tests) > 1 and len(pairs) == len(set(pairs)):
-            groups = {("all one-way copies", ALL_ONE_WAY, node): rows, **groups}
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
     context = context_line(report, baseline)
     figs = []
-    for (test, op, node), rows in groups.items():
-        measured = sorted({int(r["size_bytes"]) for r in rows})
-        chosen = [s for s in asked if s in measured] if asked is not None else _pick_sizes(measured)
+    for m in copy_matrices(report["rows"], baseline, layout=_layout(report)):
+        test, op, node = m.test, m.op, m.node
+        chosen = [s for s in asked if s in m.cells] if asked is not None else _pick_sizes(m.sizes)
         if not chosen:
             continue
-        src = sorted({str(r["devices"][0]) for r in rows}, key=_natural)
-        dst = sorted({str(r["devices"][1]) for r in rows}, key=_natural)
+        src, dst = m.sources, m.destinations
         with_ratio = baseline is not None
         ncols = len(chosen)
         fig = Figure(figsize=(max(4.0, 1.2 + 0.45 * len(dst)) * ncols,
@@ -417,15 +381,11 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
         for j, size in enumerate(chosen):
             gb = np.full((len(src), len(dst)), np.nan)
             ratio = np.full((len(src), len(dst)), np.nan)
-            for r in rows:
-                if int(r["size_bytes"]) != size:
-                    continue
-                i, k = src.index(str(r["devices"][0])), dst.index(str(r["devices"][1]))
-                gb[i, k] = float(r["gbps"])
-                case = _baseline_case(baseline, report, r)
-                base_gbps = _case_gbps(case) if case is not None else None
-                if base_gbps:
-                    ratio[i, k] = float(r["gbps"]) / base_gbps
+            for (a, b), (now, base) in m.cells[size].items():
+                i, k = src.index(a), dst.index(b)
+                gb[i, k] = now
+                if base:
+                    ratio[i, k] = now / base
             top = float(np.nanmax(gb)) if np.isfinite(gb).any() else 1.0
             _matrix(axes[0, j], gb, src, dst, f"{format_size(size)}: GB/s", "viridis", 0.0, top,
                     f"gbps-{size}", "{:.3g}")
@@ -434,10 +394,7 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
                 half = max(0.05, float(spread))
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
                         1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
-        where = f" ({node})" if node else ""
-        kind = ("both-ways copy" if op == "copy_bidir" else
-                "peer, host to device and device to host" if op == ALL_ONE_WAY else op)
-        fig.suptitle(f"{test or op}: {kind}{where}, source (rows) x destination (columns)\n{context}", fontsize=9)
+        fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)
     return figs
@@ -561,6 +518,7 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
                     label="today: per-iteration times")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _plain_log_labels(ax.xaxis)
         ax.set_xlabel("latency (us)")
         ax.set_ylabel("share of ops at or above")
         ax.grid(True, which="both", alpha=0.3)

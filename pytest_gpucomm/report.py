@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["table_rows", "render_table", "json_document", "straggler_lines", "stragglers_of", "write_json", "benchmark_document", "gate_columns",
            "baseline_extra",
            "junit_properties", "summary_lines", "write_reports", "tail_cell", "tail_counts", "curves_of",
-           "baseline_document", "CURVE_LIMIT", "live_text", "LIVE_KEY", "report_document"]
+           "baseline_document", "CURVE_LIMIT", "live_text", "LIVE_KEY", "report_document", "matrices_of"]
 
 HEADERS = [
     "test",
@@ -199,6 +199,18 @@ def curves_of(state: "State") -> tuple[list[dict[str, Any]], list[str]]:
         return [], [f"gpucomm: no curves section: {type(e).__name__}: {e}"]
 
 
+def matrices_of(state: "State") -> list[str]:
+    """The "copy matrices" section of the run (``matrices.matrix_lines``, against ``state.baseline_doc``), or
+    a note where it cannot be made: the matrices explain, the verdicts decide."""
+    from .matrices import MATRIX_LIMIT, copy_matrices, matrix_lines
+
+    try:
+        rows = [{"test": r.nodeid, **r.measurement.to_dict(with_samples=False)} for r in state.records]
+        return matrix_lines(copy_matrices(rows, state.baseline_doc, layout=state.layout), limit=MATRIX_LIMIT)
+    except Exception as e:
+        return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
+
+
 #: the JUnit / user property that carries a test's figures and verdicts to its line under -v
 LIVE_KEY = "gpucomm.live"
 
@@ -341,6 +353,7 @@ def summary_lines(state: "State") -> list[str]:
                          gate_columns(state.records) if gated else None)
     lines += table.splitlines()
     lines.append(LEGEND)
+    lines += matrices_of(state)
     from .curves import curve_lines
 
     lines += curve_lines(state.curves, limit=CURVE_LIMIT)

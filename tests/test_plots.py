@@ -311,6 +311,9 @@ def test_the_latency_figure_draws_todays_single_ops_against_the_baselines_tail_s
     assert fig.get_label() == "latency-test_ar_1KiB"
     (ax,) = fig.axes
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    assert not isinstance(ax.xaxis.get_minor_formatter(), LogFormatterSciNotation)  # plain: see the next test
     today = _one(fig, "today")
     x, y = _hist_series(row)
     assert np.allclose(today.get_xdata(), x, rtol=1e-12) and np.allclose(today.get_ydata(), y, rtol=1e-12)
@@ -325,6 +328,20 @@ def test_the_latency_figure_draws_todays_single_ops_against_the_baselines_tail_s
         assert np.allclose(line.get_ydata(), [0.5] + [1 - q for q in levels] + [1 / sketch.n])
     assert not _gid(fig, "baseline-batch") and not _gid(fig, "today-batch")
     assert "all_reduce 1 KiB, 2 ranks: single-op latency" in fig.get_suptitle()
+
+
+def test_a_narrow_latency_axis_is_labelled_in_plain_numbers():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([1.25, 1.31], [1.0, 0.001])  # 10,000 single ops within 1.25-1.31 us, as on one H200
+    ax.set_xscale("log")
+    plots._plain_log_labels(ax.xaxis)
+    FigureCanvasAgg(fig).draw()
+    labels = [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    assert "1.25" in labels and "1.3" in labels and not any("10^" in t or "times" in t for t in labels)
 
 
 def test_without_sketches_the_latency_figure_draws_the_per_iteration_times_of_both(report, baseline):
