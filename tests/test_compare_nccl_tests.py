@@ -244,6 +244,33 @@ def test_zero_busbw_ratio_is_none():
     assert row["busbw_ratio"] is None and row["status"] == "FAIL"
 
 
+def test_on_one_rank_where_both_busbw_are_zero_the_busbw_target_is_judged_on_algbw():
+    ours = [{"op": "all_reduce", "size_bytes": GIB, "dtype": "float32", "in_place": True,
+             "time_us": 1.0, "algbw": 97.0, "busbw": 0.0}]
+    (row,) = cmp.match_rows(ours, [dict(ours[0], algbw=100.0)])
+    assert row["busbw_ratio"] == pytest.approx(0.97) and row["ratio_of"] == "algbw" and row["status"] == "PASS"
+    (row,) = cmp.match_rows(ours, [dict(ours[0], algbw=101.0)])
+    assert row["status"] == "FAIL"
+
+
+def test_a_report_of_other_rank_counts_than_gpus_is_an_error_naming_both(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "all_reduce_perf.txt").write_text(ALL_REDUCE_OUT)
+    report = tmp_path / "ours.json"
+    two_ranks = [r for r in _ours_report()["rows"] if r["world_size"] == 2 and r["kind"] == "collective"]
+    report.write_text(json.dumps({"rows": two_ranks}))
+    assert cmp.main(["--theirs-raw", str(raw), "--ours-json", str(report), "--gpus", "8"]) == 2
+    assert f"{report}: its collectives ran on 2 rank(s), and --gpus 8 compares 8-rank rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "eight"])
+def test_gpus_must_be_a_whole_number_of_one_or_more(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        cmp.main(["--theirs-raw", ".", "--ours-json", "x.json", "--gpus", bad])
+    assert e.value.code == 2 and f"--gpus {bad!r}: expected a whole number of 1 or more" in capsys.readouterr().err
+
+
 def test_exit_codes():
     assert cmp.exit_code([]) == 2
     ok = [{"status": "PASS", "target": "time"}, {"status": "-", "target": None},

@@ -134,6 +134,18 @@ def _size_arg(option: str) -> Callable[[str], int]:
     return parse
 
 
+def _positive_int(option: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected a whole number of 1 or more")
+        return value
+    return parse
+
+
 #: "1 GiB", "1.5 KiB", "4096 B"
 human_size = units.format_size
 
@@ -380,6 +392,11 @@ def match_rows(ours: list[dict], theirs: list[dict], *, in_place: bool | None = 
             "target": target_for_size(size),
         }
         row["busbw_ratio"] = _ratio(row["ours_busbw"], row["theirs_busbw"])
+        if o and t and row["ours_busbw"] == 0 == row["theirs_busbw"]:
+            # one rank: busbw is 0 on both sides (nothing crosses a bus, factor (n-1)/n = 0); busbw is algbw
+            # times the same factor on both sides, so for the same op and ranks algbw's ratio is busbw's
+            row["busbw_ratio"] = _ratio(o.get("algbw"), t.get("algbw"))
+            row["ratio_of"] = "algbw"
         row["time_ratio"] = _ratio(row["ours_time_us"], row["theirs_time_us"])
         if o is None:
             row["status"] = "MISSING ours"
@@ -564,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     ours = ap.add_mutually_exclusive_group(required=True)
     ours.add_argument("--ours-json", metavar="PATH", help="JSON report written by the plugin")
     ours.add_argument("--run-ours", action="store_true", help=f"run pytest {OURS_SUITE} {PYTEST_JSON_FLAG} ...")
-    ap.add_argument("--gpus", type=int, default=2, help="GPUs (-g) and world_size to compare (default 2)")
+    ap.add_argument("--gpus", type=_positive_int("--gpus"), default=2, help="GPUs (-g) and world_size to compare (default 2)")
     ap.add_argument("--min-size", type=_size_arg("--min-size"), default=parse_size("1K"))
     ap.add_argument("--max-size", type=_size_arg("--max-size"), default=parse_size("1G"))
     ap.add_argument("--factor", type=int, default=4,
@@ -616,6 +633,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     ours = [r for r in normalize_ours(report, world_size=args.gpus)
             if r["op"] in args.ops and args.min_size <= r["size_bytes"] <= args.max_size]
+    if not ours:
+        worlds = sorted({r["world_size"] for r in normalize_ours(report) if r.get("world_size") is not None})
+        if worlds and args.gpus not in worlds:
+            print(f"[ours] {args.ours_json or 'the run'}: its collectives ran on {', '.join(map(str, worlds))} "
+                  f"rank(s), and --gpus {args.gpus} compares {args.gpus}-rank rows; nothing to compare",
+                  file=sys.stderr)
+            return 2
 
     matched = match_rows(ours, theirs, in_place=args.in_place)
     print(format_table(matched))
