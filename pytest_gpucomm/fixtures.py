@@ -94,11 +94,17 @@ def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> "Proc
     """A world of ranks (NCCL/RCCL on GPUs, gloo on CPU): one worker process per rank, started once per
     world size and session.  The size comes from @world(n); default: every visible GPU (2 on CPU).
 
+    Where that default is one rank (one GPU, or a launched job of one process) the test is skipped: a
+    collective of one rank moves nothing between devices (its busbw is 0, and NCCL's in-place ops on one rank
+    do nothing at all), so there is nothing to measure or gate; ``@world(1)`` still asks for one rank.
+
     A test that also takes ``group_kind`` gets the groups of that kind (launched mode, several nodes); the
     test is skipped, with the reason, where the job has none (a node of one rank, for ``"intra-node"``;
     nodes with different local ranks, for ``"inter-node"``)."""
     marks = marks_of(request.node)  # checked in pytest_runtest_setup, before any fixture
     world = marks.world or gpucomm_state.default_world()
+    if marks.world is None and world < 2:
+        pytest.skip(gpucomm_state.one_rank_reason())
     kind = str(request.getfixturevalue("group_kind")) if "group_kind" in request.fixturenames else "world"
     why = gpucomm_state.group_problem(kind)
     if why:

@@ -276,6 +276,17 @@ class State:
                     "(launched mode runs tests over the job's whole world)")
         return self.world_skip_reason(world) if world > self.max_world() else None
 
+    def one_rank_reason(self) -> str:
+        """Why the default world of one rank is skipped (the ``process_group`` fixture)."""
+        if self.launch is not None:
+            found = f"this {self.launch.launcher} job has 1 rank"
+        elif self.info.kind == "gpu":
+            found = f"found {self.info.count} GPU"
+        else:
+            found = f"found {self.info.count} logical host device"
+        return (f"needs a world of 2 ranks or more: a collective of one rank moves nothing between devices "
+                f"(busbw 0); {found} (@world(1) asks for one rank)")
+
     def world_skip_reason(self, world: int) -> str:
         if self.info.kind == "gpu":
             return f"needs a world of {world} ranks (one per GPU), found {self.info.count} GPUs"

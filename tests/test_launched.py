@@ -136,6 +136,15 @@ def test_torchrun_one_node_two_ranks(small: Path) -> None:
     check_one_report([text], out, world=2, n_nodes=1, ranks=2)
 
 
+def test_a_job_of_one_rank_skips_the_collectives_saying_why_and_runs_the_rest(small: Path) -> None:
+    out = small / "out.json"
+    cmd = torchrun(1, 0, 1, free_port(), "test_small.py", *ARGS, "-rs", f"--gpucomm-json={out}")
+    [(code, text)] = run_all([cmd], [clean_env()], small)
+    assert code == 0 and "2 skipped" in text, text
+    assert ("needs a world of 2 ranks or more: a collective of one rank moves nothing between devices (busbw 0); "
+            "this torchrun job has 1 rank (@world(1) asks for one rank)") in text
+
+
 def test_torchrun_two_simulated_nodes_of_two_ranks(small: Path) -> None:
     out, port = small / "out.json", free_port()
     cmds = [torchrun(2, k, 2, port, "test_small.py", *ARGS, f"--gpucomm-json={out}") for k in (0, 1)]
