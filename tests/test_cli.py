@@ -220,7 +220,8 @@ def test_compare_settings_override_the_runs_tolerance_and_strictness(runs, tmp_p
     assert code == 1 and strict[gone] == "NEW"
     assert {t: s for t, s in strict.items() if t != gone} == \
         {t: s.upper() if s == "not gated" else s for t, s in statuses.items() if t != gone}
-    assert f"FAILED {gone}: no entry for {gone}|copy|4096B|-|ws1 in {missing}" in text.splitlines()
+    assert f"FAILED {gone}: NEW (--gpu-baseline-strict): no entry for {gone}|copy|4096B|-|ws1 in {missing}" \
+        in text.splitlines()
 
 
 def test_compare_shows_the_curves_against_the_baseline_unless_told_not_to(runs):

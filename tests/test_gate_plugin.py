@@ -225,7 +225,7 @@ def test_a_case_missing_from_the_baseline_is_new_and_fails_only_when_strict(pyte
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 new"])
     result = pytester.runpytest("test_other.py", "--gpu-baseline=cpu", "--gpu-baseline-strict", *FAST)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*no entry for test_other.py::test_more*in *cpu.json*"])
+    result.stdout.fnmatch_lines(["*NEW (--gpu-baseline-strict): no entry for test_other.py::test_more*in *cpu.json*"])
 
 
 def test_saving_keeps_cases_not_run_and_at_most_k_runs(pytester):

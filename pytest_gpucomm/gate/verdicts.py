@@ -335,8 +335,10 @@ class Gate:
         key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size, self.layout)
         entry = self.baseline.cases.get(key)
         if entry is None:
-            return Verdict(Status.NEW_STRICT if self.settings.strict else Status.NEW,
-                           message=f"no entry for {key} in {self.path}")
+            if self.settings.strict:  # a failure's message starts with its status, as REGRESSION's does
+                return Verdict(Status.NEW_STRICT, message=f"NEW (--gpu-baseline-strict): no entry for {key} in "
+                                                          f"{self.path}")
+            return Verdict(Status.NEW, message=f"no entry for {key} in {self.path}")
         tol = self.settings.tolerance if tolerance is None else tolerance
         first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
         again_log: list[dict[str, Any]] = []
