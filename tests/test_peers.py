@@ -393,3 +393,37 @@ def test_the_benchmark_reads_a_suites_cost_from_single_suite_baseline_runs(tmp_p
     got = bench.baseline_costs(path)
     assert got["copies"]["per_case_s"] == pytest.approx(0.4) and got["copies"]["runs"] == 1  # run c holds both
     assert got["collectives"]["per_case_s"] == pytest.approx(2.0)
+
+
+def _one_cuda_gpu() -> bool:
+    import torch
+
+    return bool(getattr(torch.version, "cuda", None)) and torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _one_cuda_gpu(), reason="needs a CUDA GPU: the GPU pattern's timing is checked on the device")
+def test_the_gpu_pattern_times_each_pair_on_its_own_stream_within_the_span_and_checks_every_pairs_data():
+    """The GPU path of the patterns (``_CudaPattern``: one stream per pair, all behind one latch, each pair's
+    own device events) on any one GPU: three device-local pairs stand in for three links, so this runs
+    where no second GPU is lent; an 8-GPU node runs the same class over real links."""
+    import torch
+
+    size = 64 << 20
+    pool = copies.BufferPool()
+    pairs = [(pool.get("cuda:0", f"src{k}", size), pool.get("cuda:0", f"dst{k}", size)) for k in range(3)]
+    streams = [(torch.cuda.Stream(device=0), None) for _ in pairs]
+    timed = copies._CudaPattern(pairs, streams, latch_device=0, what="3 device-local pairs at once")
+    samples, plan = copies.measure(timed, copies._gpu_batches(TimingSettings(min_time_s=0.05)))
+    read = timed.link_times[-len(samples):]
+    assert len(read) == len(samples) >= 3 and all(len(own) == 3 for _, own in read)
+    for (batch, own), per_iter in zip(read, samples):
+        # a pair's own time runs from its start to its end, inside the sample's span from the latch's
+        # release to the last pair's end (device events: 0.5 us resolution)
+        assert 0 < max(own) <= per_iter * batch * 1.001 + 1e-6
+    copies._verify(timed, pairs, "3 device-local pairs at once")
+    # a pair whose copy does not reach its destination is caught, naming the case: here the second pair's
+    # copy is made to write elsewhere
+    elsewhere = torch.empty_like(pairs[1][1])
+    misdirected = copies._CudaPattern([pairs[0], (pairs[1][0], elsewhere)], streams[:2], latch_device=0, what="x")
+    with pytest.raises(copies.CopyError, match=r"^3 device-local pairs at once: the copied data is wrong in "):
+        copies._verify(misdirected, pairs[:2], "3 device-local pairs at once")
