@@ -6,7 +6,7 @@ pytest run and without a GPU.
     gpucomm show REPORT [--baseline B]            the table, verdicts, copy matrices and curves of a report
     gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report; exit 1 on a regression
     gpucomm plot REPORT [--baseline B] -o DIR     the plots (PNG, or --format svg)
-    gpucomm html REPORT [--baseline B] -o FILE    one self-contained HTML page: verdicts, curves, plots
+    gpucomm html REPORT [--baseline B] -o FILE    one self-contained HTML page: verdicts, matrices, curves, plots
     gpucomm baselines list | show NAME | prune NAME ... | merge A B -o C    keep baseline files by hand
     gpucomm env [--baseline B]                    this machine's fingerprint, and what changed since B
 

@@ -19,6 +19,8 @@ is compared with (``saved.load_reference(...).doc``):
   the baseline's GB/s, the ratio, the status, and the verdict's message (also the status cell's tooltip).
   A row is coloured by its status (:func:`status_class`): red where it fails the test, green where it
   passed a threshold or the gate, grey where nothing was judged (new, not gated, measured);
+* the copy matrices: each copy test's GB/s per (source, destination), and today / baseline per cell
+  (``matrices.matrix_lines``, as the terminal prints them);
 * the curves: per sweep (``curves.sweeps_from_report``) the curve model's two lines, and, with a
   baseline, the comparison with the baseline's curve of the same sweep (``curves.compare_curves``).  The
   per-size verdicts are the rule that fails tests; the curves explain them;
@@ -86,6 +88,7 @@ tr.status-fail td.status { background: #f8d0d0; color: #8b0000; font-weight: bol
 tr.status-pass td.status { background: #d4efd4; color: #155d15; }
 tr.status-info td.status { background: #eeeeee; color: #555; }
 tr.status-fail { background: #fff3f3; }
+pre.matrix { font-size: 0.85em; }
 pre.curve, p.comparison { margin: 0.2em 0 0.6em 0; white-space: pre-wrap; font-size: 0.85em; }
 p.note { color: #7a5200; background: #fff6e0; padding: 0.4em; }
 figure { margin: 1em 0; }
@@ -216,6 +219,19 @@ def _curves(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) ->
     return out + ["</section>"]
 
 
+def _matrices(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
+    """The copy matrices as the terminal prints them (``matrices.matrix_lines``, every one), in a ``<pre>``;
+    nothing where the report has none."""
+    from .matrices import copy_matrices, matrix_lines
+
+    launch = report.get("launch") if isinstance(report.get("launch"), Mapping) else {}
+    lines = matrix_lines(copy_matrices(report["rows"], baseline, layout=str(launch.get("layout") or "")))
+    if not lines:
+        return []
+    return ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{_e(lines[0].split(' (', 1)[1].rstrip('):'))}</p>",
+            f'<pre class="matrix">{_e(chr(10).join(lines[1:]))}</pre>', "</section>"]
+
+
 def _environment(report: Mapping[str, Any]) -> list[str]:
     section = report.get("baseline")
     if not isinstance(section, Mapping) or "environment_diff" not in section:
@@ -305,6 +321,7 @@ def html_page(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] =
         *_shifts(report),
         *_table(report, measurements),
         "</section>",
+        *_matrices(report, baseline),
         *_curves(report, baseline),
         *_environment(report),
         *(_plots(report, baseline) if with_plots else []),

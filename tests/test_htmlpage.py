@@ -172,6 +172,18 @@ def test_the_curves_section_holds_each_sweeps_model_and_its_comparison_with_the_
     assert len(alone.findall(".//pre[@class='curve']")) == 3 and alone.findall(".//p[@class='comparison']") == []
 
 
+def test_the_copy_matrices_section_holds_what_the_terminal_prints_and_is_absent_without_copies(recorded, page):
+    from pytest_gpucomm.matrices import copy_matrices, matrix_lines
+
+    report, baseline = recorded
+    lines = matrix_lines(copy_matrices(report["rows"], baseline))
+    assert any(line.endswith("today / baseline:") for line in lines)  # the run copies both ways: a 2 x 2 matrix
+    section = _parse(page).find(".//section[@id='matrices']")
+    assert _text(section.find("pre[@class='matrix']")) == "\n".join(lines[1:])
+    collectives = dict(report, rows=[r for r in report["rows"] if r["kind"] != "copy"])
+    assert _parse(htmlpage.html_page(collectives, with_plots=False)).find(".//section[@id='matrices']") is None
+
+
 def test_a_sweep_the_baseline_lacks_is_said_to_be_missing_from_it(report, baseline):
     for name in [k for k in baseline["cases"] if "test_ar" in k]:
         del baseline["cases"][name]
