@@ -48,15 +48,19 @@ def __getattr__(name: str) -> Any:
     if name in _MARKS:
         import pytest
 
-        value = getattr(pytest.mark, name)
-    elif name == "Measurement":
-        from .measurement import Measurement as value
-    elif name == "Remeasure":
-        from .measurement import Remeasure as value
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+        value = globals()[name] = getattr(pytest.mark, name)  # pytest's own: kept
+        return value
+    # Looked up in .measurement on every use, never kept here: as in ._lazy, a class kept in this package
+    # would outlive a re-import of its module (pytester's in-process runs drop the modules a run imported).
+    if name == "Measurement":
+        from .measurement import Measurement
+
+        return Measurement
+    if name == "Remeasure":
+        from .measurement import Remeasure
+
+        return Remeasure
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -113,6 +113,40 @@ def test_a_failing_fresh_copy_process_fails_the_test_with_its_traceback_and_leav
     ])
 
 
+# A user's test module that imported pytest_gpucomm.ranks (for RankError, say) and runs the plugin twice in
+# one process with pytester: the package outlives each in-process run, the submodules a run imported
+# (pool, spawn, protocol) do not.  Nested in a pytest subprocess so that this session's own imports (other
+# test files import ranks.pool) cannot hide it.
+TWO_SESSIONS = f'''
+import torch  # noqa: F401 - compiled: imported once, before pytester's snapshot of sys.modules
+
+import pytest_gpucomm.ranks  # noqa: F401 - the package only, as `from pytest_gpucomm.ranks import RankError`
+
+FRESH_COPY = """
+from pytest_gpucomm.ops.copies import copy_spec
+
+def test_fresh_copy(gpucomm_state):
+    m = gpucomm_state.copy_in_new_process(copy_spec("peer", ["cpu:0", "cpu:1"], 4096), label="t")
+    assert m.op == "copy" and m.n > 0
+"""
+
+
+def test_two_sessions(pytester):
+    pytester.makepyfile(FRESH_COPY)
+    for session in (1, 2):
+        result = pytester.runpytest(*{FAST!r}, "--gpucomm-timeout=30")  # pools' start timeout: 120 s
+        assert result.ret == 0, f"session {{session}}: " + result.stdout.str()
+'''
+
+
+def test_a_second_in_process_session_starts_its_one_rank_pool_when_the_ranks_package_outlived_the_first(pytester):
+    pytester.makepyfile(test_sessions=TWO_SESSIONS)
+    # A failing second session waits out the pool's start timeout (120 s), then its message names the pool
+    # that never became ready; a pass takes the start of two one-rank pools, seconds.
+    result = pytester.runpytest_subprocess("-p", "pytester", "-p", "no:cacheprovider", timeout=240)
+    result.assert_outcomes(passed=1)
+
+
 # -- collectives ------------------------------------------------------------------------------------
 
 def test_a_collectives_fresh_remeasure_runs_in_a_new_process_group(pytester):
