@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest_gpucomm
@@ -42,3 +43,26 @@ def test_a_lazy_name_is_taken_from_its_submodule_as_sys_modules_holds_it_after_a
     seen = json.loads(out.stdout)
     # each name is a new object (its module was imported again) and that of the module in sys.modules now
     assert seen == [[f"{p}.{n}", True, True] for p, n, _ in LAZY], seen
+
+
+
+@dataclass
+class Ready:  # the same name and fields as the protocol's Ready, another class (picklable: module level)
+    rank: int
+
+
+def test_a_start_up_message_of_an_unknown_class_fails_its_rank_at_once_naming_the_class():
+    """What the stale classes above looked like to a pool: a Ready of another import of the protocol module.
+    The handshake now fails that rank with the class's name instead of waiting out the start timeout."""
+    from multiprocessing import Pipe
+
+    from pytest_gpucomm.ranks.spawn import _Handshake
+
+    ours, theirs = Pipe()
+    hs = _Handshake([], listener=None, authkey=b"", world_size=2, backend="gloo", device="cpu", label="t")
+    theirs.send(Ready(rank=1))
+    hs._receive(ours)
+    assert hs.ready == set() and set(hs.init_errors) == {1}
+    assert hs.init_errors[1].startswith(
+        "rank 1 sent a start-up message of a class this controller does not know: test_lazy_exports.Ready "
+        "(expected pytest_gpucomm.ranks.protocol.Hello, Ready or InitError")

@@ -365,6 +365,17 @@ class _Handshake:
             self.ready.add(msg.rank)
         elif isinstance(msg, InitError):
             self.init_errors[msg.rank] = msg.traceback
+        else:
+            # a message of no class this controller knows fails the rank at once, naming the class, instead of
+            # leaving it "not ready" until the start timeout: a Ready of another import of the protocol module
+            # (a package that outlived a re-import of its modules) was such a message
+            rank = self.rank_of.get(conn, getattr(msg, "rank", None))
+            if isinstance(rank, int) and 0 <= rank < self.world_size:
+                kind = type(msg)
+                self.init_errors[rank] = (
+                    f"rank {rank} sent a start-up message of a class this controller does not know: "
+                    f"{kind.__module__}.{kind.__qualname__} (expected {Hello.__module__}.Hello, Ready or InitError; "
+                    "two imports of that module in one process?)")
 
     def _drain(self, seconds: float) -> None:
         end = time.monotonic() + seconds
