@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["check_output_path"]
+__all__ = ["check_output_path", "check_output_folder"]
 
 
 def check_output_path(path: "str | os.PathLike[str]", what: str) -> None:
@@ -32,10 +32,22 @@ def check_output_path(path: "str | os.PathLike[str]", what: str) -> None:
             raise pytest.UsageError(f"{what} {str(p)!r}: is not a regular file (a FIFO, a socket or a device)")
         if not os.access(p, os.W_OK):
             raise pytest.UsageError(f"{what} {str(p)!r}: the file is not writable")
-    folder = p.parent
+    _check_nearest_folder(p.parent, f"{what} {str(p)!r}")
+
+
+def check_output_folder(path: "str | os.PathLike[str]", what: str) -> None:
+    """Raise ``pytest.UsageError`` naming ``what`` when files cannot be written into the folder ``path``: it,
+    or the nearest folder above it that exists (missing folders are created on writing), is not a writable
+    directory."""
+    _check_nearest_folder(Path(path), what)
+
+
+def _check_nearest_folder(folder: Path, what: str) -> None:
+    asked = folder
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise pytest.UsageError(f"{what} {str(p)!r}: {str(folder)!r} is not a directory")
+        raise pytest.UsageError(f"{what}: {str(folder)!r} is not a directory")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"{what} {str(p)!r}: the folder {str(folder)!r} is not writable")
+        raise pytest.UsageError(f"{what}: the folder {str(folder)!r} is not writable"
+                                + ("" if folder == asked else f" (the nearest that exists of {str(asked)!r})"))

@@ -119,11 +119,9 @@ def _check_plots(config: pytest.Config, folder: str) -> None:
 
         raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): the plots need matplotlib, which cannot be "
                                 f"imported ({e}): install the plots extra, {EXTRA}") from None
-    p = os.path.abspath(folder)
-    while not os.path.exists(p) and os.path.dirname(p) != p:
-        p = os.path.dirname(p)
-    if not os.path.isdir(p) or not os.access(p, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): {p!r} is not a writable folder")
+    from .outputs import check_output_folder
+
+    check_output_folder(os.path.abspath(folder), f"--gpucomm-plots={folder} (from {where})")
 
 
 @pytest.hookimpl(tryfirst=True)

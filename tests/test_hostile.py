@@ -147,6 +147,17 @@ def test_a_report_under_a_file_stops_before_any_test(pytester):
     result.stderr.fnmatch_lines(["*--gpucomm-json 'notadir.txt/report.json': cannot be written: Not a directory*"])
 
 
+def test_a_plots_folder_under_a_file_stops_before_any_test_naming_the_file(pytester):
+    pytest.importorskip("matplotlib")
+    pytester.makefile(".txt", notadir="x")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest("--gpucomm-plots=notadir.txt/figs", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gpucomm-plots=notadir.txt/figs (from the command line): *notadir.txt' is not a "
+                                 "directory*"])
+    assert "passed" not in result.stdout.str()
+
+
 def test_a_baseline_path_that_is_a_directory_stops_a_recording_run_before_any_test(pytester):
     pytester.mkdir("base.json")
     pytester.makepyfile(COPY_TEST)
