@@ -13,6 +13,7 @@ No torch, no pytest: numpy through the measurement, jsonschema and filelock thro
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +136,8 @@ class Reference:
 
     def describe(self) -> str:
         if self.kind == "report":
-            return f"the report {self.path} (taken as a one-run baseline)"
+            left = self.doc.get("source_detail")
+            return f"the report {self.path} (taken as a one-run baseline" + (f"; {left})" if left else ")")
         return f"the baseline {self.name} ({self.path})"
 
 
@@ -187,7 +189,11 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
     fingerprint = report.get("fingerprint") or {}
     doc = new_document(name)
     parts: list[dict[str, Any]] = []
+    zero = 0
     for test_id, m in rows:
+        if not (math.isfinite(m.gbps) and m.gbps > 0):
+            zero += 1  # a figure of 0 (a collective of one rank: busbw 0) is nothing to compare with
+            continue
         rec = CaseRecord.from_measurement(m, test_id, layout)
         part = 0
         while part < len(parts) and rec.key in parts[part]:
@@ -201,6 +207,9 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
                              fingerprint=fingerprint, cases=cases, max_runs=doc["max_runs"])
         except ValueError as e:
             raise ReportError(f"{where or name}: cannot take the report as a baseline: {e}") from None
+    if zero:
+        doc["source_detail"] = (f"{zero} of the report's {len(rows)} rows left out: their figure is 0 GB/s (a "
+                                "collective of one rank has busbw 0), nothing to compare with")
     errors = list(_VALIDATOR.iter_errors(doc))
     if errors:
         raise ReportError(f"{where or name}: cannot take the report as a baseline: {errors[0].message}")

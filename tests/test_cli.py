@@ -195,6 +195,23 @@ def test_compare_against_another_report_takes_it_as_a_one_run_baseline(runs, tmp
     assert code == 1 and f"FAILED {slowed}: REGRESSION" in text
 
 
+def test_a_report_taken_as_a_baseline_leaves_out_rows_of_figure_0_and_says_how_many(runs, tmp_path):
+    """A collective of one rank has busbw 0 (reports of 1-GPU runs written before such tests were skipped):
+    nothing to compare with, so those rows are not in the one-run baseline, and the first line says so."""
+    doc = load(runs.slow)
+    zeroed = doc["rows"][0]["test"]
+    doc["rows"][0].update(kind="collective", busbw_factor=0.0)  # its figure is now a busbw of 0 GB/s
+    old = write(tmp_path / "zero.json", doc)
+    out = tmp_path / "compared.json"
+    code, text = gpucomm("compare", old, runs.clean, "--json", out, "--no-curves")
+    assert text.splitlines()[0] == (
+        f"gpucomm compare: the report {runs.clean} against the report {old} (taken as a one-run baseline; 1 of the "
+        f"report's {len(doc['rows'])} rows left out: their figure is 0 GB/s (a collective of one rank has busbw 0), "
+        "nothing to compare with)")
+    statuses = {r["test"]: r["status"] for r in load(out)["rows"]}
+    assert statuses[zeroed] == "new" and list(statuses.values()).count("new") == 1
+
+
 def test_compare_settings_override_the_runs_tolerance_and_strictness(runs, tmp_path):
     slowed = f"test_sim.py::test_copy[{SLOW_CASE}]"
     out = tmp_path / "compared.json"
