@@ -4,7 +4,7 @@ pytest run and without a GPU.
 ::
 
     gpucomm show REPORT [--baseline B]            the table, verdicts, copy matrices and curves of a report
-    gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report; exit 1 on a regression
+    gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report (and its matrices, curves); exit 1 on a regression
     gpucomm plot REPORT [--baseline B] -o DIR     the plots (PNG, or --format svg)
     gpucomm html REPORT [--baseline B] -o FILE    one self-contained HTML page: verdicts, matrices, curves, plots
     gpucomm baselines list | show NAME | prune NAME ... | merge A B -o C    keep baseline files by hand
@@ -117,11 +117,11 @@ def _curve_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, 
 
 
 def _matrix_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, Any]]) -> list[str]:
-    """Every copy matrix of the report (``matrices.matrix_lines``), against ``baseline_doc`` when given."""
-    from .matrices import copy_matrices, matrix_lines
+    """Every copy matrix of the report (``matrices.report_matrix_lines``), against ``baseline_doc`` when given,
+    else against the figures the run's verdicts were judged against."""
+    from .matrices import report_matrix_lines
 
-    launch = report.get("launch") if isinstance(report.get("launch"), Mapping) else {}
-    return matrix_lines(copy_matrices(report["rows"], baseline_doc, layout=str(launch.get("layout") or "")))
+    return report_matrix_lines(report, baseline_doc)
 
 
 def _hardware_line(report: Mapping[str, Any]) -> str:

@@ -220,16 +220,15 @@ def _curves(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) ->
 
 
 def _matrices(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
-    """The copy matrices as the terminal prints them (``matrices.matrix_lines``, every one), in a ``<pre>``;
-    nothing where the report has none."""
-    from .matrices import copy_matrices, matrix_lines
+    """The copy matrices as ``gpucomm show`` prints them (``matrices.report_matrix_lines``, every one), in a
+    ``<pre>``; nothing where the report has none."""
+    from .matrices import MATRIX_NOTE, report_matrix_lines
 
-    launch = report.get("launch") if isinstance(report.get("launch"), Mapping) else {}
-    lines = matrix_lines(copy_matrices(report["rows"], baseline, layout=str(launch.get("layout") or "")))
+    lines = report_matrix_lines(report, baseline)
     if not lines:
         return []
-    return ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{_e(lines[0].split(' (', 1)[1].rstrip('):'))}</p>",
-            f'<pre class="matrix">{_e(chr(10).join(lines[1:]))}</pre>', "</section>"]
+    return ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{_e(MATRIX_NOTE)}</p>",
+            f'<pre class="matrix">{_e(chr(10).join(lines))}</pre>', "</section>"]
 
 
 def _environment(report: Mapping[str, Any]) -> list[str]:

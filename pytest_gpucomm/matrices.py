@@ -4,24 +4,29 @@ A node's copy figures read best as a matrix, source rows and destination columns
 them: on 8 GPUs the 56 ordered pairs of the peer copy are one 8 x 8 table, and the one slow link is the
 one low cell.  This module makes those matrices from the JSON report's rows (or from the rows of a run in
 progress) and renders them as text: the terminal summary prints them after the results table, ``gpucomm
-show`` prints them from a saved report, and :func:`pytest_gpucomm.plots.copy_matrix_figures` draws the same
-cells.
+show`` and ``gpucomm compare`` print them from a saved report, the HTML page holds the same text, and
+:func:`pytest_gpucomm.plots.copy_matrix_figures` draws the same cells.
 
 **Which matrices.**  One per copy test function, op and node (a multi-node job has a matrix per node),
 from the copies between two devices (``devices`` = [source, destination]; the all-peers patterns have
 one figure for many pairs and make none).  Where the rows hold one-way copies of more than one test (peer
 copies, host to device, device to host), a first matrix puts them all together, the host a row and a
 column like a device: on a GPU node that one matrix shows every link of the node.  The text keeps that
-one and leaves out the one-way tests it already holds.
+one and leaves out the one-way tests it already holds (the plots draw both), and leaves out a matrix of
+one cell.  A test with two rows of one pair and size (a parameter other than the size and the pair) makes
+no matrix: the text says so.
 
 **Which size.**  A matrix holds every size measured; the text prints one: the largest size at which the
 most pairs were measured (the peak figures, where links differ most, and no column left blank because
 one test swept fewer sizes).  ``sizes=`` asks for others.
 
-**The baseline's figure** of a cell is the median over the baseline case's runs of each run's median GB/s
-(what the plots and ``curves.sweeps_from_baseline`` take), found by the case key the gate uses
-(``gate.store.case_key``, with the report's layout across nodes).  A cell the baseline lacks has no
-ratio.
+**Today's figure** is the table's: computed from the row's samples where it has them.  **The baseline's
+figure** of a cell (:func:`cell_baseline`): with a baseline document, the median over the case's runs of
+each run's median GB/s (what the plots and ``curves.sweeps_from_baseline`` take), found by the case key the
+gate uses (``gate.store.case_key``, with the report's layout across nodes), or the case's published floor
+where it has no measured run (marked "*"); without one, the figure the row's verdict was judged against
+(a saved report's ``row["baseline"]["baseline_gbps"]``), so ``gpucomm show REPORT`` gives the run's
+ratios without the baseline file.  A cell the baseline lacks reads "new".
 """
 
 from __future__ import annotations
@@ -29,15 +34,21 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from .units import format_size
 
-__all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "CopyMatrix", "copy_matrices", "matrix_lines",
-           "baseline_gbps", "node_label", "natural_key"]
+__all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "MATRIX_NOTE", "Cell", "CopyMatrix", "copy_matrices",
+           "matrix_lines", "report_matrix_lines", "baseline_case", "baseline_gbps", "cell_baseline", "layout_of",
+           "node_label", "natural_key"]
 
-#: the one-way copies that the all-copies matrix puts together (peer, host to device, device to host)
-ONE_WAY_OPS = ("copy", "h2d", "d2h")
+#: the one-way copies that the all-copies matrix puts together, and their names in its title
+ONE_WAY_NAMES = {"copy": "peer", "h2d": "host to device", "d2h": "device to host"}
+ONE_WAY_OPS = tuple(ONE_WAY_NAMES)
+#: the verdicts of a case judged against a published floor
+FLOOR_STATUSES = ("FLOOR", "floor-ok")
+#: what every matrix's numbers are, said once in the section's first line (and the HTML page's)
+MATRIX_NOTE = "GB/s, GB = 1e9 bytes; source rows, destination columns; -: not measured"
 #: the op name of the matrix of every one-way copy
 ALL_ONE_WAY = "one-way"
 #: how many matrices the terminal summary prints (``gpucomm show`` prints every one)
@@ -72,9 +83,15 @@ def _run_median(run: Mapping[str, Any]) -> Optional[float]:
     return float(statistics.median(samples)) if samples else None
 
 
-def baseline_gbps(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any], layout: str = "") -> Optional[float]:
-    """The baseline's figure of ``row``'s case: the median over its runs of their median GB/s; None without a
-    baseline or where it lacks the case."""
+def layout_of(report: Mapping[str, Any]) -> str:
+    """The job's layout across nodes (part of the baseline's case keys), "" on one host."""
+    launch = report.get("launch")
+    return str((launch or {}).get("layout") or "") if isinstance(launch, Mapping) else ""
+
+
+def baseline_case(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
+                  layout: str = "") -> Optional[Mapping[str, Any]]:
+    """The baseline's case of ``row`` (found by the gate's key, ``gate.store.case_key``), or None."""
     if baseline is None:
         return None
     from .gate.store import case_key
@@ -82,25 +99,80 @@ def baseline_gbps(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
     key = case_key(str(row.get("test", "")), str(row["op"]), int(row["size_bytes"]), row.get("dtype"),
                    int(row.get("world_size", 1)), layout)
     case = (baseline.get("cases") or {}).get(key)
-    if not isinstance(case, Mapping):
+    return case if isinstance(case, Mapping) else None
+
+
+def baseline_gbps(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any], layout: str = "") -> Optional[float]:
+    """The baseline's figure of ``row``'s case: the median over its runs of their median GB/s; None without a
+    baseline, where it lacks the case, or where the case has no measured run (see :func:`cell_baseline`)."""
+    case = baseline_case(baseline, row, layout)
+    if case is None:
         return None
     medians = [m for m in (_run_median(r) for r in case.get("runs", [])) if m]
     return float(statistics.median(medians)) if medians else None
+
+
+class Cell(NamedTuple):
+    """One pair at one size: today's GB/s, the baseline's (None where it lacks the case) and whether that is
+    a published floor (a case with no measured run) rather than measured runs."""
+
+    now: float
+    base: Optional[float] = None
+    floor: bool = False
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return self.now / self.base if self.base else None
+
+
+def cell_baseline(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any], layout: str = "") -> tuple[Optional[float], bool]:
+    """(the baseline's figure of ``row``, whether it is a published floor).  With a baseline document: its
+    runs' figure (:func:`baseline_gbps`), else the case's ``floor_gbps``.  Without one: the figure the row's
+    verdict was judged against (``row["baseline"]["baseline_gbps"]``: what a saved report carries)."""
+    if baseline is not None:
+        figure = baseline_gbps(baseline, row, layout)
+        if figure is not None:
+            return figure, False
+        floor = (baseline_case(baseline, row, layout) or {}).get("floor_gbps")
+        return (float(floor), True) if isinstance(floor, (int, float)) and floor > 0 else (None, False)
+    verdict = row.get("baseline")
+    figure = verdict.get("baseline_gbps") if isinstance(verdict, Mapping) else None
+    if not isinstance(figure, (int, float)) or not figure > 0:
+        return None, False
+    return float(figure), str(verdict.get("status")) in FLOOR_STATUSES
+
+
+def _figure(row: Mapping[str, Any]) -> float:
+    """Today's GB/s of a row, as the table computes it: from its samples where the row has them."""
+    from .measurement import Measurement
+
+    test = row.get("test", "?")
+    try:
+        if "samples_s" in row:
+            return float(Measurement.from_dict(dict(row)).gbps)
+        return float(row["gbps"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{test}: no GB/s figure ({type(e).__name__}: {e})") from None
 
 
 @dataclass
 class CopyMatrix:
     """The cells of one copy test (or of every one-way copy: ``op`` :data:`ALL_ONE_WAY`) on one node.
 
-    ``cells[size][(source, destination)]`` is (today's GB/s, the baseline's GB/s or None); ``sources`` and
-    ``destinations`` are every device seen, in natural order."""
+    ``cells[size][(source, destination)]`` is a :class:`Cell`; ``sources`` and ``destinations`` are every
+    device seen, in natural order; ``ops`` the copy ops it holds; ``compared`` whether the rows were compared
+    with a baseline (a document given, or verdicts in the rows); ``ambiguous`` where the test has rows of the
+    same pair and size (other parameters): no matrix can show them."""
 
     test: str
     op: str
     node: str
     sources: list[str] = field(default_factory=list)
     destinations: list[str] = field(default_factory=list)
-    cells: dict[int, dict[tuple[str, str], tuple[float, Optional[float]]]] = field(default_factory=dict)
+    cells: dict[int, dict[tuple[str, str], Cell]] = field(default_factory=dict)
+    ops: list[str] = field(default_factory=list)
+    compared: bool = False
+    ambiguous: bool = False
 
     @property
     def sizes(self) -> list[int]:
@@ -108,8 +180,11 @@ class CopyMatrix:
 
     @property
     def title(self) -> str:
-        kind = ("both-ways copy" if self.op == "copy_bidir" else
-                "peer, host to device and device to host" if self.op == ALL_ONE_WAY else self.op)
+        if self.op == ALL_ONE_WAY:
+            names = [name for op, name in ONE_WAY_NAMES.items() if op in self.ops]
+            kind = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+        else:
+            kind = "both-ways copy" if self.op == "copy_bidir" else self.op
         return f"{self.test or self.op}: {kind}" + (f" ({self.node})" if self.node else "")
 
     def fullest_size(self) -> int:
@@ -118,16 +193,18 @@ class CopyMatrix:
 
     def ratio(self, size: int, source: str, destination: str) -> Optional[float]:
         """Today / the baseline for a cell; None where either is missing."""
-        now, base = self.cells.get(size, {}).get((source, destination), (None, None))
-        return now / base if now is not None and base else None
+        cell = self.cells.get(size, {}).get((source, destination))
+        return cell.ratio if cell is not None else None
 
 
 def copy_matrices(rows: Iterable[Mapping[str, Any]], baseline: Optional[Mapping[str, Any]] = None, *,
                   layout: str = "") -> list[CopyMatrix]:
     """The matrices of the copy rows among ``rows`` (JSON report rows: ``test``, ``op``, ``kind``, ``devices``,
-    ``size_bytes``, ``gbps``, ``world_size``, ``dtype``, ``info``), with each cell's baseline figure from
-    ``baseline`` (a baseline file's document; ``layout`` the report's, for a job across nodes).  The
-    all-one-way-copies matrix comes first, then one per (test function, op, node) in the rows' order."""
+    ``size_bytes``, the samples or ``gbps``, ``world_size``, ``dtype``, ``info``, the verdict under
+    ``baseline``), each cell's baseline figure from ``baseline`` (a baseline file's document) or else from the
+    row's verdict (:func:`cell_baseline`; ``layout`` the report's, for a job across nodes).  The
+    all-one-way-copies matrix comes first, then one per (test function, op, node) in the rows' order.
+    ValueError naming the row whose figure cannot be read."""
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     one_way: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
@@ -147,10 +224,14 @@ def copy_matrices(rows: Iterable[Mapping[str, Any]], baseline: Optional[Mapping[
     for (test, op, node), group in groups.items():
         m = CopyMatrix(test=test, op=op, node=node,
                        sources=sorted({str(r["devices"][0]) for r in group}, key=natural_key),
-                       destinations=sorted({str(r["devices"][1]) for r in group}, key=natural_key))
+                       destinations=sorted({str(r["devices"][1]) for r in group}, key=natural_key),
+                       ops=sorted({str(r["op"]) for r in group}),
+                       compared=baseline is not None or any(isinstance(r.get("baseline"), Mapping) for r in group))
         for r in group:
-            cell = (str(r["devices"][0]), str(r["devices"][1]))
-            m.cells.setdefault(int(r["size_bytes"]), {})[cell] = (float(r["gbps"]), baseline_gbps(baseline, r, layout))
+            at, pair = m.cells.setdefault(int(r["size_bytes"]), {}), (str(r["devices"][0]), str(r["devices"][1]))
+            if pair in at:
+                m.ambiguous = True
+            at[pair] = Cell(_figure(r), *cell_baseline(baseline, r, layout))
         out.append(m)
     return out
 
@@ -162,35 +243,55 @@ def _fmt_gbps(v: float) -> str:
 def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int]] = None,
                  limit: Optional[int] = None) -> list[str]:
     """The "copy matrices" section: per matrix, GB/s at its fullest size (or at each of ``sizes`` it has),
-    source rows and destination columns ("-": not measured), and with a baseline "today / baseline" under
-    it.  A matrix of a single cell is left out (its row says it all).  ``limit``: at most that many
-    matrices, then a count of the rest."""
+    source rows and destination columns ("-": not measured), and where the rows were compared with a baseline
+    "today / baseline" under it ("new" where the baseline lacks the case, a "*" where the figure is a
+    published floor).  A matrix of a single cell is left out (its row says it all), and so are the one-way
+    tests' own matrices where the matrix of every one-way copy holds them; a test with several rows of one
+    pair and size gets a line saying so instead.  ``limit``: at most that many matrices, then a count of the
+    rest.  [] where there is nothing to show."""
     shown = [m for m in matrices
              if len(m.sources) * len(m.destinations) > 1 and max(len(c) for c in m.cells.values()) > 1]
     if any(m.op == ALL_ONE_WAY for m in shown):
         held = {m.node for m in shown if m.op == ALL_ONE_WAY}
         shown = [m for m in shown if m.op == ALL_ONE_WAY or m.op not in ONE_WAY_OPS or m.node not in held]
-    if not shown:
-        return []
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
-    lines = ["gpucomm copy matrices (GB/s, GB = 1e9 bytes, at the largest size where the most pairs were "
-             "measured; source rows, destination columns; -: not measured; with a baseline, today / baseline "
-             "below):"]
+    body: list[str] = []
+    floors = False
     for m in shown[:limit] if limit is not None else shown:
+        if m.ambiguous:
+            body.append(f"  {m.title}: no matrix: the test has several rows of one pair and size (other parameters)")
+            continue
         for size in ([s for s in asked if s in m.cells] if asked is not None else [m.fullest_size()]):
-            lines.append(f"  {m.title} at {format_size(size)} ({size:,} bytes):")
-            lines += _grid(m, size, lambda now, base: _fmt_gbps(now))
-            if any(base for _, base in m.cells[size].values()):
-                lines.append("  today / baseline:")
-                lines += _grid(m, size, lambda now, base: f"{now / base:.2f}x" if base else "new")
+            body.append(f"  {m.title} at {format_size(size)} ({size:,} bytes):")
+            body += _grid(m, size, lambda c: _fmt_gbps(c.now))
+            if m.compared:
+                body.append("  today / baseline:")
+                body += _grid(m, size, lambda c: "new" if c.ratio is None else f"{c.ratio:.2f}x" + ("*" if c.floor else ""))
+                floors = floors or any(c.floor for c in m.cells[size].values())
+    if not body:
+        return []
+    at = "at the sizes asked" if asked is not None else "at the largest size where the most pairs were measured"
+    lines = [f"gpucomm copy matrices ({MATRIX_NOTE}; {at}):", *body]
+    if floors:
+        lines.append("  *: against the published floor of a case with no measured run")
     if limit is not None and len(shown) > limit:
         lines.append(f"  ... and {len(shown) - limit} more (gpucomm show REPORT prints every one)")
     return lines
 
 
+def report_matrix_lines(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
+                        limit: Optional[int] = None) -> list[str]:
+    """:func:`matrix_lines` of a saved report's rows against ``baseline`` (else the rows' own verdicts); a
+    report whose matrices cannot be made gets one line saying why: the matrices explain, the verdicts
+    decide."""
+    try:
+        return matrix_lines(copy_matrices(report["rows"], baseline, layout=layout_of(report)), limit=limit)
+    except (KeyError, TypeError, ValueError) as e:
+        return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
+
+
 def _grid(m: CopyMatrix, size: int, cell: Any) -> list[str]:
-    cells = m.cells[size]
-    text = {k: cell(now, base) for k, (now, base) in cells.items()}
+    text = {k: cell(c) for k, c in m.cells[size].items()}
     width = max([len(t) for t in text.values()] + [len(d) for d in m.destinations] + [3])
     label = max(len(s) for s in m.sources)
     out = []

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from .curves import Sweep, curve_model, sweep_id, sweeps_from_baseline, sweeps_from_report
-from .matrices import copy_matrices
+from .matrices import baseline_case, copy_matrices, layout_of
 from .matrices import node_label as _node_label
 from .units import GB, describe_duration, format_size, plural
 
@@ -154,21 +154,9 @@ def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
             _node_label(row), "" if sid else _form(row))
 
 
-def _layout(report: Mapping[str, Any]) -> str:
-    launch = report.get("launch")
-    return str((launch or {}).get("layout") or "") if isinstance(launch, Mapping) else ""
-
-
 def _baseline_case(baseline: Optional[Mapping[str, Any]], report: Mapping[str, Any],
                    row: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
-    if baseline is None:
-        return None
-    from .gate.store import case_key
-
-    key = case_key(str(row.get("test", "")), str(row["op"]), int(row["size_bytes"]), row.get("dtype"),
-                   int(row.get("world_size", 1)), _layout(report))
-    case = baseline["cases"].get(key)
-    return case if isinstance(case, Mapping) else None
+    return baseline_case(baseline, row, layout_of(report))
 
 
 # -- titles --------------------------------------------------------------------------------------------
@@ -366,8 +354,10 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
     context = context_line(report, baseline)
     figs = []
-    for m in copy_matrices(report["rows"], baseline, layout=_layout(report)):
+    for m in copy_matrices(report["rows"], baseline, layout=layout_of(report)):
         test, op, node = m.test, m.op, m.node
+        if m.ambiguous:  # several rows of one pair and size: no matrix shows them (matrices' module doc)
+            continue
         chosen = [s for s in asked if s in m.cells] if asked is not None else _pick_sizes(m.sizes)
         if not chosen:
             continue
@@ -381,11 +371,11 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
         for j, size in enumerate(chosen):
             gb = np.full((len(src), len(dst)), np.nan)
             ratio = np.full((len(src), len(dst)), np.nan)
-            for (a, b), (now, base) in m.cells[size].items():
+            for (a, b), cell in m.cells[size].items():
                 i, k = src.index(a), dst.index(b)
-                gb[i, k] = now
-                if base:
-                    ratio[i, k] = now / base
+                gb[i, k] = cell.now
+                if cell.ratio is not None and not cell.floor:  # the measured runs' figure, as the curves
+                    ratio[i, k] = cell.ratio
             top = float(np.nanmax(gb)) if np.isfinite(gb).any() else 1.0
             _matrix(axes[0, j], gb, src, dst, f"{format_size(size)}: GB/s", "viridis", 0.0, top,
                     f"gbps-{size}", "{:.3g}")

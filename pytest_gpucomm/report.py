@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
@@ -205,7 +206,8 @@ def matrices_of(state: "State") -> list[str]:
     from .matrices import MATRIX_LIMIT, copy_matrices, matrix_lines
 
     try:
-        rows = [{"test": r.nodeid, **r.measurement.to_dict(with_samples=False)} for r in state.records]
+        rows = [{"test": r.nodeid, **r.measurement.to_dict(), **({"baseline": r.baseline} if r.baseline else {})}
+                for r in state.records if r.measurement.kind == "copy"]
         return matrix_lines(copy_matrices(rows, state.baseline_doc, layout=state.layout), limit=MATRIX_LIMIT)
     except Exception as e:
         return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
@@ -469,7 +471,17 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
     if s.baseline_save and state.gate.loaded and not is_worker:
         if finished or s.baseline_save_partial:
             def save() -> None:
-                path, n = state.gate.save(state.records, state.fingerprint, date)
+                # a figure of 0 (a collective of one rank, @world(1): busbw 0) is nothing to gate; the baseline
+                # file accepts positive figures only, so those are left out, and said so
+                keep = [r for r in state.records if math.isfinite(r.measurement.gbps) and r.measurement.gbps > 0]
+                zero = len(state.records) - len(keep)
+                if zero:
+                    state.notes.append(f"gpucomm: {zero} of this run's {len(state.records)} measurements are not saved "
+                                       f"to {state.gate.path}: their figure is 0 GB/s (a collective of one rank has "
+                                       "busbw 0), nothing to gate")
+                if not keep:
+                    return
+                path, n = state.gate.save(keep, state.fingerprint, date)
                 state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}"
                                    + ("" if finished else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
 

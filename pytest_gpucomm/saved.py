@@ -207,6 +207,9 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
                              fingerprint=fingerprint, cases=cases, max_runs=doc["max_runs"])
         except ValueError as e:
             raise ReportError(f"{where or name}: cannot take the report as a baseline: {e}") from None
+    if zero and zero == len(rows):
+        raise ReportError(f"{where or name}: cannot take the report as a baseline: every one of its {zero} rows has a "
+                          "figure of 0 GB/s (a collective of one rank has busbw 0), nothing to compare with")
     if zero:
         doc["source_detail"] = (f"{zero} of the report's {len(rows)} rows left out: their figure is 0 GB/s (a "
                                 "collective of one rank has busbw 0), nothing to compare with")

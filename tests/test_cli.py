@@ -212,6 +212,18 @@ def test_a_report_taken_as_a_baseline_leaves_out_rows_of_figure_0_and_says_how_m
     assert statuses[zeroed] == "new" and list(statuses.values()).count("new") == 1
 
 
+def test_a_report_whose_every_row_has_figure_0_is_refused_as_a_baseline_saying_why(runs, tmp_path, capsys):
+    doc = load(runs.slow)
+    for row in doc["rows"]:
+        row.update(kind="collective", busbw_factor=0.0)
+    zeros = write(tmp_path / "zeros.json", doc)
+    code, text = gpucomm("compare", zeros, runs.clean, "--no-curves")
+    assert code == 2 and text == ""
+    assert capsys.readouterr().err == (
+        f"gpucomm: error: {zeros}: cannot take the report as a baseline: every one of its {len(doc['rows'])} rows has "
+        "a figure of 0 GB/s (a collective of one rank has busbw 0), nothing to compare with\n")
+
+
 def test_compare_settings_override_the_runs_tolerance_and_strictness(runs, tmp_path):
     slowed = f"test_sim.py::test_copy[{SLOW_CASE}]"
     out = tmp_path / "compared.json"

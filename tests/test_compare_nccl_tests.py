@@ -251,6 +251,9 @@ def test_on_one_rank_where_both_busbw_are_zero_the_busbw_target_is_judged_on_alg
     assert row["busbw_ratio"] == pytest.approx(0.97) and row["ratio_of"] == "algbw" and row["status"] == "PASS"
     (row,) = cmp.match_rows(ours, [dict(ours[0], algbw=101.0)])
     assert row["status"] == "FAIL"
+    table = cmp.format_table([row]).splitlines()
+    assert "0.960*" in table[2] and table[-1] == cmp.ALGBW_NOTE
+    assert cmp.ALGBW_NOTE not in cmp.format_table(cmp.match_rows([dict(ours[0], busbw=1.0)], [dict(ours[0], busbw=1.0)]))
 
 
 def test_a_report_of_other_rank_counts_than_gpus_is_an_error_naming_both(tmp_path, capsys):

@@ -504,3 +504,27 @@ def test_a_saved_run_carries_a_session_label_and_GPUCOMM_BASELINE_SESSION_overri
     assert [r["session"] for r in runs] == [run["session"], "ci-nightly-42"]
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 2 runs in 2 sessions, 2 cases*"])
+
+
+def test_a_recording_run_leaves_out_figures_of_0_and_says_so(pytester):
+    """A collective of one rank (@world(1)) has busbw 0: a baseline keeps positive figures only, so its case is
+    left out of the save, with a note, and the run's other cases are saved."""
+    pytester.makepyfile(test_one="""
+        from pytest_gpucomm import sizes, world
+
+        @world(1)
+        @sizes("4KiB")
+        def test_one_rank(process_group, size, comm):
+            comm.all_reduce(process_group, size)
+
+        @sizes("4KiB")
+        def test_pair(gpu_pair, size, comm):
+            comm.copy(gpu_pair, size)
+        """)
+    result = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", "--gpucomm-tail-time=0", *FAST)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["gpucomm: 1 of this run's 3 measurements are not saved to *cpu.json: their figure is "
+                                 "0 GB/s (a collective of one rank has busbw 0), nothing to gate",
+                                 "gpucomm: saved 2 cases of this run *"])
+    cases = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["cases"]
+    assert sorted(k.split("|")[0] for k in cases) == ["test_one.py::test_pair[4KiB-0->1]", "test_one.py::test_pair[4KiB-1->0]"]

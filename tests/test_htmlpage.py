@@ -179,7 +179,7 @@ def test_the_copy_matrices_section_holds_what_the_terminal_prints_and_is_absent_
     lines = matrix_lines(copy_matrices(report["rows"], baseline))
     assert any(line.endswith("today / baseline:") for line in lines)  # the run copies both ways: a 2 x 2 matrix
     section = _parse(page).find(".//section[@id='matrices']")
-    assert _text(section.find("pre[@class='matrix']")) == "\n".join(lines[1:])
+    assert _text(section.find("pre[@class='matrix']")) == "\n".join(lines)
     collectives = dict(report, rows=[r for r in report["rows"] if r["kind"] != "copy"])
     assert _parse(htmlpage.html_page(collectives, with_plots=False)).find(".//section[@id='matrices']") is None
 

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gpucomm.cli import main
 from pytest_gpucomm.gate.store import case_key
-from pytest_gpucomm.matrices import ALL_ONE_WAY, MAX_COLUMNS, copy_matrices, matrix_lines
+from pytest_gpucomm.matrices import ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines, report_matrix_lines
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -40,7 +40,7 @@ def test_a_peer_copy_test_makes_one_matrix_with_every_pair_in_natural_device_ord
     (m,) = copy_matrices(_peer_rows(11))
     assert m.sources == m.destinations == [f"cuda:{i}" for i in range(11)]  # cuda:10 after cuda:2
     assert m.sizes == [MIB, GIB] and len(m.cells[GIB]) == 110
-    assert m.cells[GIB][("cuda:3", "cuda:10")] == (410.0, None)
+    assert m.cells[GIB][("cuda:3", "cuda:10")] == Cell(410.0, None, False)
 
 
 def test_the_patterns_and_collectives_make_no_matrix():
@@ -56,7 +56,8 @@ def test_one_way_copies_of_several_tests_make_a_first_matrix_with_the_host_as_a_
     first, *rest = copy_matrices(rows)
     assert (first.op, first.test) == (ALL_ONE_WAY, "all one-way copies")
     assert first.sources == ["cuda:0", "cuda:1", "host"] and first.destinations == ["cuda:0", "cuda:1", "host"]
-    assert first.cells[GIB][("host", "cuda:1")] == (55.0, None) and first.cells[GIB][("cuda:1", "cuda:0")] == (200.0, None)
+    assert first.cells[GIB][("host", "cuda:1")].now == 55.0 and first.cells[GIB][("cuda:1", "cuda:0")].now == 200.0
+    assert first.title == "all one-way copies: peer, host to device and device to host"
     assert [m.op for m in rest] == ["copy", "h2d", "d2h"]
 
 
@@ -77,9 +78,9 @@ def test_the_text_prints_the_largest_size_at_which_the_most_pairs_were_measured(
 def test_the_baselines_figure_of_a_cell_is_the_median_of_its_runs_and_the_ratio_is_today_over_it():
     rows = _peer_rows(3)
     (m,) = copy_matrices(rows, _baseline(rows, factor=2.0, skip={("cuda:2", "cuda:0")}))
-    now, base = m.cells[GIB][("cuda:0", "cuda:1")]
-    assert base == pytest.approx(now * 2.0) and m.ratio(GIB, "cuda:0", "cuda:1") == pytest.approx(0.5)
-    assert m.cells[GIB][("cuda:2", "cuda:0")] == (300.0, None) and m.ratio(GIB, "cuda:2", "cuda:0") is None
+    now, base, floor = m.cells[GIB][("cuda:0", "cuda:1")]
+    assert base == pytest.approx(now * 2.0) and not floor and m.ratio(GIB, "cuda:0", "cuda:1") == pytest.approx(0.5)
+    assert m.cells[GIB][("cuda:2", "cuda:0")] == Cell(300.0, None, False) and m.ratio(GIB, "cuda:2", "cuda:0") is None
     text = matrix_lines([m])
     ratio = text[text.index("  today / baseline:") + 1:]
     assert ratio[0].split() == ["cuda:0", "cuda:1", "cuda:2"]
@@ -90,11 +91,63 @@ def test_the_baselines_figure_of_a_cell_is_the_median_of_its_runs_and_the_ratio_
 def test_the_text_has_a_row_per_source_and_a_column_per_destination_with_dashes_where_not_measured():
     rows = [r for r in _peer_rows(3) if (r["devices"][0], r["devices"][1]) != ("cuda:1", "cuda:2")]
     lines = matrix_lines(copy_matrices(rows))
-    assert lines[0].startswith("gpucomm copy matrices (GB/s, GB = 1e9 bytes, at the largest size")
+    assert lines[0] == ("gpucomm copy matrices (GB/s, GB = 1e9 bytes; source rows, destination columns; -: not "
+                        "measured; at the largest size where the most pairs were measured):")
     assert lines[1] == "  suites/test_copies.py::test_peer_copy: copy at 1 GiB (1,073,741,824 bytes):"
     assert [line.split() for line in lines[2:6]] == [["cuda:0", "cuda:1", "cuda:2"], ["cuda:0", "-", "101", "102"],
                                                      ["cuda:1", "200", "-", "-"], ["cuda:2", "300", "301", "-"]]
     assert "today / baseline:" not in "\n".join(lines)
+
+
+def test_without_a_baseline_document_the_ratio_is_against_the_figure_each_rows_verdict_was_judged_against():
+    rows = _peer_rows(2, sizes=(GIB,))
+    rows[0]["baseline"] = {"status": "ok", "baseline_gbps": rows[0]["gbps"] * 4}
+    rows[1]["baseline"] = {"status": "new", "baseline_gbps": None}
+    text = matrix_lines(copy_matrices(rows))
+    ratio = text[text.index("  today / baseline:") + 1:]
+    assert [line.split() for line in ratio] == [["cuda:0", "cuda:1"], ["cuda:0", "-", "0.25x"], ["cuda:1", "new", "-"]]
+    # not compared at all: no ratio matrix
+    assert "  today / baseline:" not in matrix_lines(copy_matrices(_peer_rows(2, sizes=(GIB,))))
+
+
+def test_a_published_floor_is_the_baseline_of_a_case_without_runs_marked_with_a_star():
+    rows = _peer_rows(2, sizes=(GIB,))
+    doc = _baseline(rows)
+    key = next(k for k in doc["cases"] if "[1073741824-cuda:1-cuda:0]" in k)
+    doc["cases"][key] = {"runs": [], "floor_gbps": 100.0}
+    text = matrix_lines(copy_matrices(rows, doc))
+    ratio = text[text.index("  today / baseline:") + 1:]
+    assert ratio[2].split() == ["cuda:1", "2.00x*", "-"]
+    assert text[-1] == "  *: against the published floor of a case with no measured run"
+    # the same from a report's verdict on the floor
+    rows[1]["baseline"] = {"status": "floor-ok", "baseline_gbps": 100.0}
+    assert "2.00x*" in "\n".join(matrix_lines(copy_matrices(rows)))
+
+
+def test_a_test_with_two_rows_of_one_pair_and_size_makes_no_matrix_and_says_so():
+    rows = _peer_rows(2, sizes=(GIB,))
+    rows.append(dict(rows[0], test=rows[0]["test"].replace("[", "[pageable-"), gbps=1.0))
+    (m,) = copy_matrices(rows)
+    assert m.ambiguous
+    assert matrix_lines([m]) == [matrix_lines(copy_matrices(_peer_rows(2)))[0],
+                                 "  suites/test_copies.py::test_peer_copy: copy: no matrix: the test has several rows "
+                                 "of one pair and size (other parameters)"]
+
+
+def test_the_figure_is_the_tables_from_the_samples_and_a_row_without_one_is_a_line_not_a_traceback():
+    row = _row("test_peer_copy", "copy", "cuda:0", "cuda:1", MIB, 999.0)
+    row.update(samples_s=[MIB / 5e9] * 3, bytes_per_iter=MIB, busbw_factor=1.0)
+    assert copy_matrices([row])[0].cells[MIB][("cuda:0", "cuda:1")].now == pytest.approx(5.0)
+    broken = dict(_row("test_peer_copy", "copy", "cuda:0", "cuda:1", MIB, 1.0))
+    del broken["gbps"]
+    assert report_matrix_lines({"rows": [broken, *_peer_rows(2)]}) == [
+        f"gpucomm: no copy matrices: ValueError: {broken['test']}: no GB/s figure (KeyError: 'gbps')"]
+
+
+def test_a_one_way_matrix_names_only_the_copies_it_holds():
+    rows = [_row("test_host_to_device", "h2d", "host", "cuda:0", GIB, 55.0),
+            _row("test_device_to_host", "d2h", "cuda:0", "host", GIB, 50.0)]
+    assert copy_matrices(rows)[0].title == "all one-way copies: host to device and device to host"
 
 
 def test_a_wide_matrix_is_printed_in_slices_of_destinations():
@@ -110,7 +163,7 @@ def test_a_single_cell_matrix_and_the_one_way_tests_the_first_matrix_holds_are_l
                             _row("test_peer_copy_both_ways", "copy_bidir", "cuda:1", "cuda:0", GIB, 9.0)]
     titles = [line for line in matrix_lines(copy_matrices(rows)) if line.startswith("  ") and line.endswith("bytes):")]
     assert [t.split(" at ")[0].strip() for t in titles] == [
-        "all one-way copies: peer, host to device and device to host",
+        "all one-way copies: peer and host to device",
         "suites/test_copies.py::test_peer_copy_both_ways: both-ways copy"]
 
 
@@ -125,6 +178,8 @@ def test_asked_sizes_print_each_one_the_matrix_has():
     lines = matrix_lines(copy_matrices(_peer_rows(2)), sizes=[MIB, GIB, 4096])
     assert [line.split(" at ")[1] for line in lines if line.endswith("bytes):")] == [
         "1 MiB (1,048,576 bytes):", "1 GiB (1,073,741,824 bytes):"]
+    assert lines[0].endswith("; at the sizes asked):")
+    assert matrix_lines(copy_matrices(_peer_rows(2)), sizes=[4096]) == []
 
 
 SUITE = """

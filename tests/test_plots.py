@@ -222,6 +222,7 @@ def test_the_copy_matrices_hold_the_gbps_and_the_ratio_to_the_baseline_for_the_d
         for src, dst, k in (("cpu:2", "cpu:10", 0.5), ("cpu:10", "cpu:0", 0.25)):
             e = copy.deepcopy(r)
             e["devices"], e["gbps"] = [src, dst], r["gbps"] * k
+            e["samples_s"] = [t / k for t in r["samples_s"]]  # the figure is the samples' (as the table's)
             e["test"] = r["test"].replace("-0->1]", f"-{src[4:]}->{dst[4:]}]")
             extra.append(e)
     report["rows"] += extra
@@ -263,6 +264,7 @@ def test_one_way_copies_of_several_tests_share_one_matrix_with_the_host_as_a_row
         for op, devices, k in (("h2d", ["host", "cpu:0"], 0.5), ("d2h", ["cpu:1", "host"], 0.25)):
             e = copy.deepcopy(r)
             e["op"], e["devices"], e["gbps"] = op, devices, r["gbps"] * k
+            e["samples_s"] = [t / k for t in r["samples_s"]]
             e["test"] = r["test"].replace("::test_copy[", f"::test_{op}[")
             report["rows"].append(e)
     figs = plots.copy_matrix_figures(report, baseline)

@@ -433,14 +433,23 @@ def exit_code(matched: list[dict], *, fail_on_missing: bool = False) -> int:
     return 0
 
 
+ALGBW_NOTE = "* one rank: both busbw are 0 (nothing crosses a bus); the ratio is algbw's, the same ratio"
+
+
 def format_table(matched: list[dict]) -> str:
+    """The comparison table; with a footnote where a ratio is algbw's (one rank)."""
+    table = _table(matched)
+    return table + ("\n" + ALGBW_NOTE if any(r.get("ratio_of") == "algbw" for r in matched) else "")
+
+
+def _table(matched: list[dict]) -> str:
     def f(v: Any, fmt: str) -> str:
         return "" if v is None else format(v, fmt)
 
     headers = ["op", "form", "size_bytes", "size", "ours busbw", "theirs busbw", "busbw ratio",
                "ours us", "theirs us", "time ratio", "target", "result"]
     body = [[r["op"], "in" if r.get("in_place") else "out", r["size_bytes"], r["size"], f(r["ours_busbw"], ".2f"),
-             f(r["theirs_busbw"], ".2f"), f(r["busbw_ratio"], ".3f"),
+             f(r["theirs_busbw"], ".2f"), f(r["busbw_ratio"], ".3f") + ("*" if r.get("ratio_of") == "algbw" else ""),
              f(r["ours_time_us"], ".2f"), f(r["theirs_time_us"], ".2f"),
              f(r["time_ratio"], ".3f"), r["target"] or "", r["status"]] for r in matched]
     try:
