@@ -3,7 +3,7 @@ pytest run and without a GPU.
 
 ::
 
-    gpucomm show REPORT [--baseline B]            the table, verdicts, copy matrices and curves of a report
+    gpucomm show REPORT [--baseline B] [--matrix-size SIZE]   the table, verdicts, copy matrices and curves
     gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report (and its matrices, curves); exit 1 on a regression
     gpucomm plot REPORT [--baseline B] -o DIR     the plots (PNG, or --format svg)
     gpucomm html REPORT [--baseline B] -o FILE    one self-contained HTML page: verdicts, matrices, curves, plots
@@ -116,12 +116,28 @@ def _curve_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, 
     return curve_lines(entries)
 
 
-def _matrix_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, Any]]) -> list[str]:
+def _matrix_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, Any]],
+                  sizes: Optional[Sequence[str]] = None) -> list[str]:
     """Every copy matrix of the report (``matrices.report_matrix_lines``), against ``baseline_doc`` when given,
-    else against the figures the run's verdicts were judged against."""
+    else against the figures the run's verdicts were judged against; at ``sizes`` (``--matrix-size``) when
+    given."""
     from .matrices import report_matrix_lines
+    from .units import parse_size
 
-    return report_matrix_lines(report, baseline_doc)
+    asked = None
+    if sizes:
+        try:
+            asked = [parse_size(v, "--matrix-size") for v in sizes]
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+    lines = report_matrix_lines(report, baseline_doc, sizes=asked)
+    if asked and not lines:
+        from .units import format_size
+
+        measured = sorted({int(r["size_bytes"]) for r in report["rows"] if r.get("kind") == "copy"})
+        lines = [f"gpucomm copy matrices: none at {', '.join(format_size(s) for s in asked)} (--matrix-size); the "
+                 f"report's copies were measured at {', '.join(format_size(s) for s in measured) or 'no size'}"]
+    return lines
 
 
 def _hardware_line(report: Mapping[str, Any]) -> str:
@@ -152,7 +168,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     for sh in section.get("shifts") or []:
         if isinstance(sh, Mapping) and sh.get("text"):
             lines.append(f"gpucomm shift: {sh['text']}")
-    lines += _matrix_lines(report, ref.doc if ref is not None else None)
+    lines += _matrix_lines(report, ref.doc if ref is not None else None, args.matrix_size)
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc if ref is not None else None)
     out.write("\n".join(lines) + "\n")
@@ -253,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("report", metavar="REPORT", help="a JSON report (pytest --gpucomm-json=REPORT)")
     p.add_argument("--baseline", metavar="B", help="compare the copy matrices and curves with this baseline (NAME, file or report)")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
+    p.add_argument("--matrix-size", metavar="SIZE", action="append",
+                   help="print the copy matrices at SIZE (e.g. 4KiB; repeat for several; default: the largest size "
+                        "where the most pairs were measured)")
     _add_baseline_dir(p)
     p.set_defaults(func=cmd_show)
 

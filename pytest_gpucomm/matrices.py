@@ -280,12 +280,12 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
 
 
 def report_matrix_lines(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
-                        limit: Optional[int] = None) -> list[str]:
+                        sizes: Optional[Iterable[int]] = None, limit: Optional[int] = None) -> list[str]:
     """:func:`matrix_lines` of a saved report's rows against ``baseline`` (else the rows' own verdicts); a
     report whose matrices cannot be made gets one line saying why: the matrices explain, the verdicts
     decide."""
     try:
-        return matrix_lines(copy_matrices(report["rows"], baseline, layout=layout_of(report)), limit=limit)
+        return matrix_lines(copy_matrices(report["rows"], baseline, layout=layout_of(report)), sizes=sizes, limit=limit)
     except (KeyError, TypeError, ValueError) as e:
         return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
 

@@ -212,3 +212,23 @@ def test_a_run_on_3_devices_prints_the_peer_copy_matrix_and_gpucomm_show_prints_
     shown = buf.getvalue().splitlines()
     at = shown.index("  test_m.py::test_pair: copy at 64 KiB (65,536 bytes):")
     assert shown[at:at + 5] == out[head:head + 5]
+
+
+def test_gpucomm_show_prints_the_matrices_at_the_sizes_asked_and_says_when_there_is_none(tmp_path, capsys):
+    from pytest_gpucomm.saved import REPORT_FORMAT, REPORT_VERSION
+
+    rows = _peer_rows(2)
+    for r in rows:
+        r.update(samples_s=[r["size_bytes"] / (r["gbps"] * 1e9)] * 3, bytes_per_iter=r["size_bytes"], busbw_factor=1.0)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"format": REPORT_FORMAT, "version": REPORT_VERSION, "rows": rows}))
+    buf = io.StringIO()
+    assert main(["show", str(path), "--no-curves", "--matrix-size", "1MiB", "--matrix-size", "1GiB"], out=buf) == 0
+    heads = [line for line in buf.getvalue().splitlines() if line.endswith("bytes):")]
+    assert [h.split(" at ")[1] for h in heads] == ["1 MiB (1,048,576 bytes):", "1 GiB (1,073,741,824 bytes):"]
+    buf = io.StringIO()
+    assert main(["show", str(path), "--no-curves", "--matrix-size", "8KiB"], out=buf) == 0
+    assert buf.getvalue().splitlines()[-1] == ("gpucomm copy matrices: none at 8 KiB (--matrix-size); the report's "
+                                               "copies were measured at 1 MiB, 1 GiB")
+    assert main(["show", str(path), "--matrix-size", "16XB"], out=io.StringIO()) == 2
+    assert "invalid size '16XB' (from --matrix-size): unknown unit 'XB'" in capsys.readouterr().err
