@@ -86,24 +86,9 @@ def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int =
         raise
     except OSError as e:
         raise ReportError(f"{p}: cannot read the {what} file: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ReportError(f"{p}: not a UTF-8 text file (byte {e.start}): not a {what}") from None
-    if not text.strip():
-        raise ReportError(f"{p}: the file is empty: not a {what}")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        if e.msg.startswith("Unterminated string"):  # a string that runs to the end of the file
-            raise ReportError(f"{p}: the file is cut short: the string that starts at line {e.lineno} column "
-                              f"{e.colno} never ends") from None
-        if e.pos >= len(text.rstrip()):
-            raise ReportError(f"{p}: the file is cut short: the JSON ends unexpectedly at line {e.lineno} column "
-                              f"{e.colno} ({e.msg})") from None
-        raise ReportError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except (RecursionError, ValueError, MemoryError) as e:
-        raise ReportError(f"{p}: invalid JSON: {e}") from None
+    from .jsontext import parse_json_bytes
+
+    return parse_json_bytes(raw, p, what, ReportError)
 
 
 def load_report(path: "str | os.PathLike[str]") -> dict[str, Any]:

@@ -451,5 +451,5 @@ def test_a_report_cut_inside_a_string_is_named_as_cut_short(tmp_path, capsys):
     cut.write_text('{"format": "pytest-gpucomm-report", "version": 1, "rows": [{"test": "suites/test_x.py::t')
     assert cli.main(["show", str(cut)]) == 2
     err = capsys.readouterr().err
-    assert f"gpucomm: error: {cut}: the file is cut short: the string that starts at line 1 column" in err
+    assert f"gpucomm: error: {cut}: the file is cut short (truncated): the string that starts at line 1 column" in err
     assert "never ends" in err

@@ -569,28 +569,9 @@ def _read_document(path: Path) -> dict:
     """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
     path = Path(path)
     raw = _read_bytes(path)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BaselineError(f"{path}: not a UTF-8 text file (byte {exc.start}): not a baseline file") from None
-    if not text.strip():
-        raise BaselineError(f"{path}: the file is empty (truncated?): not a valid baseline")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if exc.msg.startswith("Unterminated string"):  # a string that runs to the end of the file
-            raise BaselineError(f"{path}: the file is truncated: the string that starts at line {exc.lineno} column "
-                                f"{exc.colno} never ends") from None
-        if exc.pos >= len(text.rstrip()):
-            raise BaselineError(
-                f"{path}: the file is truncated: the JSON ends unexpectedly at line {exc.lineno} "
-                f"column {exc.colno} ({exc.msg})"
-            ) from None
-        raise BaselineError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:  # nested deeper than the parser's stack allows: far beyond MAX_NESTING
-        raise _too_deep(path) from None
-    except (ValueError, MemoryError) as exc:  # e.g. an integer of more digits than Python converts
-        raise BaselineError(f"{path}: invalid JSON: {exc}") from None
+    from ..jsontext import parse_json_bytes
+
+    doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: _too_deep(path))
     if _nesting_depth_exceeds(doc, MAX_NESTING):
         raise _too_deep(path)
     if not isinstance(doc, dict):
