@@ -446,14 +446,20 @@ def _clocks_from_library(smi: Any, h: Any, i: int, call: _Calls, clk_enum: Any) 
             continue
         c = call(f"amdsmi_get_clock_info(GPU {i}, {domain})", smi.amdsmi_get_clock_info, h, kind)
         if isinstance(c, Mapping):
-            out[domain.lower()] = {
-                "min_mhz": _na(c.get("min_clk")),
-                "max_mhz": _na(c.get("max_clk")),
-                "locked": _flag(c.get("clk_locked")),
-                "current_mhz": _na(c.get("clk")),
-                "deep_sleep": _flag(c.get("clk_deep_sleep")),
-            }
+            out[domain.lower()] = _clock_entry(c, "clk_deep_sleep")
     return out
+
+
+def _clock_entry(c: Mapping[str, Any], deep_sleep_key: str) -> dict[str, Any]:
+    """One clock domain, from the library's ``amdsmi_get_clock_info`` or amd-smi's ``metric --clock`` entry:
+    the same keys but deep sleep's, and amd-smi's numbers are ``{"value", "unit"}`` (``_number`` reads both)."""
+    return {
+        "min_mhz": _number(c.get("min_clk")),
+        "max_mhz": _number(c.get("max_clk")),
+        "locked": _flag(c.get("clk_locked")),
+        "current_mhz": _number(c.get("clk")),
+        "deep_sleep": _flag(c.get(deep_sleep_key)),
+    }
 
 
 # --------------------------------------------------------------------------------------------- amd-smi
@@ -610,13 +616,7 @@ def _clocks_from_cli(clock: Any) -> dict[str, Any]:
     for domain in CLOCK_DOMAINS:
         c = clock.get(f"{domain.lower()}_0")
         if isinstance(c, Mapping):
-            out[domain.lower()] = {
-                "min_mhz": _number(c.get("min_clk")),
-                "max_mhz": _number(c.get("max_clk")),
-                "locked": _flag(c.get("clk_locked")),
-                "current_mhz": _number(c.get("clk")),
-                "deep_sleep": _flag(c.get("deep_sleep")),
-            }
+            out[domain.lower()] = _clock_entry(c, "deep_sleep")
     return out
 
 

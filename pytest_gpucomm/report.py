@@ -493,9 +493,16 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
             )
     if is_worker:
         return
+    made: list[dict[str, Any]] = []
+
+    def document() -> dict[str, Any]:  # the JSON report and the plots draw from one document, made once
+        if not made:
+            made.append(report_document(state))
+        return made[0]
+
     if s.json_path:
         def json_report() -> None:
-            write_json(s.json_path, report_document(state))
+            write_json(s.json_path, document())
             state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
 
         attempt(f"the JSON report {s.json_path}", json_report)
@@ -503,7 +510,7 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         def plots() -> None:
             from .plots import all_figures, save_all
 
-            state.plot_paths = save_all(all_figures(report_document(state), state.baseline_doc), s.plots_dir,
+            state.plot_paths = save_all(all_figures(document(), state.baseline_doc), s.plots_dir,
                                         s.plots_format)
             state.notes.append(f"gpucomm: drew {len(state.plot_paths)} plots into {s.plots_dir}"
                                + ("" if state.baseline_doc is None else " (against the baseline as it was before "

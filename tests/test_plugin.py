@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from pytest_gpucomm.vocab import MAX_CPU_DEVICES
+
 FAST = ["--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
 
 
@@ -83,6 +85,15 @@ def test_gpu_pair_runs_every_ordered_pair_with_readable_ids(pytester):
         (["--gpucomm-max-size=16XB"], {}, "", "invalid size '16XB' (from --gpucomm-max-size from the command line)*"),
         (["--gpucomm-device=tpu"], {}, "", "invalid --gpucomm-device 'tpu' (from the command line)*"),
         (["--gpucomm-timeout=0"], {}, "", "invalid --gpucomm-timeout '0' (from the command line)*positive*"),
+        # the pairs of the pair tests, and the CPU variants' device count
+        (["--gpucomm-pairs=ring"], {}, "", "invalid --gpucomm-pairs 'ring' (from the command line): expected all, "
+                                           "neighbours, from0 or auto"),
+        ([], {"GPUCOMM_PAIRS": "some"}, "", "invalid --gpucomm-pairs 'some' (from the GPUCOMM_PAIRS environment variable)*"),
+        ([], {}, "gpucomm_pairs = 0", "invalid --gpucomm-pairs '0' (from the ini key gpucomm_pairs)*"),
+        ([], {"GPUCOMM_CPU_DEVICES": "1"}, "", "invalid GPUCOMM_CPU_DEVICES '1' (from the GPUCOMM_CPU_DEVICES environment "
+                                               "variable): *a whole number from 2 to 64*"),
+        ([], {"GPUCOMM_CPU_DEVICES": str(MAX_CPU_DEVICES + 1)}, "", "invalid GPUCOMM_CPU_DEVICES '65'*"),
+        ([], {"GPUCOMM_CPU_DEVICES": "eight"}, "", "invalid GPUCOMM_CPU_DEVICES 'eight'*"),
     ],
 )
 def test_bad_option_values_are_usage_errors_naming_value_and_origin(pytester, monkeypatch, args, env, ini, message):
