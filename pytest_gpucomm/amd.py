@@ -292,14 +292,15 @@ def _hip_ids(smi: Any, handles: list[Any], call: _Calls) -> list[int]:
     gives numbers that are not one per GPU)."""
     if not hasattr(smi, "amdsmi_get_gpu_enumeration_info"):
         return list(range(len(handles)))
-    ids = []
+    ids: list[Optional[int]] = []
     for i, h in enumerate(handles):
         info = call(f"amdsmi_get_gpu_enumeration_info(handle {i})", smi.amdsmi_get_gpu_enumeration_info, h)
         hip = info.get("hip_id") if isinstance(info, Mapping) else None
         ids.append(hip if isinstance(hip, int) and not isinstance(hip, bool) else None)
-    if None in ids or sorted(ids) != list(range(len(handles))):
+    known = [x for x in ids if x is not None]
+    if len(known) != len(ids) or sorted(known) != list(range(len(handles))):
         return list(range(len(handles)))
-    return ids
+    return known
 
 
 def _read_amdsmi(smi: Any, handles: list[Any], call: _Calls, rocm_file: Callable[[], Optional[str]]) -> dict:
@@ -537,14 +538,16 @@ def from_amd_smi(run: Runner, rocm_file: Callable[[], Optional[str]] = rocm_vers
         if driver is None and isinstance(drv, Mapping):
             driver = _na(drv.get("version"))
         bus = s.get("bus") or {}
-        gpu: dict[str, Any] = {"index": g, "bdf": _na(bus.get("bdf")), "name": _na((s.get("asic") or {}).get("market_name"))}
+        gpu: dict[str, Any] = {"index": g, "bdf": _na(bus.get("bdf")),
+                               "name": _na((s.get("asic") or {}).get("market_name"))}
         bios = s.get("ifwi", s.get("vbios"))
         if isinstance(bios, Mapping):
             gpu["vbios"] = _na(bios.get("version"))
         if g in firmware:
             gpu["firmware"] = _firmware(firmware[g].get("fw_list") or [], None)
         m = metric.get(g, {})
-        mp = m.get("pcie") if isinstance(m.get("pcie"), Mapping) else {}
+        pcie = m.get("pcie")
+        mp = pcie if isinstance(pcie, Mapping) else {}
         gpu["pcie"] = {
             "max_width": _na(bus.get("max_pcie_width")),
             "max_speed_gts": _number(bus.get("max_pcie_speed")),

@@ -4,7 +4,8 @@ pytest run and without a GPU.
 ::
 
     gpucomm show REPORT [--baseline B] [--matrix-size SIZE]   the table, verdicts, copy matrices and curves
-    gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report (and its matrices, curves); exit 1 on a regression
+    gpucomm compare BASELINE REPORT [--json OUT]  the gate on a saved report (and its matrices, curves);
+                                                  exit 1 on a regression
     gpucomm plot REPORT [--baseline B] -o DIR     the plots (PNG, or --format svg)
     gpucomm html REPORT [--baseline B] -o FILE    one self-contained HTML page: verdicts, matrices, curves, plots
     gpucomm baselines list | show NAME | prune NAME ... | merge A B -o C    keep baseline files by hand
@@ -28,7 +29,6 @@ name, a bad option, matplotlib missing for ``plot`` (the message names the extra
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -80,7 +80,8 @@ def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None
             try:
                 status = Status(row.get("status", Status.MEASURED.value))
             except ValueError:
-                raise CommandError(f"invalid report: rows[{i}] ({test}): unknown status {row.get('status')!r}") from None
+                raise CommandError(f"invalid report: rows[{i}] ({test}): "
+                                   f"unknown status {row.get('status')!r}") from None
         out.append(Record(nodeid=test, measurement=m, checks=list(row.get("checks") or []), status=status,
                           baseline=baseline))
     return out
@@ -156,7 +157,8 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     lines = [f"report: {args.report}", _hardware_line(report)] + _table_lines(records)
     if any(r.baseline is not None for r in records):
         lines.append(_counts_line(records))
-    section = report.get("baseline") if isinstance(report.get("baseline"), Mapping) else {}
+    judged = report.get("baseline")
+    section = judged if isinstance(judged, Mapping) else {}
     if section.get("path"):
         lines.append(f"judged in the run against {section['path']} ({section.get('comparisons', '?')} comparisons)")
     diff = section.get("environment_diff")
@@ -267,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", help="the table, verdicts, copy matrices and curves of a saved JSON report")
     p.add_argument("report", metavar="REPORT", help="a JSON report (pytest --gpucomm-json=REPORT)")
-    p.add_argument("--baseline", metavar="B", help="compare the copy matrices and curves with this baseline (NAME, file or report)")
+    p.add_argument("--baseline", metavar="B",
+                   help="compare the copy matrices and curves with this baseline (NAME, file or report)")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
     p.add_argument("--matrix-size", metavar="SIZE", action="append",
                    help="print the copy matrices at SIZE (e.g. 4KiB; repeat for several; default: the largest size "

@@ -214,7 +214,8 @@ class Sweep:
         for a, b in zip(pts, pts[1:]):
             if a.size_bytes == b.size_bytes:
                 raise ValueError(f"size {describe_size(int(a.size_bytes))} given twice in {where}: a sweep has "
-                                 f"one point per size (medians {describe_duration(a.median_s)} and {describe_duration(b.median_s)})")
+                                 f"one point per size (medians {describe_duration(a.median_s)} and "
+                                 f"{describe_duration(b.median_s)})")
         if not pts:
             raise ValueError(f"no sizes in {where}: a sweep needs at least one measured size")
         object.__setattr__(self, "points", pts)
@@ -323,8 +324,8 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
     :func:`sweep_id`), op, place (devices or world, node), world size, dtype and form make a sweep.  A
     training-step pattern (a measurement with ``info["step_comm_s"]``) is not a sweep over sizes and is
     left out, as is a measurement whose figure is 0 (the busbw of a collective on one rank, where nothing
-    crosses a bus: nccl-tests reports 0 too) and a group of fewer than ``min_sizes`` sizes.  A size measured twice in one group is a
-    ValueError naming the size and both tests."""
+    crosses a bus: nccl-tests reports 0 too) and a group of fewer than ``min_sizes`` sizes.  A size
+    measured twice in one group is a ValueError naming the size and both tests."""
     groups: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
     for item in items:
         test_id, m = _as_pair(item)

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .comm import Comm, GpuPair
     from .group import ProcessGroup
 
-__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "size", "group_kind", "comm", "process_group"]
+__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "size", "group_kind", "comm",
+           "process_group"]
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,9 @@ def add_env_parser(subparsers: Any) -> None:
                               "since a baseline was recorded.")
     p.add_argument("--baseline", metavar="B", default=None,
                    help="A baseline name or path (or a saved report): print the difference from its newest run.")
+    p.add_argument("--device", metavar="auto|gpu|cpu", default=None,
+                   help="Which devices' fingerprint, as the plugin's --gpucomm-device. Default: GPUCOMM_DEVICE, "
+                        "else auto.")
     p.add_argument("--json", action="store_true", help="Print JSON instead of key: value lines.")
     p.set_defaults(func=run_env)
 
@@ -152,7 +155,7 @@ def _error(err: TextIO, message: str) -> int:
     return 2
 
 
-def _bad_input_types() -> tuple[type, ...]:
+def _bad_input_types() -> tuple[type[Exception], ...]:
     from .gate.store import BaselineError
     from .saved import ReportError
 
@@ -299,7 +302,8 @@ def _list(args: Any, out: TextIO, err: TextIO) -> int:
     if not files:
         print(f"no baselines in {d}", file=out)
         return 0
-    rows, bad = [], []
+    rows: list[list[Any]] = []
+    bad: list[str] = []
     for p in files:
         try:
             doc = read_baseline(p)
@@ -673,8 +677,8 @@ def _merge_lines(a: Mapping[str, Any], b: Mapping[str, Any], merged: Mapping[str
                  f"{len(merged['cases'])} cases, max_runs {merged['max_runs']}")
     moves: dict[tuple[int, int, int], list[str]] = {}
     for k in sorted(ka & kb):
-        n = (len(a["cases"][k]["runs"]), len(b["cases"][k]["runs"]), len(merged["cases"][k]["runs"]))
-        moves.setdefault(n, []).append(k)
+        counts = (len(a["cases"][k]["runs"]), len(b["cases"][k]["runs"]), len(merged["cases"][k]["runs"]))
+        moves.setdefault(counts, []).append(k)
     for (na, nb, n), keys in sorted(moves.items(), reverse=True):
         lines.append(f"    {plural(len(keys), 'case')} in both: {na} + {nb} -> {plural(n, 'run')}")
         if verbose:
@@ -711,7 +715,15 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
 
     out = out or sys.stdout
     err = err or sys.stderr
-    info = detect()
+    device, where = getattr(args, "device", None), "--device"
+    if device is None:
+        device, where = os.environ.get("GPUCOMM_DEVICE") or "auto", "the GPUCOMM_DEVICE environment variable"
+    if device not in ("auto", "gpu", "cpu"):
+        return _error(err, f"invalid device {device!r} (from {where}): expected auto, gpu or cpu")
+    try:
+        info = detect(device)
+    except RuntimeError as e:  # gpu asked for, none seen
+        return _error(err, str(e))
     fp = fingerprint(info)
     result: Optional[dict[str, Any]] = None
     if getattr(args, "baseline", None):

@@ -561,7 +561,8 @@ class LaunchedSession:
         digests = self.allgather(digest, what="collecting the tests")
         if all(d == digests[0] for d in digests):
             return
-        lists = self.allgather(list(nodeids), what="comparing the collected tests")  # every list, to name the first difference
+        # every list, to name the first difference
+        lists = self.allgather(list(nodeids), what="comparing the collected tests")
         first = lists[0]
         groups: dict[str, list[int]] = {}
         for r, d in enumerate(digests):
@@ -630,7 +631,7 @@ class LaunchedSession:
                                    f"skipped on {where}; agreed by every rank")
             report.outcome = "skipped"
             if m[3] is not None:
-                report.wasxfail = m[3]  # type: ignore[attr-defined]
+                report.wasxfail = m[3]
 
     def agree_on_exit_status(self, status: int) -> tuple[int, list[str]]:
         """The job's exit status -- the first rank's (in rank order) that is not 0, else 0 -- so that every
@@ -639,7 +640,8 @@ class LaunchedSession:
         is 1 (or this rank's, if not 0), as on every rank of a broken job."""
         if self.broken is None:
             try:
-                every = [int(s) for s in self.allgather(int(status), what="the session (the agreement on the exit status)")]
+                every = [int(s) for s in self.allgather(int(status),
+                                                        what="the session (the agreement on the exit status)")]
             except JobBroken as e:
                 return (status or 1), [str(e)]
         else:

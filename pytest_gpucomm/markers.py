@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import pytest
 
@@ -66,14 +66,16 @@ _MARKER_HELP = {
 MARKER_LINES = [_MARKER_HELP[name] for name in MARKER_NAMES]
 
 
-class MarkerError(pytest.UsageError):
+# pytest.UsageError is @final in pytest's stubs, but a subclass is how a marker's error is a usage error
+# (exit code 4, no traceback) and still a type of its own that callers and tests can tell apart
+class MarkerError(pytest.UsageError):  # type: ignore[misc]
     """A marker with a bad argument; the message names the test and the keyword."""
 
 
 def _marks_of(obj: Any, name: str) -> list[pytest.Mark]:
     """The ``@name`` marks written on ``obj`` itself (its ``pytestmark``, not its base classes')."""
     raw = vars(obj).get("pytestmark", []) if isinstance(obj, type) else getattr(obj, "pytestmark", [])
-    marks = raw if isinstance(raw, (list, tuple)) else [raw]
+    marks: Sequence[Any] = raw if isinstance(raw, (list, tuple)) else [raw]  # Marks or MarkDecorators
     return [getattr(m, "mark", m) for m in marks if getattr(getattr(m, "mark", m), "name", None) == name]
 
 
@@ -171,7 +173,8 @@ def read_bandwidth(item: pytest.Item) -> Optional[BandwidthSpec]:
     if kw["tolerance"] is not None:
         tol = _number(kw["tolerance"], "bandwidth", "tolerance", where)
         if tol >= 1:
-            raise MarkerError(f"{where}: @bandwidth(tolerance={kw['tolerance']!r}): tolerance is a fraction below 1 (0.05 = 5%)")
+            raise MarkerError(f"{where}: @bandwidth(tolerance={kw['tolerance']!r}): "
+                              f"tolerance is a fraction below 1 (0.05 = 5%)")
     tail = None
     if kw["tail_tolerance"] is not None:
         tail = _number(kw["tail_tolerance"], "bandwidth", "tail_tolerance", where)
@@ -230,8 +233,7 @@ def read_sizes(mark: pytest.Mark, where: str) -> list[int]:
         while s <= hi * (1 + 1e-12):
             out.append(int(round(s)))
             s *= f
-    seen: set[int] = set()
-    return [x for x in out if not (x in seen or seen.add(x))]
+    return list(dict.fromkeys(out))  # in order, each size once
 
 
 def _count_sig(n: Any) -> dict[str, Any]:
@@ -358,7 +360,8 @@ def check_thresholds(marks: Marks, records: "list[Record]") -> list[str]:
         if lat is not None and lat.max_us is not None:
             got, of = latency_percentile_us(m, lat.percentile)
             ok = got <= lat.max_us
-            r.checks.append(f"p{lat.percentile:g} latency <= {lat.max_us:g} us: {'ok' if ok else 'FAIL'} ({got:.2f} us)")
+            r.checks.append(f"p{lat.percentile:g} latency <= {lat.max_us:g} us: "
+                            f"{'ok' if ok else 'FAIL'} ({got:.2f} us)")
             if not ok:
                 failed = True
                 failures.append(

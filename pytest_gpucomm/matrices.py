@@ -125,7 +125,8 @@ class Cell(NamedTuple):
         return self.now / self.base if self.base else None
 
 
-def cell_baseline(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any], layout: str = "") -> tuple[Optional[float], bool]:
+def cell_baseline(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
+                  layout: str = "") -> tuple[Optional[float], bool]:
     """(the baseline's figure of ``row``, whether it is a published floor).  With a baseline document: its
     runs' figure (:func:`baseline_gbps`), else the case's ``floor_gbps``.  Without one: the figure the row's
     verdict was judged against (``row["baseline"]["baseline_gbps"]``: what a saved report carries)."""
@@ -136,7 +137,9 @@ def cell_baseline(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
         floor = (baseline_case(baseline, row, layout) or {}).get("floor_gbps")
         return (float(floor), True) if isinstance(floor, (int, float)) and floor > 0 else (None, False)
     verdict = row.get("baseline")
-    figure = verdict.get("baseline_gbps") if isinstance(verdict, Mapping) else None
+    if not isinstance(verdict, Mapping):
+        return None, False
+    figure = verdict.get("baseline_gbps")
     if not isinstance(figure, (int, float)) or not figure > 0:
         return None, False
     return float(figure), str(verdict.get("status")) in FLOOR_STATUSES
@@ -266,7 +269,8 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
             body += _grid(m, size, lambda c: _fmt_gbps(c.now))
             if m.compared:
                 body.append("  today / baseline:")
-                body += _grid(m, size, lambda c: "new" if c.ratio is None else f"{c.ratio:.2f}x" + ("*" if c.floor else ""))
+                body += _grid(m, size,
+                              lambda c: "new" if c.ratio is None else f"{c.ratio:.2f}x" + ("*" if c.floor else ""))
                 floors = floors or any(c.floor for c in m.cells[size].values())
     if not body:
         return []

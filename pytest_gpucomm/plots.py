@@ -447,9 +447,10 @@ def _sketch_points(sketch: Any) -> tuple[np.ndarray, np.ndarray]:
 def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
                     sizes: Optional[Iterable[int]] = None) -> list["Figure"]:
     """A figure per row with a single-op record (``info["tail"]["hist"]``; not a training-step pattern's)
-    at the smallest size of its sweep (or at ``sizes``): the share of single ops at or above each latency, today's against the baseline's
-    (see the module doc).  Lines: ``today`` (single ops, x in microseconds), ``baseline-sketch`` (one per
-    baseline run with a sketch), else ``today-batch`` and ``baseline-batch`` (one per baseline run)."""
+    at the smallest size of its sweep (or at ``sizes``): the share of single ops at or above each latency,
+    today's against the baseline's (see the module doc).  Lines: ``today`` (single ops, x in microseconds),
+    ``baseline-sketch`` (one per baseline run with a sketch), else ``today-batch`` and ``baseline-batch``
+    (one per baseline run)."""
     Figure = _mpl()
     _check_report(report)
     _check_baseline(baseline)

@@ -119,7 +119,8 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     for row, (test, m) in zip(report["rows"], pairs):
         recorded = row.get("baseline") if isinstance(row.get("baseline"), Mapping) else {}
         tol = tolerance if tolerance is not None else recorded.get("tolerance")
-        tail = recorded.get("tail") if isinstance(recorded.get("tail"), Mapping) else {}
+        recorded_tail = recorded.get("tail")
+        tail = recorded_tail if isinstance(recorded_tail, Mapping) else {}
         tail_tol = tail_tolerance if tail_tolerance is not None else tail.get("tolerance")
         replay = _Replay(list(recorded.get("remeasures") or []))
         try:

@@ -8,7 +8,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol
 
 from .atomic import write_atomic
 from .saved import REPORT_FORMAT, REPORT_VERSION
@@ -19,8 +19,8 @@ from .vocab import Status
 if TYPE_CHECKING:
     from .state import State
 
-__all__ = ["table_rows", "render_table", "json_document", "straggler_lines", "stragglers_of", "write_json", "benchmark_document", "gate_columns",
-           "baseline_extra",
+__all__ = ["table_rows", "render_table", "json_document", "straggler_lines", "stragglers_of", "write_json",
+           "benchmark_document", "gate_columns", "baseline_extra",
            "junit_properties", "summary_lines", "write_reports", "tail_cell", "tail_counts", "curves_of",
            "baseline_document", "CURVE_LIMIT", "live_text", "LIVE_KEY", "report_document", "matrices_of"]
 
@@ -160,7 +160,8 @@ def straggler_lines(records: list[Record], limit: int = 10) -> list[str]:
             lines.append(f"  ... and {len(listed) - limit} more (the JSON report has every case)")
     if nodes:
         lines.append(f"gpucomm outlier nodes (against the other nodes and ranks of this run: modified z-score "
-                     f"0.6745 (x - median) / MAD above {Z_LIMIT}, the MAD at least {MAD_FLOOR:.0%} of the iteration time "
+                     f"0.6745 (x - median) / MAD above {Z_LIMIT}, "
+                     f"the MAD at least {MAD_FLOOR:.0%} of the iteration time "
                      f"for the ranks' lag, of the nodes' median for a node's figure):")
         lines += [f"  {n.text()}" for n in nodes[:limit]]
         if len(nodes) > limit:
@@ -376,7 +377,14 @@ def summary_lines(state: "State") -> list[str]:
     return lines + state.notes
 
 
-def tail_counts(records: Iterable[Record]) -> str:
+class _Judged(Protocol):
+    """What :func:`tail_counts` reads of a record: a :class:`Record`, or a saved report's row as a namespace."""
+
+    @property
+    def baseline(self) -> Optional[Mapping[str, Any]]: ...
+
+
+def tail_counts(records: Iterable[_Judged]) -> str:
     """The tail verdicts for the verdicts' line: "; tails tested on 12 cases: 1 TAIL" (a TAIL under a REGRESSION
     counted too), "" where no tail was tested."""
     tails = [(r.baseline or {}).get("tail") or {} for r in records]
@@ -483,7 +491,8 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
                     return
                 path, n = state.gate.save(keep, state.fingerprint, date)
                 state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}"
-                                   + ("" if finished else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
+                                   + ("" if finished
+                                      else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
 
             attempt(f"the baseline {state.gate.path}", save)
         else:
@@ -501,25 +510,31 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         return made[0]
 
     if s.json_path:
+        json_path = s.json_path  # a str here, also in the closure
+
         def json_report() -> None:
-            write_json(s.json_path, document())
-            state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {s.json_path}")
+            write_json(json_path, document())
+            state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {json_path}")
 
         attempt(f"the JSON report {s.json_path}", json_report)
     if s.plots_dir:
+        plots_dir = s.plots_dir
+
         def plots() -> None:
             from .plots import all_figures, save_all
 
-            state.plot_paths = save_all(all_figures(document(), state.baseline_doc), s.plots_dir,
+            state.plot_paths = save_all(all_figures(document(), state.baseline_doc), plots_dir,
                                         s.plots_format)
-            state.notes.append(f"gpucomm: drew {len(state.plot_paths)} plots into {s.plots_dir}"
+            state.notes.append(f"gpucomm: drew {len(state.plot_paths)} plots into {plots_dir}"
                                + ("" if state.baseline_doc is None else " (against the baseline as it was before "
                                   "this run)"))
 
         attempt(f"the plots in {s.plots_dir}", plots)
     if s.benchmark_json:
+        benchmark_json = s.benchmark_json
+
         def benchmark_report() -> None:
-            write_json(s.benchmark_json, benchmark_document(state.records, state.fingerprint, date))
-            state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {s.benchmark_json}")
+            write_json(benchmark_json, benchmark_document(state.records, state.fingerprint, date))
+            state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {benchmark_json}")
 
         attempt(f"the pytest-benchmark export {s.benchmark_json}", benchmark_report)

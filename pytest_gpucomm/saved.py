@@ -12,7 +12,6 @@ No torch, no pytest: numpy through the measurement, jsonschema and filelock thro
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass

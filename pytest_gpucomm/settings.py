@@ -14,11 +14,6 @@ from typing import Any, Callable, Optional, TypeVar
 import pytest
 
 from .units import SizeError, describe_size, parse_size
-
-__all__ = ["Settings", "add_options", "read_settings", "parse_seconds", "origin"]
-
-T = TypeVar("T")
-
 from .vocab import (
     TAIL_TIME_FACTOR,
     DEFAULT_ALPHA,
@@ -39,6 +34,10 @@ from .vocab import (
     AUTO_ALL_PAIRS_MAX_DEVICES,
     PAIR_CHOICES,
 )
+
+__all__ = ["Settings", "add_options", "read_settings", "parse_seconds", "origin"]
+
+T = TypeVar("T")
 
 # (option, dest, ini key, env var, help, metavar)
 _OPTIONS = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import pytest
 
@@ -123,7 +123,8 @@ class State:
         return {"launcher": la.launcher, "world_size": la.world_size, "n_nodes": la.n_nodes,
                 "local_world_size": la.local_world_size, "layout": self.layout or None,
                 "master_addr": la.master_addr, "master_port": la.master_port, "hosts": sorted(set(hosts)),
-                "nodes": [{"node": n, "host": h, "fingerprint": fp} for n, (h, fp) in sorted(self.node_fingerprints.items())],
+                "nodes": [{"node": n, "host": h, "fingerprint": fp}
+                          for n, (h, fp) in sorted(self.node_fingerprints.items())],
                 "node_differences": node_differences(self.node_fingerprints)}
 
     @property
@@ -140,7 +141,8 @@ class State:
         self.node_fingerprints = self.launched.node_fingerprints(lambda: self.fingerprint)
         self.gate.layout = self.layout
         if self.layout:  # the run's fingerprint holds every node's: a change on any node is named
-            self._fingerprint = dict(self.fingerprint, nodes={str(n): fp for n, (_, fp) in self.node_fingerprints.items()})
+            self._fingerprint = dict(self.fingerprint,
+                                     nodes={str(n): fp for n, (_, fp) in self.node_fingerprints.items()})
 
     def node_lines(self) -> list[str]:
         """Header lines of a job across nodes: its layout, and how its nodes differ from each other."""
@@ -171,7 +173,8 @@ class State:
                 problem = str(e)
         problem = launched.broadcast(problem)
         if problem:
-            raise pytest.UsageError(problem if self.speaks else f"{problem} (on global rank 0, which reads the baseline)")
+            raise pytest.UsageError(problem if self.speaks
+                                    else f"{problem} (on global rank 0, which reads the baseline)")
         self.follows_gate = not self.speaks
 
     # -- lazily created, so nothing heavy happens unless a gpucomm fixture or marker is used ---------
@@ -313,8 +316,9 @@ class State:
         if self.launched is None:
             return (f"group kind {kind!r} needs a job launched on more than one node (torchrun, srun, mpirun); "
                     "this session runs a rank pool on one host")
-        if not self.multi_node:
-            return f"group kind {kind!r} needs a job of more than one node; this {self.launch.launcher} job has 1"
+        if not self.multi_node:  # self.launch is set with self.launched (set_launch)
+            return (f"group kind {kind!r} needs a job of more than one node; "
+                    f"this {cast('Launch', self.launch).launcher} job has 1")
         return self.launched.layout(self.info).problem(kind)
 
     def group(self, world: int, timeout_s: Optional[float] = None, label: str = "",
@@ -415,7 +419,8 @@ class State:
             return again
 
         try:
-            failures = self._judge(records, tolerance, [leading(i, r.redo) for i, r in enumerate(records)],
+            failures = self._judge(records, tolerance,
+                                   [None if r.redo is None else leading(i, r.redo) for i, r in enumerate(records)],
                                    tail_tolerance)
         except BaseException as e:
             launched.broadcast(("error", f"{type(e).__name__}: {e}"))
@@ -445,7 +450,8 @@ class State:
             return list(message[2])
 
     def _judge(self, records: list[Record], tolerance: Optional[float],
-               redos: list[Callable[[], "Remeasure"]], tail_tolerance: Optional[float] = None) -> list[str]:
+               redos: list[Optional[Callable[[], "Remeasure"]]],
+               tail_tolerance: Optional[float] = None) -> list[str]:
         failures = []
         for r, redo in zip(records, redos):
             v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo, tail_tolerance)

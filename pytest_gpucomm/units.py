@@ -19,7 +19,8 @@ import math
 import re
 from typing import Union
 
-__all__ = ["describe_duration", "SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size", "is_exact_size_text", "size_token", "gbps", "GB", "plural"]
+__all__ = ["describe_duration", "SizeError", "MAX_SIZE", "parse_size", "format_size", "describe_size",
+           "is_exact_size_text", "size_token", "gbps", "GB", "plural"]
 
 GB = 1e9
 #: the largest size accepted anywhere: 1 TiB, more than any device's memory

@@ -61,7 +61,9 @@ class Status(str, Enum):
     FLOOR = "FLOOR"  # a published case: below its floor
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:  # formatted as its value, a str (str.__format__)
+        return str.__format__(self, format_spec)
 
     @property
     def failed(self) -> bool:
@@ -69,7 +71,8 @@ class Status(str, Enum):
         return self in _FAILING
 
 
-_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.TAIL, Status.NEW_STRICT, Status.NOT_GATED_STRICT, Status.FLOOR})
+_FAILING = frozenset({Status.FAILED, Status.REGRESSION, Status.TAIL, Status.NEW_STRICT, Status.NOT_GATED_STRICT,
+                      Status.FLOOR})
 
 #: element types of the collectives: name -> bytes per element
 DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -91,15 +94,17 @@ DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression
 DEFAULT_ALPHA = 0.01  # suite-level significance, Bonferroni-corrected
 DEFAULT_MAX_RUNS = 24  # runs kept per case in a baseline file: several sessions (gate.decision)
 #: the tail verdict's tolerance: the share of single ops above the baseline's p99 (scaled to today's median)
-#: allowed is the baseline's own share (about 1 %) x (1 + this); the rule and its simulations are gate.tails' (its DEFAULT_TAIL_TOLERANCE,
-#: which must equal this: a test checks it; here so that the options' help needs no numpy)
+#: allowed is the baseline's own share (about 1 %) x (1 + this); the rule and its simulations are gate.tails'
+#: (its DEFAULT_TAIL_TOLERANCE, which must equal this: a test checks it; here so that the options' help needs
+#: no numpy)
 DEFAULT_TAIL_TOLERANCE = 0.5
 #: the single-op phase's time per case, without --gpucomm-tail-time: this many x --gpucomm-min-time (0.3 s by
 #: default gave one H200 7,000-10,000 single ops of a small collective; the p99.9 level needs 5,000)
 TAIL_TIME_FACTOR = 3
 #: the largest tail tolerance accepted (a hundredfold share of slow ops)
 MAX_TAIL_TOLERANCE = 99.0
-DEFAULT_MAX_REMEASURES = 1  # re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)
+# re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)
+DEFAULT_MAX_REMEASURES = 1
 
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
 #: two-rank collectives have something real to measure.

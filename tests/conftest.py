@@ -1,9 +1,62 @@
+"""What every test of this suite runs with, whatever machine it runs on.
+
+* **The CPU contract.** A test measures on the CPU variants (host memory copies, gloo) unless it is marked
+  ``@pytest.mark.gpu``: ``GPUCOMM_DEVICE=cpu`` is set for it, and so for every pytest run and process it
+  starts, so that ``device=auto`` on a machine with GPUs does not turn a check of the CPU path into a GPU run
+  (another device count, the ``h200`` baseline name, NCCL ranks sharing one GPU). A test that checks the
+  device choice itself passes ``--gpucomm-device`` or hides the GPUs from its subprocess
+  (:data:`NO_GPU_ENV`).
+* **The plugin set.** The pytest runs a test starts load these plugins and no other that the machine has
+  installed (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` with ``PYTEST_PLUGINS``): a GPU machine's pytest-timeout,
+  pytest-cov, anyio or jaxtyping plugins would change the output and the modules a run imports.  A test
+  that needs pytest-html asks for it (:data:`HTML_PLUGINS`).
+* **GPU tests** (``@pytest.mark.gpu``) keep the machine's device and are skipped, with the reason, where torch
+  sees no GPU.
+"""
+
+from __future__ import annotations
+
 # Modules with compiled parts must be imported before pytester takes its sys.modules snapshot: pytester's
 # in-process runs remove the modules imported during a run, and torch, numpy and scipy cannot be imported a
 # second time in one process.  The gate's decision and store bring in numpy, scipy and jsonschema.
-import torch  # noqa: F401
+import torch
 
 import pytest_gpucomm.gate.decision  # noqa: F401
 import pytest_gpucomm.gate.store  # noqa: F401
+import pytest
 
 pytest_plugins = ["pytester"]
+
+#: the plugins that the pytest runs started by the tests load, by module name (pytest before 9.2 reads
+#: PYTEST_PLUGINS as module names only): ours, and xdist for the tests of -n.  A test of pytest-html adds
+#: HTML_PLUGINS to its run's arguments.
+TEST_RUN_PLUGINS = ("pytest_gpucomm.plugin", "xdist.plugin", "xdist.looponfail")
+HTML_PLUGINS = ("-p", "pytest_metadata.plugin", "-p", "pytest_html.plugin")
+
+#: the environment of a subprocess that must see no GPU (a check of what happens on a machine without one)
+NO_GPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
+
+
+def _gpu_count() -> int:
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken driver: no GPU to test on
+        return 0
+
+
+GPU_COUNT = _gpu_count()
+
+
+@pytest.fixture(autouse=True)
+def _cpu_contract(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("PYTEST_PLUGINS", ",".join(TEST_RUN_PLUGINS))
+    marker = request.node.get_closest_marker("gpu")
+    if marker is None:
+        monkeypatch.setenv("GPUCOMM_DEVICE", "cpu")
+        return
+    needed = int(marker.kwargs.get("count", 1))
+    if GPU_COUNT < needed:
+        pytest.skip(f"a GPU test: needs {needed} GPU(s) that torch can see, found {GPU_COUNT}")
+    monkeypatch.delenv("GPUCOMM_DEVICE", raising=False)
+

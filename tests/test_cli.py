@@ -84,6 +84,7 @@ def changed_lines(text: str) -> dict[str, tuple[str, str]]:
 # -- compare: the run's verdicts -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_runs_themselves_regress_on_the_slowed_case_only(runs):
     """What the comparisons below lean on: the slowed run failed on the gate, and only on its slowed case,
     which it measured again; the unchanged run passed."""
@@ -443,7 +444,11 @@ def test_baselines_and_env_are_commands_of_gpucomm(runs, capsys):
     code, text = gpucomm("baselines", "show", "mi301", "--baseline-dir", runs.baseline.parent)
     assert code == 2 and "mi301" in capsys.readouterr().err
     code, text = gpucomm("env", "--baseline", runs.baseline)
+    assert code == 0 and "kind: cpu" in text.splitlines()  # GPUCOMM_DEVICE=cpu, as the tests pin it
+    code, text = gpucomm("env", "--device", "cpu")
     assert code == 0 and "kind: cpu" in text.splitlines()
+    code, text = gpucomm("env", "--device", "tpu")
+    assert code == 2 and "invalid device 'tpu' (from --device): expected auto, gpu or cpu" in capsys.readouterr().err
 
 
 def test_a_report_cut_inside_a_string_is_named_as_cut_short(tmp_path, capsys):

@@ -95,6 +95,7 @@ def _outcome(result, name: str, when: str = "call"):
 
 # -- worlds and ops -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_gloo_worlds_of_2_and_4_run_every_collective_and_report_busbw(pytester):
     pytester.makepyfile(
         test_worlds=f"""
@@ -293,6 +294,7 @@ def test_a_rank_that_raises_fails_the_test_with_its_traceback_and_the_next_test_
     assert _outcome(result, "test_next").passed
 
 
+@pytest.mark.slow
 def test_a_hung_rank_fails_the_test_after_rank_timeout_with_its_stack_and_the_pool_restarts(pytester):
     pytester.makepyfile(fail_tasks=FAIL_TASKS)
     pytester.makepyfile(
@@ -319,6 +321,7 @@ def test_a_hung_rank_fails_the_test_after_rank_timeout_with_its_stack_and_the_po
     assert _outcome(result, "test_next").passed
 
 
+@pytest.mark.slow
 def test_gpucomm_timeout_option_bounds_work_on_the_ranks(pytester):
     pytester.makepyfile(fail_tasks=FAIL_TASKS)
     pytester.makepyfile(
@@ -336,6 +339,7 @@ def test_gpucomm_timeout_option_bounds_work_on_the_ranks(pytester):
     assert "in sleep_forever_on_rank_one" in text
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_fails_the_test_as_a_crash_of_that_rank_and_the_next_test_passes(pytester):
     pytester.makepyfile(fail_tasks=FAIL_TASKS)
     pytester.makepyfile(
@@ -372,6 +376,7 @@ def record(process_group, path):
 """
 
 
+@pytest.mark.slow
 def test_end_of_session_leaves_no_worker_process_and_no_listening_port(pytester):
     pytester.makepyfile(record_pool=RECORD_POOL)
     pytester.makepyfile(
@@ -395,6 +400,7 @@ def test_end_of_session_leaves_no_worker_process_and_no_listening_port(pytester)
     assert not Path(info["log_dir"]).exists()  # the ranks' log folder is removed too
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
     pytester.makepyfile(record_pool=RECORD_POOL)
     pytester.makepyfile(

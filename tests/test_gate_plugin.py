@@ -346,6 +346,7 @@ def _pid_task(pytester):
     pytester.makepyfile(pid_tasks="import os\n\ndef pid(ctx):\n    return os.getpid()\n")
 
 
+@pytest.mark.slow
 def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pytester):
     _pid_task(pytester)
     pytester.makepyfile(
@@ -376,6 +377,7 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
 
 
+@pytest.mark.slow
 def test_only_the_first_max_fresh_remeasures_of_a_session_restart_the_process_group(pytester, monkeypatch):
     monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 3)
     _pid_task(pytester)

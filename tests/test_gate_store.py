@@ -552,15 +552,22 @@ except BaselineError as e:
     assert "no baseline named 'h200'" in out[3] and "available baselines: a100" in out[3]
 
 
-def test_the_size_limit_is_256_mib_and_named_in_the_message(tmp_path):
+def test_the_size_limit_is_256_mib_and_named_in_the_message(tmp_path, monkeypatch):
     assert MAX_BASELINE_BYTES == 256 * 1024 * 1024
     p = tmp_path / "h200.json"
     with open(p, "wb") as f:  # sparse: takes no disk space, and is never read
         f.truncate(MAX_BASELINE_BYTES + 1)
-    t = time.monotonic()
+    opened: list[str] = []
+    real_open = os.open
+
+    def watched_open(path, *args, **kwargs):
+        opened.append(os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", watched_open)
     with pytest.raises(BaselineError) as info:
         load_baseline(p)
-    assert time.monotonic() - t < 2
+    assert str(p) not in opened  # refused from its size alone: never opened, so never read
     assert str(info.value) == (
         f"{p}: is larger than 256 MiB ({MAX_BASELINE_BYTES + 1} bytes), the most a baseline file may hold "
         "(pytest_gpucomm.gate.store.MAX_BASELINE_BYTES): not a baseline file"

@@ -394,6 +394,7 @@ def test_all_reduce(process_group, size, comm):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc)")
+@pytest.mark.slow
 def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_without_it(tmp_path):
     """Three jobs: a recording run, a second recording run (judged against the first: its verdict must be ok,
     though a recording run does not fail), then the slow rank against the two.  On a loaded CPU the share of

@@ -150,6 +150,8 @@ def gpu_shim(tmp_path_factory):
     return build.build_shim(tmp_path_factory.mktemp("hipshim-gpu"))
 
 
+@pytest.mark.gpu
+@pytest.mark.slow  # 7 rounds of both engines over 24 sizes: about two minutes on one H200
 def test_hip_engine_through_the_shim_measures_what_the_cuda_engine_measures(gpu_shim):
     bench = _load("gpucomm_hip_shim_vs_cuda", ROOT / "benchmarks" / "hip_shim_vs_cuda.py")
     rows = bench.compare(gpu_shim, bench.SIZES, min_time_s=0.1)
@@ -162,6 +164,7 @@ def test_hip_engine_through_the_shim_measures_what_the_cuda_engine_measures(gpu_
     assert len(noisy) <= len(rows) // 4, "\n".join(bench.line(r) for r in noisy)
 
 
+@pytest.mark.gpu
 def test_copy_suite_reports_the_hip_engine_when_asked_for_it(gpu_shim, tmp_path):
     out = tmp_path / "hip.json"
     env = {**os.environ, engines.ENV_ENGINE: "hip", engines.ENV_HIP_LIBRARY: str(gpu_shim)}

@@ -45,18 +45,22 @@ def test_empty_and_out_of_range_settings_are_usage_errors(pytester, monkeypatch,
 
 
 def test_a_sweep_of_absurdly_many_sizes_is_refused_at_once(pytester):
-    pytester.makepyfile(
-        """
+    sweep = """
         from pytest_gpucomm import sizes
 
-        @sizes(start="1KiB", stop="1GiB", factor=1.0000001)
+        @sizes(start="1KiB", stop="1GiB", factor={factor})
         def test_a(size):
             pass
         """
-    )
+    pytester.makepyfile(sweep.format(factor=2))  # 21 sizes: what a run of an ordinary sweep costs here
+    t0 = time.monotonic()
+    pytester.runpytest("--collect-only", *FAST).assert_outcomes()
+    ordinary_s = time.monotonic() - t0
+    pytester.makepyfile(sweep.format(factor=1.0000001))
     t0 = time.monotonic()
     result = pytester.runpytest(*FAST)
-    assert time.monotonic() - t0 < 30  # it used to spend most of a minute collecting
+    # refused from the count alone: it used to spend most of a minute making the sizes
+    assert time.monotonic() - t0 < 20 * ordinary_s + 2, ordinary_s
     result.stdout.fnmatch_lines(["*@sizes(start='1KiB', stop='1GiB', factor=1.0000001) would make 138,629,443 sizes; "
                                  "at most 1000 (raise the factor)*"])
 
@@ -198,6 +202,7 @@ def test_stop():
 """
 
 
+@pytest.mark.slow
 def test_an_interrupted_recording_run_saves_nothing(pytester):
     pytester.makepyfile(INTERRUPTING)
     result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
@@ -214,6 +219,7 @@ def test_a_recording_run_stopped_by_maxfail_saves_nothing(pytester):
     assert not (pytester.path / "base.json").exists()
 
 
+@pytest.mark.slow
 def test_an_interrupted_recording_run_saves_its_cases_when_asked(pytester):
     pytester.makepyfile(INTERRUPTING)
     result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save",
@@ -231,6 +237,7 @@ def _gpucomm_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("gpucomm-")}
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_run_like_ctrl_c_and_leaves_no_worker_or_folder(pytester):
     started = pytester.path / "started"
     pytester.makepyfile(
@@ -268,6 +275,7 @@ def test_sigterm_stops_the_run_like_ctrl_c_and_leaves_no_worker_or_folder(pytest
 
 # -- pytest-xdist: the controller reports every worker's rows ------------------------------------------
 
+@pytest.mark.slow
 def test_under_xdist_the_json_report_and_the_table_hold_every_workers_rows(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(
@@ -290,6 +298,7 @@ def test_under_xdist_the_json_report_and_the_table_hold_every_workers_rows(pytes
     result.stdout.fnmatch_lines(["hardware: no GPU used: CPU*", "gpucomm: wrote 6 measurements to report.json"])
 
 
+@pytest.mark.slow
 def test_under_xdist_a_gated_run_prints_the_verdicts_of_every_worker(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST)
@@ -365,6 +374,7 @@ def test_recording_under_xdist_is_refused_unless_allowed(pytester):
     result.stderr.fnmatch_lines(["*--gpu-baseline-save under pytest-xdist (-n)*slow each other*--gpucomm-allow-xdist*"])
 
 
+@pytest.mark.slow
 def test_an_allowed_recording_under_xdist_is_saved_once_by_the_controller(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(
@@ -384,6 +394,7 @@ def test_an_allowed_recording_under_xdist_is_saved_once_by_the_controller(pytest
     assert len(doc["runs"]) == 1 and len(doc["cases"]) == 4
 
 
+@pytest.mark.slow
 def test_an_unfinished_recording_under_xdist_saves_nothing(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST + "\ndef test_z_fail():\n    assert False\n")
@@ -440,6 +451,7 @@ def test_a_bad_timeout_given_to_process_group_run_fails_the_test_naming_it(pytes
     result.stdout.fnmatch_lines(["*process_group.run(timeout_s=-1): expected a positive number of seconds*"])
 
 
+@pytest.mark.slow
 def test_a_recording_run_ended_by_pytest_exit_saves_nothing(pytester):
     pytester.makepyfile(
         COPY_TEST + """

@@ -24,6 +24,8 @@ from collections import Counter
 
 import pytest
 
+from conftest import HTML_PLUGINS
+
 from pytest_gpucomm import htmlpage, plots
 from pytest_gpucomm.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
 from pytest_gpucomm.saved import ReportError
@@ -89,6 +91,7 @@ HEADERS = list(htmlpage._HEADERS)
 # -- the page's content --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_page_is_one_well_formed_document_without_scripts_or_outside_references(page):
     root = _parse(page)
     assert page.startswith("<!DOCTYPE html>") and root.tag == "html"
@@ -340,7 +343,7 @@ def test_the_pytest_html_hook_puts_the_plots_written_at_session_finish_into_its_
     pytester.makeconftest(HTML_CONFTEST)
     (pytester.path / "source.png").write_bytes(png)
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--html=report.html", "--self-contained-html")
+    result = pytester.runpytest_subprocess(*HTML_PLUGINS, "-p", "no:cacheprovider", "--html=report.html", "--self-contained-html")
     result.assert_outcomes(passed=1)
     text = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert "<h2>gpucomm plots</h2>" in text

@@ -427,7 +427,7 @@ def test_update_document_writes_nothing_when_the_change_returns_none_and_passes_
 
 
 def test_env_prints_this_machines_fingerprint_as_key_value_lines() -> None:
-    fp = fingerprint(detect())
+    fp = fingerprint(detect("cpu"))  # GPUCOMM_DEVICE=cpu, as the tests pin it
     code, out, _ = gpucomm("env")
     assert code == 0
     assert f"kind: {fp['kind']}" in out.splitlines() and f"model: {fp['model']}" in out.splitlines()
@@ -435,7 +435,7 @@ def test_env_prints_this_machines_fingerprint_as_key_value_lines() -> None:
 
 
 def test_env_names_what_changed_since_the_baselines_newest_run(tmp_path: Path) -> None:
-    fp = fingerprint(detect())
+    fp = fingerprint(detect("cpu"))  # GPUCOMM_DEVICE=cpu, as the tests pin it
     p = tmp_path / "b.json"
     save(p, "r1", [A], 1, fp={**fp, "driver": "older"})
     save(p, "r2", [A], 2, fp={**fp, "driver": "999.1", "host": "another-host"})  # the newest run is compared
@@ -446,7 +446,7 @@ def test_env_names_what_changed_since_the_baselines_newest_run(tmp_path: Path) -
 
 
 def test_env_says_same_when_nothing_but_the_host_and_date_changed(tmp_path: Path) -> None:
-    fp = fingerprint(detect())
+    fp = fingerprint(detect("cpu"))  # GPUCOMM_DEVICE=cpu, as the tests pin it
     p = tmp_path / "b.json"
     save(p, "r1", [A], 1, fp={**fp, "host": "elsewhere", "date": "2020-01-01"})
     code, out, _ = gpucomm("env", "--baseline", p, "--json")

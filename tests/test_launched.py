@@ -127,6 +127,7 @@ def small(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_torchrun_one_node_two_ranks(small: Path) -> None:
     out = small / "out.json"
     cmd = torchrun(1, 0, 2, free_port(), "test_small.py", *ARGS, f"--gpucomm-json={out}")
@@ -136,6 +137,7 @@ def test_torchrun_one_node_two_ranks(small: Path) -> None:
     check_one_report([text], out, world=2, n_nodes=1, ranks=2)
 
 
+@pytest.mark.slow
 def test_a_job_of_one_rank_skips_the_collectives_saying_why_and_runs_the_rest(small: Path) -> None:
     out = small / "out.json"
     cmd = torchrun(1, 0, 1, free_port(), "test_small.py", *ARGS, "-rs", f"--gpucomm-json={out}")
@@ -145,6 +147,7 @@ def test_a_job_of_one_rank_skips_the_collectives_saying_why_and_runs_the_rest(sm
             "this torchrun job has 1 rank (@world(1) asks for one rank)") in text
 
 
+@pytest.mark.slow
 def test_torchrun_two_simulated_nodes_of_two_ranks(small: Path) -> None:
     out, port = small / "out.json", free_port()
     cmds = [torchrun(2, k, 2, port, "test_small.py", *ARGS, f"--gpucomm-json={out}") for k in (0, 1)]
@@ -160,6 +163,7 @@ def slurm_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
 
 
+@pytest.mark.slow
 def test_srun_variables_set_by_hand_on_two_processes(small: Path) -> None:
     out, port = small / "out.json", free_port()
     cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, f"--gpucomm-json={out}"]
@@ -169,6 +173,7 @@ def test_srun_variables_set_by_hand_on_two_processes(small: Path) -> None:
     check_one_report([t for _, t in results], out, world=2, n_nodes=1, ranks=2)
 
 
+@pytest.mark.slow
 def test_ranks_that_collected_different_tests_all_stop_naming_the_first_difference(small: Path) -> None:
     port = free_port()
     cmds = [[sys.executable, "-m", "pytest", "test_small.py", *ARGS, *extra] for extra in ([], ["-k", "task"])]
@@ -188,6 +193,7 @@ def test_ranks_that_collected_different_tests_all_stop_naming_the_first_differen
     ("--maxfail=3", "-x/--maxfail=3"),
     ("-n1", "-n/--dist (pytest-xdist)"),
 ])
+@pytest.mark.slow
 def test_options_that_make_ranks_diverge_are_refused(small: Path, option: str, why: str) -> None:
     cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, option]
     [(code, text)] = run_all([cmd], [slurm_env(0, 2, free_port())], small)  # refused before the rendezvous
@@ -196,6 +202,7 @@ def test_options_that_make_ranks_diverge_are_refused(small: Path, option: str, w
     assert why in text
 
 
+@pytest.mark.slow
 def test_last_failed_is_refused_in_launched_mode(small: Path) -> None:
     cmd = [sys.executable, "-m", "pytest", "test_small.py", "--gpucomm-min-time=0.01", "--lf"]
     [(code, text)] = run_all([cmd], [slurm_env(0, 2, free_port())], small)
@@ -284,6 +291,7 @@ def test_passes():
 '''
 
 
+@pytest.mark.slow
 def test_a_failure_or_a_skip_on_one_rank_is_every_ranks_with_that_rank_named(tmp_path: Path) -> None:
     (tmp_path / "test_outcomes.py").write_text(OUTCOMES)
     port = free_port()
@@ -318,6 +326,7 @@ class Rank0Status:
 '''
 
 
+@pytest.mark.slow
 def test_a_nonzero_exit_status_on_rank_0_is_every_ranks_under_torchrun(small: Path) -> None:
     (small / "conftest.py").write_text(RANK_0_FAILS_AT_THE_END)
     cmd = torchrun(1, 0, 2, free_port(), "test_small.py", *ARGS, "--gpucomm-min-time=0.002")
@@ -360,6 +369,7 @@ def test_all_reduce(process_group, size, comm):
 '''
 
 
+@pytest.mark.slow
 def test_a_rank_made_late_is_named_the_slowest_rank_and_its_node_an_outlier(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(LATE_RANK_3)
     (tmp_path / "test_late.py").write_text(ONE_ALL_REDUCE)
@@ -447,6 +457,7 @@ def check_hung_rank_3(results: list[tuple[int, str]], what: str, within: str) ->
     assert "Python stacks of every thread" in text3, text3
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_in_a_task_is_named_and_every_rank_exits_1(tmp_path: Path) -> None:
     (tmp_path / "test_hang_task.py").write_text(HANG_IN_TASK)
     port = free_port()
@@ -479,6 +490,7 @@ def test_after():
 '''
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_in_a_test_body_is_named_by_the_outcome_agreement(tmp_path: Path) -> None:
     (tmp_path / "test_hang_body.py").write_text(HANG_IN_BODY)
     port = free_port()
@@ -492,6 +504,7 @@ def test_a_rank_that_hangs_in_a_test_body_is_named_by_the_outcome_agreement(tmp_
 DIES_IN_BODY = HANG_IN_BODY.replace("time.sleep(600)", "os._exit(7)").replace("hangs", "dies")
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_is_named_by_the_ranks_that_wait_for_it(tmp_path: Path) -> None:
     (tmp_path / "test_dies.py").write_text(DIES_IN_BODY)
     port = free_port()
@@ -530,6 +543,7 @@ def mpich_env(rank: int, port: int) -> dict[str, str]:
                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK_OF_TEST=str(rank))
 
 
+@pytest.mark.slow
 def test_open_mpi_variables_set_by_hand_on_two_nodes_of_two_ranks(small: Path) -> None:
     out, port = small / "out.json", free_port()
     cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, f"--gpucomm-json={out}"]
@@ -548,6 +562,7 @@ def pytest_unconfigure(config):  # after the last test, as NCCL's or gloo's own 
 '''
 
 
+@pytest.mark.slow
 def test_mpich_variables_set_by_hand_with_the_output_of_ranks_1_to_3_in_rank_logs(small: Path) -> None:
     (small / "conftest.py").write_text(WRITES_TO_FD_2)
     out, port, logs = small / "out.json", free_port(), small / "logs" / "job"

@@ -77,6 +77,7 @@ copies.measure_copy = _fails_on_node_1
 '''
 
 
+@pytest.mark.slow
 def test_torchrun_two_nodes_measure_their_copies_at_once_one_row_per_node(tmp_path: Path) -> None:
     (tmp_path / "test_copies.py").write_text(COPIES)
     (tmp_path / "conftest.py").write_text(FAIL_ON_NODE_1)

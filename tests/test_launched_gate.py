@@ -13,7 +13,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_launched import ARGS, SMALL, clean_env, free_port, run_all
+
+pytestmark = pytest.mark.slow  # torchrun jobs of several ranks
 
 # no single ops: these tests are about the median verdict across nodes (a tail comparison would halve its level)
 BASELINE_ARGS = ["--gpu-baseline-dir=baselines", "-k", "all_reduce", "--gpucomm-tail-time=0"]

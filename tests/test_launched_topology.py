@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_gpucomm.measurement import Measurement
 from test_launched import ARGS, clean_env, free_port, run_all, torchrun
+
+pytestmark = pytest.mark.slow  # torchrun jobs of several ranks
 
 TOPOLOGY = '''
 import pytest

@@ -140,6 +140,7 @@ def test_pairs_from_the_environment_and_the_ini_and_the_command_line_first(pytes
                                  "7 of 28 links"])
 
 
+@pytest.mark.slow
 def test_8_logical_devices_give_8_rank_collectives_by_default(pytester, monkeypatch):
     monkeypatch.setenv("GPUCOMM_CPU_DEVICES", "8")
     pytester.makepyfile(
@@ -317,6 +318,7 @@ def _benchmark():
     return mod
 
 
+@pytest.mark.slow
 def test_the_suite_time_benchmark_counts_runs_and_models_8_devices(tmp_path, capsys):
     bench = _benchmark()
     junit = tmp_path / "gpu.xml"
@@ -351,6 +353,7 @@ def test_the_suite_time_benchmark_counts_runs_and_models_8_devices(tmp_path, cap
     assert "N=8 pairs=auto (neighbours)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_on_2_devices_the_suites_patterns_are_skipped_and_the_pair_tests_are_every_pair():
     counts = _benchmark().count_tests(["suites/test_copies.py"], 2, "auto")
     assert counts["copies::test_peer_copy"] == 2 * 10 and counts["copies::test_peer_copy_both_ways"] == 10
@@ -379,6 +382,7 @@ def _one_cuda_gpu() -> bool:
     return bool(getattr(torch.version, "cuda", None)) and torch.cuda.is_available()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _one_cuda_gpu(), reason="needs a CUDA GPU: the GPU pattern's timing is checked on the device")
 def test_the_gpu_pattern_times_each_pair_on_its_own_stream_within_the_span_and_checks_every_pairs_data():
     """The GPU path of the patterns (``_CudaPattern``: one stream per pair, all behind one latch, each pair's

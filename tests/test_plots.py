@@ -119,6 +119,7 @@ def test_without_matplotlib_the_module_imports_and_drawing_raises_plots_unavaila
 # -- the sweeps ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_sweep_figure_draws_todays_medians_and_spread_on_log_axes(report):
     figs = plots.sweep_figures(report)
     assert sorted(f.get_label() for f in figs) == ["sweep-test_ar", "sweep-test_copy_0-to-1", "sweep-test_copy_1-to-0"]

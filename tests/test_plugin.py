@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import NO_GPU_ENV
 from pytest_gpucomm.vocab import MAX_CPU_DEVICES
 
 FAST = ["--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
@@ -55,10 +56,10 @@ def test_header_names_the_settings_and_the_hardware(pytester):
             comm.copy(gpu_pair, "4KiB")
         """
     )
-    result = pytester.runpytest(*FAST)
+    result = pytester.runpytest("--gpucomm-device=cpu", *FAST)
     result.stdout.fnmatch_lines(
         [
-            "gpucomm settings: device=auto, min-time=0.002s, max-size=default, timeout=300s, dtype=float32, baseline=none",
+            "gpucomm settings: device=cpu, min-time=0.002s, max-size=default, timeout=300s, dtype=float32, baseline=none",
             "gpucomm hardware: no GPU used: CPU *, * cores; 2 logical host devices; gloo; torch *",
         ]
     )
@@ -392,14 +393,32 @@ def test_junit_xml_carries_the_figures_as_properties(pytester):
     assert 'name="gpucomm.copy.4096.p99_us"' in text
 
 
-def test_forcing_gpu_on_a_machine_without_one_is_a_clear_error(pytester):
+def test_auto_on_a_machine_without_a_gpu_runs_the_cpu_variants(pytester, monkeypatch):
+    pytester.makepyfile(
+        """
+        def test_copy(gpu_pair, comm):
+            comm.copy(gpu_pair, "4KiB")
+        """
+    )
+    monkeypatch.delenv("GPUCOMM_DEVICE")
+    for name, value in NO_GPU_ENV.items():
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest_subprocess(*FAST)
+    result.stdout.fnmatch_lines(["gpucomm settings: device=auto, *",
+                                 "gpucomm hardware: no GPU used: CPU *, * cores; 2 logical host devices; gloo; torch *"])
+    result.assert_outcomes(passed=2)
+
+
+def test_forcing_gpu_on_a_machine_without_one_is_a_clear_error(pytester, monkeypatch):
     pytester.makepyfile(
         """
         def test_copy(gpu_pair, comm):
             comm.copy(gpu_pair, 4096)
         """
     )
-    result = pytester.runpytest("--gpucomm-device=gpu", *FAST)
+    for name, value in NO_GPU_ENV.items():  # a machine without one, whatever this one has
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest_subprocess("--gpucomm-device=gpu", *FAST)
     assert result.ret != 0
     assert "--gpucomm-device=gpu was asked for, but torch sees no GPU" in result.stdout.str() + result.stderr.str()
 
@@ -434,6 +453,7 @@ def test_gpu_measurements_under_xdist_fail_with_the_reason(pytester):
 
 
 @pytest.mark.parametrize("allow", [["--gpucomm-allow-xdist"], ["GPUCOMM_ALLOW_XDIST=1"]], ids=["option", "env"])
+@pytest.mark.slow
 def test_gpu_measurements_under_xdist_run_when_allowed(pytester, monkeypatch, allow):
     pytest.importorskip("xdist")
     pytester.makeconftest(FAKE_GPU_CONFTEST)
@@ -447,6 +467,7 @@ def test_gpu_measurements_under_xdist_run_when_allowed(pytester, monkeypatch, al
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_cpu_measurements_run_under_xdist(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(

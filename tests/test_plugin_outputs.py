@@ -17,6 +17,8 @@ import sys
 
 import pytest
 
+from conftest import HTML_PLUGINS
+
 from simulated_copies import CONFTEST, FAST, SLOW_CASE, SLOWER, TEST_FILE
 
 from pytest_gpucomm.curves import CURVES_HEADING
@@ -238,10 +240,11 @@ def test_under_v_without_a_baseline_the_line_shows_the_figure_only_and_without_v
 # -- pytest-html -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_with_pytest_html_the_plots_go_into_its_report(sim):
     pytest.importorskip("pytest_html")
     pytest.importorskip("matplotlib")
-    result = sim.runpytest_subprocess(*FAST, "--gpucomm-plots=figs", "--html=report.html", "--self-contained-html")
+    result = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--gpucomm-plots=figs", "--html=report.html", "--self-contained-html")
     result.assert_outcomes(passed=6)
     page = (sim.path / "report.html").read_text(encoding="utf-8")
     assert page.count("<h2>gpucomm plots</h2>") == 1
@@ -251,5 +254,5 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
         assert f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode("ascii")}"' in page
         assert f'alt="{p.stem}"' in page
     # without --gpucomm-plots, nothing is added to pytest-html's report
-    sim.runpytest_subprocess(*FAST, "--html=plain.html", "--self-contained-html").assert_outcomes(passed=6)
+    sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--html=plain.html", "--self-contained-html").assert_outcomes(passed=6)
     assert "gpucomm plots" not in (sim.path / "plain.html").read_text(encoding="utf-8")

@@ -215,6 +215,7 @@ def test_bad_arguments_are_rejected_before_running(pool2: RankPool) -> None:
 # ----------------------------------------------------------------- hangs
 
 
+@pytest.mark.slow
 def test_hung_rank_raises_timeout_with_its_stack_and_next_run_restarts(pool2: RankPool) -> None:
     old_pids = pool2.pids
     t0 = time.monotonic()
@@ -236,6 +237,7 @@ def test_hung_rank_raises_timeout_with_its_stack_and_next_run_restarts(pool2: Ra
     assert pool2.run("rank_tasks:allreduce_sum", timeout_s=30) == [_expected_allreduce(2)] * 2
 
 
+@pytest.mark.slow
 def test_collective_entered_by_one_rank_times_out_with_collective_in_stack(
     pool2: RankPool,
 ) -> None:
@@ -436,6 +438,7 @@ def test_close_kills_processes_left_running_by_tasks() -> None:
     assert not any(_pid_exists(p) for p in pids)  # the workers are reaped too
 
 
+@pytest.mark.slow
 def test_teardown_after_task_error_and_restarted_pool_close_kill_task_children() -> None:
     pool = RankPool(2, start_timeout_s=60, error_grace_s=1.0)
     try:

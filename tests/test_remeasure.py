@@ -57,6 +57,7 @@ def _seen(pytester):
 
 # -- copies -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_copys_fresh_remeasure_runs_in_a_new_process_each_time_and_the_record_keeps_the_first(pytester):
     pytester.makepyfile(
         """
@@ -139,6 +140,7 @@ def test_two_sessions(pytester):
 '''
 
 
+@pytest.mark.slow
 def test_a_second_in_process_session_starts_its_one_rank_pool_when_the_ranks_package_outlived_the_first(pytester):
     pytester.makepyfile(test_sessions=TWO_SESSIONS)
     # A failing second session waits out the pool's start timeout (120 s), then its message names the pool
@@ -175,6 +177,7 @@ def test_a_collectives_fresh_remeasure_runs_in_a_new_process_group(pytester):
 
 # -- the session's cap ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_past_max_fresh_remeasures_copies_and_collectives_remeasure_in_place_and_say_why(pytester, monkeypatch):
     monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 2)
     pytester.makepyfile(pid_tasks=PID_TASKS)
@@ -210,6 +213,7 @@ def test_past_max_fresh_remeasures_copies_and_collectives_remeasure_in_place_and
     assert seen["count"] == 2
 
 
+@pytest.mark.slow
 def test_no_rank_worker_outlives_a_session_that_remeasured_copies_and_collectives(pytester):
     pytester.makepyfile(pid_tasks=PID_TASKS)
     pytester.makepyfile(

@@ -209,6 +209,7 @@ pytestmark_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reas
 
 
 @pytestmark_linux
+@pytest.mark.slow
 def test_the_patterns_run_and_check_their_results_on_a_gloo_world_of_4(pytester):
     pytester.makepyfile(test_patterns="""
         import pytest
@@ -326,6 +327,7 @@ def restore(ctx):
 
 
 @pytestmark_linux
+@pytest.mark.slow
 def test_the_suite_records_a_baseline_and_is_gated_against_it_without_a_regression(pytester):
     # the suite itself, a subset on 2 gloo ranks: every pattern of the 8B shape but the gradient sync alone (the
     # overlap runs it; its CPU variant takes ~40 ms an iteration), and the MoE all-to-all.  What is checked is

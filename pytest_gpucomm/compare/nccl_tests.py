@@ -39,7 +39,8 @@ Conventions (taken from nccl-tests src/common.cu, src/util.cu and doc/PERFORMANC
   1 broadcast / reduce / sendrecv.
 
 Only the standard library and ``pytest_gpucomm`` (units and the op definitions, which import no torch,
-pytest or numpy) are required; ``tabulate`` is used for the table when present.  Sizes are read and printed as everywhere in pytest-gpucomm (README "Sizes").
+pytest or numpy) are required; ``tabulate`` is used for the table when present.  Sizes are read and
+printed as everywhere in pytest-gpucomm (README "Sizes").
 """
 
 from __future__ import annotations
@@ -590,7 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
     ours = ap.add_mutually_exclusive_group(required=True)
     ours.add_argument("--ours-json", metavar="PATH", help="JSON report written by the plugin")
     ours.add_argument("--run-ours", action="store_true", help=f"run pytest {OURS_SUITE} {PYTEST_JSON_FLAG} ...")
-    ap.add_argument("--gpus", type=_positive_int("--gpus"), default=2, help="GPUs (-g) and world_size to compare (default 2)")
+    ap.add_argument("--gpus", type=_positive_int("--gpus"), default=2,
+                    help="GPUs (-g) and world_size to compare (default 2)")
     ap.add_argument("--min-size", type=_size_arg("--min-size"), default=parse_size("1K"))
     ap.add_argument("--max-size", type=_size_arg("--max-size"), default=parse_size("1G"))
     ap.add_argument("--factor", type=int, default=4,

@@ -22,7 +22,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from ..ops.copies import _spin_rate  # imports no torch until called
 from ..units import parse_size
@@ -56,7 +56,8 @@ class RawCopies:
                         if "PeerAccessAlreadyEnabled" not in str(e):
                             raise
         dirs = [(a, b)] + ([(b, a)] if both else [])
-        self.launch = a if a is not None else b  # the stream that holds the spin kernel and the events
+        # the stream that holds the spin kernel and the events; a row's copy has a GPU end (ours_rows)
+        self.launch = cast(int, a if a is not None else b)
         self.dirs = []
         for s, d in dirs:
             src = self._buffer(s, 7)
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     worst, compared = math.inf, 0
     print(f"{'op':<11} {'devices':<18} {'size_bytes':>11} {'ours GB/s':>10} {'raw GB/s':>10} {'ratio':>7}  target")
     for r in rows:
-        devs = tuple(str(d) for d in r["devices"])
+        devs = cast("tuple[str, str]", tuple(str(d) for d in r["devices"]))  # a copy's two ends
         if any(d is not None and d >= n for d in map(_device, devs)):
             continue
         raw = RawCopies(cp, torch, r["op"], devs, r["size_bytes"]).gbps(args.iters)

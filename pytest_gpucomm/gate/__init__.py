@@ -27,7 +27,8 @@ from .verdicts import Gate, GateSettings, Verdict
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
                      "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
-                     "Common", "common_spread", "Shift", "run_offsets", "suite_shift", "FloorCheck", "check_floor", "corrected_alpha"],
+                     "Common", "common_spread", "Shift", "run_offsets", "suite_shift", "FloorCheck", "check_floor",
+                     "corrected_alpha"],
                     "decision"),
     **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
                      "CaseEntry", "CaseRecord", "CaseRun", "RunRecord", "case_key", "baseline_name_for_model",

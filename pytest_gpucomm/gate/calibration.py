@@ -80,7 +80,8 @@ def load_cases(path: Path) -> tuple[list[Case], dict[str, str], dict[str, Option
     return cases, dates, labels
 
 
-def sessions_of(dates: dict[str, str], gap_min: float, labels: Optional[dict[str, Optional[str]]] = None) -> dict[str, int]:
+def sessions_of(dates: dict[str, str], gap_min: float,
+                labels: Optional[dict[str, Optional[str]]] = None) -> dict[str, int]:
     """Session number of each run id, in time order: by the run's label where it has one, else runs less
     than ``gap_min`` minutes after the previous unlabelled one share its session."""
     labels = labels or {}
@@ -177,7 +178,8 @@ def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], 
                 counts["caught_gated"][d][0] += c.failed
                 counts["caught_gated"][d][1] += 1
         failed = any(bool(sh and sh.failed) for g in groups
-                     for sh in [suite_shift(g, by[g][0], by[g][1], commons.get(g), tolerance=tolerance, alpha=shift_alpha)])
+                     for sh in [suite_shift(g, by[g][0], by[g][1], commons.get(g), tolerance=tolerance,
+                                            alpha=shift_alpha)])
         shift_failed[d] = failed
         if d:
             counts["shift_caught"][d][0] += failed
@@ -436,13 +438,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("leave-one-session-out: needs runs from at least 2 sessions; none judged")
         real = None
     else:
-        real = loso(cases, session, args.drops, **kw)  # type: ignore[arg-type]
+        real = loso(cases, session, args.drops, **kw)
         for line in _report_lines("leave-one-session-out", real):
             print(line)
     doc["leave_one_session_out"] = real
     sim = None
     if args.sim_suites:
-        sim = simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, seed=args.seed, **kw)  # type: ignore[arg-type]
+        sim = simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, seed=args.seed, **kw)
         for line in _report_lines(f"fitted simulation ({args.sim_suites} suites)", sim):
             print(line)
     doc["simulation"] = sim
@@ -454,17 +456,19 @@ def main(argv: Optional[list[str]] = None) -> int:
             for k in TABLE_REMEASURES:
                 kw2 = dict(tolerance=args.tolerance, alpha=a, max_remeasures=k)
                 drops = (0.03, 0.10)
-                lr = loso(cases, session, drops, **kw2) if n_sessions >= 2 else None  # type: ignore[arg-type]
-                sr = (simulate(cases, session, model, suites=args.sim_suites, drops=drops, seed=args.seed, **kw2)  # type: ignore[arg-type]
+                lr = loso(cases, session, drops, **kw2) if n_sessions >= 2 else None
+                sr = (simulate(cases, session, model, suites=args.sim_suites, drops=drops, seed=args.seed, **kw2)
                       if args.sim_suites else None)
                 briefs = [_brief(x) if x else None for x in (lr, sr)]
                 rows.append({"alpha": a, "remeasures": k, "loso": briefs[0], "simulation": briefs[1]})
                 print(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
-                    "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, not gated {_pct(x['not_gated'])}, "
-                                           f"3% {_pct(x['drift3_all'])}, 10% {_pct(x['drop10_gated'])} | {_pct(x['drop10_all'])}")
+                    "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, "
+                                           f"not gated {_pct(x['not_gated'])}, "
+                                           f"3% {_pct(x['drift3_all'])}, 10% {_pct(x['drop10_gated'])} | "
+                                           f"{_pct(x['drop10_all'])}")
                     for x in briefs))
         doc["table"] = rows
-        proj = projection(cases, model, (n_sessions, 8, 12, 20), **kw)  # type: ignore[arg-type]
+        proj = projection(cases, model, (n_sessions, 8, 12, 20), **kw)
         print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
               + "; ".join(f"{n} sessions: not gated {_pct(v['not_gated_share'])}, median smallest drop caught "
                           f"{_pct(v['detectable_drop_median'])}" for n, v in proj.items()))

@@ -618,7 +618,8 @@ class FloorCheck:
         return self.status == "regression"
 
 
-def check_floor(first: RunLocation, floor_gbps: float, measure_again: Optional[Callable[[], tuple[RunLocation, bool]]] = None,
+def check_floor(first: RunLocation, floor_gbps: float,
+                measure_again: Optional[Callable[[], tuple[RunLocation, bool]]] = None,
                 *, tolerance: float = DEFAULT_TOLERANCE, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> FloorCheck:
     """A case with a published floor: "regression" when the median bandwidth is below floor * (1 - t),
     after the same re-measures as a measured case (pooled: the mean of the runs' log medians)."""

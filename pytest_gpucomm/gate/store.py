@@ -465,7 +465,8 @@ def _resolve_name(name: str, dirs: list[Path], must_exist: bool, how: str) -> Pa
 def _json_path(parts: Iterable[Any]) -> str:
     out = "$"
     for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p) else f"[{json.dumps(p)}]")
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p)
+                                                    else f"[{json.dumps(p)}]")
     return out
 
 
@@ -575,7 +576,8 @@ def _read_document(path: Path) -> dict:
     if _nesting_depth_exceeds(doc, MAX_NESTING):
         raise _too_deep(path)
     if not isinstance(doc, dict):
-        raise BaselineError(f"{path}: not a pytest-gpucomm baseline: the top level is a {type(doc).__name__}, expected an object")
+        raise BaselineError(f"{path}: not a pytest-gpucomm baseline: the top level is a {type(doc).__name__}, "
+                            f"expected an object")
     if doc.get("schema") != SCHEMA_ID:
         if "schema" not in doc:
             raise BaselineError(f"{path}: not a pytest-gpucomm baseline: no \"schema\" field (expected {SCHEMA_ID!r})")
@@ -586,7 +588,7 @@ def _read_document(path: Path) -> dict:
     whole = (isinstance(version, int) and not isinstance(version, bool)) or (
         isinstance(version, float) and version.is_integer()  # 2.0 is an integer to the schema too
     )
-    if whole and version > SCHEMA_VERSION:
+    if whole and isinstance(version, (int, float)) and version > SCHEMA_VERSION:
         raise BaselineError(
             f"{path}: written with baseline schema_version {version}, but this pytest-gpucomm reads only up to "
             f"schema_version {SCHEMA_VERSION}: upgrade pytest-gpucomm"
@@ -885,7 +887,8 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             errors = list(_VALIDATOR.iter_errors(doc))
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
-                raise BaselineError(f"{path}: refusing to write an invalid baseline: at {_json_path(e.absolute_path)}: {e.message}")
+                raise BaselineError(f"{path}: refusing to write an invalid baseline: "
+                                    f"at {_json_path(e.absolute_path)}: {e.message}")
             try:
                 _check_tails(path, doc)
             except BaselineError as e:

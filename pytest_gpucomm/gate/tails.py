@@ -24,8 +24,9 @@ The rule, per case:
    suites; with 10 degrees of freedom the mixing was so heavy that on a first H200 fit (one session) a
    share of slow ops 14 x the baseline's at the p99.9 was caught in only 72 % of cases, 97 % with 20; with
    20, 0 of 300 no-change suites failed on each of the CPU and assumed narrow models, and 0 of 300 on the
-   final H200 model (two sessions) against 3 and against 8 baseline runs).  The p-value, P(K >= k), is the binomial tail averaged over T on a fine grid
-   (:func:`mixture_sf`), times the number of levels tested (Bonferroni, 1 or 2).
+   final H200 model (two sessions) against 3 and against 8 baseline runs).  The p-value, P(K >= k), is
+   the binomial tail averaged over T on a fine grid (:func:`mixture_sf`), times the number of levels
+   tested (Bonferroni, 1 or 2).
 4. **s**, the run-to-run sd of the log share of slow ops, is :func:`fit_spread` over the baseline's cases
    with at least 2 runs: per case, the variance of its runs' log shares above its reference less their
    binomial part, pooled over the cases (weights runs - 1), then moderated towards
@@ -208,7 +209,8 @@ class Histogram:
 
     def to_dict(self) -> dict[str, Any]:
         """Compact JSON: {"ratio": 1.005, "origin_s": 1e-9, "bins": [[i, count], ...]} (ascending)."""
-        return {"ratio": BIN_RATIO, "origin_s": _BIN_ORIGIN_S, "bins": [[i, self.counts[i]] for i in sorted(self.counts)]}
+        return {"ratio": BIN_RATIO, "origin_s": _BIN_ORIGIN_S,
+                "bins": [[i, self.counts[i]] for i in sorted(self.counts)]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "histogram") -> "Histogram":

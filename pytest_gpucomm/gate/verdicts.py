@@ -314,7 +314,8 @@ class Gate:
                          f"({FALLBACK_SESSION_SPREAD:.1%}), not measured; record runs in more sessions")
         if b.runs:
             if self.env_diff:
-                lines.append("gpucomm environment changed since the baseline: " + format_fingerprint_diff(self.env_diff))
+                lines.append("gpucomm environment changed since the baseline: "
+                             + format_fingerprint_diff(self.env_diff))
             else:
                 lines.append("gpucomm environment: same as when the baseline was recorded")
         return lines
@@ -386,7 +387,8 @@ class Gate:
         step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
         if v.status is Status.REGRESSION:
             v.message = (
-                f"REGRESSION: {self._what(m)}: {c.current_median_gbps:.2f} GB/s now vs {c.baseline_median_gbps:.2f} GB/s "
+                f"REGRESSION: {self._what(m)}: {c.current_median_gbps:.2f} GB/s now "
+                f"vs {c.baseline_median_gbps:.2f} GB/s "
                 f"in baseline {self.baseline.name}: drop {1 - c.ratio:.1%} > tolerance {c.tolerance:.0%}; "
                 f"{c.reason}{pooled}.\n"
                 f"  changed since the baseline was recorded: {env}" + (f"\n  {step}" if step else "")
@@ -493,11 +495,13 @@ class Gate:
                 d["text"] += (f"; the first run's share was not confirmed: re-measure "
                               f"{', '.join(map(str, unconfirmed))} within the allowed share")
         text = (
-            f"p99 {_us(now['p99_us'])} now vs {_us(base['p99_us'])} in baseline {self.baseline.name if self.baseline else ''} "
+            f"p99 {_us(now['p99_us'])} now vs {_us(base['p99_us'])} "
+            f"in baseline {self.baseline.name if self.baseline else ''} "
             f"(p50 {_us(now['p50_us'])} vs {_us(base['p50_us'])}, p99.9 {_us(now['p999_us'])} vs "
             f"{_us(base['p999_us'])}, max {_us(now['max_us'])} vs {_us(base['max_us'])}; median over "
             f"{plural(len(sketches), 'baseline run')}); {t.share:.2%} of {t.n:,} single ops slower than the baseline's "
-            f"p{t.quantile * 100:g} scaled to today's median ({_us(t.threshold_s * 1e6)} = {t.baseline_ratio:.2f} x p50), "
+            f"p{t.quantile * 100:g} scaled to today's median "
+            f"({_us(t.threshold_s * 1e6)} = {t.baseline_ratio:.2f} x p50), "
             f"baseline {t.baseline_share:.2%}, {t.allowed_share:.2%} allowed (tail tolerance {tolerance:g}), "
             f"p = {t.p_value:.2g} (level {t.level:.2g})"
         )
@@ -518,7 +522,8 @@ class Gate:
             self._tail_spread = fit_spread([c for c in cases if c])
         return self._tail_spread
 
-    def shifts(self, verdicts: list[dict[str, Any]], commons: Optional[dict[str, dict[str, Any]]] = None) -> list["Shift"]:
+    def shifts(self, verdicts: list[dict[str, Any]],
+               commons: Optional[dict[str, dict[str, Any]]] = None) -> list["Shift"]:
         """The session's common shift per group (DECISION_RULE step 6), from the verdicts' dicts (``to_dict``,
         also those an xdist worker sent) and the baseline's common spreads (default: this gate's).  The
         groups share the part of alpha the cases do not use."""
@@ -573,7 +578,8 @@ class Gate:
             parts.setdefault((node, part), {})[cr.key] = cr
         session = session_label(date)
         runs = []
-        for (node, part), cases in sorted(parts.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+        for (node, part), cases in sorted(parts.items(),
+                                          key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
             run_id = self.run_id + (f"-node{node}" if node is not None else "") + (f"-part{part}" if part else "")
             host = hosts.get(node, "") if node is not None else ""
             # every run holds the job's fingerprint (every node's under "nodes"): the newest run, whichever

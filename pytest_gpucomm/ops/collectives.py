@@ -9,12 +9,13 @@ This module holds three parts:
 * the controller's side: :class:`BenchResult` (one rank's result), :func:`to_measurement` (the ranks'
   results -> one :class:`~pytest_gpucomm.measurement.Measurement`, or :class:`WrongResult`), and
   :func:`op_method` / :func:`add_op_methods` (the measuring fixture's ``comm.all_reduce(...)`` etc.);
-* the per-rank task :func:`bench`, run on every rank of the group (by the rank pool): it builds the buffers, warms up, agrees with the
-  other ranks on a plan, captures up to ``GRAPH_OPS`` iterations in a CUDA/HIP graph on GPU and replays
-  it (as ``nccl-tests -G``) or loops on CPU, times each sample (device events / host clock), and finally
-  re-initializes the buffers, runs the op once more -- from a graph and eagerly, the paths that were timed
-  -- and counts the wrong elements of the result; last, with the other ranks, it finds each iteration's
-  time (that of the slowest rank) and the rank the others waited for (:func:`iteration_stats`).
+* the per-rank task :func:`bench`, run on every rank of the group (by the rank pool): it builds the
+  buffers, warms up, agrees with the other ranks on a plan, captures up to ``GRAPH_OPS`` iterations in a
+  CUDA/HIP graph on GPU and replays it (as ``nccl-tests -G``) or loops on CPU, times each sample (device
+  events / host clock), and finally re-initializes the buffers, runs the op once more -- from a graph and
+  eagerly, the paths that were timed -- and counts the wrong elements of the result; last, with the other
+  ranks, it finds each iteration's time (that of the slowest rank) and the rank the others waited for
+  (:func:`iteration_stats`).
 
 Sizes follow nccl-tests: S is the per-rank buffer for all_reduce, broadcast, reduce and send/recv, and the
 full gathered/scattered buffer for all_gather, reduce_scatter and all_to_all.  busbw = algbw x factor
@@ -32,7 +33,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional, Sequence, cast
 
 from ..measurement import Measurement
 from ..units import describe_size
@@ -67,7 +68,7 @@ class Shape(NamedTuple):
     runs over: ``group`` (a torch.distributed process group; None: the default group), whose global ranks,
     ordered by group rank, are ``ranks`` (``()``: the default group's)."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count on purpose: nccl-tests' name
     chunk: int
     rank: int
     world: int
@@ -623,12 +624,12 @@ def graph_shape(batch: int) -> tuple[int, int]:
 NCCL_WORKER_ENV = {"NCCL_GRAPH_REGISTER": "0"}
 
 
-def worker_env(backend: str, environ: Optional[dict[str, str]] = None) -> dict[str, str]:
+def worker_env(backend: str, environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """The defaults of ``NCCL_WORKER_ENV`` that ``environ`` (the user's environment) does not set."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     if backend != "nccl":
         return {}
-    return {k: v for k, v in NCCL_WORKER_ENV.items() if k not in environ}
+    return {k: v for k, v in NCCL_WORKER_ENV.items() if k not in env}
 
 
 def _registered_buffers(torch: Any, dist: Any, device: str, group: Any = None) -> tuple[Any, Any, str]:
@@ -835,7 +836,7 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int, launc
         for _ in range(1000):
             t0 = time.perf_counter()
             pairs.append(time.perf_counter() - t0)
-        own = []
+        own: list[float] = []
         for _ in range(n_ops):
             t0 = time.perf_counter()
             run()
@@ -863,7 +864,7 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int, launc
         return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs], released
 
     empty, _ = chunk(100, None)
-    own: list[float] = []
+    own = []
     unlatched = 0
     size = max(1, TAIL_CHUNK // launches)
     # Every rank makes exactly n_ops calls, whatever its latch did (the ops are collectives, and the ranks'
@@ -907,9 +908,10 @@ def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callab
                     group: Any = None, launches: int = 1) -> Optional[SingleOps]:
     """The single-op phase of a case, after its timed samples, on every rank of ``group``: ``run`` (one op,
     or one iteration of a pattern) three times (and, for short ops, 20 more) back to back to get the agreed
-    (slowest rank's, ``agree``) wall time of one, then as many single ops as fill ``budget_s`` at that time, between ``TAIL_MIN_OPS`` and
-    ``TAIL_MAX_OPS`` (:func:`single_ops`), so that every rank makes the same calls.  None when ``budget_s``
-    is 0 or less (the phase skipped).  ``launches``: the collectives one ``run`` makes (:func:`single_ops`)."""
+    (slowest rank's, ``agree``) wall time of one, then as many single ops as fill ``budget_s`` at that
+    time, between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS`` (:func:`single_ops`), so that every rank makes the
+    same calls.  None when ``budget_s`` is 0 or less (the phase skipped).  ``launches``: the collectives one
+    ``run`` makes (:func:`single_ops`)."""
     if budget_s <= 0:
         return None
 
@@ -956,8 +958,8 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own.
 
     After the batched samples (the median figures), single ops are timed one by one (:func:`single_ops`):
-    as many as fill ``tail_time_s`` (None: ``TAIL_TIME_FACTOR`` x ``min_time_s``) at the agreed (slowest rank's) wall time of one,
-    between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS``; 0 skips the phase."""
+    as many as fill ``tail_time_s`` (None: ``TAIL_TIME_FACTOR`` x ``min_time_s``) at the agreed (slowest
+    rank's) wall time of one, between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS``; 0 skips the phase."""
     import torch
     import torch.distributed as dist
 
@@ -980,7 +982,9 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
     count = element_count(op, size_bytes, n, dtype)
-    pool, backend, pool_note = None, None, ""
+    pool: Any = None
+    backend: Any = None
+    pool_note = ""
     if gpu and register and count * DTYPES[dtype] >= REGISTER_MIN_BYTES:
         dist.all_reduce(torch.zeros(1, device=ctx.device), group=group)  # the communicator, before the pool
         pool, backend, pool_note = _registered_buffers(torch, dist, ctx.device, group)
@@ -1010,12 +1014,14 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         max_batch=batch if graphs else None,
         max_inflight_iters=batch if graphs else 256,
     )
+    timed: Optional[_Timed]  # set to None at the end, to drop the buffers and graphs
     timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
     agree = agreement(torch, dist, ctx.device, group)
 
     def prepare(p: Any) -> None:
-        timed.sample(p.batch)  # capture (on GPU) outside the timed samples
-        timed.sync()
+        t = cast(_Timed, timed)  # measure calls this before timed is dropped
+        t.sample(p.batch)  # capture (on GPU) outside the timed samples
+        t.sync()
         dist.barrier(group=group)
 
     samples, plan = measure(timed, settings, agree=agree, prepare=prepare)

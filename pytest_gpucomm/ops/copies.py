@@ -398,7 +398,8 @@ def measure_copy(
     )
 
 
-def measure_host_device(device: str, size: int, direction: str, settings: TimingSettings, pool: BufferPool) -> Measurement:
+def measure_host_device(device: str, size: int, direction: str, settings: TimingSettings,
+                        pool: BufferPool) -> Measurement:
     """Pinned host memory -> device ("h2d") or device -> pinned host memory ("d2h")."""
     import torch
 
@@ -666,8 +667,9 @@ def measuring_local_rank(spec: Mapping[str, Any], local_world_size: int) -> int:
     """Which local rank of each node measures the copy ``spec`` (see ``copy_spec``) in launched mode.
 
     On GPU, the local rank whose GPU is the copy's first device: the source of a peer copy, the lower
-    device of a both-ways copy, the GPU of a host<->device copy, the first device of a pattern.  Where a node has more GPUs than ranks,
-    the device's index modulo the node's ranks (with one rank per node, that rank measures every copy).
+    device of a both-ways copy, the GPU of a host<->device copy, the first device of a pattern.  Where a
+    node has more GPUs than ranks, the device's index modulo the node's ranks (with one rank per node, that
+    rank measures every copy).
     Host buffers (the CPU variant, ``cpu:0`` and ``cpu:1``): local rank 0."""
     if local_world_size < 1:
         raise ValueError(f"a node has at least one rank, got local_world_size={local_world_size!r}")

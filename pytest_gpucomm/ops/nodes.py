@@ -23,7 +23,6 @@ Imports no torch: the task imports it when it runs.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 

@@ -559,7 +559,8 @@ class _Overlap:
         cuda = self.torch.cuda
         cur = cuda.current_stream()
         ev = (lambda: cuda.Event(enable_timing=True)) if timed else (lambda: None)  # noqa: E731
-        start, end, ends = ev(), ev(), [None, None]
+        start, end = ev(), ev()
+        ends: list[Any] = [None, None]
         if start is not None:
             start.record(cur)
         for k, (on, part) in enumerate(((dp, self.dp.run), (tp, self._tp_run))):
@@ -672,6 +673,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
         case = _Overlap(torch, dist, ctx.device, r, n, spec, ctx.backend, gpu)
     settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
     agree = agreement(torch, dist, ctx.device)
+    timed: Any = None  # the timed case, set below: prepare reads it when measure calls it
 
     def prepare(p: Any) -> None:
         timed.sync()
@@ -679,7 +681,6 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
 
     # the overlap: each part's time per iteration (from the start to the part's end), alone then overlapped
     parts: dict[str, list[float]] = {}
-    timed: Any = None
     if pattern == OVERLAP:  # each part alone first (each its own plan), then both: the measurement
         for k, (key, on) in enumerate((("dp_alone_s", (True, False)), ("tp_alone_s", (False, True)))):
             timed = _OverlapTimed(case, on)
@@ -701,7 +702,8 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
     case.run()
     timed.sync()
     wrong, checked, first = case.check()
-    del case, timed
+    del case
+    timed = None  # not del: prepare's closure holds the name; either way the buffers are freed here
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -750,7 +752,8 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
             else f"{p.per_step} x {describe_duration(m.median_s, fixed=True)}, each {p.iteration}")
     info["step_comm_s"] = step_s
     info["step_label"] = label
-    info["step"] = f"{label}: {describe_duration(step_s, fixed=True)} per training step, {each}; busbw {m.busbw_gbps:.2f} GB/s"
+    info["step"] = (f"{label}: {describe_duration(step_s, fixed=True)} per training step, {each}; "
+                    f"busbw {m.busbw_gbps:.2f} GB/s")
     figures = getattr(first, "overlap", None)
     if p.pattern == OVERLAP and figures:
         ov = dict(figures)
@@ -760,7 +763,8 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
 
         def part(name: str, key: str) -> str:
             alone, over, slow = ov[f"{key}_alone_s"], ov[f"{key}_overlapped_s"], ov[f"{key}_slowdown"]
-            return (f"{name} {describe_duration(alone, fixed=True)} alone, {describe_duration(over, fixed=True)} overlapped"
+            return (f"{name} {describe_duration(alone, fixed=True)} alone, "
+                    f"{describe_duration(over, fixed=True)} overlapped"
                     f"{'' if slow is None else f' ({slow:.2f}x)'}")
 
         info["step"] += f"; {part('the gradient sync', 'dp')}, {part('the tensor-parallel collectives', 'tp')}"

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-def _rebuild(cls: type, message: str, state: dict[str, Any]) -> "RankFailure":
+def _rebuild(cls: type["RankFailure"], message: str, state: dict[str, Any]) -> "RankFailure":
     obj = Exception.__new__(cls)
     Exception.__init__(obj, message)
     obj.__dict__.update(state)

@@ -21,10 +21,10 @@ import threading
 import time
 import traceback
 import weakref
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from pytest_gpucomm.ranks import report
 from pytest_gpucomm.ranks.logdirs import new_log_dir as _new_log_dir
@@ -298,7 +298,7 @@ class RankPool:
             conns = [self._workers[r].conn for r in pending]
             ready_conns = wait([c for c in conns if c is not None],
                                timeout=min(POLL_INTERVAL_S, max(0.0, limit)))
-            for conn in ready_conns:
+            for conn in cast("list[Connection]", ready_conns):  # wait returns the workers' conns given it
                 rank = next(w.rank for w in self._workers if w.conn is conn)
                 try:
                     reply = conn.recv()

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any, Iterator, Mapping, Sequence, cast
 
 from pytest_gpucomm.ranks import report
 from pytest_gpucomm.ranks.errors import RankStartError
@@ -336,8 +336,8 @@ class _Handshake:
                         conn = accept_authenticated(self.listener, self.authkey)
                         if conn is not None:
                             self.conns.append(conn)
-                    else:
-                        self._receive(obj)
+                    else:  # the rest of objs: self.conns
+                        self._receive(cast(Connection, obj))
         finally:
             for conn in self.conns:
                 if conn not in self.rank_of:
@@ -381,7 +381,7 @@ class _Handshake:
         end = time.monotonic() + seconds
         while self.conns and (left := end - time.monotonic()) > 0:
             for conn in wait(list(self.conns), timeout=left):
-                self._receive(conn)
+                self._receive(cast(Connection, conn))  # wait returns the objects given: self.conns
 
     def _failure(self, failed: set[int], what: str,
                  stacks: Mapping[int, str] | None = None) -> RankStartError:
@@ -507,12 +507,12 @@ def _signals_held() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-        for s in pending:
-            handler = previous[s]
+        for signum in pending:
+            handler = previous[signal.Signals(signum)]
             if callable(handler):
-                handler(s, None)
+                handler(signum, None)
             elif handler in (signal.SIG_DFL, None):
-                os.kill(os.getpid(), s)
+                os.kill(os.getpid(), signum)
 
 
 def release_ranks(processes: Sequence[RankProcess], wait_s: float = 10.0) -> None:
