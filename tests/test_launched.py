@@ -53,6 +53,9 @@ def clean_env(**extra: str) -> dict[str, str]:
            if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
+    # but the CPU contract and the plugin set of tests/conftest.py stay
+    env.update({k: os.environ[k] for k in ("GPUCOMM_DEVICE", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS")
+                if k in os.environ})
     env.update(extra)
     return env
 
