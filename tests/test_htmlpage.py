@@ -343,7 +343,8 @@ def test_the_pytest_html_hook_puts_the_plots_written_at_session_finish_into_its_
     pytester.makeconftest(HTML_CONFTEST)
     (pytester.path / "source.png").write_bytes(png)
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
-    result = pytester.runpytest_subprocess(*HTML_PLUGINS, "-p", "no:cacheprovider", "--html=report.html", "--self-contained-html")
+    result = pytester.runpytest_subprocess(*HTML_PLUGINS, "-p", "no:cacheprovider", "--html=report.html",
+                                           "--self-contained-html")
     result.assert_outcomes(passed=1)
     text = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert "<h2>gpucomm plots</h2>" in text

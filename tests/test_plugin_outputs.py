@@ -244,7 +244,8 @@ def test_under_v_without_a_baseline_the_line_shows_the_figure_only_and_without_v
 def test_with_pytest_html_the_plots_go_into_its_report(sim):
     pytest.importorskip("pytest_html")
     pytest.importorskip("matplotlib")
-    result = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--gpucomm-plots=figs", "--html=report.html", "--self-contained-html")
+    result = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--gpucomm-plots=figs", "--html=report.html",
+                                      "--self-contained-html")
     result.assert_outcomes(passed=6)
     page = (sim.path / "report.html").read_text(encoding="utf-8")
     assert page.count("<h2>gpucomm plots</h2>") == 1
@@ -254,5 +255,6 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
         assert f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode("ascii")}"' in page
         assert f'alt="{p.stem}"' in page
     # without --gpucomm-plots, nothing is added to pytest-html's report
-    sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--html=plain.html", "--self-contained-html").assert_outcomes(passed=6)
+    plain = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--html=plain.html", "--self-contained-html")
+    plain.assert_outcomes(passed=6)
     assert "gpucomm plots" not in (sim.path / "plain.html").read_text(encoding="utf-8")
