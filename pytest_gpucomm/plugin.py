@@ -72,6 +72,13 @@ def pytest_configure(config: pytest.Config) -> None:
             _choice(os.environ)
         except EngineError as e:
             raise pytest.UsageError(f"invalid environment: {e}") from None
+    if "GPUCOMM_RANK_START" in os.environ:  # read when a pool starts: a bad value is said here, at once
+        from .ranks.spawn import rank_start
+
+        try:
+            rank_start()
+        except ValueError as e:
+            raise pytest.UsageError(f"invalid environment: {e}") from None
     if settings.baseline_save and not settings.baseline:
         raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
     if _is_xdist_controller(config) and settings.baseline_save and not settings.allow_xdist:

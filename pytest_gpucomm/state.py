@@ -80,6 +80,7 @@ class State:
         self.records: list[Record] = []
         self.fresh_remeasures = 0  # the gate's re-measures made in a new process or process group
         self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
+        self.zygote: Any = None  # ranks.spawn.Zygote: forks every pool's workers (GPUCOMM_RANK_START=fork)
         self._info: Optional["DeviceInfo"] = None
         self._fingerprint: Optional[dict[str, Any]] = None
         self._buffers: Optional["BufferPool"] = None
@@ -351,7 +352,23 @@ class State:
 
         info = self.info
         return RankPool(world, backend=info.backend, device=info.torch_device_type, env=worker_env(info.backend),
-                        start_timeout_s=max(120.0, self.settings.timeout_s))
+                        start_timeout_s=self._start_timeout_s, zygote=self.session_zygote())
+
+    @property
+    def _start_timeout_s(self) -> float:
+        return max(120.0, self.settings.timeout_s)
+
+    def session_zygote(self) -> Any:
+        """The session's ranks.spawn.Zygote, made at the first pool (its process starts with that pool's
+        start: a session that collects a process_group test may still start no pool); None where
+        GPUCOMM_RANK_START=exec or in launched mode."""
+        from .ops.collectives import worker_env
+        from .ranks.spawn import Zygote, rank_start
+
+        if self.zygote is None and self.launched is None and rank_start() == "fork":
+            backend = self.info.backend
+            self.zygote = Zygote(worker_env(backend), backend, start_timeout_s=self._start_timeout_s)
+        return self.zygote
 
     # -- the gate's re-measures ------------------------------------------------------------------------
     def remeasure(self, fresh: Callable[[], "Measurement"], same: Callable[[], "Measurement"], fresh_how: str,
@@ -510,6 +527,9 @@ class State:
             except Exception:  # pragma: no cover - best effort at teardown
                 pass
         self.pools.clear()
+        if self.zygote is not None:  # after the pools: the workers it forked die with it
+            self.zygote.close()
+            self.zygote = None
         if self._buffers is not None:
             self._buffers.clear()
         if self.launched is not None:

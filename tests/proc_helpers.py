@@ -101,3 +101,53 @@ def gloo_pool(world: int) -> Iterator[Any]:
     pool = RankPool(world, backend="gloo", device="cpu")
     yield pool
     pool.close()
+
+
+WORKER_MODULE = "pytest_gpucomm.ranks.worker"
+ZYGOTE_MODULE = "pytest_gpucomm.ranks.zygote"
+
+
+def _argv_and_stat(pid: int) -> tuple[list[str], list[str]] | None:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    fields = _stat_fields(pid)
+    return (argv, fields) if fields else None
+
+
+def rank_processes(controller: int | None = None, zombies: bool = False) -> dict[int, list[str]]:
+    """Rank workers (pid -> argv) and zygotes of ``controller`` (any controller where None): a worker started as
+    ``python -m pytest_gpucomm.ranks.worker --parent-pid <controller>``, a zygote
+    (``python -m pytest_gpucomm.ranks.zygote --parent-pid <controller>``) and every process a zygote forked (its
+    command line is the zygote's).  Zombies only when ``zombies``: an unreaped child is a leak too."""
+    out: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        got = _argv_and_stat(int(entry))
+        if got is None:
+            continue
+        argv, fields = got
+        if (WORKER_MODULE not in argv and ZYGOTE_MODULE not in argv) or (fields[0] == "Z" and not zombies):
+            continue
+        try:
+            parent = int(argv[argv.index("--parent-pid") + 1])
+        except (ValueError, IndexError):
+            continue
+        if controller is None or parent == controller:
+            out[int(entry)] = argv
+    return out
+
+
+def rank_workers(controller: int | None = None) -> dict[int, list[str]]:
+    """The rank workers of :func:`rank_processes`, zygotes left out (a zygote's parent is the controller itself;
+    a fork's parent is the zygote)."""
+    procs = rank_processes(controller)
+    out = {}
+    for pid, argv in procs.items():
+        fields = _stat_fields(pid)
+        if ZYGOTE_MODULE in argv and fields is not None and int(fields[1]) not in procs:
+            continue  # a zygote: its parent is no zygote
+        out[pid] = argv
+    return out

@@ -34,6 +34,10 @@ REPLAYED = " (replayed from the report)"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
+pytestmark = pytest.mark.xdist_group("test_cli")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli_runs")
@@ -84,7 +88,6 @@ def changed_lines(text: str) -> dict[str, tuple[str, str]]:
 # -- compare: the run's verdicts -------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_the_runs_themselves_regress_on_the_slowed_case_only(runs):
     """What the comparisons below lean on: the slowed run failed on the gate, and only on its slowed case,
     which it measured again; the unchanged run passed."""

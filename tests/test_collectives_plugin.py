@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from proc_helpers import listening_ports  # noqa: E402
+from proc_helpers import listening_ports, rank_processes, rank_workers  # noqa: E402
 
 from pytest_gpucomm.ops.collectives import OPS as OP_DEFS, busbw_factor
 
@@ -27,40 +27,18 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
 OPS = list(OP_DEFS)
-WORKER_MODULE = "pytest_gpucomm.ranks.worker"
 
 
 # -- process helpers ----------------------------------------------------------------------------------
 
 def _workers(parent_pid: int | None = None) -> dict[int, list[str]]:
-    """Live rank workers (pid -> argv), optionally only those started by ``parent_pid``."""
-    out: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            state = next((ln for ln in (entry / "status").read_text().splitlines() if ln.startswith("State:")), "")
-        except OSError:
-            continue
-        if WORKER_MODULE not in argv or " Z " in state + " ":
-            continue
-        if parent_pid is not None:
-            try:
-                if int(argv[argv.index("--parent-pid") + 1]) != parent_pid:
-                    continue
-            except (ValueError, IndexError):
-                continue
-        out[int(entry.name)] = argv
-    return out
+    """Live rank workers (pid -> argv), optionally only those started by ``parent_pid``: started as processes
+    of their own or forked by the session's zygote (which counts too: it must not outlive the session)."""
+    return rank_processes(parent_pid)
 
 
 def _is_worker(pid: int) -> bool:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return WORKER_MODULE in argv
+    return pid in rank_processes()
 
 
 _listening_ports = listening_ports
@@ -376,6 +354,41 @@ def record(process_group, path):
 """
 
 
+RECORD_PARENTS = """
+import json, os
+
+def test_all_reduce(comm, process_group):
+    comm.all_reduce(process_group, "4KiB")
+    pids = process_group.executor.pids
+    parents = [int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in pids]
+    with open("parents.json", "w") as f:
+        json.dump({"workers": pids, "parents": parents}, f)
+"""
+
+
+@pytest.mark.parametrize("start", ["fork", "exec"])
+def test_the_pools_workers_are_forked_from_a_zygote_unless_gpucomm_rank_start_is_exec(pytester, monkeypatch, start):
+    pytester.makepyfile(test_parents=RECORD_PARENTS)
+    monkeypatch.setenv("GPUCOMM_RANK_START", start)
+    pytester.runpytest(*FAST).assert_outcomes(passed=1)
+    seen = json.loads((pytester.path / "parents.json").read_text())
+    (parent,) = set(seen["parents"])
+    if start == "exec":
+        assert parent == os.getpid()  # this process ran the session (in-process pytester)
+    else:
+        assert parent != os.getpid() and not Path(f"/proc/{parent}").exists()  # the zygote, ended with the session
+    assert not _workers(os.getpid())
+
+
+def test_a_bad_gpucomm_rank_start_is_a_usage_error_naming_it(pytester, monkeypatch):
+    pytester.makepyfile(test_parents=RECORD_PARENTS)
+    monkeypatch.setenv("GPUCOMM_RANK_START", "spawn")
+    result = pytester.runpytest(*FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid environment: invalid GPUCOMM_RANK_START 'spawn' (from the environment): "
+                                 "expected fork or exec*"])
+
+
 @pytest.mark.slow
 def test_end_of_session_leaves_no_worker_process_and_no_listening_port(pytester):
     pytester.makepyfile(record_pool=RECORD_POOL)
@@ -423,10 +436,11 @@ def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
         marker = pytester.path / "pool.json"
         started = _wait_until(lambda: marker.exists() or proc.poll() is not None, 60)
         assert started and proc.poll() is None, (pytester.path / "pytest.log").read_text()
-        workers = _workers(proc.pid)
+        workers = rank_workers(proc.pid)
         assert len(workers) == 2, workers
         info = json.loads(marker.read_text())
         assert sorted(workers) == sorted(info["workers"])
+        workers = _workers(proc.pid)  # and the zygote they were forked from
         os.kill(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=30)
     finally:

@@ -1,7 +1,7 @@
 """The tail verdict wired into the gate: the store keeps a sketch of each run's single ops, Gate.judge tests
 today's single ops against them (TAIL), re-measures before failing, and the options, marker, table and
 JSON report carry it.  Hand-made measurements (seeded), no processes, except the launched acceptance test
-at the end (torchrun, world 2, gloo)."""
+at the end (world 2, gloo, srun's variables set by hand)."""
 
 from __future__ import annotations
 
@@ -357,7 +357,7 @@ def test_the_verdicts_line_counts_the_tails_tested_and_the_TAIL_ones():
     assert tail_counts(rs[2:]) == ""
 
 
-# -- acceptance: a rank made slow on a few single ops turns into TAIL (launched mode, torchrun, world 2) -------
+# -- acceptance: a rank made slow on a few single ops turns into TAIL (launched mode, world 2) -------
 
 SLOW_RANK_1 = '''
 import os
@@ -367,20 +367,24 @@ import time
 from pytest_gpucomm.ops import collectives
 
 SHARE, DELAY_S = 0.2, 0.04
+# every rank times the same 300 single ops, whatever the machine: 1.2 s holds about 10,000 of them on 16 fast
+# cores, and 20 % of those at 40 ms each would outlast the job's 60 s timeout
+N_OPS = 300
+_single_ops = collectives.single_ops
+_rng = random.Random(13)
 
-if os.environ["RANK"] == "1":  # launched mode runs the task in this process: slow down global rank 1
-    _single_ops = collectives.single_ops
-    _rng = random.Random(13)
 
-    def _sometimes_slow(torch, run, gpu, n_ops, *args):
-        def run_or_sleep_first():
-            if _rng.random() < SHARE:  # rank 0 waits for rank 1 inside this single op
-                time.sleep(DELAY_S)
-            run()
+def _capped_and_sometimes_slow(torch, run, gpu, n_ops, *args):
+    def run_or_sleep_first():
+        if _rng.random() < SHARE:  # rank 0 waits for rank 1 inside this single op
+            time.sleep(DELAY_S)
+        run()
 
-        return _single_ops(torch, run_or_sleep_first, gpu, n_ops, *args)
+    slow = os.environ["SLURM_PROCID"] == "1"  # launched mode runs the task in this process: slow down rank 1
+    return _single_ops(torch, run_or_sleep_first if slow else run, gpu, min(n_ops, N_OPS), *args)
 
-    collectives.single_ops = _sometimes_slow  # the batched samples (the median) are left alone
+
+collectives.single_ops = _capped_and_sometimes_slow  # the batched samples (the median) are left alone
 '''
 
 ONE_ALL_REDUCE = '''
@@ -404,7 +408,7 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
     baseline's share, with the tail tolerance at 0 and alpha 0.05 (the rule's power is the simulations' to
     show: here a one-case baseline of two runs of a few hundred single ops each has a large error); the
     median's tolerance is 50 %: this test is about the tail."""
-    from test_launched import ARGS, clean_env, free_port, run_all, torchrun
+    from test_launched import ARGS, free_port, run_all, slurm_env
 
     (tmp_path / "test_tail.py").write_text(ONE_ALL_REDUCE)
     gate = [*ARGS, "--gpu-baseline=cpu2", "--gpu-baseline-dir=baselines", "--gpucomm-tail-time=1.2",
@@ -412,8 +416,9 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
 
     def job(name: str, *args: str) -> tuple[int, str, dict[str, Any]]:
         out = tmp_path / f"{name}.json"
-        [(code, text)] = run_all([torchrun(1, 0, 2, free_port(), "test_tail.py", *gate, f"--gpucomm-json={out}",
-                                           *args)], [clean_env()], tmp_path)
+        cmd, port = [sys.executable, "-m", "pytest", "test_tail.py", *gate, f"--gpucomm-json={out}", *args], free_port()
+        (code, text), (code1, text1) = run_all([cmd, cmd], [slurm_env(0, 2, port), slurm_env(1, 2, port)], tmp_path)
+        assert code1 == code, text1  # every rank exits with rank 0's status
         assert out.exists(), text
         [row] = json.loads(out.read_text())["rows"]
         return code, text, row

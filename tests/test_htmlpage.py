@@ -37,6 +37,10 @@ RUN = [sys.executable, "-m", "pytest", "test_small.py", "-q", "-p", "no:cachepro
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
+pytestmark = pytest.mark.xdist_group("test_htmlpage")
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """(report, baseline) of a CPU run gated against the baseline ``cpu`` that a first run saved."""
@@ -91,7 +95,6 @@ HEADERS = list(htmlpage._HEADERS)
 # -- the page's content --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_the_page_is_one_well_formed_document_without_scripts_or_outside_references(page):
     root = _parse(page)
     assert page.startswith("<!DOCTYPE html>") and root.tag == "html"

@@ -350,7 +350,7 @@ from pytest_gpucomm.ops import collectives
 
 DELAY_S = 0.02
 
-if os.environ["RANK"] == "3":  # launched mode runs the task in this process: make global rank 3 late
+if os.environ["SLURM_PROCID"] == "3":  # launched mode runs the task in this process: make global rank 3 late
     _sample = collectives._Timed.sample
 
     def _late(self, batch):
@@ -377,9 +377,9 @@ def test_a_rank_made_late_is_named_the_slowest_rank_and_its_node_an_outlier(tmp_
     (tmp_path / "conftest.py").write_text(LATE_RANK_3)
     (tmp_path / "test_late.py").write_text(ONE_ALL_REDUCE)
     out, port = tmp_path / "out.json", free_port()
-    cmds = [torchrun(2, k, 2, port, "test_late.py", *ARGS, f"--gpucomm-json={out}") for k in (0, 1)]
-    results = run_all(cmds, [clean_env(), clean_env()], tmp_path)
-    assert [code for code, _ in results] == [0, 0], results
+    cmd = [sys.executable, "-m", "pytest", "test_late.py", *ARGS, f"--gpucomm-json={out}"]
+    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    assert [code for code, _ in results] == [0] * 4, results
     text = results[0][1]
     host = socket.gethostname()
     lines = text.splitlines()

@@ -1,17 +1,18 @@
 """Launched mode: copies stay node-local, measured on every node at once, one row per node.
 
-The torchrun test starts 2 simulated nodes x 2 ranks (CPU variant: host buffers cpu:0 and cpu:1, gloo over
-loopback); the unit tests pin who measures on a node and how every rank's outcome becomes one measurement
-per node (or the failure naming the rank).
+The acceptance test starts 2 simulated nodes x 2 ranks, srun's variables set by hand (CPU variant: host
+buffers cpu:0 and cpu:1, gloo over loopback); the unit tests pin who measures on a node and how every
+rank's outcome becomes one measurement per node (or the failure naming the rank).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from test_launched import ARGS, clean_env, free_port, run_all, torchrun
+from test_launched import ARGS, free_port, run_all, slurm_2x2_env
 
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.ops.copies import CopyError, copy_spec, measuring_local_rank, node_measurements
@@ -25,7 +26,7 @@ import pytest
 
 from pytest_gpucomm import sizes
 
-NODE = int(os.environ["GROUP_RANK"])  # torchrun: the node of this process
+NODE = int(os.environ["SLURM_NODEID"])  # srun: the node of this process
 
 
 @sizes("4KiB")
@@ -68,7 +69,7 @@ _measure_copy = copies.measure_copy
 
 
 def _fails_on_node_1(src, dst, size, *args, **kwargs):
-    if size == 12345 and os.environ["GROUP_RANK"] == "1":
+    if size == 12345 and os.environ["SLURM_NODEID"] == "1":
         raise copies.CopyError("injected: this copy fails on node 1")
     return _measure_copy(src, dst, size, *args, **kwargs)
 
@@ -78,14 +79,15 @@ copies.measure_copy = _fails_on_node_1
 
 
 @pytest.mark.slow
-def test_torchrun_two_nodes_measure_their_copies_at_once_one_row_per_node(tmp_path: Path) -> None:
+def test_two_nodes_measure_their_copies_at_once_one_row_per_node(tmp_path: Path) -> None:
     (tmp_path / "test_copies.py").write_text(COPIES)
     (tmp_path / "conftest.py").write_text(FAIL_ON_NODE_1)
     out, bench, port = tmp_path / "out.json", tmp_path / "bench.json", free_port()
-    cmds = [torchrun(2, k, 2, port, "test_copies.py", *ARGS, "-rA", f"--gpucomm-json={out}",
-                     f"--gpucomm-benchmark-json={bench}") for k in (0, 1)]
-    results = run_all(cmds, [clean_env(), clean_env()], tmp_path)
-    assert [code for code, _ in results] == [0, 0], results
+    # srun's variables set by hand, not torchrun: its agents would add two processes that import torch
+    cmd = [sys.executable, "-m", "pytest", "test_copies.py", *ARGS, "-rA", f"--gpucomm-json={out}",
+           f"--gpucomm-benchmark-json={bench}"]
+    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    assert [code for code, _ in results] == [0] * 4, results
     text = "\n".join(t for _, t in results)
     assert text.count("5 passed") == 4, text  # every rank
     assert text.count("= gpucomm results =") == 1 and text.count("gpucomm: wrote 8 measurements to") == 1, text

@@ -10,6 +10,7 @@ rank that did not would leave rank 0 waiting in the collective); a missing basel
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 
 from test_launched import ARGS, SMALL, clean_env, free_port, run_all
 
-pytestmark = pytest.mark.slow  # torchrun jobs of several ranks
+# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_launched_gate")]  # jobs of several ranks
 
 # no single ops: these tests are about the median verdict across nodes (a tail comparison would halve its level)
 BASELINE_ARGS = ["--gpu-baseline-dir=baselines", "-k", "all_reduce", "--gpucomm-tail-time=0"]
@@ -39,18 +41,37 @@ def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", "")) -> li
     return run_all([cmd] * 4, envs, tmp)
 
 
-def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every_rank_following(
-        tmp_path: Path) -> None:
-    (tmp_path / "test_small.py").write_text(SMALL)
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[int, str]]]:
+    """(folder, each rank's exit code and output) of a recording job of 2 nodes x 2 ranks, its baseline
+    ``cpu2`` in ``folder/baselines``: one job for the tests that start from a recorded baseline."""
+    d = tmp_path_factory.mktemp("recorded")
+    (d / "test_small.py").write_text(SMALL)
     # one junit file per node: only node 0 holds global rank 0, so node 1's file must not appear
-    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save", *BASELINE_ARGS,
-                        per_node=(f"--junitxml={tmp_path / 'j0.xml'}", f"--junitxml={tmp_path / 'j1.xml'}"))
+    results = two_nodes(d, "--gpu-baseline=cpu2", "--gpu-baseline-save", *BASELINE_ARGS,
+                        per_node=(f"--junitxml={d / 'j0.xml'}", f"--junitxml={d / 'j1.xml'}"))
+    return d, results
+
+
+def from_recorded(recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) -> Path:
+    """A copy of the recording job's test file and baseline in ``tmp_path`` (its own to change)."""
+    d, results = recorded
+    assert [code for code, _ in results] == [0] * 4, results
+    shutil.copy(d / "test_small.py", tmp_path)
+    shutil.copytree(d / "baselines", tmp_path / "baselines")
+    return tmp_path / "baselines" / "cpu2.json"
+
+
+def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every_rank_following(
+        recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) -> None:
+    d, results = recorded
     assert [code for code, _ in results] == [0] * 4, results
     text = "\n".join(t for _, t in results)
     assert text.count("gpucomm: saved 1 cases of this run") == 1, text
     assert text.count("gpucomm nodes: 2 x 2 ranks; every node has the same environment") == 1, text
-    assert (tmp_path / "j0.xml").exists() and not (tmp_path / "j1.xml").exists()
-    doc = json.loads((tmp_path / "baselines" / "cpu2.json").read_text())
+    assert (d / "j0.xml").exists() and not (d / "j1.xml").exists()
+    path = from_recorded(recorded, tmp_path)
+    doc = json.loads(path.read_text())
     [(key, case)] = doc["cases"].items()
     assert key.endswith("|all_reduce|4096B|float32|ws4|2x2") and case["layout"] == "2x2", key
     assert len(doc["runs"]) == 1 and len(case["runs"]) == 1
@@ -58,7 +79,7 @@ def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every
 
     for run in case["runs"]:  # the baseline 10^6 times faster: a regression however loaded this machine is
         run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
-    (tmp_path / "baselines" / "cpu2.json").write_text(json.dumps(doc))
+    path.write_text(json.dumps(doc))
     results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, "-rf")
     assert [code for code, _ in results] == [1] * 4, "\n".join(t[-2500:] for _, t in results)
     for _, text in results:
@@ -125,11 +146,8 @@ collectives.bench = _bench_once
 
 
 def test_a_re_measure_that_raises_on_every_rank_fails_the_test_everywhere_with_the_ranks_in_step(
-        tmp_path: Path) -> None:
-    (tmp_path / "test_small.py").write_text(SMALL)
-    assert all(code == 0 for code, _ in two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save",
-                                                   *BASELINE_ARGS))
-    path = tmp_path / "baselines" / "cpu2.json"
+        recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) -> None:
+    path = from_recorded(recorded, tmp_path)
     doc = json.loads(path.read_text())
     for case in doc["cases"].values():  # flagged, so the gate measures again
         for run in case["runs"]:

@@ -1,18 +1,20 @@
-"""Topology-aware suites under torchrun, 2 simulated nodes x 2 ranks (gloo over loopback): collectives over
-the world, each node and one rank per node, with the kind in the test id; the inter-node pair test over a
-ring and pairwise; one JSON row per group and per node pair, written once by rank 0."""
+"""Topology-aware suites in a job of 2 simulated nodes x 2 ranks (srun's variables set by hand, gloo over
+loopback): collectives over the world, each node and one rank per node, with the kind in the test id; the
+inter-node pair test over a ring and pairwise; one JSON row per group and per node pair, written once by
+rank 0."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from pytest_gpucomm.measurement import Measurement
-from test_launched import ARGS, clean_env, free_port, run_all, torchrun
+from test_launched import ARGS, free_port, run_all, slurm_2x2_env
 
-pytestmark = pytest.mark.slow  # torchrun jobs of several ranks
+pytestmark = pytest.mark.slow  # jobs of several ranks
 
 TOPOLOGY = '''
 import pytest
@@ -44,10 +46,9 @@ def test_node_pairs(pattern, process_group, size, comm):
 def test_collectives_over_each_group_kind_and_node_pairs_on_two_nodes_of_two_ranks(tmp_path: Path) -> None:
     (tmp_path / "test_topology_small.py").write_text(TOPOLOGY)
     out, port = tmp_path / "out.json", free_port()
-    cmds = [torchrun(2, k, 2, port, "test_topology_small.py", *ARGS, "-v", f"--gpucomm-json={out}")
-            for k in (0, 1)]
-    results = run_all(cmds, [clean_env(), clean_env()], tmp_path)
-    assert [code for code, _ in results] == [0, 0], results
+    cmd = [sys.executable, "-m", "pytest", "test_topology_small.py", *ARGS, "-v", f"--gpucomm-json={out}"]
+    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    assert [code for code, _ in results] == [0] * 4, results
     text = "\n".join(t for _, t in results)
     assert text.count("11 passed") == 4, text  # every rank ran every test
     for kind in ("world", "intra-node", "inter-node"):

@@ -45,9 +45,17 @@ import pytest_gpucomm.ranks.spawn as spawn_module  # noqa: E402
 from pytest_gpucomm.ranks.pool import RankPool  # noqa: E402
 from pytest_gpucomm.ranks.protocol import Hello  # noqa: E402
 from pytest_gpucomm.ranks.report import describe_returncode  # noqa: E402
-from pytest_gpucomm.ranks.spawn import accept_authenticated, loopback_listener  # noqa: E402
+from pytest_gpucomm.ranks.spawn import (  # noqa: E402
+    ForkedProc,
+    Zygote,
+    accept_authenticated,
+    loopback_listener,
+    rank_start,
+)
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
+              pytest.mark.xdist_group("test_ranks")]
 
 ENV_MARK = "GPUCOMM_RANKS_TEST_MARK"
 
@@ -88,12 +96,34 @@ def _expected_allreduce(world_size: int, scale: float = 1.0) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def pool2() -> Iterator[RankPool]:
+def zygote() -> Iterator[Zygote]:
+    """The module's zygote, with the environment of ``pool2``."""
+    z = Zygote({ENV_MARK: "from-pool"}, "gloo", start_timeout_s=60)
+    yield z
+    z.close()
+
+
+@pytest.fixture(scope="module")
+def pool2(zygote: Zygote) -> Iterator[RankPool]:
+    """Two gloo ranks forked from the module's zygote, as the plugin's pools are (the tests that build their
+    own pool start their workers both ways: ``start``)."""
     pool = RankPool(2, "gloo", "cpu", start_timeout_s=60, env={ENV_MARK: "from-pool"},
-                    error_grace_s=1.0)
+                    error_grace_s=1.0, zygote=zygote)
     pool.start()
+    assert zygote.failed is None and zygote.forks == 2, zygote
     yield pool
     pool.close()
+
+
+@pytest.fixture(params=["exec", "fork"])
+def start(request: pytest.FixtureRequest) -> Iterator[dict]:
+    """RankPool keywords for workers that are processes of their own (exec) or forks of a zygote (fork)."""
+    if request.param == "exec":
+        yield {}
+        return
+    z = Zygote({}, "gloo", start_timeout_s=60)
+    yield {"zygote": z}
+    z.close()
 
 
 # ----------------------------------------------------------------- happy path
@@ -427,8 +457,8 @@ def test_rank_failures_pickle_round_trip() -> None:
 # ----------------------------------------------------------------- leftovers
 
 
-def test_close_kills_processes_left_running_by_tasks() -> None:
-    pool = RankPool(2, start_timeout_s=60)
+def test_close_kills_processes_left_running_by_tasks(start: dict) -> None:
+    pool = RankPool(2, start_timeout_s=60, **start)
     try:
         sleepers = _start_sleepers(pool)
         pids = pool.pids
@@ -439,8 +469,8 @@ def test_close_kills_processes_left_running_by_tasks() -> None:
 
 
 @pytest.mark.slow
-def test_teardown_after_task_error_and_restarted_pool_close_kill_task_children() -> None:
-    pool = RankPool(2, start_timeout_s=60, error_grace_s=1.0)
+def test_teardown_after_task_error_and_restarted_pool_close_kill_task_children(start: dict) -> None:
+    pool = RankPool(2, start_timeout_s=60, error_grace_s=1.0, **start)
     try:
         first = _start_sleepers(pool)
         with pytest.raises(RankError):  # rank 0 stuck in the collective: torn down
@@ -455,8 +485,8 @@ def test_teardown_after_task_error_and_restarted_pool_close_kill_task_children()
     assert _sleepers_gone(second), second
 
 
-def test_children_of_a_crashed_rank_and_of_its_peers_are_killed(tmp_path: Path) -> None:
-    pool = RankPool(2, start_timeout_s=60)
+def test_children_of_a_crashed_rank_and_of_its_peers_are_killed(tmp_path: Path, start: dict) -> None:
+    pool = RankPool(2, start_timeout_s=60, **start)
     try:
         with pytest.raises(RankCrash, match=r"rank 1 crashed \(exit code 3\)"):
             pool.run("rank_tasks:start_sleeper_then_exit_on_rank",
@@ -602,3 +632,69 @@ def test_interrupts_are_held_back_while_ranks_are_released_and_arrive_after() ->
         assert seen == ["TERM"]
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+# ----------------------------------------------------------------- the zygote
+
+
+def _ppid(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2:].split()[1])
+
+
+def test_workers_forked_from_the_zygote_are_its_children_each_leading_its_own_session() -> None:
+    z = Zygote({ENV_MARK: "forked"}, "gloo", start_timeout_s=60)
+    try:
+        with RankPool(2, start_timeout_s=60, env={ENV_MARK: "forked"}, zygote=z) as pool2:
+            pool2.start()
+            (zygote_pid,) = {_ppid(p) for p in pool2.pids}
+            assert zygote_pid != os.getpid() and _ppid(zygote_pid) == os.getpid()
+            assert "pytest_gpucomm.ranks.zygote" in Path(f"/proc/{zygote_pid}/cmdline").read_text()
+            assert all(os.getsid(p) == p and os.getpgid(p) == p for p in pool2.pids)
+            assert all(isinstance(w.proc, ForkedProc) for w in pool2._workers)
+            assert pool2.run("rank_tasks:getenv", {"names": [ENV_MARK]}, timeout_s=30) == [{ENV_MARK: "forked"}] * 2
+            # a second pool is forked too, without another zygote or another import of torch
+            with RankPool(3, start_timeout_s=60, env={ENV_MARK: "forked"}, zygote=z) as pool3:
+                assert pool3.run("rank_tasks:allreduce_sum", timeout_s=30) == [_expected_allreduce(3)] * 3
+                assert {_ppid(p) for p in pool3.pids} == {zygote_pid} and z.forks == 5
+    finally:
+        z.close()
+
+
+def test_a_pool_of_another_environment_starts_its_workers_as_processes_of_their_own(zygote: Zygote) -> None:
+    forks = zygote.forks
+    with RankPool(1, start_timeout_s=60, env={ENV_MARK: "another"}, zygote=zygote) as pool:
+        [env] = pool.run("rank_tasks:getenv", {"names": [ENV_MARK]}, timeout_s=30)
+        assert env == {ENV_MARK: "another"} and _ppid(pool.pids[0]) == os.getpid()
+    assert zygote.forks == forks and zygote.failed is None
+
+
+def test_a_zygote_not_ready_in_time_leaves_the_workers_to_start_as_processes_of_their_own() -> None:
+    z = Zygote({}, "gloo", start_timeout_s=0.001)
+    try:
+        with RankPool(2, start_timeout_s=60, zygote=z) as pool:
+            assert pool.run("rank_tasks:allreduce_sum", timeout_s=30) == [_expected_allreduce(2)] * 2
+            assert {_ppid(p) for p in pool.pids} == {os.getpid()}
+        assert z.failed == "it was not ready within 0.001 s" and z.forks == 0
+    finally:
+        z.close()
+
+
+def test_closing_the_zygote_ends_it_and_reaps_what_it_forked() -> None:
+    z = Zygote({}, "gloo", start_timeout_s=60)
+    pool = RankPool(2, start_timeout_s=60, zygote=z)
+    try:
+        pool.start()
+        (zygote_pid,) = {_ppid(p) for p in pool.pids}
+        pids = pool.pids
+    finally:
+        pool.close()
+        z.close()
+    assert not any(_pid_exists(p) for p in [*pids, zygote_pid])  # zombies included
+
+
+def test_rank_start_is_fork_by_default_and_names_a_bad_value() -> None:
+    assert rank_start({}) == "fork" and rank_start({"GPUCOMM_RANK_START": " Exec "}) == "exec"
+    with pytest.raises(ValueError, match=r"invalid GPUCOMM_RANK_START 'vfork' \(from the environment\): "
+                                         "expected fork or exec"):
+        rank_start({"GPUCOMM_RANK_START": "vfork"})

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from proc_helpers import process_running
+from proc_helpers import process_running, rank_processes
 
 from pytest_gpucomm import vocab
 from pytest_gpucomm.measurement import Measurement, Remeasure
@@ -22,24 +22,14 @@ from pytest_gpucomm.ops import copies
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc)")
 
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
-WORKER_MODULE = "pytest_gpucomm.ranks.worker"
 
 PID_TASKS = "import os\n\ndef pid(ctx):\n    return os.getpid()\n"
 
 
 def _workers_of(parent_pid: int) -> set[int]:
-    """Live rank workers started by ``parent_pid`` (zombies included: an unreaped child is a leak too)."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if WORKER_MODULE in argv and "--parent-pid" in argv and argv[argv.index("--parent-pid") + 1] == str(parent_pid):
-            out.add(int(entry))
-    return out
+    """Live rank workers and zygotes started by ``parent_pid`` (zombies included: an unreaped child is a leak
+    too)."""
+    return set(rank_processes(parent_pid, zombies=True))
 
 
 @pytest.fixture(autouse=True)

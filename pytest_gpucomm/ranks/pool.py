@@ -35,6 +35,7 @@ from pytest_gpucomm.ranks.protocol import Shutdown, Task, TaskError, TaskOk
 from pytest_gpucomm.ranks.spawn import (
     POLL_INTERVAL_S,
     RankProcess,
+    Zygote,
     controller_sys_path,
     dump_stacks,
     kill_ranks,
@@ -77,6 +78,8 @@ class RankPool:
             before the pool is torn down.
         shutdown_grace_s: seconds :meth:`close` waits for a graceful exit before
             killing.
+        zygote: a :class:`~.spawn.Zygote` that forks the workers (torch imported once, in it), for the
+            pools of one session; the caller closes it after the pools.  None: each worker is a new process.
 
     The pool is started lazily by :meth:`run` (or explicitly by :meth:`start`)
     and restarted by :meth:`run` whenever it is not :attr:`alive`. Use
@@ -112,6 +115,7 @@ class RankPool:
         env: Mapping[str, str] | None = None,
         error_grace_s: float = 3.0,
         shutdown_grace_s: float = 5.0,
+        zygote: Zygote | None = None,
     ) -> None:
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -126,6 +130,7 @@ class RankPool:
         self.env: dict[str, str] = dict(env or {})
         self.error_grace_s = float(error_grace_s)
         self.shutdown_grace_s = float(shutdown_grace_s)
+        self.zygote = zygote
 
         self._lock = threading.RLock()
         self._workers: list[RankProcess] = []
@@ -258,7 +263,7 @@ class RankPool:
             started = start_ranks(
                 self.world_size, self.backend, self.device,
                 start_timeout_s=self.start_timeout_s, env=self.env,
-                log_dir=self._tmpdir, label=label,
+                log_dir=self._tmpdir, label=label, zygote=self.zygote,
             )
             self._workers = started.processes
             self.control_port = started.control_port

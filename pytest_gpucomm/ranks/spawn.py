@@ -27,10 +27,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,7 +46,10 @@ from pytest_gpucomm.ranks.protocol import Hello, InitError, Ready
 
 __all__ = [
     "RankProcess",
+    "ForkedProc",
+    "Zygote",
     "StartedRanks",
+    "rank_start",
     "start_ranks",
     "dump_stacks",
     "kill_ranks",
@@ -59,6 +64,19 @@ LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 8192
 POLL_INTERVAL_S = 0.2
 START_FAILURE_GRACE_S = 3.0  # after one rank failed to start, time for the others to report
+#: how a session's rank workers start: ``fork`` from the session's :class:`Zygote` (torch imported once), or
+#: ``exec``, each a new ``python -m pytest_gpucomm.ranks.worker``
+RANK_START_ENV = "GPUCOMM_RANK_START"
+RANK_START_CHOICES = ("fork", "exec")
+
+
+def rank_start(environ: Mapping[str, str] = os.environ) -> str:
+    """``GPUCOMM_RANK_START`` (default ``fork``); ValueError naming a value that is neither choice."""
+    raw = environ.get(RANK_START_ENV, "")
+    value = raw.strip().lower() or "fork"
+    if value not in RANK_START_CHOICES:
+        raise ValueError(f"invalid {RANK_START_ENV} {raw!r} (from the environment): expected fork or exec")
+    return value
 
 
 def controller_sys_path() -> list[str]:
@@ -90,7 +108,7 @@ class RankProcess:
     """Controller-side bookkeeping for one rank process."""
 
     rank: int
-    proc: subprocess.Popen
+    proc: "subprocess.Popen | ForkedProc"
     log_path: Path
     stack_path: Path
     log_file: IO[bytes]
@@ -111,6 +129,8 @@ class RankProcess:
         """
         if self.proc.returncode is not None:
             return True
+        if isinstance(self.proc, ForkedProc):
+            return self.proc.exited_unreaped()
         try:
             info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:  # reaped behind Popen's back; nothing left to wait for
@@ -208,6 +228,7 @@ def start_ranks(
     env: Mapping[str, str],
     log_dir: Path,
     label: str = "",
+    zygote: "Zygote | None" = None,
 ) -> StartedRanks:
     """Spawn ``world_size`` workers and wait until each has its process group ready.
 
@@ -218,6 +239,8 @@ def start_ranks(
         env: environment overrides for the workers, on top of ``os.environ``.
         log_dir: where ``rank<N>.log`` and ``rank<N>.stacks`` go.
         label: what the pool is started for, named in the failure message.
+        zygote: forks the workers where it runs with the workers' environment (:meth:`Zygote.fork`); else,
+            or where it cannot, each worker is a new process.
 
     Raises:
         RankStartError: a rank failed or did not get ready in time; every worker has been
@@ -248,8 +271,9 @@ def start_ranks(
                     "--init-timeout", str(start_timeout_s),
                     "--parent-pid", str(os.getpid()),
                 ]
-                processes.append(_spawn(rank, cmd, worker_env, log_dir, authkey,
-                                        pass_fds=(rdzv.fileno(),) if rank == 0 else ()))
+                fds = (rdzv.fileno(),) if rank == 0 else ()
+                forked = zygote.fork(rank, cmd, worker_env, log_dir, authkey, fds) if zygote is not None else None
+                processes.append(forked or _spawn(rank, cmd, worker_env, log_dir, authkey, pass_fds=fds))
         finally:
             rdzv.close()  # rank 0 has its own copy; only it keeps the port open
         handshake = _Handshake(processes, listener, authkey, world_size=world_size,
@@ -285,6 +309,212 @@ def _spawn(rank: int, cmd: list[str], env: dict[str, str], log_dir: Path, authke
     except OSError:
         pass  # died at once; the handshake reports it
     return RankProcess(rank, proc, log_path, stack_path, log_file)
+
+
+#: variables that may differ between the zygote's environment and a fork's, set in the fork: pytest's name of
+#: the running test (read by nothing at import), and the controller's sys.path (which grows as pytest imports
+#: test folders; the fork puts it in front of its own, as every task does)
+_PER_FORK = frozenset({"PYTEST_CURRENT_TEST", "PYTHONPATH"})
+
+
+def _fixed(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in _PER_FORK}
+
+
+class ForkedProc:
+    """The ``subprocess.Popen`` of a worker that :class:`Zygote` forked (the zygote's child, not this
+    process's): exit seen through a pidfd, reaped by the zygote, which keeps it a zombie until then."""
+
+    def __init__(self, pid: int, zygote: "Zygote") -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin: IO[bytes] | None = None
+        self._zygote = zygote
+        self._pidfd: int | None = os.pidfd_open(pid)
+
+    def exited_unreaped(self) -> bool:
+        if self.returncode is not None or self._pidfd is None:
+            return True
+        return bool(select.select([self._pidfd], [], [], 0)[0])
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.exited_unreaped():
+            self._reap()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if self._pidfd is not None and not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(["rank worker", str(self.pid)], timeout or 0.0)
+            self._reap()
+        return cast(int, self.returncode)
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        code = self._zygote.reap(self.pid)
+        # None: the zygote is gone, and its forks died with it (PR_SET_PDEATHSIG is SIGKILL)
+        self.returncode = -int(signal.SIGKILL) if code is None else code
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class Zygote:
+    """A process that imports torch once and forks rank workers (:mod:`.zygote`), for the pools of one session.
+
+    It is started (:meth:`launch`, else at the first :meth:`fork`) with the workers' environment
+    ``_worker_env(env, backend)``, and forks only for a start whose environment is that one but for
+    ``PYTEST_CURRENT_TEST`` and ``PYTHONPATH``: torch and its libraries read some of the environment at
+    import, in the zygote.  Where it cannot be started (no ``os.fork`` or ``os.pidfd_open``, imports that
+    fail, no answer within ``start_timeout_s``), :meth:`fork` returns None and the workers are new
+    processes, as without it; :attr:`failed` says why.  :meth:`close` ends it, and with it any worker it forked:
+    close it after the pools it served."""
+
+    def __init__(self, env: Mapping[str, str], backend: str, start_timeout_s: float = 120.0) -> None:
+        self.env = _worker_env(env, backend)
+        self.start_timeout_s = start_timeout_s
+        self.failed: str | None = None if hasattr(os, "fork") and hasattr(os, "pidfd_open") else (
+            "this platform has no os.fork or os.pidfd_open")
+        self.forks = 0
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._sock: socket.socket | None = None
+        self._log: IO[bytes] | None = None
+        self._ready = False
+        self._started_at = 0.0
+
+    def __repr__(self) -> str:
+        state = f"failed: {self.failed}" if self.failed else ("running" if self._proc is not None else "not started")
+        return f"Zygote({state}, {self.forks} forks)"
+
+    def fork(self, rank: int, cmd: Sequence[str], env: Mapping[str, str], log_dir: Path, authkey: bytes,
+             pass_fds: Sequence[int]) -> RankProcess | None:
+        """The worker of ``cmd`` (a ``python -m pytest_gpucomm.ranks.worker`` command line) forked, or None where
+        the zygote cannot fork it (another environment, or no zygote: see :attr:`failed`)."""
+        if _fixed(env) != _fixed(self.env):
+            return None
+        with self._lock:
+            if not self._running():
+                return None
+            log_path = log_dir / f"rank{rank}.log"
+            stack_path = log_dir / f"rank{rank}.stacks"
+            stack_path.write_bytes(b"")
+            log_file = open(log_path, "wb")
+            argv = list(cmd[cmd.index("pytest_gpucomm.ranks.worker") + 1:])
+            try:
+                reply = self._ask(("spawn", argv, dict(env), str(log_path), authkey, bool(pass_fds)), pass_fds)
+                if reply[0] != "pid":
+                    raise OSError(str(reply[1]))
+                proc = ForkedProc(int(reply[1]), self)
+            except (OSError, EOFError) as e:
+                log_file.close()
+                self._give_up(f"a fork failed: {e}")
+                return None
+        self.forks += 1
+        return RankProcess(rank, proc, log_path, stack_path, log_file)
+
+    def reap(self, pid: int) -> int | None:
+        """Reap the zygote's child ``pid`` (which has exited) and return its ``Popen.returncode``; None when the
+        zygote is gone."""
+        with self._lock:
+            if self._conn is None:
+                return None
+            try:
+                reply = self._ask(("reap", pid), ())
+            except (OSError, EOFError):
+                return None
+        return reply[1] if reply[0] == "status" else None
+
+    def close(self) -> None:
+        """End the zygote (closing its socket ends its loop; SIGKILL after 5 s) and reap it."""
+        with self._lock:
+            self._close()
+
+    # -- inside the lock -----------------------------------------------------------------------------------
+    def launch(self) -> None:
+        """Start the zygote's process now, without waiting for its imports (the first :meth:`fork` waits): a
+        session that will start pools calls this once it knows, so the imports overlap with other work."""
+        with self._lock:
+            if not self.failed and self._proc is None:
+                self._launch()
+
+    def _running(self) -> bool:
+        if self.failed:
+            return False
+        if self._proc is None:
+            self._launch()
+        if self._proc is not None and not self._ready:
+            self._await_ready()
+        return self._proc is not None and self._proc.poll() is None
+
+    def _launch(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._log = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "pytest_gpucomm.ranks.zygote", "--fd", str(theirs.fileno()),
+                 "--parent-pid", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                start_new_session=True, close_fds=True, pass_fds=(theirs.fileno(),))
+        except OSError as e:
+            ours.close()
+            self._give_up(f"it did not start: {e}")
+            return
+        finally:
+            theirs.close()
+        self._sock, self._conn = ours, Connection(os.dup(ours.fileno()))
+        self._started_at = time.monotonic()
+
+    def _await_ready(self) -> None:
+        assert self._conn is not None
+        if not self._conn.poll(max(0.0, self._started_at + self.start_timeout_s - time.monotonic())):
+            self._give_up(f"it was not ready within {self.start_timeout_s:g} s")
+            return
+        try:
+            _, problem = self._conn.recv()
+        except (EOFError, OSError):
+            problem = "it exited during its start-up"
+        if problem:
+            self._give_up(str(problem).strip().splitlines()[-1])
+        else:
+            self._ready = True
+
+    def _ask(self, request: tuple[Any, ...], fds: Sequence[int]) -> tuple[Any, ...]:
+        assert self._conn is not None and self._sock is not None
+        self._conn.send(request)
+        if fds:
+            socket.send_fds(self._sock, [b"f"], list(fds))
+        return cast(tuple, self._conn.recv())
+
+    def _give_up(self, why: str) -> None:
+        if self._log is not None and self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._log.seek(0)
+                tail = self._log.read()[-2000:].decode("utf-8", "replace").strip()
+                why += f"; its output ended: {tail.splitlines()[-1]}" if tail else ""
+        self.failed = why
+        self._close()
+
+    def _close(self) -> None:
+        for handle in (self._conn, self._sock):
+            if handle is not None:
+                handle.close()
+        self._conn = self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 class _Handshake:

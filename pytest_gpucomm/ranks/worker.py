@@ -113,8 +113,9 @@ def _merge_sys_path(controller_path: list[str] | None) -> None:
     importlib.invalidate_caches()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the worker loop; returns the process exit status."""
+def main(argv: list[str] | None = None, authkey: bytes | None = None) -> int:
+    """Run the worker loop; returns the process exit status.  ``authkey``: the control channel's key, given by
+    the zygote that forked this worker (:mod:`.zygote`); else read from stdin."""
     global _stack_file
     args = _parse_args(argv)
     _set_parent_death_signal(args.parent_pid)
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
 
-    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    if authkey is None:
+        authkey = bytes.fromhex(sys.stdin.readline().strip())
     conn = Client(("127.0.0.1", args.control_port), authkey=authkey)
     conn.send(Hello(rank=args.rank, pid=os.getpid()))
 
