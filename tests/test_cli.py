@@ -34,10 +34,6 @@ REPLAYED = " (replayed from the report)"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = pytest.mark.xdist_group("test_cli")
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli_runs")

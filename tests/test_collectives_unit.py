@@ -273,10 +273,6 @@ def test_a_batch_of_small_ops_is_replays_of_whole_graphs():
 
 # -- every op computes what its definition expects (gloo ranks) -----------------------------------
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = pytest.mark.xdist_group("test_collectives_unit")
-
-
 @pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])
 def gloo_pool(request):
     if not sys.platform.startswith("linux"):

@@ -37,10 +37,6 @@ RUN = [sys.executable, "-m", "pytest", "test_small.py", "-q", "-p", "no:cachepro
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = pytest.mark.xdist_group("test_htmlpage")
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """(report, baseline) of a CPU run gated against the baseline ``cpu`` that a first run saved."""

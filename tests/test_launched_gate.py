@@ -18,7 +18,7 @@ import pytest
 
 from test_launched import ARGS, SMALL, clean_env, free_port, run_all
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
+# every test of this file on one xdist worker (--dist loadgroup): the recording job runs once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_launched_gate")]  # jobs of several ranks
 
 # no single ops: these tests are about the median verdict across nodes (a tail comparison would halve its level)

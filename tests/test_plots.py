@@ -27,10 +27,6 @@ TEST_FILE = SMALL_SUITE
 SIZES = {"copy": [4096, 16384, 65536], "all_reduce": [1024, 4096, 16384]}
 
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = pytest.mark.xdist_group("test_plots")
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """(report, baseline) of one real CPU run that saved itself as the baseline ``cpu``."""

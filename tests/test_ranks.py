@@ -53,9 +53,7 @@ from pytest_gpucomm.ranks.spawn import (  # noqa: E402
     rank_start,
 )
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-              pytest.mark.xdist_group("test_ranks")]
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 ENV_MARK = "GPUCOMM_RANKS_TEST_MARK"
 

@@ -199,10 +199,6 @@ def test_the_report_has_no_sections_when_nothing_is_listed():
 
 # -- the ranks' reduction, on real gloo ranks -----------------------------------------------------------
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = pytest.mark.xdist_group("test_stragglers")
-
-
 @pytest.fixture(scope="module")
 def three_ranks():
     yield from gloo_pool(3)

@@ -161,10 +161,6 @@ def test_subgroup_results_make_one_measurement_each_with_the_groups_size() -> No
 
 # -- on a gloo pool of 4 ranks, as 2 nodes of 2 -----------------------------------------------------
 
-# every test of this file on one xdist worker (--dist loadgroup): its module fixtures start once
-pytestmark = pytest.mark.xdist_group("test_topology")
-
-
 @pytest.fixture(scope="module")
 def pool4():
     yield from gloo_pool(4)
