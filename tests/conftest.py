@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from typing import Iterator
+
 # Modules with compiled parts must be imported before pytester takes its sys.modules snapshot: pytester's
 # in-process runs remove the modules imported during a run, and torch, numpy and scipy cannot be imported a
 # second time in one process.  The gate's decision and store bring in numpy, scipy and jsonschema.
@@ -47,13 +49,26 @@ def _gpu_count() -> int:
 GPU_COUNT = _gpu_count()
 
 
+def _set_contract(mp: pytest.MonkeyPatch) -> None:
+    mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    mp.setenv("PYTEST_PLUGINS", ",".join(TEST_RUN_PLUGINS))
+    mp.setenv("GPUCOMM_DEVICE", "cpu")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cpu_contract_of_fixtures() -> Iterator[None]:
+    """The contract for the fixtures of a module or of the session as well: they are set up before a test's
+    own fixtures (a module's recording job started on a GPU machine's device and plugins otherwise)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _set_contract(mp)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _cpu_contract(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("PYTEST_PLUGINS", ",".join(TEST_RUN_PLUGINS))
+    _set_contract(monkeypatch)
     marker = request.node.get_closest_marker("gpu")
     if marker is None:
-        monkeypatch.setenv("GPUCOMM_DEVICE", "cpu")
         return
     needed = int(marker.kwargs.get("count", 1))
     if GPU_COUNT < needed:
