@@ -287,12 +287,17 @@ def start_ranks(
     return StartedRanks(processes, control_port, rendezvous_port)
 
 
-def _spawn(rank: int, cmd: list[str], env: dict[str, str], log_dir: Path, authkey: bytes,
-           pass_fds: Sequence[int]) -> RankProcess:
+def _rank_files(rank: int, log_dir: Path) -> tuple[Path, Path, IO[bytes]]:
+    """A worker's log path, its (emptied) stacks file and the log opened for its output."""
     log_path = log_dir / f"rank{rank}.log"
     stack_path = log_dir / f"rank{rank}.stacks"
     stack_path.write_bytes(b"")
-    log_file = open(log_path, "wb")
+    return log_path, stack_path, open(log_path, "wb")
+
+
+def _spawn(rank: int, cmd: list[str], env: dict[str, str], log_dir: Path, authkey: bytes,
+           pass_fds: Sequence[int]) -> RankProcess:
+    log_path, stack_path, log_file = _rank_files(rank, log_dir)
     try:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
@@ -401,10 +406,7 @@ class Zygote:
         with self._lock:
             if not self._running():
                 return None
-            log_path = log_dir / f"rank{rank}.log"
-            stack_path = log_dir / f"rank{rank}.stacks"
-            stack_path.write_bytes(b"")
-            log_file = open(log_path, "wb")
+            log_path, stack_path, log_file = _rank_files(rank, log_dir)
             argv = list(cmd[cmd.index("pytest_gpucomm.ranks.worker") + 1:])
             try:
                 reply = self._ask(("spawn", argv, dict(env), str(log_path), authkey, bool(pass_fds)), pass_fds)
@@ -435,13 +437,15 @@ class Zygote:
         with self._lock:
             self._close()
 
-    # -- inside the lock -----------------------------------------------------------------------------------
     def launch(self) -> None:
-        """Start the zygote's process now, without waiting for its imports (the first :meth:`fork` waits): a
-        session that will start pools calls this once it knows, so the imports overlap with other work."""
+        """Start the zygote's process now, without waiting for its imports (the first :meth:`fork` waits), so
+        that they overlap with other work; ``benchmarks/rank_start.py`` times the zygote's start this way.  A
+        session does not call it: its zygote starts at its first pool's start."""
         with self._lock:
             if not self.failed and self._proc is None:
                 self._launch()
+
+    # -- inside the lock -----------------------------------------------------------------------------------
 
     def _running(self) -> bool:
         if self.failed:
