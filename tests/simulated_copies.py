@@ -13,11 +13,10 @@ re-measures run in the test's process (``MAX_FRESH_REMEASURES`` 0), where the si
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
+
+from inprocess import Run, run_inprocess
 
 CONFTEST = """
 import os
@@ -74,17 +73,16 @@ def write_files(folder: Path) -> None:
 
 
 def run_pytest(folder: Path, *args: str, sim_run: int, session: Optional[str] = None, slow: bool = False,
-               extra_env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
-    """One pytest run of the simulated sweep in ``folder``, in a process of its own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "GPUCOMM_"))}
-    env["SIM_RUN"] = str(sim_run)
+               extra_env: Optional[Mapping[str, str]] = None) -> Run:
+    """One pytest run of the simulated sweep in ``folder``, in this process (:func:`inprocess.run_inprocess`),
+    without the SIM_ and GPUCOMM_ variables of the tests' own environment."""
+    env = {"SIM_RUN": str(sim_run)}
     if session:
         env["GPUCOMM_BASELINE_SESSION"] = session
     if slow:
         env["SIM_SLOW_CASE"], env["SIM_SLOWER"] = SLOW_CASE, repr(SLOWER)
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "pytest", "test_sim.py", "-q", *FAST, *args]
-    return subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300, env=env)
+    return run_inprocess(folder, ["test_sim.py", "-q", *FAST, *args], env=env, drop=("SIM_", "GPUCOMM_"))
 
 
 def record_baseline(folder: Path, runs: Sequence[int] = (0, 1, 2), name: str = "cpu") -> Path:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 import shutil
 import struct
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 import zlib
 from collections import Counter
@@ -25,6 +23,7 @@ from collections import Counter
 import pytest
 
 from conftest import HTML_PLUGINS
+from inprocess import run_inprocess
 
 from pytest_gpucomm import htmlpage, plots
 from pytest_gpucomm.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
@@ -32,7 +31,7 @@ from pytest_gpucomm.saved import ReportError
 from small_suite import SMALL_SUITE  # noqa: E402
 
 TEST_FILE = SMALL_SUITE
-RUN = [sys.executable, "-m", "pytest", "test_small.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+RUN = ["test_small.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
        "--gpucomm-device=cpu", "--gpucomm-min-time=0.02", "--gpucomm-tail-time=0.02", "--gpu-baseline=cpu"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -43,7 +42,7 @@ def recorded(tmp_path_factory):
     d = tmp_path_factory.mktemp("html_run")
     (d / "test_small.py").write_text(TEST_FILE)
     for extra in (["--gpu-baseline-save"], ["--gpucomm-json=report.json"]):
-        proc = subprocess.run(RUN + extra, cwd=d, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        proc = run_inprocess(d, RUN + extra)
         # the gated run may find a regression against a one-run baseline on a loaded runner (exit 1): the page
         # shows whatever the verdicts are
         assert proc.returncode in ((0,) if "--gpu-baseline-save" in extra else (0, 1)), proc.stdout + proc.stderr

@@ -11,13 +11,14 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from inprocess import run_inprocess
 
 from pytest_gpucomm import plots
 from pytest_gpucomm.curves import curve_model, sweeps_from_report
@@ -33,10 +34,10 @@ def recorded(tmp_path_factory):
     pytest.importorskip("matplotlib")
     d = tmp_path_factory.mktemp("plots_run")
     (d / "test_small.py").write_text(TEST_FILE)
-    cmd = [sys.executable, "-m", "pytest", "test_small.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+    cmd = ["test_small.py", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            "--gpucomm-device=cpu", "--gpucomm-min-time=0.01", "--gpu-baseline=cpu", "--gpu-baseline-save",
            "--gpucomm-json=report.json"]
-    proc = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = run_inprocess(d, cmd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((d / "report.json").read_text()), json.loads((d / "baselines" / "cpu.json").read_text())
 
