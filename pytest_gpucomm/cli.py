@@ -20,7 +20,7 @@ tolerance, alpha, strictness, tail tolerance; ``--tolerance`` etc. override them
 made replayed from the report; against the baseline the run used, it gives the run's verdicts.
 
 **Exit codes**: 0 done (``compare``: no verdict fails); 1 ``compare`` found a failing verdict (REGRESSION,
-TAIL, FLOOR; NEW / NOT GATED with ``--strict``) or a common shift that is a regression; 2 bad input or
+TAIL, FLOOR; NEW / NOT GATED with ``--strict``) or a regression at a level; 2 bad input or
 usage: a missing or unreadable file, a report of another format or a newer version, an unknown baseline
 name, a bad option, matplotlib missing for ``plot`` (the message names the extra); the message starts with
 ``gpucomm: error:`` and names the value and the file.
@@ -167,9 +167,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
         lines.append("environment changed since the baseline: " + format_fingerprint_diff(
             [(k, ABSENT if a is None else a, ABSENT if b is None else b) for k, a, b in diff]))
-    for sh in section.get("shifts") or []:
-        if isinstance(sh, Mapping) and sh.get("text"):
-            lines.append(f"gpucomm shift: {sh['text']}")
+    levels = section.get("levels")
+    for group in ("classes", "bands", "cases"):
+        for v in (levels.get(group) if isinstance(levels, Mapping) else None) or []:
+            if isinstance(v, Mapping) and v.get("status") == "regression" and v.get("text"):
+                lines.append(f"gpucomm {v['text']}")
     lines += _matrix_lines(report, ref.doc if ref is not None else None, args.matrix_size)
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc if ref is not None else None)
@@ -203,15 +205,17 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     failed = [r for r in g.rows if r.verdict.failed]
     for r in failed:
         lines.append(f"FAILED {r.test}: {r.verdict.message}")
-    for sh in g.shifts:
-        lines.append(f"gpucomm shift: {sh.text()}" + (" -- FAILED" if sh.failed else ""))
+    from .report import level_lines, sensitivity_lines
+
+    lines += sensitivity_lines([r.verdict.to_dict() for r in g.rows])
+    lines += level_lines(g.levels, {r.verdict.details.get("case"): r.test for r in g.rows})
+    lines.append("gpucomm compare: offline: no case is measured again here (the live gate measures a flagged case "
+                 "again in a new process state); the report's own re-measures are replayed")
     lines += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
     lines += _matrix_lines(report, ref.doc)
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc)
     if args.json:
-        import dataclasses
-
         from .report import write_json
 
         doc = dict(report)
@@ -219,13 +223,12 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
                         "status": "FAILED" if str(row.get("status")) == "FAILED" else r.verdict.status.value}
                        for row, r in zip(report["rows"], g.rows)]
         doc["compared"] = {"report": str(args.report), "against": str(ref.path), "kind": ref.kind,
-                           "settings": g.settings, "shifts": [dataclasses.asdict(sh) | {"text": sh.text()}
-                                                              for sh in g.shifts]}
+                           "settings": g.settings, "levels": g.levels.to_dict() if g.levels is not None else None}
         write_json(args.json, doc)
         lines.append(f"wrote the verdicts to {args.json}")
     lines.append("gpucomm compare: " + ("FAILED" if g.failed else "passed")
                  + f" ({len(failed)} failing verdicts of {len(g.rows)} rows"
-                 + (f", {sum(1 for sh in g.shifts if sh.failed)} failing common shifts" if g.shifts else "") + ")")
+                 + (f", {len(g.levels.failed)} regressions at the levels" if g.levels is not None else "") + ")")
     out.write("\n".join(lines) + "\n")
     return EXIT_FAILED if g.failed else EXIT_OK
 

@@ -22,6 +22,7 @@ from .fixtures import comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpu
 from .markers import MARKER_LINES, MarkerError, check_thresholds, marks_of, uses_gpucomm
 from .settings import add_options, read_settings
 from .state import STATE_KEY, State, state_of
+from .units import plural
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -393,7 +394,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     writes the reports and prints the table of every worker's rows.  An output that cannot be written is
     named in the summary and makes the exit status non-zero.  In launched mode every rank leaves the job's
     process groups here, after agreeing on the exit status (every rank exits with the same code), and only
-    global rank 0 writes the reports and the baseline and applies the gate's common shift."""
+    global rank 0 writes the reports and the baseline and judges the run at the gate's levels."""
     config = session.config
     state = state_of(config)
     launched = state.launched if state.launched is not None and state.launched.started else None
@@ -403,9 +404,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_xdist_controller(config):  # the workers' rows in the order the tests finished, not by worker
         state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
     if state.records and state.settings.baseline and not worker and state.speaks:
-        from .report import session_shifts
+        from .report import apply_levels, session_levels
 
-        state.shifts = session_shifts(state)
+        try:
+            state.levels = session_levels(state)
+        except Exception as e:  # the baseline changed under the run: the cases' verdicts stand
+            state.notes.append(f"gpucomm: the levels were not judged: {e}")
+        if not state.settings.baseline_save:
+            apply_levels(state.records, state.levels)
     if state.records and state.speaks and not worker:  # before the run is saved into the baseline
         from .report import baseline_document, curves_of
 
@@ -422,11 +428,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         write_reports(state, finished=finished, is_worker=worker)
     if worker:
         config.workeroutput["gpucomm"] = state.worker_output()  # type: ignore[attr-defined]
-    failed_shifts = [sh.group for sh in state.shifts if sh.failed] if not state.settings.baseline_save else []
-    for g in failed_shifts:
-        state.notes.append(f"gpucomm: FAILED: the common shift of the {g} cases is a regression (the 'gpucomm "
-                           "shift' line above)")
-    if (state.write_failed or failed_shifts) and session.exitstatus == pytest.ExitCode.OK:
+    failed_levels = (state.levels.failed if state.levels is not None and not state.settings.baseline_save else [])
+    if failed_levels:
+        state.notes.append(f"gpucomm: FAILED: {plural(len(failed_levels), 'regression')} at the levels (the "
+                           "'gpucomm REGRESSION' lines above)")
+    if (state.write_failed or failed_levels) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if launched is not None:  # the job's groups are left in pytest_unconfigure, once rank 0 printed its summary
         agreed, notes = launched.agree_on_exit_status(int(session.exitstatus))

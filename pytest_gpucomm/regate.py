@@ -3,7 +3,8 @@
 A report made on the GPU machine can be judged elsewhere (a CI job with no GPU, a laptop), against the
 baseline it was judged against in the run, another baseline file, or another report (taken as a one-run
 baseline, ``saved.report_as_baseline``).  It is the same gate, not a copy of it: a :class:`~.gate.Gate`
-built with the run's settings, fed the report's measurements in its order, then the session's common shift.
+built with the run's settings, fed the report's measurements in its order, then the run judged at the
+gate's levels (class offsets, op bands, case residuals).
 
 **The same verdicts as the run.**  The run's settings come from the report (``settings``: tolerance,
 alpha, strict, tail tolerance; each can be overridden), a test's own ``@bandwidth(tolerance=...,
@@ -45,10 +46,10 @@ class RegatedRow:
 
 @dataclass
 class Regated:
-    """The gate's verdicts on a saved report: per row, the session's shifts, the header lines."""
+    """The gate's verdicts on a saved report: per row, the run at the levels, the header lines."""
 
     rows: list[RegatedRow]
-    shifts: list[Any]
+    levels: Any  # gate.levels.RunLevels, None where no row was compared with measured runs
     header: list[str]
     settings: dict[str, Any]
     reference: Reference
@@ -57,8 +58,8 @@ class Regated:
     @property
     def failed(self) -> bool:
         """A verdict that fails a test (REGRESSION, TAIL, FLOOR, and with strict NEW / NOT GATED), or a
-        common shift that is a regression."""
-        return any(r.verdict.failed for r in self.rows) or any(sh.failed for sh in self.shifts)
+        regression at a level."""
+        return any(r.verdict.failed for r in self.rows) or bool(self.levels is not None and self.levels.failed)
 
 
 class _Replay:
@@ -141,6 +142,14 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
             v.message = f"{first} ({OFFLINE_NOTE})" + sep + rest
             notes.append(f"{test}: {OFFLINE_NOTE}")
         out.append(RegatedRow(test, m, v, recorded.get("status") if recorded else None))
-    shifts = gate.shifts([r.verdict.to_dict() for r in out])
-    return Regated(rows=out, shifts=shifts, header=gate.header_lines(), settings=dataclasses.asdict(gs),
+    levels = gate.levels([r.verdict.to_dict() for r in out])
+    if levels is not None:  # the verdicts after the levels (RunLevels.update)
+        from .vocab import Status
+
+        for r in out:
+            status, r.verdict.message, extra = levels.update(r.verdict.details.get("case"), r.verdict.status.value,
+                                                             r.verdict.message)
+            r.verdict.details.update(extra)
+            r.verdict.status = Status(status)
+    return Regated(rows=out, levels=levels, header=gate.header_lines(), settings=dataclasses.asdict(gs),
                    reference=reference, notes=notes)

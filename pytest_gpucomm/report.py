@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Sequence
 
 from .atomic import write_atomic
 from .saved import REPORT_FORMAT, REPORT_VERSION
@@ -398,9 +397,18 @@ def tail_counts(records: Iterable[_Judged]) -> str:
 def gate_summary_lines(state: "State") -> list[str]:
     """What the gate can catch (per case, the smallest drop it catches; the cases not gated and their fix)
     and the session's common shifts."""
-    lines = []
-    judged = [(r.nodeid, r.baseline) for r in state.records
-              if r.baseline and r.baseline.get("detectable_drop") is not None]
+    lines = sensitivity_lines([r.baseline for r in state.records if r.baseline], [r.nodeid for r in state.records
+                                                                                  if r.baseline])
+    return lines + level_lines(state.levels, {str(r.baseline["case"]): r.nodeid for r in state.records
+                                             if r.baseline and r.baseline.get("case")})
+
+
+def sensitivity_lines(verdicts: Sequence[Mapping[str, Any]], tests: Optional[Sequence[str]] = None) -> list[str]:
+    """What the cases' own verdicts can catch: per case the smallest drop it catches; those not gated and
+    the fix.  ``verdicts``: the verdicts' dicts; ``tests``: their test ids (default: their cases)."""
+    lines: list[str] = []
+    names = list(tests) if tests is not None else [str(v.get("case", "?")) for v in verdicts]
+    judged = [(n, b) for n, b in zip(names, verdicts) if b and b.get("detectable_drop") is not None]
     if judged:
         drops = sorted(b["detectable_drop"] for _, b in judged)
         gated = sum(1 for _, b in judged if b.get("gated"))
@@ -417,9 +425,46 @@ def gate_summary_lines(state: "State") -> list[str]:
         if not_gated:
             lines.append("  fix: record more baseline runs, in more sessions (other boots or days), with "
                          "--gpu-baseline-save; or raise --gpu-tolerance")
-    for sh in state.shifts:
-        lines.append(f"gpucomm shift: {sh.text()}")
     return lines
+
+
+def level_lines(levels: Any, test_of: Mapping[str, str], limit: int = 10) -> list[str]:
+    """The levels' summary (gate.levels.RunLevels): per level how many are gated and the median smallest drop
+    caught, then each regression (its headline; its bound below it; the tests of the cases it covers)."""
+    if levels is None:
+        return []
+    import textwrap
+
+    lines = [f"gpucomm levels: {line}" for line in levels.summary()]
+    for v in levels.failed[:limit]:
+        lines.append(f"gpucomm {v.headline()}")
+        lines += textwrap.wrap(v.detail(), 116, initial_indent="    ", subsequent_indent="    ")
+        tests = [test_of.get(k, k) for k in v.keys]
+        lines += [f"    covers {t}" for t in tests[:5]]
+        if len(tests) > 5:
+            lines.append(f"    ... and {len(tests) - 5} more cases (the JSON report's levels list them)")
+    if len(levels.failed) > limit:
+        lines.append(f"gpucomm ... and {len(levels.failed) - limit} more regressions at the levels (the JSON report)")
+    return lines
+
+
+def apply_levels(records: Iterable[Any], levels: Any) -> None:
+    """The rows' verdicts after the levels (``RunLevels.update``): a failing level makes the rows of the cases
+    it covers REGRESSION (and their record's status, where it passed); a residual that gates a case makes its
+    "not gated" an "ok"."""
+    if levels is None:
+        return
+    for r in records:
+        b = r.baseline
+        if not b or not b.get("case"):
+            continue
+        status, b["message"], extra = levels.update(b["case"], str(b.get("status")), str(b.get("message", "")))
+        b.update(extra)
+        b["status"] = status
+        if status == Status.REGRESSION.value and not Status(r.status).failed:
+            r.status = Status.REGRESSION
+        elif status == Status.OK.value and r.status is Status.NOT_GATED:
+            r.status = Status.OK
 
 
 def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
@@ -440,20 +485,24 @@ def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
         }
     if not extra:
         return extra
-    return {**extra, "shifts": [dataclasses.asdict(sh) | {"text": sh.text()} for sh in state.shifts]}
+    return {**extra, "levels": state.levels.to_dict() if state.levels is not None else None}
 
 
-def session_shifts(state: "State") -> list[Any]:
-    """The session's common shift per group of cases (gate.decision.suite_shift), from the verdicts of
-    every record and the baseline's common spreads (the gate's, or those the xdist workers sent); none
-    when nothing was compared with measured runs."""
-    common = (state.from_workers.get("baseline") or {}).get("common")
-    if common is None and state.settings.baseline and state.gate.loaded:
-        common = state.gate.commons()
+def session_levels(state: "State") -> Any:
+    """The run judged at the three levels (gate.levels), from the verdicts of every record; None when nothing
+    was compared with measured runs.  A pytest-xdist controller, which did not read the baseline, reads it
+    here from the path the workers judged against."""
     verdicts = [r.baseline for r in state.records if r.baseline and r.baseline.get("log_ratio") is not None]
-    if not verdicts or common is None:
-        return []
-    return state.gate.shifts(verdicts, common)
+    if not verdicts:
+        return None
+    gate = state.gate
+    if gate.baseline is None and state.from_workers.get("baseline_path"):
+        from .gate.store import load_baseline
+
+        path = Path(state.from_workers["baseline_path"])
+        gate.use(path, load_baseline(path), state.from_workers.get("fingerprint") or {},
+                 {r.nodeid for r in state.records})
+    return gate.levels(verdicts)
 
 
 def write_reports(state: "State", *, finished: bool = True, is_worker: bool = False) -> None:

@@ -119,9 +119,12 @@ def test_compare_against_the_runs_baseline_gives_the_runs_verdicts_replaying_its
     assert compared["compared"]["kind"] == "baseline" and compared["compared"]["against"] == str(runs.baseline)
     assert OFFLINE_NOTE not in text and "verdicts differ from the run's" not in text
     n_failed = sum(1 for r in original["rows"] if r["baseline"]["status"] == "REGRESSION")
+    levels = original["baseline"]["levels"]
+    assert compared["compared"]["levels"] == levels
+    n_levels = sum(v["status"] == "regression" for g in ("classes", "bands", "cases") for v in levels[g])
     assert text.rstrip().splitlines()[-1] == (
         f"gpucomm compare: {'FAILED' if n_failed else 'passed'} ({n_failed} failing verdicts of "
-        f"{len(original['rows'])} rows, 0 failing common shifts)")
+        f"{len(original['rows'])} rows, {n_levels} regressions at the levels)")
     counts = Counter(r["baseline"]["status"] for r in original["rows"])
     assert "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) in text
     assert f"the report {report} against the baseline cpu ({runs.baseline})" in text.splitlines()[0]
@@ -144,16 +147,22 @@ def test_compare_finds_a_baseline_by_name_in_the_baseline_dir_its_environment_va
     assert code == expected and "against the baseline cpu (baselines/cpu.json)" in text
 
 
-def test_compare_against_a_baseline_claiming_half_the_bandwidth_passes_and_names_every_changed_verdict(
+def test_compare_against_a_baseline_claiming_half_the_bandwidth_finds_only_the_slowed_case_slower_than_its_class(
         runs, tmp_path):
+    # every case is twice the baseline, and the slowed one only 1.4x: its residual is 30 % below its class's
     half = scaled_baseline(runs, tmp_path, 0.5)
     out = tmp_path / "compared.json"
     code, text = gpucomm("compare", half, runs.slow, "--json", out, "--no-curves")
-    assert code == 0, text
+    assert code == 1, text
     rows = load(out)["rows"]
-    assert [r["status"] for r in rows] == ["improved"] * len(rows)
+    expected = {r["test"]: "REGRESSION" if SLOW_CASE in r["test"] else "improved" for r in rows}
+    assert {r["test"]: r["status"] for r in rows} == expected
+    [slowed] = [r["baseline"] for r in rows if SLOW_CASE in r["test"]]
+    assert slowed["message"].startswith("REGRESSION (case residual) copy, cpu:0->cpu:1, 64 KiB: 3")
+    assert [v["level"] for v in slowed["levels"]] == ["case"]
+    assert "gpucomm REGRESSION (case residual) copy, cpu:0->cpu:1, 64 KiB: " in text
     run = {r["test"]: r["baseline"]["status"] for r in load(runs.slow)["rows"]}
-    assert changed_lines(text) == {t: (s, "improved") for t, s in run.items() if s != "improved"}
+    assert changed_lines(text) == {t: (s, expected[t]) for t, s in run.items() if s != expected[t]}
     assert f"{len(changed_lines(text))} verdicts differ from the run's" in text
     assert load(out)["compared"]["against"] == str(half)
 
@@ -277,7 +286,8 @@ def test_show_prints_the_table_the_counts_the_run_and_the_curves(runs):
     counts = Counter(r["status"] for r in report["rows"])
     assert "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) in lines
     assert f"judged in the run against {runs.baseline} (6 comparisons)" in lines
-    assert any(ln.startswith("gpucomm shift: every copy is ") for ln in lines)
+    # the run's levels: the slowed case is slower than its class
+    assert any(ln.startswith("gpucomm REGRESSION (case residual) copy, cpu:0->cpu:1, 64 KiB: ") for ln in lines)
     heading = lines.index(CURVES_HEADING)
     assert heading > max(i for i, ln in enumerate(lines) if short(report["rows"][-1]["test"]) in ln)
     for entry in report["curves"]:  # the report's own section, with the comparison the run made

@@ -142,7 +142,7 @@ def _loaded_gate_of_cases(tmp_path: Path, n_cases: int, runs: list[list[float]],
     return g, nodeids
 
 
-def test_the_common_shift_judges_the_pooled_ratio_so_re_measured_glitches_do_not_fail_the_session(tmp_path):
+def test_the_class_offset_judges_the_pooled_ratio_so_re_measured_glitches_do_not_fail_the_session(tmp_path):
     g, nodeids = _loaded_gate_of_cases(tmp_path, 6, STEADY_RUNS, max_remeasures=2)
     assert set(g.commons()) == {"copy"} and g.commons()["copy"]["runs"] == 4
 
@@ -152,13 +152,16 @@ def test_the_common_shift_judges_the_pooled_ratio_so_re_measured_glitches_do_not
     # every case: a first run 10 % slow, then two normal re-measures
     glitches = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(100.0)) for n in nodeids]
     assert all(v.status is Status.OK and v.remeasured == 2 for v in glitches)
-    [sh] = g.shifts([v.to_dict() for v in glitches])
-    assert sh.group == "copy" and sh.cases == 6 and not sh.failed
+    levels = g.levels([v.to_dict() for v in glitches])
+    [sh] = levels.classes
+    assert sh.name == "copies between GPUs <= 1 MiB" and len(sh.keys) == 6 and not levels.failed
     assert sh.ratio == pytest.approx(0.90 ** (1 / 3), rel=2e-3)  # the pooled ratio, not the first run's 0.90
-    # the same six cases slow in every run: the shift fails the session
+    # the same six cases slow in every run: the class offset fails the session, and covers every case
     slow = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(90.0)) for n in nodeids]
-    [sh] = g.shifts([v.to_dict() for v in slow])
-    assert sh.failed and sh.ratio == pytest.approx(0.90, rel=2e-3)
+    levels = g.levels([v.to_dict() for v in slow])
+    [sh] = levels.classes
+    assert sh.failed and sh.ratio == pytest.approx(0.90, rel=2e-3) and levels.failed == [sh]
+    assert set(levels.failed_keys()) == {v.details["case"] for v in slow}
 
 
 def test_a_case_whose_baseline_runs_differ_widely_is_not_gated_or_fails_as_NOT_GATED_when_strict(tmp_path):

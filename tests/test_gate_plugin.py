@@ -107,16 +107,15 @@ def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytes
         ]
     )
     # an unchanged machine: no false alarm.  Three sessions of runs 1 % apart (2 degrees of freedom) cannot
-    # promise to catch a 10 % drop at alpha 0.005 over 2 cases and 2 looks: the verdict says so
+    # promise to catch a 10 % drop at alpha 0.001 over 2 cases and 2 looks: the verdict says so
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 not gated"])
     result.stdout.fnmatch_lines(["gpucomm sensitivity: 0 of 2 cases catch a drop of twice their tolerance (99% of "
                                  "the time); the smallest drop caught is *% at the median case, *% at worst",
                                  "  not gated: *::test_copy[[]64KiB-0->1[]]: catches drops of *% or more (3 baseline "
                                  "runs in 3 sessions)",
                                  "  fix: record more baseline runs, in more sessions*",
-                                 "gpucomm shift: every copy is *% * than the baseline (95% CI *; median of 2 cases, "
-                                 "against how far the common offset moved over 3 baseline runs in 3 sessions): not "
-                                 "judged: fewer than 5 cases"])
+                                 # two cases: no class of 5 to judge the offset of, no band of 3; each residual
+                                 "gpucomm levels: 2 cases: 0 gated, median smallest drop caught *%, level * each"])
     result.stdout.no_fnmatch_line("*REGRESSION*")
     result.stdout.no_fnmatch_line("*WARNING*")
     result.assert_outcomes(passed=2)
@@ -150,7 +149,7 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
             "gpucomm environment changed since the baseline: env.NCCL_PROTO (absent) -> Simple",
             "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): * GB/s now vs * GB/s in baseline cpu: "
             "drop *% > tolerance 5%; bandwidth is *x [[]*, *[]] 95% PI of the baseline (* now, 3 baseline runs "
-            "in 3 sessions); even its upper bound *x at level 0.0025 (alpha over cases and looks) is below the 5% "
+            "in 3 sessions); even its upper bound *x at level 0.0005 (alpha over cases and looks) is below the 5% "
             "tolerance limit 0.95x; first run * GB/s, measured again: * GB/s *.",
             "  changed since the baseline was recorded: env.NCCL_PROTO (absent) -> Simple",
         ]
@@ -326,10 +325,13 @@ def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
     common = doc["baseline"]["common"]["copy"]  # how far the common offset moved over the 2 runs of 1 session
     assert (common["runs"], common["sessions"]) == (2, 1) and common["sd"] > 0 and common["df"] > 0
     assert row["baseline"]["log_ratio"] == pytest.approx(math.log(row["baseline"]["ratio"]))
-    [shift] = doc["baseline"]["shifts"]
-    assert shift["group"] == "copy" and shift["cases"] == 2 and shift["status"] == "ok"
-    assert (shift["baseline_runs"], shift["baseline_sessions"]) == (2, 1)
-    assert shift["text"].startswith("every copy is ") and shift["text"].endswith("not judged: fewer than 5 cases")
+    levels = doc["baseline"]["levels"]
+    [klass] = levels["classes"]
+    assert klass["name"] == "copies between GPUs <= 1 MiB" and klass["status"] == "not judged"
+    assert klass["text"].endswith("2 cases, fewer than 5") and levels["bands"] == []
+    assert sorted(c["cases"][0] for c in levels["cases"]) == sorted(r["baseline"]["case"] for r in doc["rows"])
+    assert levels["shares"] == {"case": 0.1, "class": 0.2, "band": 0.35, "residual": 0.35}
+    assert row["baseline"]["residual"]["level"] == "case"
     xml = junit.read_text()
     assert 'name="gpucomm.copy.65536.status"' in xml and 'name="gpucomm.copy.65536.ratio"' in xml
     b = json.loads(bench.read_text())
@@ -472,22 +474,27 @@ def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pyt
     _save_simulated_runs(pytester, monkeypatch, n=4, sessions=True)
     _scale(pytester.path / "baselines" / "cpu.json", claim)
     monkeypatch.setenv("SIM_RUN", "9")
-    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-json=report.json", *FAST)
     result.assert_outcomes(passed=16)  # no single case crosses its 50 % tolerance
-    line = (f"gpucomm shift: every copy is {slower}% slower than the baseline (95% CI *; median of 16 cases, against "
-            "how far the common offset moved over 4 baseline runs in 4 sessions): ")
-    failed_note = "gpucomm: FAILED: the common shift of the copy cases is a regression (the 'gpucomm shift' line above)"
+    line = f"gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB: {slower}% slower (16 cases)"
+    failed_note = "gpucomm: FAILED: 1 regression at the levels (the 'gpucomm REGRESSION' lines above)"
     if fails:
-        result.stdout.fnmatch_lines([line + "beyond the 5% tolerance: REGRESSION", failed_note])
+        result.stdout.fnmatch_lines(["gpucomm levels: 1 class: * REGRESSION", line,
+                                     "    upper bound *x at level 0.002 (quantile *, * df) is below the 5% tolerance "
+                                     "limit 0.95x", "    covers *test_copy[[]0->1-0[]]", failed_note])
         assert result.ret == pytest.ExitCode.TESTS_FAILED
-        # a recording run reports the same shift, but records rather than judges: it does not fail
+        # the rows the class covers are regressions in the report, though each test passed on its own
+        doc = json.loads((pytester.path / "report.json").read_text())
+        assert {r["baseline"]["status"] for r in doc["rows"]} == {"REGRESSION"}
+        assert all(r["baseline"]["levels"][0]["level"] == "class" for r in doc["rows"])
+        # a recording run reports the same, but records rather than judges: it does not fail
         recording = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST)
-        recording.stdout.fnmatch_lines([line + "beyond the 5% tolerance: REGRESSION"])
+        recording.stdout.fnmatch_lines([line])
         recording.stdout.no_fnmatch_line(failed_note)
         assert recording.ret == pytest.ExitCode.OK
     else:
-        result.stdout.fnmatch_lines([line + "within the tolerance"])
-        result.stdout.no_fnmatch_line("*FAILED: the common shift*")
+        result.stdout.fnmatch_lines(["gpucomm levels: 1 class: 1 gated, *each", "gpucomm levels: 16 cases: *"])
+        result.stdout.no_fnmatch_line("*REGRESSION*")
         assert result.ret == pytest.ExitCode.OK
 
 

@@ -19,6 +19,7 @@ from pytest_gpucomm import vocab
 from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, save_run
 from pytest_gpucomm.gate import tails
 from pytest_gpucomm.gate.store import BaselineError, load_baseline
+from pytest_gpucomm.gate.decision import CASE_ALPHA_SHARE
 from pytest_gpucomm.gate.tails import Histogram, TailSketch, tail_figures
 from pytest_gpucomm.markers import BandwidthSpec, LatencySpec, Marks, check_thresholds, latency_percentile_us
 from pytest_gpucomm.measurement import Measurement, Remeasure
@@ -235,9 +236,9 @@ def test_the_tails_tested_join_the_comparisons_and_share_the_level(tmp_path):
     assert "6 gated comparisons (3 of them tails)" in g.header_lines()[0]
     v = g.judge(nodeids[0], today(7), None, Again())
     d = v.to_dict()
-    assert d["alpha"] == pytest.approx(0.01 * 0.5 / (6 * 2))  # alpha x case share / (m x looks)
+    assert d["alpha"] == pytest.approx(0.01 * CASE_ALPHA_SHARE / (6 * 2))  # alpha x case share / (m x looks)
     assert d["tail"]["level"] == pytest.approx(d["alpha"])
-    assert g.judge(nodeids[0], today(7), None, None).to_dict()["tail"]["level"] == pytest.approx(0.01 * 0.5 / 6)
+    assert g.judge(nodeids[0], today(7), None, None).to_dict()["tail"]["level"] == pytest.approx(0.01 * CASE_ALPHA_SHARE / 6)
     plain = gate_of(tmp_path / "p", nodeids[:2], tails_kept=False)
     assert (plain.n_comparisons, plain.n_tail_comparisons) == (2, 0)
     u = plain.judge(nodeids[0], today(7), None, None).to_dict()["tail"]

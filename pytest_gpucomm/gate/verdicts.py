@@ -22,8 +22,10 @@ Each tail test is a comparison of its own in the multiple-comparison correction:
 ``n_comparisons`` counts the gated medians and the tested tails, and both verdicts use the same share of
 alpha and the same number of looks.
 
-At the end of the session the common shift of all collectives and of all copies is estimated
-(:meth:`Gate.shifts`) and reported; a shift beyond the tolerance fails the session.
+At the end of the session the run is judged as a whole (:meth:`Gate.levels`, ``gate.levels.LEVELS_RULE``):
+the offset of each class (copies between GPUs, host<->device copies, collectives; up to 1 MiB and above),
+each op band's and each case's residual after its class's offset.  A regression at any level fails the
+session and marks the rows of the cases it covers.
 
 The statistics are in :mod:`pytest_gpucomm.gate.decision` (the rule is ``decision.DECISION_RULE``), the
 file in :mod:`pytest_gpucomm.gate.store`.  Both are imported on first use, not here: building a
@@ -48,10 +50,10 @@ from ..vocab import (DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DE
 
 if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
-    from .decision import CaseModel, Prior, Shift
+    from .decision import CaseModel, Prior
     from .store import Baseline, CaseEntry
 
-__all__ = ["GateSettings", "Gate", "Verdict", "verdict_status", "case_group"]
+__all__ = ["GateSettings", "Gate", "Verdict", "verdict_status", "case_group", "case_kind"]
 
 #: the decision's words -> the verdict's Status: (compared with measured runs, checked against a floor)
 _STATUS_OF = {
@@ -178,6 +180,14 @@ def case_group(op: str) -> str:
     return "collective" if op in OPS or op in PATTERNS or op == NODE_OP else "copy"
 
 
+def case_kind(op: str) -> str:
+    """The kind of a case for its class (``gate.levels.case_class``): "collective", "host" (host<->device
+    copies) or "peer" (copies between devices)."""
+    if case_group(op) == "collective":
+        return "collective"
+    return "host" if op in ("h2d", "d2h") else "peer"
+
+
 class Gate:
     """Holds the loaded baseline for the session and judges measurements."""
 
@@ -191,6 +201,7 @@ class Gate:
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
+        self._locs: dict[str, dict[str, float]] = {}  # case key -> baseline run id -> location
         self._commons: dict[str, dict[str, Any]] = {}
         #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
         self.layout = ""
@@ -265,6 +276,7 @@ class Gate:
             centers.setdefault(group, []).append(model.center)
         priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
         self._models = {key: (m, priors[c]) for key, (m, c) in fitted.items()}
+        self._locs = {key: runs for v in locs.values() for key, runs in v.items()}
         for g, v in locs.items():
             common = common_spread(list(v.values()), centers[g], session_of)
             if common is not None:
@@ -377,7 +389,7 @@ class Gate:
                     details={"alpha": c.alpha, "tolerance": c.tolerance, "upper_bound": c.upper_bound,
                              "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
-                             "baseline_sessions": c.baseline_sessions, "group": case_group(m.op),
+                             "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
                              "log_ratio": math.log(c.ratio), "remeasures": again_log})
         pooled = ""
         if again_log:
@@ -522,27 +534,32 @@ class Gate:
             self._tail_spread = fit_spread([c for c in cases if c])
         return self._tail_spread
 
-    def shifts(self, verdicts: list[dict[str, Any]],
-               commons: Optional[dict[str, dict[str, Any]]] = None) -> list["Shift"]:
-        """The session's common shift per group (DECISION_RULE step 6), from the verdicts' dicts (``to_dict``,
-        also those an xdist worker sent) and the baseline's common spreads (default: this gate's).  The
-        groups share the part of alpha the cases do not use."""
-        from .decision import CASE_ALPHA_SHARE, Common, suite_shift
+    def levels(self, verdicts: list[dict[str, Any]]) -> Optional[Any]:
+        """The run judged at the three levels (``gate.levels.judge_run``) from the verdicts' dicts
+        (``to_dict``, also those an xdist worker sent): their cases, log ratios (the runs each pooled) and
+        prediction spreads; None where no verdict compared with measured runs."""
+        if self.baseline is None:
+            return None
+        from .levels import fit_levels, judge_run, member
 
-        commons = self.commons() if commons is None else commons
-        by: dict[str, list[tuple[float, float]]] = {}
+        models = self._fit()
+        dev: dict[str, float] = {}
+        var: dict[str, float] = {}
         for v in verdicts:
-            if v and v.get("log_ratio") is not None and v.get("group"):
-                by.setdefault(v["group"], []).append((float(v["log_ratio"]), float(v["prediction_sd"]) ** 2))
-        alpha = self.settings.alpha * (1.0 - CASE_ALPHA_SHARE) / max(1, len(by))
-        out = []
-        for g in sorted(by):
-            c = commons.get(g)
-            sh = suite_shift(g, [x for x, _ in by[g]], [v for _, v in by[g]], Common(**c) if c else None,
-                             tolerance=self.settings.tolerance, alpha=alpha)
-            if sh is not None:
-                out.append(sh)
-        return out
+            key = v.get("case") if v else None
+            if key in models and v.get("log_ratio") is not None:
+                dev[key] = float(v["log_ratio"])
+                var[key] = float(v.get("prediction_sd") or 0.0) ** 2
+        if not dev:
+            return None
+        members = {}
+        for key in dev:
+            e = self.baseline.cases[key]
+            members[key] = member(key, test_id=e.test_id, op=e.op, kind=case_kind(e.op), size_bytes=e.size_bytes,
+                                  dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)
+        session_of = {r.run_id: r.session for r in self.baseline.runs}
+        fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of)
+        return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha)
 
     @staticmethod
     def _what(m: Measurement) -> str:

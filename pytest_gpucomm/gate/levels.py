@@ -1,0 +1,420 @@
+"""The run judged as a whole, at three levels: the class offset, the op band, the case residual.
+
+Pure statistics on the cases' log deviations from their baseline centres, like :mod:`.decision` (whose
+models, priors and bounds this reuses); nothing here reads a file or knows pytest.  The rule is
+:data:`LEVELS_RULE`, also part of ``decision.DECISION_RULE``'s text in the README.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..units import format_size, plural
+from ..vocab import DEFAULT_ALPHA, DEFAULT_TOLERANCE
+from .decision import (_DF_NORMAL, CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, GATED_DROP_FACTOR, MIN_SPREAD,
+                       NO_PRIOR, Common, Prior, _check_tolerance, _exp, _quantile, common_spread, prior_of_variances)
+
+__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "Member", "member", "case_class", "residuals", "Residual", "fit_residual",
+           "residual_spread", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels", "judge_run"]
+
+LEVELS_RULE = DECISION_RULE[DECISION_RULE.index("6. The levels"):DECISION_RULE.index("A published case")]
+
+#: the share of alpha of each level: the cases' own verdicts (at their tests), the class offsets, the op
+#: bands and the cases' residuals (both at the end of the session)
+LEVEL_SHARES = {"case": CASE_ALPHA_SHARE, "class": 0.2, "band": 0.35, "residual": 0.35}
+#: sizes up to this are the small class (and band)
+SMALL_BYTES = 1 << 20
+#: the fewest cases of a band that is judged as one
+MIN_BAND_CASES = 3
+#: the fewest cases of a class whose offset is judged
+MIN_CLASS_CASES = 5
+#: the fewest cases outside a band from which its class's offset is estimated (fewer: no offset removed)
+MIN_REFERENCE_CASES = 3
+
+_KIND_LABEL = {"collective": "collectives", "peer": "copies between GPUs", "host": "host<->device copies"}
+
+
+def case_class(kind: str, size_bytes: int) -> str:
+    """The class of a case: its kind ("collective", "peer" or "host") and whether it is up to 1 MiB."""
+    return f"{_KIND_LABEL.get(kind, kind)} {'<=' if size_bytes <= SMALL_BYTES else '>'} 1 MiB"
+
+
+@dataclass(frozen=True)
+class Member:
+    """Where a case sits: its class, its band (key and readable name without the sizes) and its size."""
+
+    key: str
+    klass: str
+    band: str
+    band_name: str
+    size_bytes: int
+
+
+def member(key: str, *, test_id: str, op: str, kind: str, size_bytes: int, dtype: Optional[str], world_size: int,
+           devices: Sequence[str], layout: str = "") -> Member:
+    """The :class:`Member` of the case ``key``; ``kind`` is "collective", "peer" or "host"."""
+    from ..curves import _form_of_id, sweep_id
+
+    klass = case_class(kind, size_bytes)
+    small = size_bytes <= SMALL_BYTES
+    sweep = sweep_id(test_id, size_bytes)
+    band = "|".join([sweep, op, dtype or "-", f"ws{world_size}", ",".join(map(str, devices)), layout,
+                     "small" if small else "large"])
+    form = _form_of_id(test_id)
+    where = plural(world_size, "rank") if kind == "collective" else "->".join(map(str, devices))
+    name = ", ".join(x for x in (f"{op} {form}".strip(), dtype if kind == "collective" else "", where,
+                                 layout and f"layout {layout}") if x)
+    return Member(key, klass, band, name, int(size_bytes))
+
+
+def residuals(dev: Mapping[str, float], members: Mapping[str, Member], weights: Optional[Mapping[str, float]] = None
+              ) -> tuple[dict[str, float], dict[str, tuple[float, int]], dict[str, tuple[float, int]]]:
+    """For the cases of one run (``dev``: case key -> log deviation from its centre; keys without a member
+    are left out): each case's residual, each band's (mean residual, cases) and each class's (offset,
+    cases), as LEVELS_RULE says."""
+    by_class: dict[str, list[str]] = {}
+    for k in dev:
+        if k in members:
+            by_class.setdefault(members[k].klass, []).append(k)
+    res: dict[str, float] = {}
+    bands: dict[str, tuple[float, int]] = {}
+    offsets: dict[str, tuple[float, int]] = {}
+    for klass, keys in by_class.items():
+        offsets[klass] = (float(np.median([dev[k] for k in keys])), len(keys))
+        by_band: dict[str, list[str]] = {}
+        for k in keys:
+            by_band.setdefault(members[k].band, []).append(k)
+        for b, bk in by_band.items():
+            others = [dev[k] for k in keys if members[k].band != b]
+            off = float(np.median(others)) if len(others) >= MIN_REFERENCE_CASES else 0.0
+            for k in bk:
+                res[k] = dev[k] - off
+            w = [weights.get(k, 0.0) if weights else 1.0 for k in bk]
+            if not sum(w) > 0:
+                w = [1.0] * len(bk)
+            bands[b] = (float(np.average([res[k] for k in bk], weights=w)), len(bk))
+    return res, bands, offsets
+
+
+@dataclass(frozen=True)
+class Residual:
+    """What the baseline's runs say of one band's or case's residual: its centre (the mean of the session
+    means), its spread over the runs (about that run's session mean... no: about the centre, every run one
+    draw) with its degrees of freedom, and the runs and sessions it comes from."""
+
+    center: float
+    s2: float
+    df: float
+    runs: int
+    sessions: int
+
+
+def fit_residual(values: Sequence[float], sessions: Sequence[Optional[str]]) -> Residual:
+    """A :class:`Residual` from the baseline runs' values and the session of each (None: its own)."""
+    labels = [s if s is not None else f"\0run{i}" for i, s in enumerate(sessions)]
+    by: dict[str, list[float]] = {}
+    for x, s in zip(values, labels):
+        by.setdefault(s, []).append(float(x))
+    center = float(np.mean([np.mean(v) for v in by.values()]))
+    n = len(values)
+    s2 = float(np.var(values, ddof=1)) if n >= 2 else math.nan
+    return Residual(center, s2, float(n - 1), n, len(by))
+
+
+def residual_spread(r: Residual, prior: Prior) -> tuple[float, float]:
+    """The sd and degrees of freedom of a new run's residual about the centre: the runs' variance shrunk
+    towards the class's prior (Smyth 2004: (d0 s0^2 + d s^2) / (d0 + d), both ways), plus the centre's own
+    error (that variance over the sessions)."""
+    if math.isinf(prior.df):
+        s2, df = prior.s2, _DF_NORMAL
+    elif prior.df > 0 and r.df > 0:
+        s2, df = (prior.df * prior.s2 + r.df * r.s2) / (prior.df + r.df), prior.df + r.df
+    elif r.df > 0:
+        s2, df = r.s2, r.df
+    else:
+        s2, df = max(prior.s2, MIN_SPREAD ** 2), max(prior.df, 1.0)
+    v = max(s2 * (1.0 + 1.0 / max(r.sessions, 1)), MIN_SPREAD ** 2)
+    return math.sqrt(v), min(df, _DF_NORMAL)
+
+
+@dataclass
+class LevelFit:
+    """The baseline's residuals fitted for a run of the cases ``members`` (the cases measured now: the
+    residuals of the baseline's runs are taken over the same cases, so they are comparable)."""
+
+    members: dict[str, Member]
+    centers: dict[str, float]
+    classes: dict[str, Optional[Common]]
+    bands: dict[str, tuple[Residual, Prior]]
+    cases: dict[str, tuple[Residual, Prior]]
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, float],
+               members: Mapping[str, Member], session_of: Mapping[str, Optional[str]]) -> LevelFit:
+    """The level models from the baseline's runs: ``runs``: case key -> run id -> location, ``centers``:
+    case key -> its centre (``decision.fit_case``), over the cases of ``members`` only."""
+    keys = [k for k in members if k in runs and k in centers]
+    members = {k: members[k] for k in keys}
+    per_run: dict[str, dict[str, float]] = {}
+    for k in keys:
+        for rid, loc in runs[k].items():
+            per_run.setdefault(rid, {})[k] = loc - centers[k]
+    case_res: dict[str, dict[str, float]] = {}
+    for rid, dev in per_run.items():
+        for k, r in residuals(dev, members)[0].items():
+            case_res.setdefault(k, {})[rid] = r
+
+    def models(series: Mapping[str, Mapping[str, float]], klass_of: Mapping[str, str]
+               ) -> dict[str, tuple[Residual, Prior]]:
+        fitted = {}
+        for name, by_run in series.items():
+            ids = sorted(by_run)
+            fitted[name] = fit_residual([by_run[r] for r in ids], [session_of.get(r) for r in ids])
+        priors = {c: prior_of_variances((m.s2, m.df) for n, m in fitted.items() if klass_of[n] == c and m.df > 0)
+                  for c in set(klass_of.values())}
+        return {n: (m, priors.get(klass_of[n], NO_PRIOR)) for n, m in fitted.items()}
+
+    cases = models(case_res, {k: members[k].klass for k in keys})
+    # a band's mean weighs each case by its inverse residual variance (a precise case counts for more)
+    weights = {k: 1.0 / residual_spread(*cases[k])[0] ** 2 for k in cases}
+    band_res: dict[str, dict[str, float]] = {}
+    for rid, dev in per_run.items():
+        for b, (r, n) in residuals(dev, members, weights)[1].items():
+            if n >= MIN_BAND_CASES:
+                band_res.setdefault(b, {})[rid] = r
+    band_class = {members[k].band: members[k].klass for k in keys}
+    classes: dict[str, Optional[Common]] = {}
+    for c in sorted({m.klass for m in members.values()}):
+        ck = [k for k in keys if members[k].klass == c]
+        classes[c] = common_spread([dict(runs[k]) for k in ck], [centers[k] for k in ck], dict(session_of))
+    return LevelFit(members=members, centers={k: centers[k] for k in keys}, classes=classes,
+                    bands=models(band_res, band_class), cases=cases, weights=weights)
+
+
+@dataclass(frozen=True)
+class LevelVerdict:
+    """One class, band or case judged at its level."""
+
+    level: str  # "class" | "band" | "case"
+    name: str
+    keys: tuple[str, ...]  # the cases it covers
+    status: str  # "ok" | "regression" | "improved" | "not gated" | "not judged"
+    ratio: float  # the class's offset, or the band's or case's bandwidth over its class's (1 = no change)
+    upper_bound: float
+    lower_bound: float
+    alpha: float  # the per-test level after the correction
+    quantile: float  # the Student t (or normal) quantile of the bound that decides
+    df: float
+    sd: float
+    detectable_drop: float
+    tolerance: float
+    why: str = ""  # "not judged": why not
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "regression"
+
+    @property
+    def gated(self) -> bool:
+        return self.status != "not judged" and self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance
+
+    @property
+    def level_name(self) -> str:
+        return {"class": "class offset", "band": "op band", "case": "case residual"}[self.level]
+
+    def headline(self) -> str:
+        """What, where and how much: ``REGRESSION (op band) all_reduce in place, ..., 1 KiB-1 MiB: 9.8% slower
+        than its class (6 sizes)``."""
+        word = {"regression": "REGRESSION", "improved": "improved", "ok": "ok", "not gated": "not gated",
+                "not judged": "not judged"}[self.status]
+        if self.status == "not judged":
+            return f"{word} ({self.level_name}) {self.name}: {self.why}"
+        change = 1.0 - self.ratio
+        of = "" if self.level == "class" else " than its class"
+        what = {"class": f"{len(self.keys)} cases", "band": f"{len(self.keys)} sizes", "case": "this case"}[self.level]
+        how = "slower" if change > 0 else "faster"
+        return f"{word} ({self.level_name}) {self.name}: {abs(change):.1%} {how}{of} ({what})"
+
+    def detail(self) -> str:
+        """The bound that decided, its level and quantile, against the tolerance; what this level catches."""
+        if self.status == "not judged":
+            return self.why
+        limit = 1.0 - self.tolerance
+        if self.status == "improved":
+            return (f"lower bound {self.lower_bound:.3g}x at level {self.alpha:.2g} (quantile {self.quantile:.2f}, "
+                    f"{self.df:.0f} df) is above {1 + self.tolerance:.3g}x")
+        bound = (f"upper bound {self.upper_bound:.3g}x at level {self.alpha:.2g} (quantile {self.quantile:.2f}, "
+                 f"{self.df:.0f} df)")
+        if self.status == "regression":
+            return f"{bound} is below the {self.tolerance:.0%} tolerance limit {limit:.3g}x"
+        caught = f"catches drops of {self.detectable_drop:.1%} or more ({DETECTION_POWER:.0%} of the time)"
+        return f"{bound}: not shown beyond the {self.tolerance:.0%} tolerance; " + (
+            caught if self.status == "ok" else f"only {caught}: a drop of "
+            f"{GATED_DROP_FACTOR * self.tolerance:.0%} could pass")
+
+    def text(self) -> str:
+        """One line: the headline and the detail."""
+        return f"{self.headline()}; {self.detail()}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"level": self.level, "name": self.name, "cases": list(self.keys), "status": self.status,
+                "ratio": self.ratio, "upper_bound": self.upper_bound, "lower_bound": self.lower_bound,
+                "alpha": self.alpha, "quantile": self.quantile, "df": self.df, "sd": self.sd,
+                "detectable_drop": self.detectable_drop, "tolerance": self.tolerance, "gated": self.gated,
+                "text": self.text()}
+
+
+@dataclass
+class RunLevels:
+    """A run judged at the three levels."""
+
+    classes: list[LevelVerdict]
+    bands: list[LevelVerdict]
+    cases: list[LevelVerdict]
+    alpha: float
+    shares: dict[str, float]
+
+    @property
+    def all(self) -> list[LevelVerdict]:
+        return [*self.classes, *self.bands, *self.cases]
+
+    @property
+    def failed(self) -> list[LevelVerdict]:
+        return [v for v in self.all if v.failed]
+
+    def failed_keys(self) -> dict[str, list[LevelVerdict]]:
+        """Case key -> the failing verdicts that cover it."""
+        out: dict[str, list[LevelVerdict]] = {}
+        for v in self.failed:
+            for k in v.keys:
+                out.setdefault(k, []).append(v)
+        return out
+
+    def update(self, key: Optional[str], status: str, message: str) -> tuple[str, str, dict[str, object]]:
+        """A case's verdict after the levels: (status, message, details to add).  A failing level that covers
+        the case makes it "REGRESSION" (the level's headline first in the message); a case whose own verdict
+        is "not gated" but whose residual is gated becomes "ok" (the message says so)."""
+        failing = [v for v in self.failed if key in v.keys]
+        mine = next((v for v in self.cases if v.keys == (key,)), None)
+        extra: dict[str, object] = {}
+        if mine is not None:
+            extra["residual"] = mine.to_dict()
+        if failing:
+            extra["levels"] = [v.to_dict() for v in failing]
+            if status != "REGRESSION":
+                message = "; ".join(v.headline() for v in failing) + "\n  " + message
+            return "REGRESSION", message, extra
+        if status == "not gated" and mine is not None and mine.gated:
+            return "ok", f"{message}; gated by its residual: {mine.detail()}", extra
+        return status, message, extra
+
+    def summary(self) -> list[str]:
+        """Per level: how many are judged and gated, the median smallest drop caught, how many failed."""
+        lines = []
+        for vs, one, many in ((self.classes, "class", "classes"), (self.bands, "op band", "op bands"),
+                              (self.cases, "case", "cases")):
+            judged = [v for v in vs if v.status != "not judged"]
+            if not judged:
+                continue
+            drops = sorted(v.detectable_drop for v in judged)
+            failed = sum(v.failed for v in judged)
+            lines.append(f"{len(judged)} {one if len(judged) == 1 else many}: {sum(v.gated for v in judged)} gated, "
+                         f"median smallest drop caught {drops[len(drops) // 2]:.1%}, level {judged[0].alpha:.2g} "
+                         "each" + (f", {failed} REGRESSION" if failed else ""))
+        return lines
+
+    def to_dict(self) -> dict[str, object]:
+        return {"alpha": self.alpha, "shares": dict(self.shares),
+                "classes": [v.to_dict() for v in self.classes], "bands": [v.to_dict() for v in self.bands],
+                "cases": [v.to_dict() for v in self.cases]}
+
+
+def _bounds(level: str, name: str, keys: Sequence[str], d: float, sd: float, df: float, *, tolerance: float,
+            alpha: float) -> LevelVerdict:
+    """The verdict on a log change ``d`` whose null spread is ``sd`` (``df`` degrees of freedom) at ``alpha``."""
+    q = _quantile(1.0 - alpha, df)
+    upper, lower = _exp(d + q * sd), _exp(d - q * sd)
+    drop = 1.0 - (1.0 - tolerance) * _exp(-(q + _quantile(DETECTION_POWER, _DF_NORMAL)) * sd)
+    status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
+    if status == "ok" and drop > GATED_DROP_FACTOR * tolerance:
+        status = "not gated"
+    return LevelVerdict(level, name, tuple(keys), status, math.exp(d), upper, lower, alpha, q, df, sd, drop,
+                        tolerance)
+
+
+def _pseudo(level: str, name: str, keys: Sequence[str], x: float, fitted: Optional[tuple[Residual, Prior]], *,
+            tolerance: float, alpha: float) -> LevelVerdict:
+    """A band's or a case's residual against the baseline runs' residuals (shrunk spread)."""
+    if fitted is None or fitted[0].runs < 2:
+        return LevelVerdict(level, name, tuple(keys), "not judged", math.exp(x), math.nan, math.nan, alpha,
+                            math.nan, math.nan, math.nan, math.nan, tolerance,
+                            why="fewer than 2 baseline runs have its residual")
+    r, prior = fitted
+    sd, df = residual_spread(r, prior)
+    return _bounds(level, name, keys, x - r.center, sd, df, tolerance=tolerance, alpha=alpha)
+
+
+def _class_verdict(name: str, keys: Sequence[str], offset: float, common: Optional[Common], case_var: float, *,
+                   tolerance: float, alpha: float) -> LevelVerdict:
+    """A class's offset against the spread of the baseline runs' offsets (decision step 6, per class)."""
+    from .decision import FALLBACK_DF, FALLBACK_RUN_SPREAD, FALLBACK_SESSION_SPREAD
+
+    if len(keys) < MIN_CLASS_CASES:
+        return LevelVerdict("class", name, tuple(keys), "not judged", math.exp(offset), math.nan, math.nan, alpha,
+                            math.nan, math.nan, math.nan, math.nan, tolerance,
+                            why=f"{plural(len(keys), 'case')}, fewer than {MIN_CLASS_CASES}")
+    if common is None:
+        c2, df = FALLBACK_SESSION_SPREAD ** 2 + FALLBACK_RUN_SPREAD ** 2, FALLBACK_DF
+    else:
+        c2, df = common.sd ** 2, common.df
+    sd = math.sqrt(c2 + (math.pi / 2.0) * case_var / len(keys))
+    return _bounds("class", name, keys, offset, sd, df, tolerance=tolerance, alpha=alpha)
+
+
+def _size_range(sizes: Iterable[int]) -> str:
+    s = sorted(sizes)
+    return format_size(s[0]) if s[0] == s[-1] else f"{format_size(s[0])}-{format_size(s[-1])}"
+
+
+def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, float], *,
+              tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
+              shares: Optional[Mapping[str, float]] = None) -> RunLevels:
+    """Judge a run at the three levels.  ``dev``: case key -> today's log deviation from the case's centre
+    (its runs pooled, as its verdict did); ``case_var``: case key -> its verdict's prediction variance (the
+    class offset's own-noise term, as in step 6); ``fit``: :func:`fit_levels` over today's cases."""
+    tolerance = _check_tolerance(tolerance)
+    shares = dict(LEVEL_SHARES if shares is None else shares)
+    dev = {k: v for k, v in dev.items() if k in fit.members}
+    res, bands, offsets = residuals(dev, fit.members, fit.weights)
+    by_class: dict[str, list[str]] = {}
+    by_band: dict[str, list[str]] = {}
+    for k in dev:
+        by_class.setdefault(fit.members[k].klass, []).append(k)
+        by_band.setdefault(fit.members[k].band, []).append(k)
+    judged_classes = [c for c, ks in by_class.items() if len(ks) >= MIN_CLASS_CASES]
+    a_class = alpha * shares["class"] / max(1, len(judged_classes))
+    classes = [_class_verdict(c, ks, offsets[c][0], fit.classes.get(c),
+                              float(np.median([case_var.get(k, 0.0) for k in ks])), tolerance=tolerance,
+                              alpha=a_class) for c, ks in sorted(by_class.items())]
+    judged_bands = {b: ks for b, ks in by_band.items() if len(ks) >= MIN_BAND_CASES and b in fit.bands}
+    band_vs = []
+    for b, ks in by_band.items():
+        if len(ks) < MIN_BAND_CASES:
+            continue
+        mem = fit.members[ks[0]]
+        name = f"{mem.band_name}, {_size_range(fit.members[k].size_bytes for k in ks)}"
+        band_vs.append(_pseudo("band", name, ks, bands[b][0], fit.bands.get(b), tolerance=tolerance,
+                               alpha=alpha * shares["band"] / max(1, len(judged_bands))))
+    judged_cases = [k for k in dev if k in fit.cases]
+    cases = []
+    for k in dev:
+        mem = fit.members[k]
+        cases.append(_pseudo("case", f"{mem.band_name}, {format_size(mem.size_bytes)}", [k], res[k],
+                             fit.cases.get(k), tolerance=tolerance,
+                             alpha=alpha * shares["residual"] / max(1, len(judged_cases))))
+    return RunLevels(classes=classes, bands=band_vs, cases=cases, alpha=alpha, shares=shares)
