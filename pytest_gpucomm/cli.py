@@ -191,7 +191,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     if args.tail_tolerance is not None and args.tail_tolerance < 0:
         raise CommandError(f"invalid --tail-tolerance {args.tail_tolerance!r}: expected a number >= 0")
     g = regate(report, ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
-               tail_tolerance=args.tail_tolerance, where=args.report)
+               tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(_baseline_dirs(args)))
     records = _records(report, [r.verdict for r in g.rows])
     lines = [f"gpucomm compare: the report {args.report} against {ref.describe()}", _hardware_line(report)]
     lines += g.header

@@ -14,7 +14,7 @@ is compared with (``saved.load_reference(...).doc``):
 * a header: the title, and the hardware, the run's date and the baseline (``plots.context_line``, the
   second line of every plot's title, so the page and its figures name the same run);
 * the verdicts: a line of counts per status (as the terminal's ``gpucomm verdicts:`` line, with its tail
-  counts), the session's common shifts where the report has them, and a table with one row per report
+  counts), the run at the gate's levels where the report has them, and a table with one row per report
   row: test id, op, devices or world, size, GB/s, p50 / p99 us, the single ops' tail (``report.tail_cell``),
   the baseline's GB/s, the ratio, the status, and the verdict's message (also the status cell's tooltip).
   A row is coloured by its status (:func:`status_class`): red where it fails the test, green where it
@@ -252,13 +252,19 @@ def _environment(report: Mapping[str, Any]) -> list[str]:
     return out + ["</section>"]
 
 
-def _shifts(report: Mapping[str, Any]) -> list[str]:
+def _levels(report: Mapping[str, Any]) -> list[str]:
+    """The run at the gate's levels: each class offset, and every band or case residual that failed."""
     section = report.get("baseline")
-    shifts = section.get("shifts") if isinstance(section, Mapping) else None
-    texts = [str(s["text"]) for s in shifts or [] if isinstance(s, Mapping) and s.get("text")]
+    levels = section.get("levels") if isinstance(section, Mapping) else None
+    if not isinstance(levels, Mapping):
+        return []
+    items = [v for v in levels.get("classes") or [] if isinstance(v, Mapping)]
+    items += [v for g in ("bands", "cases") for v in levels.get(g) or []
+              if isinstance(v, Mapping) and v.get("status") == "regression"]
+    texts = [str(v["text"]) for v in items if v.get("text")]
     if not texts:
         return []
-    return ['<ul class="shifts">'] + [f"<li>shift: {_e(t)}</li>" for t in texts] + ["</ul>"]
+    return ['<ul class="levels">'] + [f"<li>{_e(t)}</li>" for t in texts] + ["</ul>"]
 
 
 def _plots(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
@@ -317,7 +323,7 @@ def html_page(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] =
         '<section id="verdicts">',
         "<h2>Verdicts</h2>",
         f'<p class="counts">{_e(counts_line(report))}</p>',
-        *_shifts(report),
+        *_levels(report),
         *_table(report, measurements),
         "</section>",
         *_matrices(report, baseline),

@@ -93,7 +93,8 @@ def _number(settings: Mapping[str, Any], key: str, default: Any) -> Any:
 
 def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Optional[float] = None,
            alpha: Optional[float] = None, strict: Optional[bool] = None,
-           tail_tolerance: Optional[float] = None, where: str = "") -> Regated:
+           tail_tolerance: Optional[float] = None, where: str = "",
+           search_dirs: tuple[Any, ...] = ()) -> Regated:
     """Judge every row of a checked ``report`` against ``reference`` (see the module doc).  ``tolerance``,
     ``alpha``, ``strict`` and ``tail_tolerance`` override the run's, for every row (a test's own tolerance
     too).  Raises ReportError / BaselineError on unreadable input."""
@@ -103,7 +104,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
 
     run = dict(report.get("settings") or {})
     gs = GateSettings(
-        spec=str(reference.path), save=False,
+        spec=str(reference.path), save=False, search_dirs=tuple(search_dirs),
         tolerance=float(tolerance if tolerance is not None else _number(run, "tolerance", DEFAULT_TOLERANCE)),
         alpha=float(alpha if alpha is not None else _number(run, "alpha", DEFAULT_ALPHA)),
         strict=bool(strict if strict is not None else run.get("strict", False)),
@@ -151,5 +152,6 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
                                                              r.verdict.message)
             r.verdict.details.update(extra)
             r.verdict.status = Status(status)
-    return Regated(rows=out, levels=levels, header=gate.header_lines(), settings=dataclasses.asdict(gs),
+    settings = {k: v for k, v in dataclasses.asdict(gs).items() if k != "search_dirs"}
+    return Regated(rows=out, levels=levels, header=gate.header_lines(), settings=settings,
                    reference=reference, notes=notes)

@@ -396,7 +396,7 @@ def tail_counts(records: Iterable[_Judged]) -> str:
 
 def gate_summary_lines(state: "State") -> list[str]:
     """What the gate can catch (per case, the smallest drop it catches; the cases not gated and their fix)
-    and the session's common shifts."""
+    and the run at the gate's levels."""
     lines = sensitivity_lines([r.baseline for r in state.records if r.baseline], [r.nodeid for r in state.records
                                                                                   if r.baseline])
     return lines + level_lines(state.levels, {str(r.baseline["case"]): r.nodeid for r in state.records
@@ -470,7 +470,7 @@ def apply_levels(records: Iterable[Any], levels: Any) -> None:
 def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
     in the environment, the baseline's common spread per group (or what the xdist workers said of all
-    that), and the session's common shifts."""
+    that), and the run at the gate's levels."""
     extra = state.from_workers.get("baseline")
     if not extra and state.settings.baseline and state.gate.loaded:
         from .gate import ABSENT

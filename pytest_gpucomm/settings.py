@@ -58,8 +58,9 @@ _OPTIONS = [
      f"may be (1 + this) x the baseline's own share (about 0.01) before it is tested as heavier (a test's "
      f"@bandwidth(tail_tolerance=...) overrides it). Default: {DEFAULT_TAIL_TOLERANCE:g}.", "TOLERANCE"),
     ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
-     f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide (half over the gated "
-     f"cases and their re-measures, half over the groups' common shifts). Default: {DEFAULT_ALPHA}.",
+     f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide, split over the cases' "
+     f"own verdicts (0.1) and the levels at the end: class offsets (0.2), op bands (0.35), case residuals (0.35). "
+     f"Default: {DEFAULT_ALPHA}.",
      "ALPHA"),
     ("--gpucomm-device", "gpucomm_device", "gpucomm_device", "GPUCOMM_DEVICE",
      "Where to measure: 'auto' (GPUs when torch sees one, else the CPU variants), 'gpu' (error without one) "

@@ -7,6 +7,7 @@ import pytest
 
 from pytest_gpucomm.gate import calibration as cal
 from pytest_gpucomm.gate.store import CaseRecord, save_run
+from pytest_gpucomm.units import size_token
 
 
 def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offsets=None, seed=3, labels=True):
@@ -23,7 +24,8 @@ def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offse
             cases = {}
             for c in range(n_cases):
                 loc = off + rng.normal(0, run_sd)
-                rec = CaseRecord(test_id=f"t.py::test[{c}]", op="all_reduce", size_bytes=(2 << 20) << c, world_size=2,
+                size = (2 << 20) << c  # one sweep: its sizes above 1 MiB are one op band
+                rec = CaseRecord(test_id=f"t.py::test[{size_token(size)}]", op="all_reduce", size_bytes=size, world_size=2,
                                  samples_gbps=list(100 * np.exp(loc + rng.normal(0, within, n))), dtype="float32")
                 cases[rec.key] = rec
             save_run(path, name="x", run_id=f"r{run}", date=date, fingerprint={}, cases=cases, max_runs=50,
@@ -47,9 +49,15 @@ def test_steady_runs_give_no_false_alarm_and_a_20_percent_drop_is_caught(tmp_pat
     cases, session = _load(_write(tmp_path / "b.json", [3, 3, 3, 3]))
     out = cal.loso(cases, session, (0.03, 0.20))
     assert out["sessions"] == 4 and out["suites"] == 12
-    assert out["false_alarm_suites"] == 0 and out["shift_false_alarm_suites"] == 0
-    assert out["detection_all"]["20%"] == 1.0 and out["shift_detection"]["20%"] == 1.0
-    assert out["detection_all"]["3%"] == 0.0
+    assert out["false_alarm_suites"] == 0 and set(out["level_false_alarm_suites"].values()) == {0}
+    assert set(out["level_false_alarm_suites"]) == {"case", "class", "band", "residual"}
+    assert out["detection_all"]["20%"] == 1.0 and out["uniform_detection"]["20%"] == 1.0
+    assert out["detection_all"]["3%"] == 0.0 and out["uniform_detection"]["3%"] == 0.0
+    # six sizes of one sweep above 1 MiB: one op band, dropped 10 % in every suite
+    assert out["one_band_judged"] == 12 and out["one_band_10pct"] == 1.0
+    assert out["one_case_judged"] == 0  # per case only when asked (per_case_every)
+    every = cal.loso(cases, session, (0.20,), per_case_every=1)
+    assert every["one_case_judged"] == 12 * 6 and every["one_case_10pct"] is not None
 
 
 def test_a_held_out_session_far_off_the_others_is_a_false_alarm(tmp_path):

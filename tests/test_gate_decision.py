@@ -16,7 +16,6 @@ import pytest
 from pytest_gpucomm.gate.decision import (
     DECISION_RULE,
     FALLBACK_SESSION_SPREAD,
-    MIN_SHIFT_CASES,
     MIN_SPREAD,
     NO_PRIOR,
     CaseModel,
@@ -25,7 +24,6 @@ from pytest_gpucomm.gate.decision import (
     FloorCheck,
     Prior,
     RunLocation,
-    Shift,
     check_floor,
     common_spread,
     compare,
@@ -35,7 +33,6 @@ from pytest_gpucomm.gate.decision import (
     judge,
     prediction,
     run_location,
-    suite_shift,
 )
 from pytest_gpucomm.summary import summarize
 
@@ -445,51 +442,11 @@ def test_a_floor_glitch_is_measured_again_and_passes():
     assert fc.status == "ok" and fc.runs_now == 3
 
 
-# --- 6. the session's common shift --------------------------------------------------------------------
+# --- 6. the common offset of a run (the levels' class offsets: tests/test_gate_levels.py) --------------------------------------------------------------------
 
 
 def _common(sd: float = 0.005, df: float = 19.0, runs: int = 20, sessions: int = 20) -> Common:
     return Common(sd=sd, df=df, runs=runs, sessions=sessions)
-
-
-def _shift(rng: np.random.Generator, true_ratio: float, cases: int = 100, case_sd: float = 0.01) -> Optional[Shift]:
-    log_ratios = math.log(true_ratio) + rng.normal(0.0, case_sd, cases)  # each case's own noise around the shift
-    return suite_shift("collective", log_ratios, [case_sd**2] * cases, _common(), alpha=0.005)
-
-
-def test_a_common_8_percent_drop_of_100_cases_is_a_regression_and_names_the_percentage():
-    sh = _shift(np.random.default_rng(8), 0.92)
-    assert sh is not None and sh.status == "regression" and sh.failed and sh.cases == 100
-    assert (sh.baseline_runs, sh.baseline_sessions) == (20, 20)
-    assert abs((1 - sh.ratio) - 0.08) < 0.005
-    assert sh.text() == (f"every collective is {1 - sh.ratio:.1%} slower than the baseline (95% CI "
-                         f"{sh.ci_low - 1:+.1%} to {sh.ci_high - 1:+.1%}; median of 100 cases, against how far the "
-                         "common offset moved over 20 baseline runs in 20 sessions): beyond the 5% tolerance: "
-                         "REGRESSION")
-    assert sh.ci_low <= 0.92 <= sh.ci_high
-
-
-def test_a_common_3_percent_drift_is_ok_but_reported_as_slower():
-    sh = _shift(np.random.default_rng(9), 0.97)
-    assert sh is not None and sh.status == "ok" and not sh.failed
-    assert f"{1 - sh.ratio:.1%} slower" in sh.text() and sh.text().endswith("within the tolerance")
-    assert sh.ci_low <= 0.97 <= sh.ci_high
-
-
-def test_the_shift_interval_contains_the_true_shift_about_95_percent_of_the_time():
-    # the shift's own model: the observed shift is the true one, plus the session's common offset (the Common
-    # spread) plus each case's own deviation (its prediction variance, here from 0.8 % to 1.2 %)
-    rng = np.random.default_rng(10)
-    common = _common(df=1000.0)
-    hits, draws, cases = 0, 200, 20
-    for _ in range(draws):
-        true = rng.normal(0.0, 0.05)  # the true shift, anything within +-15 %
-        case_sd = rng.uniform(0.008, 0.012, cases)
-        log_ratios = true + rng.normal(0.0, common.sd) + rng.normal(0.0, case_sd)
-        sh = suite_shift("copy", log_ratios, case_sd**2, common)
-        assert sh is not None
-        hits += sh.ci_low <= math.exp(true) <= sh.ci_high
-    assert 0.9 <= hits / draws <= 0.995  # neither too narrow nor far too wide
 
 
 def test_the_common_spread_is_fitted_from_the_baseline_runs_offsets_by_session():
@@ -505,27 +462,6 @@ def test_the_common_spread_is_fitted_from_the_baseline_runs_offsets_by_session()
     one = common_spread(case_runs, [1.0, 2.0, 3.0], {})  # no labels: every run a session of its own
     assert one is not None and (one.runs, one.sessions) == (4, 4)
     assert common_spread([], [], {}) is None
-
-
-def test_a_shift_of_fewer_than_min_shift_cases_is_reported_but_never_fails():
-    few = suite_shift("copy", [math.log(0.5)] * (MIN_SHIFT_CASES - 1), [1e-6] * (MIN_SHIFT_CASES - 1), _common())
-    assert few is not None and few.ratio == pytest.approx(0.5) and few.upper_bound < 0.95
-    assert few.status == "ok" and not few.failed
-    assert few.text().endswith(f"not judged: fewer than {MIN_SHIFT_CASES} cases")
-    enough = suite_shift("copy", [math.log(0.5)] * MIN_SHIFT_CASES, [1e-6] * MIN_SHIFT_CASES, _common())
-    assert enough is not None and enough.failed
-
-
-def test_a_shift_without_a_baseline_common_spread_uses_the_assumed_spreads():
-    sh = suite_shift("copy", [0.0] * 10, [0.0] * 10, None)
-    assert sh is not None and (sh.baseline_runs, sh.baseline_sessions) == (0, 0)
-    assert math.log(sh.ci_high) > 1.9 * math.hypot(0.005, 0.01)  # 0.5 % sessions and 1 % runs, 4 df
-
-
-def test_a_shift_without_cases_is_none():
-    assert suite_shift("copy", [], [], _common()) is None
-    with pytest.raises(ValueError, match="2 ratios but 1 variances"):
-        suite_shift("copy", [0.0, 0.0], [0.0], _common())
 
 
 # --- bad input ------------------------------------------------------------------------------------------
@@ -565,7 +501,6 @@ def test_run_location_rejects_bad_samples_naming_the_value(samples, match):
         (lambda: prediction(STEADY, NO_PRIOR, 0, 0.0), "k must be >= 1, got 0"),
         (lambda: check_floor(at(1.0), 0.0), "floor_gbps must be a positive number, got 0.0"),
         (lambda: check_floor(at(1.0), 44.0, tolerance=1.0), r"tolerance.*got 1\.0"),
-        (lambda: suite_shift("copy", [0.0], [0.0], None, tolerance=-0.1), r"tolerance.*got -0\.1"),
     ],
 )
 def test_bad_parameters_raise_value_error_naming_the_value(call: Callable[[], object], match: str):

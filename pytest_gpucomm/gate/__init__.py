@@ -1,8 +1,9 @@
 """The regression gate: per-hardware baseline files, the statistical decision, and the session's verdicts.
 
 * :mod:`.decision`    -- the pure statistics: a run's location (``run_location``), a case's baseline model
-  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures, the session's common shift
-  (``suite_shift``), ``check_floor`` against a published floor (numpy, scipy).
+  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures, ``check_floor`` against a
+  published floor (numpy, scipy).
+* :mod:`.levels`      -- the run judged at the end: class offsets, op bands, case residuals (``judge_run``).
 * :mod:`.store`       -- the baseline file: schema, read and validate, resolve NAME|PATH|auto, merge a run
   in under a lock, write atomically (jsonschema, filelock).
 * :mod:`.fingerprint` -- what changed in the environment since the baseline was recorded (stdlib).
@@ -27,7 +28,7 @@ from .verdicts import Gate, GateSettings, Verdict
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
                      "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
-                     "Common", "common_spread", "Shift", "run_offsets", "suite_shift", "FloorCheck", "check_floor",
+                     "Common", "common_spread", "run_offsets", "FloorCheck", "check_floor",
                      "corrected_alpha"],
                     "decision"),
     **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
         FloorCheck,
         Prior,
         RunLocation,
-        Shift,
         Spread,
         check_floor,
         common_spread,
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
         prior_class,
         run_location,
         run_offsets,
-        suite_shift,
     )
     from .store import (  # noqa: F401
         JSON_SCHEMA,

@@ -5,19 +5,20 @@
 
 Runs are grouped into *sessions* by the file's ``session`` labels (runs without one: runs less than
 ``--session-gap-min`` minutes apart share a session).  Then, with the plugin's own procedure
-(``decision.judge``: the run-level prediction bound, Bonferroni over the judged cases, re-measures of a
-flagged case pooled; ``decision.suite_shift`` for the session's common shift):
+(``decision.judge`` per case: the run-level prediction bound at its share of alpha, Bonferroni over the
+judged cases, re-measures of a flagged case pooled; ``levels.judge_run`` for the run's class offsets, op
+bands and case residuals):
 
-* **leave-one-session-out (LOSO) A/A**: each run of a held-out session is judged, case by case, against
-  a baseline made of the other sessions' runs, with the other runs of its session, in order, as its
-  re-measures (each drew a new process state, as the plugin's do).  A suite (one run) with any REGRESSION
-  is a false alarm; a suite whose common shift fails is counted apart.
-* **detection**: the same, with the held-out runs' bandwidth scaled down by each drop (3, 5, 7, 10, 20 %):
-  the share of the cases called REGRESSION -- of the gated cases and of all cases -- and the share of
-  suites whose common shift fails.  A scaled session is a drop of every case at once; a case's verdict
-  does not depend on the other cases', so the per-case rates hold for a drop of that case alone.
-* **sensitivity**: per case, the smallest drop caught 99 % of the time; cases not gated (it exceeds
-  twice the tolerance).
+* **leave-one-session-out (LOSO) A/A**: each run of a held-out session is judged against a baseline made
+  of the other sessions' runs, with the other runs of its session, in order, as its re-measures (each drew
+  a new process state, as the plugin's do).  A suite (one run) with a REGRESSION at any level is a false
+  alarm; the count per level is given.
+* **detection**: the held-out runs' bandwidth scaled down, (a) every case by each of ``--drops`` (3, 5,
+  7, 10, 20 %): the suites that fail, and the share of gated cases called REGRESSION; (b) one op band at a
+  time by 10 % (every band of every suite); (c) one case at a time by 10 % (every case, on every
+  ``--per-case-every``-th suite): the share caught by a verdict or a level that covers it.
+* **sensitivity**: per level, the share gated (a drop of twice the tolerance caught 99 % of the time) and
+  the median smallest drop caught; the cases gated by neither their own verdict nor their residual.
 * **fitted simulation**: per case, the session, run and within-run spreads of ``decision.fit_case`` on all
   the file's runs, and per group the spread of the common offset of a run; suites drawn from that model
   (the file's sessions and runs, and a new session of 1 + max re-measures runs) give the same rates over
@@ -59,13 +60,15 @@ class Case:
     group: str
     klass: str
     runs: dict[str, Any]
+    member: Any = None  # gate.levels.Member: its class and band for the levels
 
 
 def load_cases(path: Path) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """The measured cases of a baseline file, the date of each run id and its session label (or None)."""
     from .decision import prior_class, run_location
     from .store import load_baseline
-    from .verdicts import case_group
+    from .levels import member
+    from .verdicts import case_group, case_kind
 
     b = load_baseline(path)
     dates = {r.run_id: r.date for r in b.runs}
@@ -76,7 +79,9 @@ def load_cases(path: Path) -> tuple[list[Case], dict[str, str], dict[str, Option
             continue  # floor-only: nothing to calibrate on
         g = case_group(e.op)
         cases.append(Case(key, g, prior_class(g == "collective", e.size_bytes),
-                          {r.run_id: run_location(r.samples_gbps, f"{path}: {key} run {r.run_id}") for r in e.runs}))
+                          {r.run_id: run_location(r.samples_gbps, f"{path}: {key} run {r.run_id}") for r in e.runs},
+                          member(key, test_id=e.test_id, op=e.op, kind=case_kind(e.op), size_bytes=e.size_bytes,
+                                 dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)))
     return cases, dates, labels
 
 
@@ -141,70 +146,94 @@ def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *
 
 
 def _new_counts(drops: Sequence[float]) -> dict[str, Any]:
-    return {"suites": 0, "false_alarm_suites": 0, "shift_false_alarms": 0, "judged": 0, "not_gated": 0,
-            "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops}, "caught_all": {d: [0, 0] for d in drops},
-            "shift_caught": {d: [0, 0] for d in drops}, "detectable": []}
+    return {"suites": 0, "false_alarm_suites": 0, "level_false_alarms": {k: 0 for k in LEVELS}, "judged": 0,
+            "not_gated": 0, "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops},
+            "caught_all": {d: [0, 0] for d in drops}, "uniform": {d: [0, 0] for d in drops}, "detectable": [],
+            "level_detectable": {k: [] for k in ("class", "band", "case")},
+            "level_gated": {k: [0, 0] for k in ("class", "band", "case")}, "one_band": [0, 0], "one_case": [0, 0]}
 
 
-def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], commons: dict[str, Any],
-           drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int) -> dict[str, Any]:
-    """Judge one suite (one current run of every case, with its re-measures) at no drop and at each drop,
-    the cases at their share of alpha and the groups' common shifts at the rest, as the plugin does."""
-    from .decision import CASE_ALPHA_SHARE, suite_shift
+#: the levels as calibration counts them: the cases' own verdicts ("case", at their tests), then the end's
+LEVELS = ("case", "class", "band", "residual")
 
-    kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * CASE_ALPHA_SHARE,
+
+def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], fit: Any,
+           drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int,
+           per_case: bool = False) -> dict[str, Any]:
+    """Judge one suite (one current run of every case, with its re-measures) as the plugin does: each case
+    at its share of alpha, then the run at the levels (``fit``: ``levels.fit_levels`` over these cases).
+    A/A; a uniform drop of every case at each of ``drops``; a 10 % drop of each op band in turn and, with
+    ``per_case``, of each case in turn (caught: a verdict or a failing level covers it)."""
+    from .levels import LEVEL_SHARES, judge_run
+
+    kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * LEVEL_SHARES["case"],
               max_remeasures=max_remeasures)
-    groups = sorted({j[4] for j in judged})
-    shift_alpha = alpha * (1.0 - CASE_ALPHA_SHARE) / max(1, len(groups))
+
+    def run(drop_of: Any) -> tuple[dict[str, Any], Any]:
+        out, dev, var = {}, {}, {}
+        for key, model, prior, runs, _ in judged:
+            c = _judge(runs[0], runs[1:], model, prior, drop_of(key), **kw)  # type: ignore[arg-type]
+            out[key], dev[key], var[key] = c, math.log(c.ratio), c.spread.sd ** 2
+        return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha)
+
+    def caught(out: dict[str, Any], lv: Any, keys: Sequence[str]) -> bool:
+        covered = lv.failed_keys()
+        return any(out[k].failed or k in covered for k in keys)
+
+    out, lv = run(lambda k: 0.0)
     statuses: dict[str, int] = {}
-    gated = {}
-    shift_failed = {}
-    for d in (0.0, *drops):
-        by: dict[str, tuple[list[float], list[float]]] = {g: ([], []) for g in groups}
-        for key, model, prior, runs, group in judged:
-            c = _judge(runs[0], runs[1:], model, prior, d, **kw)  # type: ignore[arg-type]
-            by[group][0].append(math.log(c.ratio))
-            by[group][1].append(c.spread.sd ** 2)
-            if d == 0.0:
-                statuses[c.status] = statuses.get(c.status, 0) + 1
-                counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
-                counts["detectable"].append(c.detectable_drop)
-                gated[key] = c.gated
-                counts["not_gated"] += not c.gated
-                continue
+    for c in out.values():
+        statuses[c.status] = statuses.get(c.status, 0) + 1
+        counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
+        counts["detectable"].append(c.detectable_drop)
+    fails = {"case": statuses.get("regression", 0) > 0, "class": any(v.failed for v in lv.classes),
+             "band": any(v.failed for v in lv.bands), "residual": any(v.failed for v in lv.cases)}
+    for k, f in fails.items():
+        counts["level_false_alarms"][k] += f
+    residual = {v.keys[0]: v for v in lv.cases}
+    gated = {k: c.gated or (k in residual and residual[k].gated) for k, c in out.items()}
+    counts["not_gated"] += sum(not g for g in gated.values())
+    for level, vs in (("class", lv.classes), ("band", lv.bands), ("case", lv.cases)):
+        vs = [v for v in vs if v.status != "not judged"]
+        counts["level_detectable"][level] += [v.detectable_drop for v in vs]
+        counts["level_gated"][level][0] += sum(v.gated for v in vs)
+        counts["level_gated"][level][1] += len(vs)
+    for d in drops:
+        o2, l2 = run(lambda k, d=d: d)
+        counts["uniform"][d][0] += any(c.failed for c in o2.values()) or bool(l2.failed)
+        counts["uniform"][d][1] += 1
+        for k, c in o2.items():
             counts["caught_all"][d][0] += c.failed
             counts["caught_all"][d][1] += 1
-            if gated[key]:
-                counts["caught_gated"][d][0] += c.failed
+            if gated[k]:
+                counts["caught_gated"][d][0] += c.failed or k in l2.failed_keys()
                 counts["caught_gated"][d][1] += 1
-        failed = any(bool(sh and sh.failed) for g in groups
-                     for sh in [suite_shift(g, by[g][0], by[g][1], commons.get(g), tolerance=tolerance,
-                                            alpha=shift_alpha)])
-        shift_failed[d] = failed
-        if d:
-            counts["shift_caught"][d][0] += failed
-            counts["shift_caught"][d][1] += 1
+    for v in lv.bands:
+        keys = set(v.keys)
+        o2, l2 = run(lambda k, keys=keys: 0.10 if k in keys else 0.0)
+        counts["one_band"][0] += caught(o2, l2, v.keys)
+        counts["one_band"][1] += 1
+    if per_case:
+        for key in out:
+            o2, l2 = run(lambda k, key=key: 0.10 if k == key else 0.0)
+            counts["one_case"][0] += caught(o2, l2, [key])
+            counts["one_case"][1] += 1
     counts["suites"] += 1
     counts["judged"] += len(judged)
-    counts["false_alarm_suites"] += statuses.get("regression", 0) > 0
-    counts["shift_false_alarms"] += shift_failed[0.0]
-    return {"cases": len(judged), "statuses": statuses, "false_alarm": statuses.get("regression", 0) > 0,
-            "shift_false_alarm": shift_failed[0.0]}
+    counts["false_alarm_suites"] += any(fails.values())
+    return {"cases": len(judged), "statuses": statuses, "false_alarm": any(fails.values()),
+            "false_levels": [k for k, f in fails.items() if f]}
 
 
-def _commons(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
-             session_of: dict[str, Any]) -> dict[str, Any]:
-    """Per group, the baseline's common spread (``decision.common_spread``) over the runs in ``runs_of``."""
-    from .decision import common_spread
+def _fit_levels(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
+                session_of: dict[str, Any]) -> Any:
+    """The levels' models (``levels.fit_levels``) over the runs in ``runs_of`` of the cases in ``models``."""
+    from .levels import fit_levels
 
-    out = {}
-    for g in sorted({c.group for c in cases}):
-        cs = [c for c in cases if c.group == g and c.key in models]
-        common = common_spread([{r: c.runs[r].loc for r in runs_of[c.key]} for c in cs],
-                               [models[c.key][0].center for c in cs], {r: str(s) for r, s in session_of.items()})
-        if common is not None:
-            out[g] = common
-    return out
+    cs = [c for c in cases if c.key in models and c.member is not None]
+    return fit_levels({c.key: {r: c.runs[r].loc for r in runs_of[c.key]} for c in cs},
+                      {c.key: models[c.key][0].center for c in cs}, {c.key: c.member for c in cs},
+                      {r: str(s) for r, s in session_of.items()})
 
 
 def _rates(counts: dict[str, Any]) -> dict[str, Any]:
@@ -213,41 +242,50 @@ def _rates(counts: dict[str, Any]) -> dict[str, Any]:
     def share(pair: list[int]) -> Optional[float]:
         return pair[0] / pair[1] if pair[1] else None
 
-    det = counts["detectable"]
+    def spread(v: list[float]) -> Optional[dict[str, float]]:
+        return ({"median": float(np.median(v)), "p90": float(np.percentile(v, 90)), "max": float(np.max(v))}
+                if v else None)
+
     return {
         "suites": counts["suites"],
         "false_alarm_suites": counts["false_alarm_suites"],
-        "shift_false_alarm_suites": counts["shift_false_alarms"],
+        "level_false_alarm_suites": dict(counts["level_false_alarms"]),
         "case_judgements": counts["judged"],
         "aa_statuses": counts["aa_statuses"],
         "not_gated_share": counts["not_gated"] / counts["judged"] if counts["judged"] else None,
-        "detectable_drop": ({"median": float(np.median(det)), "p90": float(np.percentile(det, 90)),
-                             "max": float(np.max(det))} if det else None),
+        "detectable_drop": spread(counts["detectable"]),
+        "level_detectable_drop": {k: spread(v) for k, v in counts["level_detectable"].items()},
+        "level_gated_share": {k: share(v) for k, v in counts["level_gated"].items()},
         "detection_gated": {f"{d:.0%}": share(v) for d, v in counts["caught_gated"].items()},
         "detection_all": {f"{d:.0%}": share(v) for d, v in counts["caught_all"].items()},
-        "shift_detection": {f"{d:.0%}": share(v) for d, v in counts["shift_caught"].items()},
+        "uniform_detection": {f"{d:.0%}": share(v) for d, v in counts["uniform"].items()},
+        "one_band_10pct": share(counts["one_band"]), "one_case_10pct": share(counts["one_case"]),
+        "one_band_judged": counts["one_band"][1], "one_case_judged": counts["one_case"][1],
     }
 
 
 def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, tolerance: float = DEFAULT_TOLERANCE,
-         alpha: float = DEFAULT_ALPHA, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> dict[str, Any]:
-    """Leave-one-session-out A/A, detection and sensitivity, from the file's own runs."""
+         alpha: float = DEFAULT_ALPHA, max_remeasures: int = DEFAULT_MAX_REMEASURES,
+         per_case_every: int = 0) -> dict[str, Any]:
+    """Leave-one-session-out A/A, detection and sensitivity, from the file's own runs; a 10 % drop of each
+    case in turn on every ``per_case_every``-th suite (0: none; each costs a suite per case)."""
     order = {r: i for i, r in enumerate(sorted(session, key=lambda r: (session[r], r)))}
     sessions = sorted(set(session.values()))
     counts = _new_counts(drops)
-    suites = []
+    suites: list[dict[str, Any]] = []
     for s in sessions:
         train = {c.key: [r for r in c.runs if session[r] != s] for c in cases}
         models = _models(cases, train, session)
-        commons = _commons(cases, train, models, session)
+        fit = _fit_levels(cases, train, models, session)
         held = sorted({r for c in cases for r in c.runs if session[r] == s}, key=order.__getitem__)
         for i, run in enumerate(held):
             rest = held[i + 1:] + held[:i]  # the session's other runs, the next ones first
             judged = [(c.key, *models[c.key], [c.runs[run]] + [c.runs[r] for r in rest if r in c.runs], c.group)
                       for c in cases if run in c.runs and c.key in models]
             if judged:
-                suites.append({"session": s, "run": run, **_suite(counts, judged, commons, drops, tolerance=tolerance,
-                                                                  alpha=alpha, max_remeasures=max_remeasures)})
+                suites.append({"session": s, "run": run, **_suite(
+                    counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures,
+                    per_case=per_case_every > 0 and len(suites) % per_case_every == 0)})
     return {"sessions": len(sessions), **_rates(counts), "per_suite": suites}
 
 
@@ -303,12 +341,12 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
                 loc = (f["center"] + offs[(c.group, r)] + s_off[sess_of[r]] + float(rng.normal(0.0, idio))
                        + float(rng.normal(0.0, f["within_se"])))
                 runs[r] = RunLocation(loc, f["within_se"] ** 2, 50)
-            sims.append(Case(c.key, c.group, c.klass, runs))
+            sims.append(Case(c.key, c.group, c.klass, runs, c.member))
         train = {c.key: [r for r in c.runs if not r.startswith("new")] for c in sims}
         models = _models(sims, train, sess_of)
-        commons = _commons(sims, train, models, sess_of)
+        fit = _fit_levels(sims, train, models, sess_of)
         judged = [(c.key, *models[c.key], [c.runs[r] for r in new_runs], c.group) for c in sims]
-        _suite(counts, judged, commons, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
+        _suite(counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
     return _rates(counts)
 
 
@@ -333,7 +371,7 @@ def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int]
             sims.append(Case(c.key, c.group, c.klass, {
                 r: RunLocation(f["center"] + s_off[i] + float(rng.normal(0.0, f["run_sd"]))
                                + float(rng.normal(0.0, f["within_se"])), f["within_se"] ** 2, 50)
-                for r, i in runs_of.items()}))
+                for r, i in runs_of.items()}, c.member))
         models = _models(sims, {c.key: list(c.runs) for c in sims}, runs_of)
         drops = []
         for c in sims:
@@ -360,18 +398,25 @@ def _pct(v: Optional[float]) -> str:
 
 def _report_lines(name: str, r: dict[str, Any]) -> list[str]:
     det = r["detectable_drop"] or {}
-    return [
-        f"{name}: {r['false_alarm_suites']} of {r['suites']} suites with a false REGRESSION, "
-        f"{r['shift_false_alarm_suites']} with a failing common shift ({r['case_judgements']} case judgements: "
-        + ", ".join(f"{n} {k}" for k, n in sorted(r["aa_statuses"].items())) + ")",
-        f"  not gated: {_pct(r['not_gated_share'])} of case judgements; smallest drop caught 99% of the time: "
-        f"median {_pct(det.get('median'))}, 90th pct {_pct(det.get('p90'))}, max {_pct(det.get('max'))}",
-        "  cases called REGRESSION, of the gated cases: "
-        + ", ".join(f"{k} drop {_pct(v)}" for k, v in r["detection_gated"].items()),
-        "  ... of all cases: " + ", ".join(f"{k} drop {_pct(v)}" for k, v in r["detection_all"].items()),
-        "  suites whose common shift fails (every case dropped): "
-        + ", ".join(f"{k} drop {_pct(v)}" for k, v in r["shift_detection"].items()),
+    lev = r["level_detectable_drop"]
+    gated = r["level_gated_share"]
+    lines = [
+        f"{name}: {r['false_alarm_suites']} of {r['suites']} suites with a false REGRESSION at any level ("
+        + ", ".join(f"{k} {n}" for k, n in r["level_false_alarm_suites"].items()) + f"; {r['case_judgements']} case "
+        "judgements: " + ", ".join(f"{n} {k}" for k, n in sorted(r["aa_statuses"].items())) + ")",
+        f"  cases not gated (by their own verdict or their residual): {_pct(r['not_gated_share'])}; the cases' own "
+        f"smallest drop caught: median {_pct(det.get('median'))}, 90th pct {_pct(det.get('p90'))}, max "
+        f"{_pct(det.get('max'))}",
+        "  gated at each level, and the median smallest drop caught: " + "; ".join(
+            f"{k} {_pct(gated[k])}, {_pct((lev[k] or {}).get('median'))}" for k in ("class", "band", "case")),
+        "  suites failing a uniform drop of every case: "
+        + ", ".join(f"{k} {_pct(v)}" for k, v in r["uniform_detection"].items()),
+        f"  a 10% drop of one op band caught: {_pct(r['one_band_10pct'])} of {r['one_band_judged']}; of one case: "
+        f"{_pct(r['one_case_10pct'])} of {r['one_case_judged']}",
+        "  cases called REGRESSION by their own verdict at a uniform drop, of the gated cases: "
+        + ", ".join(f"{k} {_pct(v)}" for k, v in r["detection_gated"].items()),
     ]
+    return lines
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -390,6 +435,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="Default: the plugin's, 0.01.")
     p.add_argument("--remeasures", type=int, default=DEFAULT_MAX_REMEASURES,
                    help=f"re-measures of a flagged case. Default: the plugin's, {DEFAULT_MAX_REMEASURES}.")
+    p.add_argument("--per-case-every", type=int, default=3, metavar="N",
+                   help="a 10%% drop of each case in turn on every N-th held-out suite (0: none; each such suite "
+                        "costs one judgement per case). Default: 3.")
     p.add_argument("--table", action="store_true",
                    help="also the trade-off of alpha (0.01, 0.05, 0.2) and re-measures (1, 2, 4)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
@@ -404,6 +452,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--alpha {args.alpha}: expected a level in (0, 1) such as 0.01")
     if args.remeasures < 0:
         p.error(f"--remeasures {args.remeasures}: expected 0 or more")
+    if args.per_case_every < 0:
+        p.error(f"--per-case-every {args.per_case_every}: expected 0 or more")
     from .store import BaselineError
 
     try:
@@ -438,7 +488,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("leave-one-session-out: needs runs from at least 2 sessions; none judged")
         real = None
     else:
-        real = loso(cases, session, args.drops, **kw)
+        real = loso(cases, session, args.drops, per_case_every=args.per_case_every, **kw)
         for line in _report_lines("leave-one-session-out", real):
             print(line)
     doc["leave_one_session_out"] = real

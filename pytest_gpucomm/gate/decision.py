@@ -38,8 +38,6 @@ __all__ = [
     "Common",
     "run_offsets",
     "common_spread",
-    "Shift",
-    "suite_shift",
     "FloorCheck",
     "check_floor",
     "corrected_alpha",
@@ -68,6 +66,9 @@ All statistics work on log bandwidth, so a shift is a ratio.
    empirical-Bayes estimator of Smyth, 2004).  The moderated value is never used below the observed one.
    With one session, s_s comes from that prior, else it is assumed (FALLBACK_SESSION_SPREAD, 0.5 %, worth
    4 degrees of freedom; about the median case's on 2 x H200); with one run, s_w is assumed too (1 %).
+   A baseline of one session (a report taken as a baseline, a first recording) borrows both spreads,
+   with their degrees of freedom, from the baseline file of the same hardware where one is found
+   (baselines/<model>.json: the same case's, else the median of its class's), and says so.
 3. Prediction.  A new session's mean of k independent runs differs from the centre by a variance
    V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
    u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.1 %).  Its degrees of freedom combine
@@ -138,8 +139,6 @@ MIN_SPREAD = 0.003
 #: the share of alpha spent on the per-case bounds at the cases' tests (and their tails); the rest goes to the
 #: levels judged at the end of the session (gate.levels.LEVEL_SHARES)
 CASE_ALPHA_SHARE = 0.1
-#: the fewest cases of a group whose common shift may fail the session
-MIN_SHIFT_CASES = 5
 #: degrees of freedom treated as infinite (normal quantiles)
 _DF_NORMAL = 1000.0
 _Z95 = 1.959963984540054
@@ -256,6 +255,10 @@ class Prior:
 
     s2: float
     df: float
+    #: for a baseline of one session: the run-to-run spread (variance) and its degrees of freedom taken from
+    #: another file of the same hardware (``Gate.use_spreads_of``) instead of FALLBACK_RUN_SPREAD
+    run_s2: Optional[float] = None
+    run_df: float = 0.0
 
 
 NO_PRIOR = Prior(0.0, 0.0)
@@ -333,7 +336,12 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, shrink: b
             v = used * (1.0 + 1.0 / s_n) + max(se2_now - u2, 0.0) / k
     else:  # one session: its spread from the class's prior, else assumed
         sess2, df_s = (prior.s2, prior.df) if prior.df > 0 else (FALLBACK_SESSION_SPREAD**2, FALLBACK_DF)
-        w2, df_w = (model.within2, float(model.within_df)) if known_w else (FALLBACK_RUN_SPREAD**2 + u2, FALLBACK_DF)
+        if known_w:
+            w2, df_w = model.within2, float(model.within_df)
+        elif prior.run_s2 is not None:
+            w2, df_w = prior.run_s2 + u2, max(prior.run_df, 1.0)
+        else:
+            w2, df_w = FALLBACK_RUN_SPREAD**2 + u2, FALLBACK_DF
         run_x2 = max(w2 - u2, 0.0)
         # the new session's offset and the baseline session's, the runs' spread now and in the baseline's mean
         v = 2.0 * sess2 + (run_x2 + se2_now) / k + w2 * inv_n
@@ -527,7 +535,7 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
 
 
 # ------------------------------------------------------------------------------------------------
-# the session's common shift
+# the common offset of a run (the class offsets of step 6)
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Common:
@@ -561,69 +569,6 @@ def common_spread(case_runs: Sequence[dict[str, float]], centers: Sequence[float
     model = fit_case([RunLocation(offsets[r], 0.0, 1) for r in ids], [session_of.get(r) for r in ids])
     sp = prediction(model, NO_PRIOR, 1, 0.0)
     return Common(sd=sp.sd, df=sp.df, runs=model.runs, sessions=model.sessions)
-
-
-@dataclass(frozen=True)
-class Shift:
-    """The session's common shift of one group of cases against the baseline."""
-
-    group: str
-    cases: int
-    ratio: float
-    ci_low: float
-    ci_high: float
-    upper_bound: float
-    lower_bound: float
-    tolerance: float
-    baseline_runs: int
-    baseline_sessions: int
-    status: str  # "regression" | "improved" | "ok" ("ok" too below MIN_SHIFT_CASES cases)
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "regression"
-
-    def text(self) -> str:
-        change = 1.0 - self.ratio
-        how = f"{abs(change):.1%} {'slower' if change > 0 else 'faster'}"
-        verdict = {"regression": f"beyond the {self.tolerance:.0%} tolerance: REGRESSION",
-                   "improved": f"faster by more than {self.tolerance:.0%}", "ok": "within the tolerance"}[self.status]
-        if self.cases < MIN_SHIFT_CASES:
-            verdict = f"not judged: fewer than {MIN_SHIFT_CASES} cases"
-        against = (f"against how far the common offset moved over {plural(self.baseline_runs, 'baseline run')} in "
-                   f"{plural(self.baseline_sessions, 'session')}" if self.baseline_runs else
-                   "against the assumed spreads (the baseline has no common offset)")
-        return (f"every {self.group} is {how} than the baseline (95% CI {self.ci_low - 1:+.1%} to "
-                f"{self.ci_high - 1:+.1%}; median of {plural(self.cases, 'case')}, {against}): {verdict}")
-
-
-def suite_shift(group: str, log_ratios: Sequence[float], case_var: Sequence[float], common: Optional[Common], *,
-                tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA) -> Optional[Shift]:
-    """The common shift of ``group`` from its cases' log ratios (the runs each verdict pooled) and their
-    prediction variances (``case_var``), against the baseline's ``Common`` spread (None: the fallback
-    spreads).  The median of the ratios moves with the common offset and with the cases' own spread over
-    their number; ``alpha`` is this test's level.  None without a case."""
-    tolerance = _check_tolerance(tolerance)
-    x = np.asarray(list(log_ratios), dtype=float)
-    if x.size == 0:
-        return None
-    if len(case_var) != x.size:
-        raise ValueError(f"suite_shift: {x.size} ratios but {len(case_var)} variances")
-    est = float(np.median(x))
-    if common is None:
-        c_sd2, df, runs, sessions = FALLBACK_SESSION_SPREAD**2 + FALLBACK_RUN_SPREAD**2, FALLBACK_DF, 0, 0
-    else:
-        c_sd2, df, runs, sessions = common.sd**2, common.df, common.runs, common.sessions
-    sd = math.sqrt(c_sd2 + (math.pi / 2.0) * float(np.median(case_var)) / x.size)
-    q = _quantile(1.0 - alpha, df)
-    z95 = _quantile(0.975, df)
-    upper, lower = _exp(est + q * sd), _exp(est - q * sd)
-    status = "ok"
-    if x.size >= MIN_SHIFT_CASES:
-        status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
-    return Shift(group=group, cases=int(x.size), ratio=math.exp(est), ci_low=_exp(est - z95 * sd),
-                 ci_high=_exp(est + z95 * sd), upper_bound=upper, lower_bound=lower, tolerance=tolerance,
-                 baseline_runs=runs, baseline_sessions=sessions, status=status)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -205,6 +205,9 @@ class Gate:
         self._commons: dict[str, dict[str, Any]] = {}
         #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
         self.layout = ""
+        #: where a baseline of one session takes its spreads from (use_spreads_of), and what it says of that
+        self._spread_source: Optional[Baseline] = None
+        self.spread_note = ""
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -253,6 +256,73 @@ class Gate:
             # another host of the same kind (a CI runner pool) is not an environment change
             self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
                                               ignore=VOLATILE_KEYS | {"host"})
+            self._find_spreads(str((fingerprint or {}).get("model") or ""))
+
+    def _find_spreads(self, model: str) -> None:
+        """For a baseline with cases of one session: the file of the same hardware (``<model name>.json`` in
+        the search folders), when it is another file with runs in two sessions or more (``use_spreads_of``)."""
+        from .store import BaselineError, baseline_name_for_model, load_baseline
+
+        b = self.baseline
+        name = baseline_name_for_model(model) if model else None
+        if b is None or name is None:
+            return
+        session_of = {r.run_id: r.session or r.run_id for r in b.runs}
+        if not any(len({session_of.get(r.run_id, r.run_id) for r in e.runs}) == 1 for e in b.cases.values() if e.runs):
+            return
+        for d in self.settings.search_dirs:
+            path = Path(d) / f"{name}.json"
+            if not path.is_file() or (self.path is not None and path.resolve() == self.path.resolve()):
+                continue
+            try:
+                src = load_baseline(path)
+            except BaselineError:
+                return
+            if len({r.session or r.run_id for r in src.runs}) >= 2:
+                self.use_spreads_of(src, f"{path} ({plural(len(src.runs), 'run')} in "
+                                         f"{plural(len({r.session or r.run_id for r in src.runs}), 'session')})")
+            return
+
+    def use_spreads_of(self, source: Optional["Baseline"], why: str = "") -> None:
+        """Where the baseline has cases of one session only, take their session and run spreads from
+        ``source`` (a file of the same hardware, with runs in several sessions): the same case's, else the
+        median of its class's (DECISION_RULE step 2).  ``why`` names the file for the header."""
+        self._spread_source, self.spread_note, self._models = source, why, None
+
+    def _borrowed(self, fitted: dict[str, tuple["CaseModel", str]]) -> dict[str, "Prior"]:
+        """The priors of the one-session cases, from the spread source (see ``use_spreads_of``)."""
+        from .decision import FALLBACK_DF, Prior, fit_case, fit_prior, prediction, prior_class, run_location
+
+        src = self._spread_source
+        one = [k for k, (m, _) in fitted.items() if m.sessions == 1]
+        if src is None or not one:
+            return {}
+        session_of = {r.run_id: r.session for r in src.runs}
+        models: dict[str, tuple[CaseModel, str]] = {}
+        for key, e in src.cases.items():
+            if e.runs:
+                runs = [run_location(r.samples_gbps, f"{src.path}: case {key!r}") for r in e.runs]
+                models[key] = (fit_case(runs, [session_of.get(r.run_id) for r in e.runs]),
+                               prior_class(case_group(e.op) == "collective", e.size_bytes))
+        priors = {c: fit_prior(m for m, cc in models.values() if cc == c) for c in {cc for _, cc in models.values()}}
+        figures: dict[str, tuple[float, float, float, float]] = {}
+        for key, (m, c) in models.items():
+            if m.sessions >= 2:
+                sp = prediction(m, priors[c], 1, m.mean_se2)
+                df_b = m.sessions - 1 + (priors[c].df if math.isfinite(priors[c].df) else 1000.0)
+                figures[key] = (sp.session_sd ** 2, df_b, sp.run_sd ** 2, float(max(m.within_df, 1)))
+        out: dict[str, Prior] = {}
+        for key in one:
+            if key in figures:
+                s2, d, r2, rd = figures[key]
+            else:
+                same = [figures[k] for k, (_, c) in models.items() if c == fitted[key][1] and k in figures]
+                if not same:
+                    continue
+                s2, r2 = sorted(f[0] for f in same)[len(same) // 2], sorted(f[2] for f in same)[len(same) // 2]
+                d = rd = FALLBACK_DF
+            out[key] = Prior(s2, d, run_s2=r2, run_df=rd)
+        return out
 
     def _fit(self) -> dict[str, tuple["CaseModel", "Prior"]]:
         """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
@@ -275,7 +345,8 @@ class Gate:
             locs.setdefault(group, {})[key] = {r.run_id: x.loc for r, x in zip(e.runs, runs)}
             centers.setdefault(group, []).append(model.center)
         priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
-        self._models = {key: (m, priors[c]) for key, (m, c) in fitted.items()}
+        borrowed = self._borrowed(fitted)
+        self._models = {key: (m, borrowed.get(key, priors[c])) for key, (m, c) in fitted.items()}
         self._locs = {key: runs for v in locs.values() for key, runs in v.items()}
         for g, v in locs.items():
             common = common_spread(list(v.values()), centers[g], session_of)
@@ -318,7 +389,10 @@ class Gate:
         if b.source == "published":
             lines.append(f"gpucomm baseline source: {b.source_detail}")
         one = sum(1 for m, _ in self._fit().values() if m.sessions == 1) if b.runs else 0
-        if one:
+        if one and self.spread_note:
+            lines.append(f"gpucomm baseline: every run of {plural(one, 'case')} comes from one session: their spreads "
+                         f"between sessions and between runs are those of {self.spread_note}")
+        elif one:
             from .decision import FALLBACK_SESSION_SPREAD
 
             lines.append(f"gpucomm baseline WARNING: every run of {one} case{'s' if one > 1 else ''} comes from one "

@@ -1,0 +1,160 @@
+"""The levels (pytest_gpucomm.gate.levels): classes and bands of cases, residuals after the class offset,
+the shrunk residual spreads, the verdicts at each level and their words, and a case's verdict after them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_gpucomm.gate.decision import Prior
+from pytest_gpucomm.gate.levels import (
+    LEVEL_SHARES,
+    MIN_CLASS_CASES,
+    Residual,
+    case_class,
+    fit_levels,
+    judge_run,
+    member,
+    residual_spread,
+    residuals,
+)
+from pytest_gpucomm.units import size_token
+
+SIZES = [1 << (10 + 2 * i) for i in range(6)]  # 1 KiB .. 1 MiB: one class, one band per op
+
+
+def _member(op: str, size: int, form: str = "inplace"):
+    test = f"t.py::test_collective[float32-{size_token(size)}-{op}-{form}]"
+    key = f"{test}|{op}|{size}B|float32|ws2"
+    return member(key, test_id=test, op=op, kind="collective", size_bytes=size, dtype="float32", world_size=2,
+                  devices=["rank0", "rank1"])
+
+
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+MEMBERS = {m.key: m for m in (_member(op, s) for op in OPS for s in SIZES)}
+
+
+def _baseline(rng: np.random.Generator, runs: int = 12, class_sd: float = 0.015, case_sd: float = 0.01):
+    """Runs of every member: each run has a class offset (``class_sd``) and each case its own noise."""
+    out: dict[str, dict[str, float]] = {k: {} for k in MEMBERS}
+    for r in range(runs):
+        off = rng.normal(0, class_sd)
+        for k in MEMBERS:
+            out[k][f"r{r}"] = off + rng.normal(0, case_sd)
+    return out, {f"r{r}": f"s{r // 3}" for r in range(runs)}  # 4 sessions of 3 runs
+
+
+def _fit(rng: np.random.Generator):
+    runs, sessions = _baseline(rng)
+    centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
+    return fit_levels(runs, centers, MEMBERS, sessions), centers
+
+
+def _today(rng: np.random.Generator, centers, drop=lambda k: 0.0, class_sd: float = 0.015, case_sd: float = 0.01):
+    off = rng.normal(0, class_sd)
+    return {k: off + rng.normal(0, case_sd) + math.log(1 - drop(k)) for k in centers}
+
+
+def test_a_case_belongs_to_its_kind_and_size_class_and_its_band_is_its_sweep_without_the_size():
+    a, b = _member("all_reduce", 1024), _member("all_reduce", 1 << 20)
+    assert a.klass == b.klass == "collectives <= 1 MiB" and a.band == b.band
+    assert case_class("host", 4 << 20) == "host<->device copies > 1 MiB"
+    assert case_class("peer", 4096) == "copies between GPUs <= 1 MiB"
+    assert _member("all_reduce", 4 << 20).band != a.band  # above 1 MiB: another band, as another class
+    assert _member("all_reduce", 1024, "outplace").band != a.band
+    assert a.band_name == "all_reduce in place, float32, 2 ranks"
+
+
+def test_a_bands_residual_is_taken_against_its_class_outside_the_band_so_a_dropped_band_keeps_its_reference():
+    dev = {k: (math.log(0.9) if m.klass and "all_reduce" in k else 0.0) for k, m in MEMBERS.items()}
+    res, bands, offsets = residuals(dev, MEMBERS)
+    band = MEMBERS[next(k for k in MEMBERS if "all_reduce" in k)].band
+    assert bands[band][0] == pytest.approx(math.log(0.9)) and bands[band][1] == len(SIZES)
+    assert all(res[k] == pytest.approx(0.0) for k in MEMBERS if "all_reduce" not in k)
+    assert offsets["collectives <= 1 MiB"] == (0.0, len(MEMBERS))  # the median: the dropped band is a quarter
+    # a class of one band has no other cases to take an offset from: its residuals are the deviations
+    alone = {k: m for k, m in MEMBERS.items() if "all_reduce" in k}
+    res, _, _ = residuals({k: 0.03 for k in alone}, alone)
+    assert set(res.values()) == {0.03}
+
+
+def test_the_residual_spread_is_shrunk_towards_the_class_prior_both_ways():
+    r = Residual(center=0.0, s2=0.02 ** 2, df=9.0, runs=10, sessions=4)
+    sd, df = residual_spread(r, Prior(0.01 ** 2, 9.0))
+    assert sd == pytest.approx(math.sqrt((0.02 ** 2 + 0.01 ** 2) / 2 * 1.25)) and df == 18.0  # down, not kept
+    sd, _ = residual_spread(Residual(0.0, 0.001 ** 2, 9.0, 10, 4), Prior(0.01 ** 2, 9.0))
+    assert sd > 0.007  # and up: a case whose runs happen to agree borrows the class's spread
+    sd, df = residual_spread(r, Prior(0.01 ** 2, math.inf))  # equal spreads: the pooled one, normal quantiles
+    assert sd == pytest.approx(0.01 * math.sqrt(1.25)) and df >= 1000
+
+
+def test_without_a_change_no_level_fails_and_every_verdict_prints_the_bound_that_decided():
+    rng = np.random.default_rng(1)
+    fit, centers = _fit(rng)
+    for _ in range(20):
+        lv = judge_run(_today(rng, centers), fit, {k: 1e-4 for k in centers})
+        assert not lv.failed
+        for v in lv.all:
+            assert f"at level {v.alpha:.2g} (quantile {v.quantile:.2f}" in v.text()
+            assert "within the tolerance" not in v.text()
+    assert lv.shares == LEVEL_SHARES and sum(LEVEL_SHARES.values()) == pytest.approx(1.0)
+    assert [v.alpha for v in lv.bands] == [0.01 * LEVEL_SHARES["band"] / len(OPS)] * len(OPS)
+
+
+def test_one_band_10_percent_slower_fails_at_the_band_level_and_covers_its_cases_only():
+    rng = np.random.default_rng(2)
+    fit, centers = _fit(rng)
+    lv = judge_run(_today(rng, centers, lambda k: 0.10 if "all_gather" in k else 0.0), fit, {k: 1e-4 for k in centers})
+    [band] = [v for v in lv.failed if v.level == "band"]
+    assert set(band.keys) == {k for k in MEMBERS if "all_gather" in k}
+    assert band.headline().startswith("REGRESSION (op band) all_gather in place, float32, 2 ranks, 1 KiB-1 MiB: ")
+    assert band.headline().endswith(f"slower than its class ({len(SIZES)} sizes)")
+    assert "is below the 5% tolerance limit 0.95x" in band.detail()
+    assert not any(v.failed for v in lv.classes)
+    assert set(lv.failed_keys()) <= set(band.keys)
+
+
+def test_every_case_10_percent_slower_fails_the_class_offset_and_not_the_residuals():
+    rng = np.random.default_rng(3)
+    runs, sessions = _baseline(rng, class_sd=0.002)
+    centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
+    fit = fit_levels(runs, centers, MEMBERS, sessions)
+    lv = judge_run(_today(rng, centers, lambda k: 0.10, class_sd=0.002), fit, {k: 1e-4 for k in centers})
+    [klass] = lv.classes
+    assert klass.failed and klass.headline() == (f"REGRESSION (class offset) collectives <= 1 MiB: "
+                                                 f"{1 - klass.ratio:.1%} slower ({len(MEMBERS)} cases)")
+    assert not any(v.failed for v in lv.bands + lv.cases)
+
+
+def test_a_class_of_fewer_cases_than_the_minimum_is_not_judged_and_says_why():
+    rng = np.random.default_rng(4)
+    fit, centers = _fit(rng)
+    few = dict(list(_today(rng, centers).items())[:MIN_CLASS_CASES - 1])
+    [klass] = judge_run(few, fit, {}).classes
+    assert klass.status == "not judged" and not klass.gated
+    assert klass.text().endswith(f"{MIN_CLASS_CASES - 1} cases, fewer than {MIN_CLASS_CASES}")
+
+
+def test_a_cases_verdict_after_the_levels_regression_where_one_covers_it_ok_where_its_residual_gates_it():
+    rng = np.random.default_rng(5)
+    fit, centers = _fit(rng)
+    lv = judge_run(_today(rng, centers, lambda k: 0.10 if "broadcast" in k else 0.0), fit, {k: 1e-4 for k in centers})
+    hit = next(k for k in MEMBERS if "broadcast" in k)
+    status, message, extra = lv.update(hit, "not gated", "bandwidth is 0.9x")
+    assert status == "REGRESSION" and message.startswith("REGRESSION (op band) broadcast")
+    assert message.endswith("\n  bandwidth is 0.9x") and "band" in [v["level"] for v in extra["levels"]]
+    other = next(k for k in MEMBERS if "all_reduce" in k)
+    mine = next(v for v in lv.cases if v.keys == (other,))
+    status, message, extra = lv.update(other, "not gated", "m")
+    assert extra["residual"]["level"] == "case"
+    assert status == ("ok" if mine.gated else "not gated")
+    assert lv.update(None, "new", "no entry") == ("new", "no entry", {})
+
+
+def test_a_bad_tolerance_is_refused_naming_the_value():
+    rng = np.random.default_rng(6)
+    fit, centers = _fit(rng)
+    with pytest.raises(ValueError, match=r"tolerance.*got -0\.1"):
+        judge_run(_today(rng, centers), fit, {}, tolerance=-0.1)
