@@ -437,7 +437,7 @@ def level_lines(levels: Any, test_of: Mapping[str, str], limit: int = 10) -> lis
 
     lines = [f"gpucomm levels: {line}" for line in levels.summary()]
     for v in levels.failed[:limit]:
-        lines.append(f"gpucomm {v.headline()}")
+        lines += textwrap.wrap(f"gpucomm {v.headline()}", 120, subsequent_indent="    ")
         lines += textwrap.wrap(v.detail(), 116, initial_indent="    ", subsequent_indent="    ")
         tests = [test_of.get(k, k) for k in v.keys]
         lines += [f"    covers {t}" for t in tests[:5]]

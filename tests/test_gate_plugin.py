@@ -149,8 +149,8 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
             "gpucomm environment changed since the baseline: env.NCCL_PROTO (absent) -> Simple",
             "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): * GB/s now vs * GB/s in baseline cpu: "
             "drop *% > tolerance 5%; bandwidth is *x [[]*, *[]] 95% PI of the baseline (* now, 3 baseline runs "
-            "in 3 sessions); even its upper bound *x at level 0.0005 (alpha over cases and looks) is below the 5% "
-            "tolerance limit 0.95x; first run * GB/s, measured again: * GB/s *.",
+            "in 3 sessions); even its upper bound *x at level 0.0005 (alpha over cases and looks; quantile *, * df) "
+            "is below the 5% tolerance limit 0.95x; first run * GB/s, measured again: * GB/s *.",
             "  changed since the baseline was recorded: env.NCCL_PROTO (absent) -> Simple",
         ]
     )

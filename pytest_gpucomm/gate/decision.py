@@ -473,22 +473,24 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     if upper < lo_limit:
         status = "regression"
         reason = (f"bandwidth is {est} of the baseline ({runs_txt}, {base_txt}); even its upper bound {upper:.3g}x "
-                  f"at level {alpha_c:.2g} (alpha over cases and looks) is below the {tol} tolerance limit "
-                  f"{lo_limit:.3g}x")
+                  f"at level {alpha_c:.2g} (alpha over cases and looks; quantile {q:.2f}, {sp.df:.0f} df) is below "
+                  f"the {tol} tolerance limit {lo_limit:.3g}x")
     elif lower > hi_limit:
         status = "improved"
         reason = (f"bandwidth is {est} of the baseline; even its lower bound {lower:.3g}x is above {hi_limit:.3g}x; "
                   "consider recording a new baseline")
     elif drop > GATED_DROP_FACTOR * tolerance:
         status = "not gated"
-        reason = (f"bandwidth is {est} of the baseline, but with {base_txt} this case only catches drops of "
-                  f"{drop:.1%} or more ({DETECTION_POWER:.0%} of the time; a drop of "
+        reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
+                  f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance, but with {base_txt} this case "
+                  f"only catches drops of {drop:.1%} or more ({DETECTION_POWER:.0%} of the time; a drop of "
                   f"{GATED_DROP_FACTOR * tolerance:.0%} could pass); record more baseline runs in more sessions, "
                   "or raise the tolerance")
     else:
         status = "ok"
-        reason = (f"bandwidth is {est} of the baseline: not shown to be outside the {tol} tolerance "
-                  f"(catches drops of {drop:.1%} or more)")
+        reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
+                  f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance (catches drops of {drop:.1%} "
+                  "or more)")
     return Comparison(status=status, ratio=ratio, ci_low=ci_low, ci_high=ci_high, lower_bound=lower, upper_bound=upper,
                       alpha=alpha_c, current_median_gbps=math.exp(loc), baseline_median_gbps=model.center_gbps,
                       tolerance=tolerance, detectable_drop=drop, runs_now=k, spread=sp, baseline_runs=model.runs,
