@@ -467,3 +467,36 @@ def test_a_report_cut_inside_a_string_is_named_as_cut_short(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"gpucomm: error: {cut}: the file is cut short (truncated): the string that starts at line 1 column" in err
     assert "never ends" in err
+
+
+# -- two single reports of one H200 (recorded on the device machine, benchmarks/data) ---------------------
+
+H200_REPORTS = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
+SHIPPED = Path(__file__).resolve().parent.parent / "baselines"
+
+
+def _slowed_report(src: Path, dst: Path, factor: float) -> Path:
+    """A copy of a saved report whose every sample is ``factor`` x the bandwidth (times / factor)."""
+    doc = load(src)
+    for row in doc["rows"]:
+        row["samples_s"] = [t / factor for t in row["samples_s"]]
+    return write(dst, doc)
+
+
+def test_two_single_reports_borrow_the_shipped_files_spreads_pass_an_a_a_and_fail_a_uniform_10_percent_drop(
+        tmp_path):
+    before = H200_REPORTS / "h200_1gpu_boot1_run1_report.json"
+    after = H200_REPORTS / "h200_1gpu_boot1_run2_report.json"
+    code, text = gpucomm("compare", before, after, "--baseline-dir", SHIPPED, "--no-curves")
+    assert code == 0, text
+    assert re.search(r"^gpucomm baseline: every run of 20 cases comes from one session: their spreads between "
+                     rf"sessions and between runs are those of {re.escape(str(SHIPPED / 'h200.json'))} \(\d+ runs "
+                     r"in \d+ sessions\)$", text, re.M), text
+    assert "gpucomm compare: offline: no case is measured again here" in text
+    assert any(ln.startswith("gpucomm sensitivity: ") for ln in text.splitlines())
+    code, text = gpucomm("compare", before, _slowed_report(after, tmp_path / "slow.json", 0.9), "--baseline-dir",
+                         SHIPPED, "--no-curves")
+    assert code == 1 and "REGRESSION" in text, text
+    # without the same hardware's file the spreads are the documented defaults, and the header says so
+    code, text = gpucomm("compare", before, after, "--baseline-dir", tmp_path, "--no-curves")
+    assert code == 0 and "the spread between sessions is assumed (0.5%)" in text

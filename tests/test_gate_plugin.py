@@ -498,6 +498,24 @@ def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pyt
         assert result.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.slow
+def test_under_xdist_the_controller_reads_the_baseline_and_judges_the_levels_over_every_workers_cases(
+        pytester, monkeypatch):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(MANY_CASES_FILE)
+    _save_simulated_runs(pytester, monkeypatch, n=4, sessions=True)
+    # 20 % more claimed: beyond what 4 sessions of one run each (3 degrees of freedom) leave unresolved
+    _scale(pytester.path / "baselines" / "cpu.json", 1.20)
+    monkeypatch.setenv("SIM_RUN", "9")
+    result = pytester.runpytest_subprocess("--gpu-baseline=cpu", "--gpucomm-json=report.json", "-n", "2", *FAST)
+    result.assert_outcomes(passed=16)
+    result.stdout.fnmatch_lines(["gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB: 1*% slower (16 "
+                                 "cases)", "gpucomm: FAILED: 1 regression at the levels*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    doc = json.loads((pytester.path / "report.json").read_text())
+    assert len(doc["baseline"]["levels"]["classes"][0]["cases"]) == 16
+
+
 def test_a_saved_run_carries_a_session_label_and_GPUCOMM_BASELINE_SESSION_overrides_it(pytester, monkeypatch):
     import re
 
