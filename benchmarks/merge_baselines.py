@@ -1,7 +1,7 @@
 """Add the runs of baseline files recorded elsewhere into a baseline file (as the one-H200 sessions were
 added to ``baselines/h200.json``).
 
-    python benchmarks/merge_baselines.py TARGET SOURCE [SOURCE ...] [--dry-run]
+    python benchmarks/merge_baselines.py TARGET SOURCE [SOURCE ...] [--max-runs N] [--dry-run]
 
 Every run of every SOURCE (its fingerprint, date and session label) and its cases' samples are added to
 TARGET, oldest first; a run id already in TARGET is refused, as is a case whose metadata (op, size, world,
@@ -47,10 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("target", type=Path)
     p.add_argument("sources", type=Path, nargs="+")
     p.add_argument("--dry-run", action="store_true", help="say what would be added; write nothing")
+    p.add_argument("--max-runs", type=int, default=None, help="raise the TARGET's max_runs to this first")
     args = p.parse_args(argv)
 
     from pytest_gpucomm.atomic import write_atomic
-    from pytest_gpucomm.gate.store import BaselineError, load_baseline
+    from pytest_gpucomm.gate.store import BaselineError, dumps_document, load_baseline
 
     try:
         load_baseline(args.target)
@@ -60,13 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     doc = json.loads(args.target.read_text(encoding="utf-8"))
+    if args.max_runs is not None:
+        if args.max_runs < int(doc["max_runs"]):
+            p.error(f"--max-runs {args.max_runs}: below the target's {doc['max_runs']} (runs would be dropped)")
+        doc["max_runs"] = args.max_runs
     for s in args.sources:
         runs, added, dropped = merge(doc, json.loads(s.read_text(encoding="utf-8")), str(s))
         print(f"{s}: {runs} runs, {added} case runs added, {dropped} oldest case runs dropped (max_runs "
               f"{doc['max_runs']})")
     if args.dry_run:
         return 0
-    write_atomic(args.target, json.dumps(doc, indent=1) + "\n", check=load_baseline)
+    write_atomic(args.target, dumps_document(doc), check=load_baseline)
     print(f"wrote {args.target}: {len(doc['runs'])} runs, {len(doc['cases'])} cases")
     return 0
 
