@@ -209,8 +209,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
     lines += sensitivity_lines([r.verdict.to_dict() for r in g.rows])
     lines += level_lines(g.levels, {r.verdict.details.get("case"): r.test for r in g.rows})
-    lines.append("gpucomm compare: offline: no case is measured again here (the live gate measures a flagged case "
-                 "again in a new process state); the report's own re-measures are replayed")
+    lines.append("gpucomm compare: offline: no case is measured again; the report's own re-measures are replayed")
     lines += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
     lines += _matrix_lines(report, ref.doc)
     if not args.no_curves:

@@ -390,8 +390,8 @@ class Gate:
             lines.append(f"gpucomm baseline source: {b.source_detail}")
         one = sum(1 for m, _ in self._fit().values() if m.sessions == 1) if b.runs else 0
         if one and self.spread_note:
-            lines.append(f"gpucomm baseline: every run of {plural(one, 'case')} comes from one session: their spreads "
-                         f"between sessions and between runs are those of {self.spread_note}")
+            lines.append(f"gpucomm baseline: {plural(one, 'case')} of one session borrow their spreads from "
+                         f"{self.spread_note}")
         elif one:
             from .decision import FALLBACK_SESSION_SPREAD
 
