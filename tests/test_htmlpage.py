@@ -153,6 +153,18 @@ def test_rows_are_coloured_by_status_and_the_counts_line_counts_each_status(repo
     assert counts.startswith(f"9 rows; verdicts: {expected}"), counts
 
 
+def test_the_page_lists_the_class_offsets_and_the_bands_and_cases_that_failed_at_their_level(report):
+    levels = report["baseline"]["levels"]  # the recorded run's own levels
+    assert levels["classes"], levels
+    root = _parse(htmlpage.html_page(report, with_plots=False))
+    items = [_text(li) for li in root.findall(".//ul[@class='levels']/li")]
+    assert items == [c["text"] for c in levels["classes"]]  # no band or case failed in the recorded run
+    failed = {**levels["classes"][0], "level": "band", "status": "regression", "text": "REGRESSION (op band) x <b>"}
+    report["baseline"]["levels"]["bands"] = [failed]
+    root = _parse(htmlpage.html_page(report, with_plots=False))
+    assert [_text(li) for li in root.findall(".//ul[@class='levels']/li")][-1] == "REGRESSION (op band) x <b>"
+
+
 def test_status_class_follows_whether_the_status_fails_the_test():
     assert [htmlpage.status_class(s) for s in ("REGRESSION", "TAIL", "FLOOR", "FAIL", "NOT GATED", "NEW")] == ["fail"] * 6
     assert [htmlpage.status_class(s) for s in ("ok", "floor-ok", "improved")] == ["pass"] * 3
