@@ -167,11 +167,9 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
         lines.append("environment changed since the baseline: " + format_fingerprint_diff(
             [(k, ABSENT if a is None else a, ABSENT if b is None else b) for k, a, b in diff]))
-    levels = section.get("levels")
-    for group in ("classes", "bands", "cases"):
-        for v in (levels.get(group) if isinstance(levels, Mapping) else None) or []:
-            if isinstance(v, Mapping) and v.get("status") == "regression" and v.get("text"):
-                lines.append(f"gpucomm {v['text']}")
+    from .saved import level_texts
+
+    lines += [f"gpucomm {t}" for t in level_texts(report)]
     lines += _matrix_lines(report, ref.doc if ref is not None else None, args.matrix_size)
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc if ref is not None else None)

@@ -254,14 +254,9 @@ def _environment(report: Mapping[str, Any]) -> list[str]:
 
 def _levels(report: Mapping[str, Any]) -> list[str]:
     """The run at the gate's levels: each class offset, and every band or case residual that failed."""
-    section = report.get("baseline")
-    levels = section.get("levels") if isinstance(section, Mapping) else None
-    if not isinstance(levels, Mapping):
-        return []
-    items = [v for v in levels.get("classes") or [] if isinstance(v, Mapping)]
-    items += [v for g in ("bands", "cases") for v in levels.get(g) or []
-              if isinstance(v, Mapping) and v.get("status") == "regression"]
-    texts = [str(v["text"]) for v in items if v.get("text")]
+    from .saved import level_texts
+
+    texts = level_texts(report, every=("classes",))
     if not texts:
         return []
     return ['<ul class="levels">'] + [f"<li>{_e(t)}</li>" for t in texts] + ["</ul>"]

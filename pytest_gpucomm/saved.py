@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = [
+    "level_texts",
     "REPORT_FORMAT",
     "REPORT_VERSION",
     "MAX_REPORT_BYTES",
@@ -202,3 +203,14 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
         raise ReportError(f"{where or name}: cannot take the report as a baseline: {errors[0].message}")
     _check_tails(Path(where or name), doc)
     return doc
+
+
+def level_texts(report: Mapping[str, Any], every: Sequence[str] = ()) -> list[str]:
+    """The texts of the run's verdicts at the gate's levels (the report's ``baseline.levels``): every verdict
+    of the groups in ``every`` ("classes", "bands", "cases"), and of the others those that are regressions."""
+    section = report.get("baseline")
+    levels = section.get("levels") if isinstance(section, Mapping) else None
+    if not isinstance(levels, Mapping):
+        return []
+    return [str(v["text"]) for group in ("classes", "bands", "cases") for v in levels.get(group) or []
+            if isinstance(v, Mapping) and v.get("text") and (group in every or v.get("status") == "regression")]

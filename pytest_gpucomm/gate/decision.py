@@ -71,7 +71,7 @@ All statistics work on log bandwidth, so a shift is a ratio.
    (baselines/<model>.json: the same case's, else the median of its class's), and says so.
 3. Prediction.  A new session's mean of k independent runs differs from the centre by a variance
    V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
-   u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.1 %).  Its degrees of freedom combine
+   u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.3 %).  Its degrees of freedom combine
    those of s_b (S - 1 + d0) and of s_w (runs less sessions) by Satterthwaite's rule (Student t).
 4. Verdict, at tolerance t (default 5 %), with the multiple-comparison correction on the bound that
    decides: q = t-quantile at 1 - a, a = alpha * CASE_ALPHA_SHARE (0.1) / (m * looks): m the gated cases of the
@@ -302,10 +302,9 @@ class Spread:
     run_sd: float
 
 
-def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, shrink: bool = False) -> Spread:
+def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread:
     """V(k) and its degrees of freedom (Satterthwaite) for the mean of ``k`` independent new runs whose own
-    mean variance is ``se2_now``.  ``shrink``: the moderated session spread is used as it is, also where it
-    is below the observed one (the levels' residuals, step 7); else never below the observed one."""
+    mean variance is ``se2_now``."""
     if k < 1:
         raise ValueError(f"prediction: k must be >= 1, got {k}")
     s_n, u2, inv_n = model.sessions, model.mean_se2, model.inv_n
@@ -318,7 +317,7 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, shrink: b
             mod = prior.s2 if math.isinf(prior.df) else (prior.df * prior.s2 + (s_n - 1) * b2) / (prior.df + s_n - 1)
         else:
             mod = b2
-        used = mod if shrink else max(b2, mod)  # never below the observed spread, unless shrunk
+        used = max(b2, mod)  # never below the observed spread
         df_b = s_n - 1 + prior.df
         if known_w:
             w2 = model.within2
@@ -382,10 +381,10 @@ def _check_tolerance(tolerance: float) -> float:
 
 
 def detectable_drop(model: CaseModel, prior: Prior, *, tolerance: float, level: float, k: int,
-                    se2_now: Optional[float] = None, power: float = DETECTION_POWER, shrink: bool = False) -> float:
+                    se2_now: Optional[float] = None, power: float = DETECTION_POWER) -> float:
     """The smallest drop (a fraction: 0.08 = 8 %) that the bound at per-case level ``level`` (alpha / m) on
     the mean of ``k`` runs catches with probability ``power``."""
-    sp = prediction(model, prior, k, model.mean_se2 if se2_now is None else se2_now, shrink)
+    sp = prediction(model, prior, k, model.mean_se2 if se2_now is None else se2_now)
     q = _quantile(1.0 - level, sp.df)
     return 1.0 - (1.0 - tolerance) * _exp(-(q + float(_sstats.norm.ppf(power))) * sp.sd)
 
@@ -433,7 +432,7 @@ class Comparison:
 def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIOR, *,
             fresh: Optional[Sequence[bool]] = None, tolerance: float = DEFAULT_TOLERANCE,
             alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
-            max_runs: int = 1 + DEFAULT_MAX_REMEASURES, shrink: bool = False) -> Comparison:
+            max_runs: int = 1 + DEFAULT_MAX_REMEASURES) -> Comparison:
     """Judge this session's runs of a case (``now``: the first run and its re-measures) against the case's
     baseline model.  ``fresh[i]`` says whether re-measure i (``now[i + 1]``) drew a new process state
     (default: all did); one that did not is merged into the run before it.  ``max_runs``: the runs the
@@ -456,15 +455,14 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     k = len(runs)
     loc = sum(r.loc for r in runs) / k
     se2_now = sum(r.se2 for r in runs) / k
-    sp = prediction(model, prior, k, se2_now, shrink)
+    sp = prediction(model, prior, k, se2_now)
     q = _quantile(1.0 - alpha_c, sp.df)
     z95 = _quantile(0.975, sp.df)
     d = loc - model.center
     ratio = math.exp(d)
     upper, lower = _exp(d + q * sp.sd), _exp(d - q * sp.sd)
     ci_low, ci_high = _exp(d - z95 * sp.sd), _exp(d + z95 * sp.sd)
-    drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now,
-                           shrink=shrink)
+    drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now)
     lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
     est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% PI"
     tol = f"{tolerance:.0%}"

@@ -147,7 +147,6 @@ class LevelFit:
     residuals of the baseline's runs are taken over the same cases, so they are comparable)."""
 
     members: dict[str, Member]
-    centers: dict[str, float]
     classes: dict[str, Optional[Common]]
     bands: dict[str, tuple[Residual, Prior]]
     cases: dict[str, tuple[Residual, Prior]]
@@ -192,7 +191,7 @@ def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, fl
     for c in sorted({m.klass for m in members.values()}):
         ck = [k for k in keys if members[k].klass == c]
         classes[c] = common_spread([dict(runs[k]) for k in ck], [centers[k] for k in ck], dict(session_of))
-    return LevelFit(members=members, centers={k: centers[k] for k in keys}, classes=classes,
+    return LevelFit(members=members, classes=classes,
                     bands=models(band_res, band_class), cases=cases, weights=weights)
 
 
