@@ -232,7 +232,20 @@ def test_prediction_of_one_session_matches_the_hand_computed_variance_and_df():
     w2 = 0.01**2 + u2  # the assumed run spread on top of the run's own variance
     v = 2 * s2 + (w2 - u2 + 1e-5) + w2
     assert sp.sd == pytest.approx(math.sqrt(v)) and v == pytest.approx(2.7e-4)
-    assert sp.df == pytest.approx(v**2 / ((2 * s2) ** 2 / 4 + (2 * w2) ** 2 / 4))
+    # only the assumed run spread is uncertain (4 df); the run's own variance u^2 is measured from its samples
+    assert sp.df == pytest.approx(v**2 / ((2 * s2) ** 2 / 4 + (2 * (w2 - u2)) ** 2 / 4))
+
+
+def test_a_one_run_baseline_whose_samples_spread_widely_keeps_its_degrees_of_freedom_and_catches_a_large_drop():
+    # a first recording on a loaded machine: 10 samples with a CV near 100 % (u^2 about 0.1, sd 30 %)
+    wide = run_location(np.exp(LOG_TRUE + np.random.default_rng(3).normal(0.0, 1.0, 10)))
+    model = fit_case([wide], ["s"])
+    assert model.mean_se2 > 0.05
+    quiet = 1e-4  # today's run: a narrow spread of samples
+    sp = prediction(model, NO_PRIOR, 1, quiet)
+    assert sp.df > 30  # the measured own error dominates; counted as the assumed spread's 4 df it gave 1
+    c = compare([RunLocation(wide.loc - math.log(1e6), quiet, 10)], model)
+    assert c.status == "regression", c.reason  # a million times slower (it was "not gated", quantile 318)
 
 
 def test_the_prediction_spread_is_never_below_the_minimum():

@@ -344,7 +344,10 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread
         run_x2 = max(w2 - u2, 0.0)
         # the new session's offset and the baseline session's, the runs' spread now and in the baseline's mean
         v = 2.0 * sess2 + (run_x2 + se2_now) / k + w2 * inv_n
-        terms = [(2.0, sess2, df_s), (1.0 / k + inv_n, w2, df_w)]
+        # the degrees of freedom: where the run spread is assumed or borrowed, only that part is uncertain; the
+        # baseline runs' own error u^2 is measured from their samples (counting it as 4 df made a run with
+        # widely spread samples, u^2 >> the assumed spread, a t with 1 df: quantile 318, nothing caught)
+        terms = [(2.0, sess2, df_s), (1.0 / k + inv_n, w2 if known_w else run_x2, df_w)]
     v = max(v, MIN_SPREAD**2)
     denom = sum((c * x) ** 2 / d for c, x, d in terms if d > 0 and math.isfinite(d))
     df_v = v * v / denom if denom > 0 else _DF_NORMAL
