@@ -367,9 +367,9 @@ import time
 
 from pytest_gpucomm.ops import collectives
 
-SHARE, DELAY_S = 0.2, 0.04
+SHARE, DELAY_S = 0.3, 0.04
 # every rank times the same 300 single ops, whatever the machine: 1.2 s holds about 10,000 of them on 16 fast
-# cores, and 20 % of those at 40 ms each would outlast the job's 60 s timeout
+# cores, and 30 % of those at 40 ms each would outlast the job's 60 s timeout
 N_OPS = 300
 _single_ops = collectives.single_ops
 _rng = random.Random(13)
@@ -401,19 +401,21 @@ def test_all_reduce(process_group, size, comm):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (/proc)")
 @pytest.mark.slow
 def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_without_it(tmp_path):
-    """Three jobs: a recording run, a second recording run (judged against the first: its verdict must be ok,
-    though a recording run does not fail), then the slow rank against the two.  On a loaded CPU the share of
-    slow single ops moves by a factor e^0.9 from run to run (gate.tails.DEFAULT_SHARE_SPREAD, which a
-    one-case baseline of two runs leans on), so the effect must be large: the slow rank makes 20 % of the
-    single ops 40 ms slower (about 70 x their median, beyond the baseline's p99 of about 13 x), about 15 x the
-    baseline's share, with the tail tolerance at 0 and alpha 0.05 (the rule's power is the simulations' to
-    show: here a one-case baseline of two runs of a few hundred single ops each has a large error); the
-    median's tolerance is 50 %: this test is about the tail."""
+    """Three jobs: a recording run, a second run judged against it (its verdict must be ok), then the slow rank
+    against the recording.  On a loaded CPU the share of slow single ops moves by a factor e^0.9 from run to
+    run (gate.tails.DEFAULT_SHARE_SPREAD, which a one-case baseline of one run takes), so the effect must be
+    large: the slow rank makes 30 % of the single ops 40 ms slower (about 70 x their median, beyond the
+    baseline's p99 of about 13 x), about 30 x the baseline's share of 1 %, with the tail tolerance at 0 and
+    alpha 0.2, a level of 0.01 for the case's tail (the rule's power is the simulations' to show: against one
+    baseline run, today's log share has an sd of 1.17 and a 32 x share gave p = 0.0027 once on this 2-core
+    machine under -n 2); the median's tolerance is 50 %: this test is about the tail.  The second run is not
+    saved: two recordings made under different loads (the other xdist worker's jobs) once measured a
+    run-to-run sd of 1.7 from their one degree of freedom, and a 35 x share was then p = 0.02."""
     from test_launched import ARGS, free_port, run_all, slurm_env
 
     (tmp_path / "test_tail.py").write_text(ONE_ALL_REDUCE)
     gate = [*ARGS, "--gpu-baseline=cpu2", "--gpu-baseline-dir=baselines", "--gpucomm-tail-time=1.2",
-            "--gpu-tail-tolerance=0", "--gpu-tolerance=0.5", "--gpu-alpha=0.05", "-rf"]
+            "--gpu-tail-tolerance=0", "--gpu-tolerance=0.5", "--gpu-alpha=0.2", "-rf"]
 
     def job(name: str, *args: str) -> tuple[int, str, dict[str, Any]]:
         out = tmp_path / f"{name}.json"
@@ -426,14 +428,14 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
 
     code, text, _ = job("first", "--gpu-baseline-save")
     assert code == 0, text
-    code, text, row = job("second", "--gpu-baseline-save")  # judged against the first run: no change
+    code, text, row = job("second")  # judged against the first run: no change
     assert code == 0, text
     assert row["baseline"]["tail"]["status"] == "ok" and row["status"] != "TAIL", row["baseline"]
     assert "tails tested on 1 case: 0 TAIL" in text, text
     [case] = json.loads((tmp_path / "baselines" / "cpu2.json").read_text())["cases"].values()
     # 1.2 s of single ops: at least 100 of them even on two cores shared with another test (-n 2); 0.6 s gave
     # 86 once there
-    assert [r["tail"]["n"] >= 100 for r in case["runs"]] == [True, True], case["runs"]
+    assert [r["tail"]["n"] >= 100 for r in case["runs"]] == [True], case["runs"]
 
     (tmp_path / "conftest.py").write_text(SLOW_RANK_1)
     code, text, row = job("slow")

@@ -417,6 +417,15 @@ def slurm_2x2_env(rank: int, port: int, **extra: str) -> dict[str, str]:
                      **extra)
 
 
+def slurm_nodes_env(rank: int, port: int, **extra: str) -> dict[str, str]:
+    """srun's variables for rank ``rank`` of 2 simulated nodes x 1 rank: the fewest processes across nodes."""
+    return clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="1",
+                     SLURM_NODEID=str(rank), SLURM_STEP_NODELIST="node[1-2]", SLURM_STEP_ID="0",
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK_OF_TEST=str(rank), **extra)
+
+
+# the hung (or dying) rank is the last of 2 simulated nodes of one rank each: the rank that waits for it is
+# on the other node (2 x 2 ranks took twice the processes to check the same thing)
 HANG_IN_TASK = '''
 import time
 
@@ -434,8 +443,8 @@ def test_before():
 
 
 @rank_timeout(4)
-def test_a_task_hangs_on_rank_3(process_group):
-    process_group.run("test_hang_task:nap", {"rank": 3, "seconds": 600})
+def test_a_task_hangs_on_rank_1(process_group):
+    process_group.run("test_hang_task:nap", {"rank": 1, "seconds": 600})
 
 
 def test_after():
@@ -443,21 +452,21 @@ def test_after():
 '''
 
 
-def check_hung_rank_3(results: list[tuple[int, str]], what: str, within: str) -> None:
-    """Ranks 0-2 fail the test naming rank 3 and its host, stop the session and exit 1; rank 3's watchdog
-    writes its stacks and ends it with status 1."""
+def check_hung_rank_1(results: list[tuple[int, str]], what: str, within: str) -> None:
+    """Rank 0 (node 0) fails the test naming rank 1 and its host, stops the session and exits 1; rank 1's
+    watchdog writes its stacks and ends it with status 1."""
     host = socket.gethostname()
-    named = f"gpucomm: rank 3 ({host}, cpu) did not finish {what} within {within} s; a hung communicator " \
+    named = f"gpucomm: rank 1 ({host}, cpu) did not finish {what} within {within} s; a hung communicator " \
             "cannot be recovered: the session stops here"
-    for rank, (code, text) in enumerate(results[:3]):
-        assert code == 1, (rank, text)
-        assert named in text, (rank, text)
-        assert "1 failed, 1 passed" in text, (rank, text)  # the session stopped: test_after did not run
-        assert "::test_after" not in text, (rank, text)
-    code3, text3 = results[3]
-    assert code3 == 1, text3
-    assert f"rank 3 ({host}, cpu)" in text3 and f"did not finish {what}" in text3, text3
-    assert "Python stacks of every thread" in text3, text3
+    code, text = results[0]
+    assert code == 1, text
+    assert named in text, text
+    assert "1 failed, 1 passed" in text, text  # the session stopped: test_after did not run
+    assert "::test_after" not in text, text
+    code1, text1 = results[1]
+    assert code1 == 1, text1
+    assert f"rank 1 ({host}, cpu)" in text1 and f"did not finish {what}" in text1, text1
+    assert "Python stacks of every thread" in text1, text1
 
 
 @pytest.mark.slow
@@ -466,12 +475,12 @@ def test_a_rank_that_hangs_in_a_task_is_named_and_every_rank_exits_1(tmp_path: P
     port = free_port()
     cmd = [sys.executable, "-m", "pytest", "test_hang_task.py", *ARGS, "-rA"]
     start = time.monotonic()
-    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
+    results = run_all([cmd] * 2, [slurm_nodes_env(r, port) for r in range(2)], tmp_path)
     assert time.monotonic() - start < LIMIT_S
-    check_hung_rank_3(results, "task test_hang_task:nap of test test_hang_task.py::test_a_task_hangs_on_rank_3",
+    check_hung_rank_1(results, "task test_hang_task:nap of test test_hang_task.py::test_a_task_hangs_on_rank_1",
                       "4")
-    assert "did not finish task test_hang_task:nap" in results[3][1], results[3][1]
-    assert 'File "' in results[3][1] and "in nap" in results[3][1], results[3][1]  # the hung rank's stack
+    assert "did not finish task test_hang_task:nap" in results[1][1], results[1][1]
+    assert 'File "' in results[1][1] and "in nap" in results[1][1], results[1][1]  # the hung rank's stack
 
 
 HANG_IN_BODY = '''
@@ -480,11 +489,11 @@ import time
 
 
 def test_before(process_group):
-    assert process_group.world_size == 4
+    assert process_group.world_size == 2
 
 
-def test_the_body_hangs_on_rank_3():
-    if os.environ["RANK_OF_TEST"] == "3":
+def test_the_body_hangs_on_rank_1():
+    if os.environ["RANK_OF_TEST"] == "1":
         time.sleep(600)
 
 
@@ -499,9 +508,9 @@ def test_a_rank_that_hangs_in_a_test_body_is_named_by_the_outcome_agreement(tmp_
     port = free_port()
     cmd = [sys.executable, "-m", "pytest", "test_hang_body.py", "-p", "no:cacheprovider", "--gpucomm-timeout=6",
            "-rA"]
-    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
-    check_hung_rank_3(results, "the call of test test_hang_body.py::test_the_body_hangs_on_rank_3", "6")
-    assert "in test_the_body_hangs_on_rank_3" in results[3][1], results[3][1]  # the hung rank's stack
+    results = run_all([cmd] * 2, [slurm_nodes_env(r, port) for r in range(2)], tmp_path)
+    check_hung_rank_1(results, "the call of test test_hang_body.py::test_the_body_hangs_on_rank_1", "6")
+    assert "in test_the_body_hangs_on_rank_1" in results[1][1], results[1][1]  # the hung rank's stack
 
 
 DIES_IN_BODY = HANG_IN_BODY.replace("time.sleep(600)", "os._exit(7)").replace("hangs", "dies")
@@ -512,12 +521,12 @@ def test_a_rank_that_dies_is_named_by_the_ranks_that_wait_for_it(tmp_path: Path)
     (tmp_path / "test_dies.py").write_text(DIES_IN_BODY)
     port = free_port()
     cmd = [sys.executable, "-m", "pytest", "test_dies.py", "-p", "no:cacheprovider", "--gpucomm-timeout=6"]
-    results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
-    named = (f"gpucomm: rank 3 ({socket.gethostname()}, cpu) did not finish the call of test "
-             "test_dies.py::test_the_body_dies_on_rank_3 within 6 s")
-    for rank, (code, text) in enumerate(results[:3]):
-        assert code == 1 and named in text and "1 failed, 1 passed" in text, (rank, text)
-    assert results[3][0] == 7, results[3]
+    results = run_all([cmd] * 2, [slurm_nodes_env(r, port) for r in range(2)], tmp_path)
+    named = (f"gpucomm: rank 1 ({socket.gethostname()}, cpu) did not finish the call of test "
+             "test_dies.py::test_the_body_dies_on_rank_1 within 6 s")
+    code, text = results[0]
+    assert code == 1 and named in text and "1 failed, 1 passed" in text, text
+    assert results[1][0] == 7, results[1]
 
 
 def test_the_watchdog_writes_every_threads_stack_and_ends_the_process_with_status_1() -> None:

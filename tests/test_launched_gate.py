@@ -25,20 +25,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_launched_gate")]  
 BASELINE_ARGS = ["--gpu-baseline-dir=baselines", "-k", "all_reduce", "--gpucomm-tail-time=0"]
 
 
-def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", "")) -> list[tuple[int, str]]:
-    """Two simulated nodes of two ranks each, started as srun would (its variables set by hand), so that
-    each rank's own exit code is seen; ``per_node`` is each node's PYTEST_ADDOPTS."""
+def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", ""), ranks: int = 2) -> list[tuple[int, str]]:
+    """Two simulated nodes of ``ranks`` ranks each, started as srun would (its variables set by hand), so that
+    each rank's own exit code is seen; ``per_node`` is each node's PYTEST_ADDOPTS.  A check that needs no
+    node of several ranks takes ``ranks=1``: half the processes."""
     port = free_port()
     cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, "--gpucomm-launch=slurm", *args]
     envs = []
-    for rank in range(4):
-        env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="4", SLURM_LOCALID=str(rank % 2),
-                        SLURM_NTASKS_PER_NODE="2", SLURM_NODEID=str(rank // 2), SLURM_NNODES="2",
+    for rank in range(2 * ranks):
+        env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(2 * ranks), SLURM_LOCALID=str(rank % ranks),
+                        SLURM_NTASKS_PER_NODE=str(ranks), SLURM_NODEID=str(rank // ranks), SLURM_NNODES="2",
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        if per_node[rank // 2]:
-            env["PYTEST_ADDOPTS"] = per_node[rank // 2]
+        if per_node[rank // ranks]:
+            env["PYTEST_ADDOPTS"] = per_node[rank // ranks]
         envs.append(env)
-    return run_all([cmd] * 4, envs, tmp)
+    return run_all([cmd] * (2 * ranks), envs, tmp)
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +92,8 @@ def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every
 
 def test_a_missing_baseline_stops_every_rank_with_rank_0s_message(tmp_path: Path) -> None:
     (tmp_path / "test_small.py").write_text(SMALL)
-    results = two_nodes(tmp_path, "--gpu-baseline=nosuch", *BASELINE_ARGS)
-    assert [code for code, _ in results] == [4] * 4, results
+    results = two_nodes(tmp_path, "--gpu-baseline=nosuch", *BASELINE_ARGS, ranks=1)
+    assert [code for code, _ in results] == [4] * 2, results
     for k, (_, text) in enumerate(results):
         assert "--gpu-baseline=nosuch: " in text, text
         assert ("(on global rank 0, which reads the baseline)" in text) == (k > 0), text
@@ -119,8 +120,9 @@ def test_all_reduce_again(process_group, size, comm):
 def test_a_body_that_fails_on_one_rank_leaves_the_gate_unjudged_on_every_rank_and_the_job_in_step(
         tmp_path: Path) -> None:
     (tmp_path / "test_small.py").write_text(BODY_FAILS_ON_RANK_1)
-    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save", "--gpu-baseline-dir=baselines")
-    assert [code for code, _ in results] == [1] * 4, results
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-save", "--gpu-baseline-dir=baselines",
+                        ranks=1)
+    assert [code for code, _ in results] == [1] * 2, results
     for _, text in results:
         assert "INTERNALERROR" not in text, text
         assert "1 failed, 1 passed" in text, text  # the next test ran in step on every rank
