@@ -291,6 +291,22 @@ def test_a_sample_that_is_not_a_positive_finite_number_names_the_file_and_the_pl
         load_baseline(p)
 
 
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_or_an_infinity_in_a_fingerprint_is_refused_naming_the_place_and_the_file_is_not_saved_over(
+        tmp_path, bad):
+    doc = json.loads(_valid_text(tmp_path))
+    doc["runs"][0]["fingerprint"]["clock"] = "@@"
+    p = tmp_path / "h200.json"
+    text = json.dumps(doc).replace('"@@"', bad)
+    p.write_text(text)
+    with pytest.raises(BaselineError, match=r"h200\.json: invalid baseline: at \$\.runs\[0\]\.fingerprint\.clock: "
+                                            r"(nan|inf|-inf) is not a finite number"):
+        load_baseline(p)
+    with pytest.raises(BaselineError):  # found by the store's properties test: it loaded, and saving then failed
+        save(p, "run2", [rec()])
+    assert p.read_text() == text
+
+
 # --- resolving names ------------------------------------------------------------------------------
 
 

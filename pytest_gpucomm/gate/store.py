@@ -600,7 +600,24 @@ def _read_document(path: Path) -> dict:
         raise BaselineError(f"{path}: invalid baseline: at {_json_path(err.absolute_path)}: {_describe(err)}{more}")
     _check_samples(path, doc)
     _check_tails(path, doc)
+    _check_finite(path, doc)
     return doc
+
+
+def _check_finite(path: Path, doc: Any) -> None:
+    """Refuse a NaN or an infinity anywhere (Python's json reads them, but they are not JSON: a file that held
+    one in a fingerprint loaded, and then the next run could not be saved to it); the schema has already
+    named those in the samples and the figures it knows."""
+    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BaselineError(f"{path}: invalid baseline: at {_json_path(where)}: {value!r} is not a finite "
+                                "number (a baseline holds finite numbers only)")
+        if isinstance(value, dict):  # the samples were checked (_check_samples): most of a file, left out here
+            stack.extend((v, [*where, k]) for k, v in value.items() if k != "samples_gbps")
+        elif isinstance(value, list):
+            stack.extend((v, [*where, i]) for i, v in enumerate(value))
 
 
 def _describe(err: "jsonschema.exceptions.ValidationError") -> str:
