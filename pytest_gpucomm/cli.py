@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
+from .vocab import DEFAULT_BASELINE_DIR
+
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -44,7 +46,7 @@ class CommandError(Exception):
 
 
 def _baseline_dirs(args: argparse.Namespace) -> list[Path]:
-    d = getattr(args, "baseline_dir", None) or os.environ.get("GPUCOMM_BASELINE_DIR") or "baselines"
+    d = getattr(args, "baseline_dir", None) or os.environ.get("GPUCOMM_BASELINE_DIR") or DEFAULT_BASELINE_DIR
     return [Path(d)]
 
 

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 
 from .units import format_size, plural
+from .vocab import DEFAULT_BASELINE_DIR
 
 __all__ = [
     "BASELINE_DIR_ENV",
@@ -78,7 +79,6 @@ __all__ = [
 BASELINE_DIR_ENV = "GPUCOMM_BASELINE_DIR"
 #: where baseline NAMEs are looked up without ``--baseline-dir`` or the variable: ``baselines/`` of the current
 #: directory (the plugin's default is ``baselines/`` under the pytest rootdir, which is where one runs pytest)
-DEFAULT_BASELINE_DIR = "baselines"
 
 
 class KeepError(ValueError):

@@ -15,7 +15,8 @@ import pytest
 
 from . import vocab
 from .settings import Settings
-from .vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE, Status
+from .vocab import (CPU_MAX_WORLD, DEFAULT_BASELINE_DIR, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE,
+                    RANK_START_TIMEOUT_S, Status)
 
 if TYPE_CHECKING:
     from .gate import Gate
@@ -186,7 +187,7 @@ class State:
             from .gate import Gate, GateSettings
 
             s = self.settings
-            base_dir = Path(s.baseline_dir) if s.baseline_dir else Path(self.config.rootpath) / "baselines"
+            base_dir = Path(s.baseline_dir) if s.baseline_dir else Path(self.config.rootpath) / DEFAULT_BASELINE_DIR
             self._gate = Gate(GateSettings(
                 spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,), max_runs=s.baseline_runs,
                 tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict, tail_tolerance=s.tail_tolerance,
@@ -356,7 +357,7 @@ class State:
 
     @property
     def _start_timeout_s(self) -> float:
-        return max(120.0, self.settings.timeout_s)
+        return max(RANK_START_TIMEOUT_S, self.settings.timeout_s)
 
     def session_zygote(self) -> Any:
         """The session's ranks.spawn.Zygote, made at the first pool (its process starts with that pool's

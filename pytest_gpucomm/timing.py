@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
+from .vocab import DEFAULT_MIN_TIME_S
+
 __all__ = ["TimingSettings", "Timed", "measure", "Plan", "plan"]
 
 
@@ -29,7 +31,7 @@ class TimingSettings:
     published benchmarks.
     """
 
-    min_time_s: float = 0.1
+    min_time_s: float = DEFAULT_MIN_TIME_S
     min_samples: int = 10
     max_samples: int = 1000
     #: warm-up: this many iterations first (they pay for set-up), then more until about

@@ -16,6 +16,8 @@ __all__ = [
     "MARKER_NAMES",
     "FIXTURE_NAMES",
     "DEFAULT_MIN_TIME_S",
+    "RANK_START_TIMEOUT_S",
+    "DEFAULT_BASELINE_DIR",
     "DEFAULT_TIMEOUT_S",
     "DEFAULT_GPU_MAX_SIZE",
     "DEFAULT_CPU_MAX_SIZE",
@@ -88,6 +90,11 @@ FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link"
 # -- defaults (options, gate, timing) -----------------------------------------------------------------
 DEFAULT_MIN_TIME_S = 0.1  # measuring time per case, warm-up excluded
 DEFAULT_TIMEOUT_S = 300.0  # how long the ranks' work on one measurement may take
+#: how long a rank pool's workers may take to start and join their process group (at least; a longer
+#: --gpucomm-timeout raises it)
+RANK_START_TIMEOUT_S = 120.0
+#: the folder of baseline files, under the rootdir (pytest) or the working folder (the gpucomm command)
+DEFAULT_BASELINE_DIR = "baselines"
 DEFAULT_GPU_MAX_SIZE = 1 << 30  # 1 GiB: the largest size of the @sizes sweeps on GPU
 DEFAULT_CPU_MAX_SIZE = 16 << 20  # 16 MiB keeps CPU runs (and CI) quick
 DEFAULT_TOLERANCE = 0.05  # a slowdown below this fraction is never a regression

@@ -15,3 +15,21 @@ def test_a_status_prints_and_serialises_as_its_word():
 def test_only_missed_thresholds_regressions_tails_strict_new_strict_not_gated_and_floors_fail():
     assert {s for s in Status if s.failed} == {Status.FAILED, Status.REGRESSION, Status.TAIL, Status.NEW_STRICT,
                                                Status.NOT_GATED_STRICT, Status.FLOOR}
+
+
+def test_the_measuring_time_the_start_timeout_and_the_baseline_folder_are_the_vocabularys_everywhere():
+    import inspect
+
+    from pytest_gpucomm import keep, timing, vocab
+    from pytest_gpucomm.ops import collectives, nodes, patterns
+    from pytest_gpucomm.ranks import pool, spawn
+
+    def default(f, name):
+        return inspect.signature(f).parameters[name].default
+
+    assert timing.TimingSettings().min_time_s == vocab.DEFAULT_MIN_TIME_S == 0.1
+    for f in (collectives.bench, patterns.run_pattern, nodes.exchange):
+        assert default(f, "min_time_s") == vocab.DEFAULT_MIN_TIME_S, f
+    assert default(pool.RankPool.__init__, "start_timeout_s") == vocab.RANK_START_TIMEOUT_S == 120.0
+    assert default(spawn.Zygote.__init__, "start_timeout_s") == vocab.RANK_START_TIMEOUT_S
+    assert keep.DEFAULT_BASELINE_DIR == vocab.DEFAULT_BASELINE_DIR == "baselines"  # keep's name, kept for callers

@@ -37,7 +37,7 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional, Seque
 
 from ..measurement import Measurement
 from ..units import describe_size
-from ..vocab import DTYPES, TAIL_TIME_FACTOR
+from ..vocab import DEFAULT_MIN_TIME_S, DTYPES, TAIL_TIME_FACTOR
 
 __all__ = [
     "OPS",
@@ -949,7 +949,7 @@ def single_op_fields(torch: Any, dist: Any, singles: Optional[SingleOps], budget
 
 
 def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
-          min_time_s: float = 0.1, graph: bool = True, max_samples: int = 1000,
+          min_time_s: float = DEFAULT_MIN_TIME_S, graph: bool = True, max_samples: int = 1000,
           register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
     """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.
 

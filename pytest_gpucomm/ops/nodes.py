@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..measurement import Measurement
 from ..units import describe_size
-from ..vocab import DTYPES
+from ..vocab import DEFAULT_MIN_TIME_S, DTYPES
 
 __all__ = ["OP", "PhaseResult", "exchange", "to_measurements", "phase_kwargs"]
 
@@ -114,7 +114,7 @@ class _Exchange:
 
 
 def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: str = "float32",
-             min_time_s: float = 0.1, max_samples: int = 1000) -> list[PhaseResult]:
+             min_time_s: float = DEFAULT_MIN_TIME_S, max_samples: int = 1000) -> list[PhaseResult]:
     """Per-rank task, on every rank of the job (the default group; ``ctx.rank`` is the global rank): for each
     phase in order, time this rank's sends and receives of ``size_bytes`` (the ranks of other pairs wait, but
     agree on the plan and meet at the barriers), then check what it received.  One :class:`PhaseResult` per

@@ -74,7 +74,7 @@ from typing import Any, Optional, Sequence
 
 from ..measurement import Measurement
 from ..units import describe_duration, format_size
-from ..vocab import TAIL_TIME_FACTOR
+from ..vocab import DEFAULT_MIN_TIME_S, TAIL_TIME_FACTOR
 from .collectives import BenchResult, WrongResult, ranks_info, tail_info
 
 __all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "PatternResult", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
@@ -638,7 +638,7 @@ class PatternResult(BenchResult):
     overlap: dict[str, float] = field(default_factory=dict)
 
 
-def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float = 0.1,
+def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float = DEFAULT_MIN_TIME_S,
                 max_samples: int = 1000, tail_time_s: Optional[float] = None) -> PatternResult:
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
     (:func:`plan`), time its iterations (warm-up, plan agreed by every rank; the overlap: each part alone,

@@ -32,6 +32,7 @@ from pytest_gpucomm.ranks.logdirs import release_root as _release_log_root
 from pytest_gpucomm.ranks.logdirs import remove_own_roots
 from pytest_gpucomm.ranks.errors import RankCrash, RankError, RankFailure, RankTimeout
 from pytest_gpucomm.ranks.protocol import Shutdown, Task, TaskError, TaskOk
+from pytest_gpucomm.vocab import RANK_START_TIMEOUT_S
 from pytest_gpucomm.ranks.spawn import (
     POLL_INTERVAL_S,
     RankProcess,
@@ -111,7 +112,7 @@ class RankPool:
         backend: str = "gloo",
         device: str = "cpu",
         *,
-        start_timeout_s: float = 120.0,
+        start_timeout_s: float = RANK_START_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
         error_grace_s: float = 3.0,
         shutdown_grace_s: float = 5.0,

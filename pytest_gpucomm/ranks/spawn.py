@@ -43,6 +43,7 @@ from typing import IO, Any, Iterator, Mapping, Sequence, cast
 from pytest_gpucomm.ranks import report
 from pytest_gpucomm.ranks.errors import RankStartError
 from pytest_gpucomm.ranks.protocol import Hello, InitError, Ready
+from pytest_gpucomm.vocab import RANK_START_TIMEOUT_S
 
 __all__ = [
     "RankProcess",
@@ -379,7 +380,7 @@ class Zygote:
     processes, as without it; :attr:`failed` says why.  :meth:`close` ends it, and with it any worker it forked:
     close it after the pools it served."""
 
-    def __init__(self, env: Mapping[str, str], backend: str, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, env: Mapping[str, str], backend: str, start_timeout_s: float = RANK_START_TIMEOUT_S) -> None:
         self.env = _worker_env(env, backend)
         self.start_timeout_s = start_timeout_s
         self.failed: str | None = None if hasattr(os, "fork") and hasattr(os, "pidfd_open") else (

@@ -48,6 +48,7 @@ from pytest_gpucomm.ranks.protocol import (
     TaskError,
     TaskOk,
 )
+from pytest_gpucomm.vocab import RANK_START_TIMEOUT_S
 
 _PR_SET_PDEATHSIG = 1
 
@@ -81,7 +82,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rendezvous-fd", type=int, default=None,
                    help="rank 0: inherited listening socket for the rendezvous store")
     p.add_argument("--stack-file", required=True)
-    p.add_argument("--init-timeout", type=float, default=120.0)
+    p.add_argument("--init-timeout", type=float, default=RANK_START_TIMEOUT_S)
     p.add_argument("--parent-pid", type=int, default=0)
     return p.parse_args(argv)
 
