@@ -118,6 +118,7 @@ __all__ = [
     "FIT_LOSS_SCALE",
     "MAX_MEDIAN_RESIDUAL",
     "MAX_RESIDUAL",
+    "form_of_id",
 ]
 
 #: the slope of log figure over log size between the two largest sizes above which a peak at the largest
@@ -362,7 +363,7 @@ def sweeps_from_report(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[Sw
     return sweeps([(str(r.get("test", "")), Measurement.from_dict(r)) for r in rows], min_sizes=min_sizes)
 
 
-def _form_of_id(test_id: str) -> str:
+def form_of_id(test_id: str) -> str:
     """"in place" / "out of place" where the test id's parameters say so (``inplace`` / ``outplace``, as
     ``suites/test_collectives.py`` names its cases), else ""."""
     params = test_id[:-1].split("[", 1)[1].split("-") if test_id.endswith("]") and "[" in test_id else []
@@ -398,7 +399,7 @@ def sweeps_from_baseline(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[
         where = (f"{world} ranks" if collective else
                  ("<->" if case["op"] == "copy_bidir" else "->").join(devices))
         heads[key] = {"op": case["op"], "where": where, "world_size": world, "dtype": case.get("dtype"),
-                      "figure": "busbw" if collective else "algbw", "form": _form_of_id(sid)}
+                      "figure": "busbw" if collective else "algbw", "form": form_of_id(sid)}
     out = []
     for key, members in groups.items():
         if len(members) < min_sizes:

@@ -222,10 +222,10 @@ def _resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
 def read_baseline(path: Path) -> dict[str, Any]:
     """The checked document of a baseline file (``gate.store``'s reader and errors); a saved report is refused
     as such (KeepError), not as a file with no ``schema``."""
-    from .gate.store import BaselineError, _read_document
+    from .gate.store import BaselineError, read_document
 
     try:
-        return _read_document(path)
+        return read_document(path)
     except BaselineError:
         if _is_report(path):
             raise KeepError(f"{path}: is a pytest-gpucomm report (--gpucomm-json), not a baseline file: "

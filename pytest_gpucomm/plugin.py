@@ -67,10 +67,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"gpucomm: refused in launched mode ({launch.launcher}), where every rank must run "
                                 f"the same tests in the same order:\n  {XDIST_REFUSAL}")
     if "GPUCOMM_COPY_ENGINE" in os.environ:  # read where a GPU copy is set up: a bad value is said here, at once
-        from .ops.engines import EngineError, _choice
+        from .ops.engines import EngineError, engine_choice
 
         try:
-            _choice(os.environ)
+            engine_choice(os.environ)
         except EngineError as e:
             raise pytest.UsageError(f"invalid environment: {e}") from None
     if "GPUCOMM_RANK_START" in os.environ:  # read when a pool starts: a bad value is said here, at once

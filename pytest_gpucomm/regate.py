@@ -99,7 +99,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     ``alpha``, ``strict`` and ``tail_tolerance`` override the run's, for every row (a test's own tolerance
     too).  Raises ReportError / BaselineError on unreadable input."""
     from .gate import Gate, GateSettings
-    from .gate.store import _to_baseline
+    from .gate.store import to_baseline
     from .vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE
 
     run = dict(report.get("settings") or {})
@@ -114,7 +114,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     gate = Gate(gs)
     gate.layout = str(((report.get("launch") or {}).get("layout")) or "")
     pairs = measurements_of(report, where)
-    gate.use(reference.path, _to_baseline(reference.path, reference.doc), dict(report.get("fingerprint") or {}),
+    gate.use(reference.path, to_baseline(reference.path, reference.doc), dict(report.get("fingerprint") or {}),
              {t for t, _ in pairs})
     out: list[RegatedRow] = []
     notes: list[str] = []

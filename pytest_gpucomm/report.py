@@ -180,9 +180,9 @@ def baseline_document(state: "State") -> Optional[dict[str, Any]]:
         return b.doc
     path = state.from_workers.get("baseline_path") if state.settings.baseline else None
     if path and Path(path).is_file():
-        from .gate.store import _read_document
+        from .gate.store import read_document
 
-        return _read_document(Path(path))
+        return read_document(Path(path))
     return None
 
 

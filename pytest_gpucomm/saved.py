@@ -131,7 +131,7 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
     """Resolve ``spec`` -- a baseline NAME (looked up in ``search_dirs``, as ``--gpu-baseline``), ``auto`` (the
     name for ``detected_model``), or the path of a baseline file or of a saved report -- and read it.
     Raises ReportError or ``gate.store.BaselineError`` (both name the value and the file)."""
-    from .gate.store import _read_document, resolve_baseline
+    from .gate.store import read_document, resolve_baseline
 
     spec = (spec or "").strip()
     if looks_like_path(spec):
@@ -140,9 +140,9 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
         if isinstance(doc, Mapping) and "format" in doc and "schema" not in doc:
             report = dict(check_report(doc, str(path)))
             return Reference("report", path, report_as_baseline(report, path.stem, str(path)), report)
-        return Reference("baseline", path, _read_document(path))
+        return Reference("baseline", path, read_document(path))
     path = resolve_baseline(spec, search_dirs=[Path(d) for d in search_dirs], detected_model=detected_model)
-    return Reference("baseline", path, _read_document(path))
+    return Reference("baseline", path, read_document(path))
 
 
 def measurements_of(report: Mapping[str, Any], where: str = "") -> list[tuple[str, Any]]:
@@ -166,7 +166,7 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
     them (``gate.store.CaseRecord.from_measurement``, the same keys; a node's rows of a job across nodes each
     in a run of their own is not reproduced: a second row of a key goes into a ``-partK`` run).  Validated as
     a baseline file is; ReportError when it cannot be."""
-    from .gate.store import _VALIDATOR, CaseRecord, _check_tails, _merge_run, new_document
+    from .gate.store import SCHEMA_VALIDATOR, CaseRecord, check_tails, merge_run, new_document
 
     rows = measurements_of(report, where)
     layout = str(((report.get("launch") or {}).get("layout")) or "")
@@ -188,7 +188,7 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
         parts[part][rec.key] = rec
     for k, cases in enumerate(parts):
         try:
-            doc = _merge_run(doc, run_id=f"report-{name}" + (f"-part{k}" if k else ""), date=date or "unknown",
+            doc = merge_run(doc, run_id=f"report-{name}" + (f"-part{k}" if k else ""), date=date or "unknown",
                              fingerprint=fingerprint, cases=cases, max_runs=doc["max_runs"])
         except ValueError as e:
             raise ReportError(f"{where or name}: cannot take the report as a baseline: {e}") from None
@@ -198,10 +198,10 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
     if zero:
         doc["source_detail"] = (f"{zero} of the report's {len(rows)} rows left out: their figure is 0 GB/s (a "
                                 "collective of one rank has busbw 0), nothing to compare with")
-    errors = list(_VALIDATOR.iter_errors(doc))
+    errors = list(SCHEMA_VALIDATOR.iter_errors(doc))
     if errors:
         raise ReportError(f"{where or name}: cannot take the report as a baseline: {errors[0].message}")
-    _check_tails(Path(where or name), doc)
+    check_tails(Path(where or name), doc)
     return doc
 
 

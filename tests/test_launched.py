@@ -351,7 +351,7 @@ from pytest_gpucomm.ops import collectives
 DELAY_S = 0.02
 
 if os.environ["SLURM_PROCID"] == "3":  # launched mode runs the task in this process: make global rank 3 late
-    _sample = collectives._Timed.sample
+    _sample = collectives.TimedLoop.sample
 
     def _late(self, batch):
         # before the sample's clock starts (its host clock on CPU): rank 3 enters each sample's first op 20 ms
@@ -359,7 +359,7 @@ if os.environ["SLURM_PROCID"] == "3":  # launched mode runs the task in this pro
         time.sleep(DELAY_S)
         return _sample(self, batch)
 
-    collectives._Timed.sample = _late
+    collectives.TimedLoop.sample = _late
 '''
 
 ONE_ALL_REDUCE = '''

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, cast
 
-from ..ops.copies import _spin_rate  # imports no torch until called
+from ..ops.copies import spin_rate  # imports no torch until called
 from ..units import parse_size
 
 TARGET = 0.97
@@ -37,7 +37,7 @@ def _device(name: str) -> Optional[int]:
 
 
 def _spin(torch: Any, device: int, seconds: float) -> None:
-    torch.cuda._sleep(int(seconds * _spin_rate(device)))
+    torch.cuda._sleep(int(seconds * spin_rate(device)))
 
 
 class RawCopies:

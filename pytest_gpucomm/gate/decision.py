@@ -140,7 +140,7 @@ MIN_SPREAD = 0.003
 #: levels judged at the end of the session (gate.levels.LEVEL_SHARES)
 CASE_ALPHA_SHARE = 0.1
 #: degrees of freedom treated as infinite (normal quantiles)
-_DF_NORMAL = 1000.0
+DF_NORMAL = 1000.0
 _Z95 = 1.959963984540054
 
 
@@ -350,17 +350,17 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread
         terms = [(2.0, sess2, df_s), (1.0 / k + inv_n, w2 if known_w else run_x2, df_w)]
     v = max(v, MIN_SPREAD**2)
     denom = sum((c * x) ** 2 / d for c, x, d in terms if d > 0 and math.isfinite(d))
-    df_v = v * v / denom if denom > 0 else _DF_NORMAL
-    return Spread(sd=math.sqrt(v), df=min(float(df_v), _DF_NORMAL), session_sd=math.sqrt(sess2),
+    df_v = v * v / denom if denom > 0 else DF_NORMAL
+    return Spread(sd=math.sqrt(v), df=min(float(df_v), DF_NORMAL), session_sd=math.sqrt(sess2),
                   run_sd=math.sqrt(run_x2))
 
 
-def _quantile(p: float, df: float) -> float:
-    """Student t quantile (normal from _DF_NORMAL degrees of freedom up, at least 1 degree of freedom)."""
-    return float(_sstats.norm.ppf(p)) if df >= _DF_NORMAL else float(_sstats.t.ppf(p, max(df, 1.0)))
+def t_quantile(p: float, df: float) -> float:
+    """Student t quantile (normal from DF_NORMAL degrees of freedom up, at least 1 degree of freedom)."""
+    return float(_sstats.norm.ppf(p)) if df >= DF_NORMAL else float(_sstats.t.ppf(p, max(df, 1.0)))
 
 
-def _exp(x: float) -> float:
+def bounded_exp(x: float) -> float:
     return math.exp(min(max(x, -700.0), 700.0))
 
 
@@ -376,7 +376,7 @@ def corrected_alpha(alpha: float, n_comparisons: int, looks: int = 1) -> float:
     return alpha / (int(n_comparisons) * int(looks))
 
 
-def _check_tolerance(tolerance: float) -> float:
+def check_tolerance(tolerance: float) -> float:
     tolerance = float(tolerance)
     if not (0.0 < tolerance < 1.0):
         raise ValueError(f"tolerance must be a fraction in (0, 1) such as 0.05, got {tolerance!r}")
@@ -388,8 +388,8 @@ def detectable_drop(model: CaseModel, prior: Prior, *, tolerance: float, level: 
     """The smallest drop (a fraction: 0.08 = 8 %) that the bound at per-case level ``level`` (alpha / m) on
     the mean of ``k`` runs catches with probability ``power``."""
     sp = prediction(model, prior, k, model.mean_se2 if se2_now is None else se2_now)
-    q = _quantile(1.0 - level, sp.df)
-    return 1.0 - (1.0 - tolerance) * _exp(-(q + float(_sstats.norm.ppf(power))) * sp.sd)
+    q = t_quantile(1.0 - level, sp.df)
+    return 1.0 - (1.0 - tolerance) * bounded_exp(-(q + float(_sstats.norm.ppf(power))) * sp.sd)
 
 
 @dataclass(frozen=True)
@@ -441,7 +441,7 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     (default: all did); one that did not is merged into the run before it.  ``max_runs``: the runs the
     procedure may pool (1 + re-measures); each pooled look after the first may decide, so the level is
     alpha / (n_comparisons * (max_runs - 1)), or alpha / n_comparisons without re-measures."""
-    tolerance = _check_tolerance(tolerance)
+    tolerance = check_tolerance(tolerance)
     alpha_c = corrected_alpha(alpha, n_comparisons, max(1, max_runs - 1))
     if not now:
         raise ValueError("compare: no current run")
@@ -459,12 +459,12 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     loc = sum(r.loc for r in runs) / k
     se2_now = sum(r.se2 for r in runs) / k
     sp = prediction(model, prior, k, se2_now)
-    q = _quantile(1.0 - alpha_c, sp.df)
-    z95 = _quantile(0.975, sp.df)
+    q = t_quantile(1.0 - alpha_c, sp.df)
+    z95 = t_quantile(0.975, sp.df)
     d = loc - model.center
     ratio = math.exp(d)
-    upper, lower = _exp(d + q * sp.sd), _exp(d - q * sp.sd)
-    ci_low, ci_high = _exp(d - z95 * sp.sd), _exp(d + z95 * sp.sd)
+    upper, lower = bounded_exp(d + q * sp.sd), bounded_exp(d - q * sp.sd)
+    ci_low, ci_high = bounded_exp(d - z95 * sp.sd), bounded_exp(d + z95 * sp.sd)
     drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now)
     lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
     est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% PI"
@@ -599,7 +599,7 @@ def check_floor(first: RunLocation, floor_gbps: float,
                 *, tolerance: float = DEFAULT_TOLERANCE, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> FloorCheck:
     """A case with a published floor: "regression" when the median bandwidth is below floor * (1 - t),
     after the same re-measures as a measured case (pooled: the mean of the runs' log medians)."""
-    tolerance = _check_tolerance(tolerance)
+    tolerance = check_tolerance(tolerance)
     floor = float(floor_gbps)
     if not math.isfinite(floor) or floor <= 0:
         raise ValueError(f"floor_gbps must be a positive number, got {floor_gbps!r}")

@@ -15,8 +15,9 @@ import numpy as np
 
 from ..units import format_size, plural
 from ..vocab import DEFAULT_ALPHA, DEFAULT_TOLERANCE
-from .decision import (_DF_NORMAL, CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, GATED_DROP_FACTOR, MIN_SPREAD,
-                       NO_PRIOR, Common, Prior, _check_tolerance, _exp, _quantile, common_spread, prior_of_variances)
+from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORMAL, GATED_DROP_FACTOR, MIN_SPREAD,
+                       NO_PRIOR, Common, Prior, bounded_exp, check_tolerance, common_spread, prior_of_variances,
+                       t_quantile)
 
 __all__ = ["LEVELS_RULE", "LEVEL_SHARES", "Member", "member", "case_class", "residuals", "Residual", "fit_residual",
            "residual_spread", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels", "judge_run"]
@@ -57,14 +58,14 @@ class Member:
 def member(key: str, *, test_id: str, op: str, kind: str, size_bytes: int, dtype: Optional[str], world_size: int,
            devices: Sequence[str], layout: str = "") -> Member:
     """The :class:`Member` of the case ``key``; ``kind`` is "collective", "peer" or "host"."""
-    from ..curves import _form_of_id, sweep_id
+    from ..curves import form_of_id, sweep_id
 
     klass = case_class(kind, size_bytes)
     small = size_bytes <= SMALL_BYTES
     sweep = sweep_id(test_id, size_bytes)
     band = "|".join([sweep, op, dtype or "-", f"ws{world_size}", ",".join(map(str, devices)), layout,
                      "small" if small else "large"])
-    form = _form_of_id(test_id)
+    form = form_of_id(test_id)
     where = plural(world_size, "rank") if kind == "collective" else "->".join(map(str, devices))
     name = ", ".join(x for x in (f"{op} {form}".strip(), dtype if kind == "collective" else "", where,
                                  layout and f"layout {layout}") if x)
@@ -130,7 +131,7 @@ def residual_spread(r: Residual, prior: Prior) -> tuple[float, float]:
     towards the class's prior (Smyth 2004: (d0 s0^2 + d s^2) / (d0 + d), both ways), plus the centre's own
     error (that variance over the sessions)."""
     if math.isinf(prior.df):
-        s2, df = prior.s2, _DF_NORMAL
+        s2, df = prior.s2, DF_NORMAL
     elif prior.df > 0 and r.df > 0:
         s2, df = (prior.df * prior.s2 + r.df * r.s2) / (prior.df + r.df), prior.df + r.df
     elif r.df > 0:
@@ -138,7 +139,7 @@ def residual_spread(r: Residual, prior: Prior) -> tuple[float, float]:
     else:
         s2, df = max(prior.s2, MIN_SPREAD ** 2), max(prior.df, 1.0)
     v = max(s2 * (1.0 + 1.0 / max(r.sessions, 1)), MIN_SPREAD ** 2)
-    return math.sqrt(v), min(df, _DF_NORMAL)
+    return math.sqrt(v), min(df, DF_NORMAL)
 
 
 @dataclass
@@ -336,9 +337,9 @@ class RunLevels:
 def _bounds(level: str, name: str, keys: Sequence[str], d: float, sd: float, df: float, *, tolerance: float,
             alpha: float) -> LevelVerdict:
     """The verdict on a log change ``d`` whose null spread is ``sd`` (``df`` degrees of freedom) at ``alpha``."""
-    q = _quantile(1.0 - alpha, df)
-    upper, lower = _exp(d + q * sd), _exp(d - q * sd)
-    drop = 1.0 - (1.0 - tolerance) * _exp(-(q + _quantile(DETECTION_POWER, _DF_NORMAL)) * sd)
+    q = t_quantile(1.0 - alpha, df)
+    upper, lower = bounded_exp(d + q * sd), bounded_exp(d - q * sd)
+    drop = 1.0 - (1.0 - tolerance) * bounded_exp(-(q + t_quantile(DETECTION_POWER, DF_NORMAL)) * sd)
     status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
     if status == "ok" and drop > GATED_DROP_FACTOR * tolerance:
         status = "not gated"
@@ -386,7 +387,7 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
     """Judge a run at the three levels.  ``dev``: case key -> today's log deviation from the case's centre
     (its runs pooled, as its verdict did); ``case_var``: case key -> its verdict's prediction variance (the
     class offset's own-noise term, as in step 6); ``fit``: :func:`fit_levels` over today's cases."""
-    tolerance = _check_tolerance(tolerance)
+    tolerance = check_tolerance(tolerance)
     shares = dict(LEVEL_SHARES if shares is None else shares)
     dev = {k: v for k, v in dev.items() if k in fit.members}
     res, bands, offsets = residuals(dev, fit.members, fit.weights)

@@ -108,6 +108,11 @@ __all__ = [
     "dumps_document",
     "write_document",
     "update_document",
+    "read_document",
+    "to_baseline",
+    "SCHEMA_VALIDATOR",
+    "check_tails",
+    "merge_run",
 ]
 
 SCHEMA_ID = "pytest-gpucomm-baseline"
@@ -213,7 +218,7 @@ def _structure_schema() -> dict[str, Any]:
     return schema
 
 
-_VALIDATOR = jsonschema.Draft202012Validator(_structure_schema())
+SCHEMA_VALIDATOR = jsonschema.Draft202012Validator(_structure_schema())
 
 
 class BaselineError(Exception):
@@ -566,7 +571,7 @@ def _too_deep(path: Path) -> BaselineError:
     )
 
 
-def _read_document(path: Path) -> dict:
+def read_document(path: Path) -> dict:
     """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
     path = Path(path)
     raw = _read_bytes(path)
@@ -593,13 +598,13 @@ def _read_document(path: Path) -> dict:
             f"{path}: written with baseline schema_version {version}, but this pytest-gpucomm reads only up to "
             f"schema_version {SCHEMA_VERSION}: upgrade pytest-gpucomm"
         )
-    errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(SCHEMA_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise BaselineError(f"{path}: invalid baseline: at {_json_path(err.absolute_path)}: {_describe(err)}{more}")
     _check_samples(path, doc)
-    _check_tails(path, doc)
+    check_tails(path, doc)
     _check_finite(path, doc)
     return doc
 
@@ -654,7 +659,7 @@ def _check_samples(path: Path, doc: dict) -> None:
                     )
 
 
-def _check_tails(path: Path, doc: dict) -> None:
+def check_tails(path: Path, doc: dict) -> None:
     """Each run's ``tail`` (optional) is a tail sketch: its levels in (0, 1), its ratios in [1, max_ratio]."""
     for key, case in doc["cases"].items():
         for i, run in enumerate(case["runs"]):
@@ -684,7 +689,7 @@ def _level(q: Any) -> bool:
         return False
 
 
-def _to_baseline(path: Path, doc: dict) -> Baseline:
+def to_baseline(path: Path, doc: dict) -> Baseline:
     runs = [RunRecord(r["run_id"], r["date"], dict(r.get("fingerprint") or {}), r.get("session"), r.get("node"),
                       r.get("host")) for r in doc["runs"]]
     cases = {}
@@ -718,7 +723,7 @@ def _to_baseline(path: Path, doc: dict) -> Baseline:
 
 def load_baseline(path: Path) -> Baseline:
     """Read and validate a baseline file.  Raises BaselineError (naming the file and the problem)."""
-    return _to_baseline(Path(path), _read_document(Path(path)))
+    return to_baseline(Path(path), read_document(Path(path)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -752,7 +757,7 @@ def _clean_summary(summary: Mapping[str, Any]) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
+def merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
                max_runs: int, session: Optional[str] = None, node: Optional[int] = None,
                host: Optional[str] = None) -> dict:
     doc["max_runs"] = max_runs
@@ -896,18 +901,18 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             # Holding the lock, no other saver is writing: temporary files of this baseline left beside it
             # are a killed saver's (a live write_document's are locked and kept).
             remove_stale_temp_files(path)
-            doc = _read_document(path) if path.exists() else new_document(name, int(max_runs))
+            doc = read_document(path) if path.exists() else new_document(name, int(max_runs))
             for run in runs:
-                doc = _merge_run(doc, run_id=run.run_id, date=run.date, fingerprint=run.fingerprint,
+                doc = merge_run(doc, run_id=run.run_id, date=run.date, fingerprint=run.fingerprint,
                                  cases=run.cases, max_runs=int(max_runs), session=run.session, node=run.node,
                                  host=run.host)
-            errors = list(_VALIDATOR.iter_errors(doc))
+            errors = list(SCHEMA_VALIDATOR.iter_errors(doc))
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
                 raise BaselineError(f"{path}: refusing to write an invalid baseline: "
                                     f"at {_json_path(e.absolute_path)}: {e.message}")
             try:
-                _check_tails(path, doc)
+                check_tails(path, doc)
             except BaselineError as e:
                 raise BaselineError(f"refusing to write: {e}") from None
             write_atomic(path, dumps_document(doc))
@@ -960,7 +965,7 @@ def update_document(path: Path, change: Callable[[Optional[dict]], Optional[dict
         with lock:
             remove_stale_temp_files(path)  # a killed writer's leftovers: see save_runs
             if path.exists() or not missing_ok:
-                current: Optional[dict] = _read_document(path)
+                current: Optional[dict] = read_document(path)
             else:
                 current = None
             doc = change(current)
@@ -976,7 +981,7 @@ def update_document(path: Path, change: Callable[[Optional[dict]], Optional[dict
 
 
 def _check_to_write(path: Path, doc: Any) -> None:
-    """What :func:`_read_document` checks of a file, on a document about to be written: BaselineError
+    """What :func:`read_document` checks of a file, on a document about to be written: BaselineError
     ("refusing to write an invalid baseline") naming ``path`` and the first problem."""
     at = f"{path}: refusing to write an invalid baseline"
     if _nesting_depth_exceeds(doc, MAX_NESTING):
@@ -987,12 +992,12 @@ def _check_to_write(path: Path, doc: Any) -> None:
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise BaselineError(f"{at}: schema_version {version} is newer than this pytest-gpucomm writes "
                             f"({SCHEMA_VERSION})")
-    errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(SCHEMA_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
         raise BaselineError(f"{at}: at {_json_path(err.absolute_path)}: {_describe(err)}")
     try:
         _check_samples(path, doc)
-        _check_tails(path, doc)
+        check_tails(path, doc)
     except BaselineError as e:
         raise BaselineError(f"refusing to write: {e}") from None

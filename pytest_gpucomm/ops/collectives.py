@@ -489,7 +489,7 @@ def add_op_methods(cls: type) -> type:
 
 # -- per-rank side --------------------------------------------------------------------------------
 
-class _Case:
+class CollectiveCase:
     """Buffers, the op as a callable, and its expected result, for one rank (``rank`` of ``n`` in ``group``,
     whose global ranks are ``ranks``; None and ``()``: the default group)."""
 
@@ -521,7 +521,7 @@ class _Case:
         self.op.run(self.dist, self.inp, self.out, self.shape)
 
 
-class _Timed:
+class TimedLoop:
     """Adapter for the timing engine: graph replay + events on GPU, a loop + host clock on CPU.
 
     On GPU the first ``eager_calls`` samples (the warm-up, which creates the communicator) launch the op
@@ -531,7 +531,7 @@ class _Timed:
     launches and the error is reported.
     """
 
-    def __init__(self, torch: Any, case: _Case, gpu: bool, use_graph: bool, eager_calls: int) -> None:
+    def __init__(self, torch: Any, case: CollectiveCase, gpu: bool, use_graph: bool, eager_calls: int) -> None:
         self.torch, self.case, self.gpu = torch, case, gpu
         self.use_graph = gpu and use_graph
         self.eager_calls = eager_calls
@@ -992,7 +992,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     if pool is not None:
         try:
             with torch.cuda.use_mem_pool(pool):  # only the buffers: fill()'s temporaries stay outside
-                case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False,
+                case = CollectiveCase(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False,
                              group=group, ranks=ranks)
             case.fill()
             backend.register_mem_pool(pool)
@@ -1000,7 +1000,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
             pool_note = f"{type(e).__name__}: {e}"
             backend = None
     if case is None:
-        case = _Case(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, group=group, ranks=ranks)
+        case = CollectiveCase(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, group=group, ranks=ranks)
     graphs = gpu and graph
     batch = GRAPH_OPS * GRAPH_REPLAYS
     settings = TimingSettings(
@@ -1014,12 +1014,12 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
         max_batch=batch if graphs else None,
         max_inflight_iters=batch if graphs else 256,
     )
-    timed: Optional[_Timed]  # set to None at the end, to drop the buffers and graphs
-    timed = _Timed(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
+    timed: Optional[TimedLoop]  # set to None at the end, to drop the buffers and graphs
+    timed = TimedLoop(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
     agree = agreement(torch, dist, ctx.device, group)
 
     def prepare(p: Any) -> None:
-        t = cast(_Timed, timed)  # measure calls this before timed is dropped
+        t = cast(TimedLoop, timed)  # measure calls this before timed is dropped
         t.sample(p.batch)  # capture (on GPU) outside the timed samples
         t.sync()
         dist.barrier(group=group)

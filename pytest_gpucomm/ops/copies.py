@@ -53,7 +53,9 @@ from .engines import CopyError
 
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
            "bench_copy", "measuring_local_rank", "node_measurements", "measure_pattern", "pattern_pairs",
-           "PATTERN_OPS", "ONE_TO_ALL", "ALL_TO_ONE", "ALL_PAIRS"]
+           "PATTERN_OPS", "ONE_TO_ALL", "ALL_TO_ONE", "ALL_PAIRS",
+           "spin_rate",
+]
 
 _LATCH_MARGIN_S = 50e-6
 _LATCH_MAX_S = 0.02
@@ -118,7 +120,7 @@ def fill_pattern(buf: Any) -> None:
 _CLOCK_HZ: dict[int, float] = {}
 
 
-def _spin_rate(device_index: int) -> float:
+def spin_rate(device_index: int) -> float:
     """Cycles per second of torch.cuda._sleep on this device (measured once)."""
     import torch
 
@@ -153,7 +155,7 @@ class _Latch:
         import torch
 
         secs = min(batch * self.enqueue_s_per_iter * 1.5 + _LATCH_MARGIN_S, _LATCH_MAX_S)
-        torch.cuda._sleep(int(secs * _spin_rate(self.device_index)))
+        torch.cuda._sleep(int(secs * spin_rate(self.device_index)))
 
     def observe(self, batch: int, seconds: float) -> None:
         seen = min(seconds / batch, self.MAX_ENQUEUE_S)

@@ -243,7 +243,7 @@ def _hip_in_process(maps: str = "/proc/self/maps") -> Optional[str]:
     return None
 
 
-def _choice(environ: Mapping[str, str]) -> str:
+def engine_choice(environ: Mapping[str, str]) -> str:
     raw = environ.get(ENV_ENGINE)
     if raw is None:
         return "auto"
@@ -273,7 +273,7 @@ def select(environ: Mapping[str, str], platform: Optional[str],
     :class:`EngineError` for a bad variable or an engine asked for by name that cannot be used."""
     load = load or _load_library
     loaded_hip = loaded_hip or _hip_in_process
-    choice = _choice(environ)
+    choice = engine_choice(environ)
     if choice == "torch":
         return Selection(None)
     if choice == "auto":

@@ -58,7 +58,7 @@ def _pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
     return (torch.arange(n, device=device, dtype=torch.int64) % 3 + 1).to(dtype)
 
 
-class _Exchange:
+class PhaseExchange:
     """This rank's sends and receives of one phase, as a callable (nothing to do when it waits)."""
 
     def __init__(self, torch: Any, dist: Any, rank: int, edges: Sequence[Sequence[int]], count: int, device: str,
@@ -123,7 +123,7 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     import torch.distributed as dist
 
     from ..timing import TimingSettings, measure
-    from .collectives import _Timed, agreement
+    from .collectives import TimedLoop, agreement
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
@@ -140,8 +140,8 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     dist.barrier()
     out = []
     for edges in phases:
-        ex = _Exchange(torch, dist, ctx.rank, edges, count, ctx.device, tdtype)
-        timed = _Timed(torch, ex, gpu, use_graph=False, eager_calls=settings.warmup_iters)  # type: ignore[arg-type]
+        ex = PhaseExchange(torch, dist, ctx.rank, edges, count, ctx.device, tdtype)
+        timed = TimedLoop(torch, ex, gpu, use_graph=False, eager_calls=settings.warmup_iters)  # type: ignore[arg-type]
 
         def prepare(p: Any, timed: Any = timed) -> None:
             timed.sync()

@@ -437,14 +437,14 @@ class _TensorParallel:
 
     def __init__(self, torch: Any, dist: Any, device: str, rank: int, groups: Sequence[Sequence[int]],
                  count: int, backend: str) -> None:
-        from .collectives import OPS, _Case
+        from .collectives import OPS, CollectiveCase
 
         self.torch = torch
         handle, ranks = _tp_group(dist, groups, rank, backend)
         t, me = len(ranks), ranks.index(rank)
-        self.ag = _Case(torch, dist, OPS["all_gather"], count, me, t, device, torch.bfloat16, False,
+        self.ag = CollectiveCase(torch, dist, OPS["all_gather"], count, me, t, device, torch.bfloat16, False,
                         group=handle, ranks=ranks)
-        self.rs = _Case(torch, dist, OPS["reduce_scatter"], count, me, t, device, torch.bfloat16, False,
+        self.rs = CollectiveCase(torch, dist, OPS["reduce_scatter"], count, me, t, device, torch.bfloat16, False,
                         group=handle, ranks=ranks)
 
     def fill(self) -> None:
@@ -474,10 +474,10 @@ class _Pipeline:
 
     def __init__(self, torch: Any, dist: Any, device: str, rank: int, forward: Sequence[Sequence[int]],
                  count: int) -> None:
-        from .nodes import _Exchange
+        from .nodes import PhaseExchange
 
-        self.fwd = _Exchange(torch, dist, rank, forward, count, device, torch.bfloat16)
-        self.bwd = _Exchange(torch, dist, rank, [[d, s] for s, d in forward], count, device, torch.bfloat16)
+        self.fwd = PhaseExchange(torch, dist, rank, forward, count, device, torch.bfloat16)
+        self.bwd = PhaseExchange(torch, dist, rank, [[d, s] for s, d in forward], count, device, torch.bfloat16)
 
     def fill(self) -> None:
         self.fwd.fill()
@@ -652,7 +652,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
     import torch.distributed as dist
 
     from ..timing import TimingSettings, measure
-    from .collectives import _Timed, agreement, iteration_stats, single_op_fields, single_op_phase
+    from .collectives import TimedLoop, agreement, iteration_stats, single_op_fields, single_op_phase
 
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
@@ -688,7 +688,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
             parts[key] = [split[k] for split in timed.split[len(timed.split) - len(alone):]]
         timed = _OverlapTimed(case, (True, True))
     else:
-        timed = _Timed(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
+        timed = TimedLoop(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
     samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare)
     if pattern == OVERLAP:  # the samples are read last, in order: the last entries of split are theirs
         both = timed.split[len(timed.split) - len(samples):]

@@ -56,7 +56,7 @@ _PR_SET_PDEATHSIG = 1
 _stack_file: Any = None
 
 
-def _set_parent_death_signal(parent_pid: int) -> None:
+def set_parent_death_signal(parent_pid: int) -> None:
     """Ask Linux to SIGKILL us when the controller dies; exit if it already has."""
     if not sys.platform.startswith("linux"):
         return
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None, authkey: bytes | None = None) -> int:
     the zygote that forked this worker (:mod:`.zygote`); else read from stdin."""
     global _stack_file
     args = _parse_args(argv)
-    _set_parent_death_signal(args.parent_pid)
+    set_parent_death_signal(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller owns cleanup
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults -> log
     _stack_file = open(args.stack_file, "a", encoding="utf-8")

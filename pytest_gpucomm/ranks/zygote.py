@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fd", type=int, required=True, help="this end of the controller's Unix socket")
     p.add_argument("--parent-pid", type=int, default=0)
     args = p.parse_args(argv)
-    from pytest_gpucomm.ranks.worker import _set_parent_death_signal
+    from pytest_gpucomm.ranks.worker import set_parent_death_signal
 
-    _set_parent_death_signal(args.parent_pid)
+    set_parent_death_signal(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller owns cleanup
     sock = socket.socket(fileno=args.fd)
     conn = Connection(os.dup(args.fd))
