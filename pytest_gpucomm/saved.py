@@ -189,7 +189,7 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
     for k, cases in enumerate(parts):
         try:
             doc = merge_run(doc, run_id=f"report-{name}" + (f"-part{k}" if k else ""), date=date or "unknown",
-                             fingerprint=fingerprint, cases=cases, max_runs=doc["max_runs"])
+                            fingerprint=fingerprint, cases=cases, max_runs=doc["max_runs"])
         except ValueError as e:
             raise ReportError(f"{where or name}: cannot take the report as a baseline: {e}") from None
     if zero and zero == len(rows):

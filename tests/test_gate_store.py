@@ -754,3 +754,13 @@ def test_save_keeps_the_temp_file_of_a_live_writer_of_the_same_file(tmp_path):
 
     write_atomic(tmp_path / "h200.json", p.read_text(), check)
     assert seen == [True] and leftovers(tmp_path) == []
+
+
+def test_a_run_whose_fingerprint_holds_an_infinity_is_refused_before_writing_and_the_file_stays(tmp_path):
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec()])
+    text = p.read_text()
+    with pytest.raises(BaselineError, match=r"refusing to write: .*h200\.json: invalid baseline: at "
+                                            r"\$\.runs\[1\]\.fingerprint\.clock: inf is not a finite number"):
+        save(p, "run2", [rec()], fingerprint={"clock": float("inf")})
+    assert p.read_text() == text

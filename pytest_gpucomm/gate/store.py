@@ -758,8 +758,8 @@ def _clean_summary(summary: Mapping[str, Any]) -> dict:
 
 
 def merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases: Mapping[str, CaseRecord],
-               max_runs: int, session: Optional[str] = None, node: Optional[int] = None,
-               host: Optional[str] = None) -> dict:
+              max_runs: int, session: Optional[str] = None, node: Optional[int] = None,
+              host: Optional[str] = None) -> dict:
     doc["max_runs"] = max_runs
     if doc.get("source") == "published" and cases:
         # Measured runs now decide the cases they cover; floors stay for the cases still without runs.
@@ -904,8 +904,8 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             doc = read_document(path) if path.exists() else new_document(name, int(max_runs))
             for run in runs:
                 doc = merge_run(doc, run_id=run.run_id, date=run.date, fingerprint=run.fingerprint,
-                                 cases=run.cases, max_runs=int(max_runs), session=run.session, node=run.node,
-                                 host=run.host)
+                                cases=run.cases, max_runs=int(max_runs), session=run.session, node=run.node,
+                                host=run.host)
             errors = list(SCHEMA_VALIDATOR.iter_errors(doc))
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
@@ -913,6 +913,7 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
                                     f"at {_json_path(e.absolute_path)}: {e.message}")
             try:
                 check_tails(path, doc)
+                _check_finite(path, doc)
             except BaselineError as e:
                 raise BaselineError(f"refusing to write: {e}") from None
             write_atomic(path, dumps_document(doc))
@@ -999,5 +1000,6 @@ def _check_to_write(path: Path, doc: Any) -> None:
     try:
         _check_samples(path, doc)
         check_tails(path, doc)
+        _check_finite(path, doc)
     except BaselineError as e:
         raise BaselineError(f"refusing to write: {e}") from None
