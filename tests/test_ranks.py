@@ -585,6 +585,38 @@ def test_a_folder_whose_owner_holds_its_lock_stays_even_if_its_pid_looks_dead(
     del fcntl
 
 
+def test_a_new_root_folder_never_looks_abandoned_while_its_owner_takes_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another controller looking at the folder between its creation and the owner's lock must not
+    find an unlocked .owner (it would judge the owner gone and remove the folder: a pool start
+    then failed with FileNotFoundError under xdist)."""
+    import fcntl
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(logdirs_module, "_roots", {})
+    monkeypatch.setattr(logdirs_module, "_owner_fds", {})
+    seen: list[bool | None] = []
+    real_flock = fcntl.flock
+
+    def flock_seen_by_another(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_SH:
+            (root,) = [path for path in tmp_path.iterdir() if path.name.startswith(f"gpucomm-{os.getpid()}-")]
+            seen.append(logdirs_module._owner_gone(str(root)))
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_seen_by_another)
+    log_dir = logdirs_module.new_log_dir()
+    try:
+        assert seen == [None]  # no .owner yet: judged by the (live) pid, as a folder without one is
+        assert (log_dir.parent / ".owner").exists() and log_dir.is_dir()
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        assert logdirs_module._owner_gone(str(log_dir.parent)) is False  # locked now
+    finally:
+        logdirs_module.remove_own_roots()
+
+
 def test_a_pool_whose_log_folder_was_removed_starts_again_with_a_new_one() -> None:
     import shutil
 

@@ -8,9 +8,10 @@ rest. A controller that dies without running either (SIGKILL, a SIGTERM nobody h
 leaves its folder behind; the next pool started on the machine removes it
 (:func:`remove_stale_roots`): only folders named exactly ``gpucomm-<pid>-XXXXXXXX``, owned by
 the current user, holding nothing but ``gpucomm-ranks-XXXXXXXX`` folders and the owner's lock
-file ``.owner``, whose owner is gone. The owner holds a shared ``flock`` on ``.owner`` for as
-long as it lives; a folder is stale only when an exclusive lock on it can be taken, which
-works across pid namespaces (containers sharing ``<tmp>``) on one kernel. A folder without
+file ``.owner`` (``.owner-pending`` until it is locked), whose owner is gone. The owner
+holds a shared ``flock`` on ``.owner`` for as long as it lives; a folder is stale only when
+an exclusive lock on it can be taken, which works across pid namespaces (containers sharing
+``<tmp>``) on one kernel. A folder without
 ``.owner`` is judged by its ``<pid>``: one that is alive (or alive again, reused) keeps it.
 A leftover may survive, but no live controller's folder is removed. Stdlib only.
 """
@@ -39,6 +40,7 @@ POOL_PREFIX = "gpucomm-ranks-"
 ROOT_NAME = re.compile(r"gpucomm-([1-9][0-9]{0,9})-[a-z0-9_]{8}")  # mkdtemp's 8-char suffix
 _POOL_NAME = re.compile(re.escape(POOL_PREFIX) + r"[a-z0-9_]{8}")
 OWNER_FILE = ".owner"
+OWNER_PENDING = ".owner-pending"  # the lock file until it is locked (see _claim)
 
 _lock = threading.Lock()
 _roots: dict[str, Path] = {}  # temp base folder -> this process's root folder there
@@ -55,9 +57,21 @@ def _own_roots() -> dict[str, Path]:
 
 
 def _claim(root: Path) -> None:
-    """Hold a shared lock on ``root/.owner`` for this process's lifetime: the root is in use."""
-    fd = os.open(root / OWNER_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    """Hold a shared lock on ``root/.owner`` for this process's lifetime: the root is in use.
+
+    The file is created and locked as ``.owner-pending`` and only then renamed to ``.owner``:
+    created as ``.owner`` and locked after, another process could take the lock in between,
+    judge the owner gone and remove the folder that was just made. A folder without ``.owner``
+    is judged by its pid, which is this live process's.
+    """
+    pending = root / OWNER_PENDING
+    fd = os.open(pending, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.rename(pending, root / OWNER_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
     _owner_fds[root] = fd
 
 
@@ -111,7 +125,7 @@ def _is_stale_root(path: str, name: str) -> bool:
         children = os.listdir(path)
     except OSError:
         return False
-    if not all(_POOL_NAME.fullmatch(child) or child == OWNER_FILE for child in children):
+    if not all(_POOL_NAME.fullmatch(child) or child in (OWNER_FILE, OWNER_PENDING) for child in children):
         return False  # not one of ours after all
     gone = _owner_gone(path)
     if gone is not None:
