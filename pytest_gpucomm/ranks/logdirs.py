@@ -11,8 +11,8 @@ the current user, holding nothing but ``gpucomm-ranks-XXXXXXXX`` folders and the
 file ``.owner`` (``.owner-pending`` until it is locked), whose owner is gone. The owner
 holds a shared ``flock`` on ``.owner`` for as long as it lives; a folder is stale only when
 an exclusive lock on it can be taken, which works across pid namespaces (containers sharing
-``<tmp>``) on one kernel. A folder without
-``.owner`` is judged by its ``<pid>``: one that is alive (or alive again, reused) keeps it.
+``<tmp>``) on one kernel. A folder without ``.owner`` is judged by its ``<pid>``: one that is
+alive (or alive again, reused) keeps it.
 A leftover may survive, but no live controller's folder is removed. Stdlib only.
 """
 
