@@ -80,14 +80,14 @@ class Comm:
         )
 
     def _record(self, m: Measurement, fresh: Optional[Callable[[], Measurement]], same: Callable[[], Measurement],
-                fresh_how: str, same_how: str) -> Measurement:
+                fresh_how: str, same_how: str, fold: Optional[Callable[[int], Measurement]] = None) -> Measurement:
         """Keep ``m``; the gate may call the record's ``redo`` to measure once more: ``fresh`` measures in a
         new process state (a new process group, a new process), so that a per-session condition -- an
         algorithm or a buffer placement chosen at set-up -- does not decide the verdict twice; ``same``
         measures in the current one, once the session's fresh re-measures are used up (see
         :meth:`State.remeasure`).  ``fresh_how`` and ``same_how`` say where ("in a new process").  Without
         ``fresh`` (a state that cannot be made anew), every re-measure is ``same``, not fresh, and ``same_how``
-        says why."""
+        says why.  ``fold(i)`` measures it in the session's i-th other process group (``Record.fold``)."""
 
         def redo() -> "Remeasure":
             if fresh is None:
@@ -96,7 +96,7 @@ class Comm:
                 return Remeasure(same(), fresh=False, how=same_how)
             return self._state.remeasure(fresh, same, fresh_how, same_how)
 
-        self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo))
+        self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo, fold=fold))
         return m
 
     def _copy(self, spec: dict[str, Any]) -> Measurement:
@@ -310,11 +310,16 @@ class Comm:
             group.restart()  # new ranks: the next run starts a new process group
             return run()
 
+        def fold(i: int) -> Measurement:  # no single ops: the tail verdict reads the first run and re-measures
+            (m,) = self._collective_once(op, self._state.fold_group(group, i), dict(kwargs, tail_time_s=0.0), n,
+                                         dtype)
+            return m
+
         if not group.restartable:  # launched mode: the job's process group lives as long as the session
             return self._record(run(), None, run, "",
                                 "in the same process group: the job's process group (launched mode) cannot be "
                                 "restarted")
-        return self._record(run(), fresh, run, "in a new process group", "in the same process group")
+        return self._record(run(), fresh, run, "in a new process group", "in the same process group", fold)
 
     def _group_of_kind(self, group: ProcessGroup, kind: str) -> ProcessGroup:
         """The job's groups of ``kind``, for a test that was given ``group`` (skipped where there are none)."""

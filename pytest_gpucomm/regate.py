@@ -86,6 +86,20 @@ class _NoMoreRecorded(Exception):
     pass
 
 
+def _folds_of(recorded: Mapping[str, Any]) -> Any:
+    """The row's recorded folds (its verdict's ``fold_runs``), handed back by number as the gate asks; None
+    past the last (the gate judges on the runs the report holds)."""
+    from .measurement import Measurement
+
+    runs = [a["measurement"] for a in (recorded.get("fold_runs") or [])
+            if isinstance(a, Mapping) and isinstance(a.get("measurement"), Mapping)]
+
+    def fold(i: int) -> Optional[Measurement]:
+        return Measurement.from_dict(dict(runs[i - 1])) if 1 <= i <= len(runs) else None
+
+    return fold
+
+
 def _number(settings: Mapping[str, Any], key: str, default: Any) -> Any:
     v = settings.get(key)
     return default if v is None else v
@@ -100,7 +114,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     too).  Raises ReportError / BaselineError on unreadable input."""
     from .gate import Gate, GateSettings
     from .gate.store import to_baseline
-    from .vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE
+    from .vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS
 
     run = dict(report.get("settings") or {})
     gs = GateSettings(
@@ -110,6 +124,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
         strict=bool(strict if strict is not None else run.get("strict", False)),
         tail_tolerance=float(tail_tolerance if tail_tolerance is not None
                              else _number(run, "tail_tolerance", DEFAULT_TAIL_TOLERANCE)),
+        folds=MAX_FOLDS,  # as many as each row recorded (a report of an earlier version: none)
     )
     gate = Gate(gs)
     gate.layout = str(((report.get("launch") or {}).get("layout")) or "")
@@ -125,9 +140,10 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
         tail = recorded_tail if isinstance(recorded_tail, Mapping) else {}
         tail_tol = tail_tolerance if tail_tolerance is not None else tail.get("tolerance")
         replay = _Replay(list(recorded.get("remeasures") or []))
+        fold = _folds_of(recorded)
         try:
             v = gate.judge(test, m, None if tol is None else float(tol), replay,
-                           None if tail_tol is None else float(tail_tol))
+                           None if tail_tol is None else float(tail_tol), fold)
         except _NoMoreRecorded:
             # judged again on what the report holds: the first run and the re-measures it kept
             # (the same gate, its fitted models kept, with only as many re-measures as the report holds)
@@ -135,7 +151,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
             gate.settings = dataclasses.replace(gs, max_remeasures=len(held.recorded))
             try:
                 v = gate.judge(test, m, None if tol is None else float(tol), held if held.recorded else None,
-                               None if tail_tol is None else float(tail_tol))
+                               None if tail_tol is None else float(tail_tol), fold)
             finally:
                 gate.settings = gs
             v.details["offline"] = OFFLINE_NOTE

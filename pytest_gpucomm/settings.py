@@ -19,6 +19,7 @@ from .vocab import (
     DEFAULT_ALPHA,
     DEFAULT_CPU_MAX_SIZE,
     DEFAULT_DTYPE,
+    DEFAULT_FOLDS,
     DEFAULT_GPU_MAX_SIZE,
     DEFAULT_MAX_RUNS,
     DEFAULT_MIN_TIME_S,
@@ -28,6 +29,7 @@ from .vocab import (
     DTYPE_ALIASES,
     DTYPES,
     MAX_BASELINE_RUNS,
+    MAX_FOLDS,
     MAX_MIN_TIME_S,
     MAX_TAIL_TOLERANCE,
     MAX_TIMEOUT_S,
@@ -62,6 +64,10 @@ _OPTIONS = [
      f"own verdicts (0.1) and the levels at the end: class offsets (0.2), op bands (0.35), case residuals (0.35). "
      f"Default: {DEFAULT_ALPHA}.",
      "ALPHA"),
+    ("--gpucomm-folds", "gpucomm_folds", "gpucomm_folds", "GPUCOMM_FOLDS",
+     f"With a baseline, each collective up to 1 MiB is measured in K process groups (kept for the session) and "
+     f"judged on the K runs pooled; 1: once, as every other case. Not in launched jobs. Default: {DEFAULT_FOLDS}.",
+     "K"),
     ("--gpucomm-device", "gpucomm_device", "gpucomm_device", "GPUCOMM_DEVICE",
      "Where to measure: 'auto' (GPUs when torch sees one, else the CPU variants), 'gpu' (error without one) "
      "or 'cpu' (host memory copies, gloo). Default: auto.", "auto|gpu|cpu"),
@@ -135,13 +141,14 @@ class Settings:
     plots_dir: Optional[str] = None
     plots_format: str = "png"
     pairs: Optional[str] = None  # --gpucomm-pairs; None: the default for the device count (parametrize.pair_choice)
+    folds: int = DEFAULT_FOLDS
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
                 "alpha": self.alpha, "strict": self.baseline_strict, "dtypes": list(self.dtypes),
-                "tail_tolerance": self.tail_tolerance,
+                "tail_tolerance": self.tail_tolerance, "folds": self.folds,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def describe(self) -> str:
@@ -156,7 +163,8 @@ class Settings:
             *([f"pairs={self.pairs}"] if self.pairs is not None else []),
         ]
         if self.baseline:
-            parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}")
+            parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}, "
+                         f"folds={self.folds}")
         if self.json_path:
             parts.append(f"json={self.json_path}")
         if self.plots_dir:
@@ -348,6 +356,18 @@ def _parse_runs(value: str, name: str, origin: str) -> int:
     return k
 
 
+def _parse_folds(value: str, name: str, origin: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        k = 0
+    if not 1 <= k <= MAX_FOLDS:
+        raise pytest.UsageError(
+            f"invalid {name} {value!r} (from {origin}): expected a whole number from 1 (no folds) to {MAX_FOLDS}"
+        )
+    return k
+
+
 def read_settings(config: pytest.Config) -> Settings:
     _check_cpu_devices()
     return Settings(
@@ -377,6 +397,7 @@ def read_settings(config: pytest.Config) -> Settings:
         tail_time_s=_get(config, "--gpucomm-tail-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
                          None),
         pairs=_get(config, "--gpucomm-pairs", _parse_pairs, None),
+        folds=_get(config, "--gpucomm-folds", _parse_folds, DEFAULT_FOLDS),
     )
 
 

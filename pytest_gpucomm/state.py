@@ -43,6 +43,9 @@ class Record:
     #: the same measurement again, in a fresh process state while the session has fresh re-measures left
     #: (the gate's re-measure; each call is a new one)
     redo: Optional[Callable[[], "Remeasure"]] = None
+    #: the same measurement in the session's i-th other process group (``fold(i)``, i >= 1), which the gate
+    #: asks for before judging a case of a folded class (``--gpucomm-folds``); None: it cannot be had
+    fold: Optional[Callable[[int], "Measurement"]] = None
 
 
 def xdist_refusal(kind: str, worker: Optional[str], allowed: bool) -> Optional[str]:
@@ -81,6 +84,7 @@ class State:
         self.records: list[Record] = []
         self.fresh_remeasures = 0  # the gate's re-measures made in a new process or process group
         self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
+        self.fold_pools: dict[tuple[int, int], Any] = {}  # (world size, fold) -> ranks.RankPool (fold_group)
         self.zygote: Any = None  # ranks.spawn.Zygote: forks every pool's workers (GPUCOMM_RANK_START=fork)
         self._info: Optional["DeviceInfo"] = None
         self._fingerprint: Optional[dict[str, Any]] = None
@@ -191,6 +195,7 @@ class State:
             self._gate = Gate(GateSettings(
                 spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,), max_runs=s.baseline_runs,
                 tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict, tail_tolerance=s.tail_tolerance,
+                folds=s.folds,
             ))
         return self._gate
 
@@ -345,6 +350,16 @@ class State:
             self.pools[world] = self._new_pool(world)
         return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
 
+    def fold_group(self, group: "ProcessGroup", i: int) -> "ProcessGroup":
+        """The i-th other process group (i >= 1) of ``group``'s world: a pool of its own, started at its first
+        use and kept for the session, in which the gate measures a case's folds (``--gpucomm-folds``)."""
+        from .group import ProcessGroup
+
+        key = (group.world_size, i)
+        if key not in self.fold_pools:
+            self.fold_pools[key] = self._new_pool(group.world_size)
+        return ProcessGroup(self.fold_pools[key], group.backend, group.timeout_s, f"{group.label} (fold {i + 1})")
+
     def _new_pool(self, world: int) -> Any:
         """A ranks.RankPool of ``world`` workers with the session's backend, device type and worker
         environment (not started yet)."""
@@ -472,7 +487,7 @@ class State:
                tail_tolerance: Optional[float] = None) -> list[str]:
         failures = []
         for r, redo in zip(records, redos):
-            v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo, tail_tolerance)
+            v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo, tail_tolerance, r.fold)
             r.baseline = v.to_dict()
             if r.status is not Status.FAILED:
                 r.status = v.status
@@ -522,12 +537,13 @@ class State:
         self.notes += data.get("notes", [])
 
     def close(self) -> None:
-        for pool in list(self.pools.values()):
+        for pool in [*self.pools.values(), *self.fold_pools.values()]:
             try:
                 pool.close()
             except Exception:  # pragma: no cover - best effort at teardown
                 pass
         self.pools.clear()
+        self.fold_pools.clear()
         if self.zygote is not None:  # after the pools: the workers it forked die with it
             self.zygote.close()
             self.zygote = None

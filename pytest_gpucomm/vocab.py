@@ -25,6 +25,8 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_MAX_RUNS",
     "DEFAULT_MAX_REMEASURES",
+    "DEFAULT_FOLDS",
+    "MAX_FOLDS",
     "DEFAULT_TAIL_TOLERANCE",
     "MAX_TAIL_TOLERANCE",
     "DEFAULT_DTYPE",
@@ -112,6 +114,15 @@ TAIL_TIME_FACTOR = 3
 MAX_TAIL_TOLERANCE = 99.0
 # re-measures of a flagged case, in a new process state: more gate fewer cases (calibration --table)
 DEFAULT_MAX_REMEASURES = 1
+#: the runs a case of a folded class (gate.levels.FOLDED_CLASSES: collectives up to 1 MiB) is measured in
+#: before its verdict, each in a process group of its own, pooled (--gpucomm-folds; 1: no folds).  On the
+#: 19 runs of 2 x H200 these cases' residuals spread 97 % within a session, so pooling k groups divides
+#: their variance by about k: an op band of small collectives moves from 0.83 % to 0.64 % sd at k = 2, which
+#: gates every such band at 10 % (leave-one-session-out on baselines/h200.json: band judgements gated 76 % ->
+#: 87 %, the rest host<->device bands); k = 3 gated no more of the 560, k = 4 four more, each costing a group
+DEFAULT_FOLDS = 2
+#: the most folds accepted (each a process group kept for the session)
+MAX_FOLDS = 8
 
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
 #: two-rank collectives have something real to measure.

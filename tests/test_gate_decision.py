@@ -387,6 +387,27 @@ def test_judge_stops_at_max_remeasures():
         judge(at(1.0), STEADY, NO_PRIOR, None, max_remeasures=-1)
 
 
+def test_a_cases_folds_are_pooled_at_the_first_look_and_spend_no_look_of_alpha():
+    """Folds (the case measured in other process groups before its verdict) are runs of their own: the first
+    look pools them; only the re-measures after it are looks that may decide."""
+    j = judge(at(1.0), STEADY, NO_PRIOR, Again(1.0), n_comparisons=10, folds=[at(1.0), at(1.0)])
+    assert j.comparison.runs_now == 3 and j.remeasured == 0 and j.folds == 3
+    assert j.comparison.alpha == pytest.approx(0.01 / 10)  # one re-measure allowed: one look, as without folds
+    one = judge(at(1.0), STEADY, NO_PRIOR, None, n_comparisons=10)  # the same level, no folds
+    assert j.comparison.spread.sd < one.comparison.spread.sd  # the run part of the spread divided by 3
+    # (not always a smaller bound: with the run part divided, the session part's fewer df weigh more)
+    again = Again(0.9)
+    flagged = judge(at(0.9), STEADY, NO_PRIOR, again, folds=[at(0.9)])
+    assert again.calls == 1 and flagged.remeasured == 1 and flagged.comparison.runs_now == 3  # still measured again
+    assert flagged.comparison.ratio == pytest.approx(0.9, rel=1e-3)
+
+
+def test_compare_refuses_a_fold_count_that_is_not_a_whole_number_of_at_least_one():
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match=f"folds must be a whole number >= 1, got {bad!r}"):
+            compare([at(1.0)], STEADY, folds=bad)
+
+
 def test_a_re_measure_without_a_new_process_state_is_merged_into_the_run_it_repeats():
     again = Again(1.0, fresh=False)
     j = judge(at(0.90), STEADY, NO_PRIOR, again, max_remeasures=1)

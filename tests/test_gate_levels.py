@@ -19,7 +19,9 @@ from pytest_gpucomm.gate.levels import (
     member,
     residual_spread,
     residuals,
+    within_share,
 )
+from pytest_gpucomm.gate.levels import fit_residual
 from pytest_gpucomm.units import size_token
 
 SIZES = [1 << (10 + 2 * i) for i in range(6)]  # 1 KiB .. 1 MiB: one class, one band per op
@@ -88,6 +90,33 @@ def test_the_residual_spread_is_shrunk_towards_the_class_prior_both_ways():
     assert sd > 0.007  # and up: a case whose runs happen to agree borrows the class's spread
     sd, df = residual_spread(r, Prior(0.01 ** 2, math.inf))  # equal spreads: the pooled one, normal quantiles
     assert sd == pytest.approx(0.01 * math.sqrt(1.25)) and df >= 1000
+
+
+def test_the_within_session_share_is_pooled_from_the_sums_of_squares_and_divides_by_the_folds():
+    within = fit_residual([0.01, -0.01, 0.01, -0.01], ["a", "a", "b", "b"])  # sessions agree: all within
+    assert within_share([within]) == pytest.approx(1.0)
+    between = fit_residual([0.01, 0.01, -0.01, -0.01], ["a", "a", "b", "b"])  # runs of a session agree
+    assert within_share([between]) == 0.0 and within_share([]) == 0.0
+    assert within_share([fit_residual([0.01, -0.01], ["a", "b"])]) == 0.0  # no session of two runs
+    r = Residual(center=0.0, s2=0.02 ** 2, df=9.0, runs=10, sessions=4)
+    one, _ = residual_spread(r, Prior(0.02 ** 2, 9.0))
+    two, _ = residual_spread(r, Prior(0.02 ** 2, 9.0), k=2, within=1.0)
+    assert two == pytest.approx(0.02 * math.sqrt(0.5 + 0.25)) and one == pytest.approx(0.02 * math.sqrt(1.25))
+    assert residual_spread(r, Prior(0.02 ** 2, 9.0), k=2, within=0.0)[0] == pytest.approx(one)  # all between
+
+
+def test_a_band_measured_in_folds_is_judged_on_a_spread_its_folds_divide():
+    rng = np.random.default_rng(3)
+    fit, centers = _fit(rng)
+    assert 0.5 < fit.within[next(iter(fit.within))] <= 1.0  # the simulated runs vary within sessions
+    today = _today(rng, centers)
+    plain = judge_run(today, fit, {k: 1e-4 for k in centers})
+    folded = judge_run(today, fit, {k: 1e-4 for k in centers}, folds={k: 2 for k in centers})
+    assert all(f.sd < p.sd for f, p in zip(folded.bands, plain.bands))
+    assert all(f.sd < p.sd for f, p in zip(folded.cases, plain.cases))
+    half = judge_run(today, fit, {k: 1e-4 for k in centers}, folds={k: 2 for k in centers if "size" not in k
+                                                                      and k.endswith("ws2") and "1024B" in k})
+    assert [b.sd for b in half.bands] == [b.sd for b in plain.bands]  # a band: its cases' fewest folds
 
 
 def test_without_a_change_no_level_fails_and_every_verdict_prints_the_bound_that_decided():

@@ -555,3 +555,91 @@ def test_a_recording_run_leaves_out_figures_of_0_and_says_so(pytester):
                                  "gpucomm: saved 2 cases of this run *"])
     cases = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["cases"]
     assert sorted(k.split("|")[0] for k in cases) == ["test_one.py::test_pair[4KiB-0->1]", "test_one.py::test_pair[4KiB-1->0]"]
+
+
+# --- folds: small collectives measured in several process groups before their verdict ---------------------
+
+FOLD_CONFTEST = """
+import json
+
+import pytest
+
+from pytest_gpucomm.state import State
+
+_fold_group = State.fold_group
+
+
+@pytest.fixture(autouse=True, scope="session")
+def record_fold_groups():
+    seen = []
+
+    def fold_group(self, group, i):
+        fg = _fold_group(self, group, i)
+        seen.append([i, group.run("pid_tasks:pid"), fg.run("pid_tasks:pid")])
+        return fg
+
+    State.fold_group = fold_group
+    yield
+    State.fold_group = _fold_group
+    open("folds.json", "w").write(json.dumps(seen))
+"""
+
+
+def test_a_small_collective_is_measured_in_folds_of_their_own_groups_and_judged_on_them_pooled(pytester):
+    from pytest_gpucomm import cli
+
+    _pid_task(pytester)
+    pytester.makeconftest(FOLD_CONFTEST)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", [4096, 2 << 20])
+        def test_all_reduce(process_group, comm, n):
+            comm.all_reduce(process_group, n)
+        """
+    )
+    pytester.syspathinsert()
+    assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", "--gpucomm-tail-time=0", *FAST).ret == 0
+    assert json.loads((pytester.path / "folds.json").read_text()) == []  # nothing to judge: no folds
+    report = pytester.path / "gpucomm.json"
+    result = pytester.runpytest("--gpu-baseline=cpu", f"--gpucomm-json={report}", "--gpucomm-tail-time=0",
+                                "--gpucomm-folds=3", "--gpu-tolerance=0.95", *FAST)  # no verdict on CPU noise
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*folds=3*"])
+    rows = {row["size_bytes"]: row["baseline"] for row in json.loads(report.read_text())["rows"]}
+    small, large = rows[4096], rows[2 << 20]
+    assert small["folds"] == 3 and len(small["fold_runs"]) == 2 and small["runs_pooled"] >= 3
+    assert "measured in 3 process groups" in small["message"]
+    assert large["folds"] == 1 and large["fold_runs"] == []  # above 1 MiB: measured once
+    folds = json.loads((pytester.path / "folds.json").read_text())
+    assert [i for i, _, _ in folds] == [1, 2]
+    (_, main, fold2), (_, main_again, fold3) = folds
+    assert main == main_again  # the session's group, not restarted by the folds
+    groups = [set(main), set(fold2), set(fold3)]  # each fold in a group of its own ranks
+    assert all(len(g) == 2 for g in groups) and len(set.union(*groups)) == 6
+    # offline, the report's folds are judged again as they were measured
+    out = pytester.path / "compared.json"
+    assert cli.main(["compare", str(pytester.path / "baselines" / "cpu.json"), str(report), "--json", str(out),
+                     "--no-curves"], out=open(pytester.path / "compare.txt", "w")) == 0
+    again = {row["size_bytes"]: row["baseline"] for row in json.loads(out.read_text())["rows"]}
+    assert again[4096]["folds"] == 3 and again[4096]["ratio"] == pytest.approx(small["ratio"])
+    assert again[2 << 20]["folds"] == 1
+
+
+def test_one_fold_measures_every_case_once_and_a_bad_fold_count_is_refused_naming_it(pytester):
+    _pid_task(pytester)
+    pytester.makeconftest(FOLD_CONFTEST)
+    pytester.makepyfile("def test_all_reduce(process_group, comm):\n    comm.all_reduce(process_group, 4096)\n")
+    pytester.syspathinsert()
+    assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", "--gpucomm-tail-time=0", *FAST).ret == 0
+    report = pytester.path / "gpucomm.json"
+    assert pytester.runpytest("--gpu-baseline=cpu", f"--gpucomm-json={report}", "--gpucomm-tail-time=0",
+                              "--gpucomm-folds=1", "--gpu-tolerance=0.95", *FAST).ret == 0
+    [row] = json.loads(report.read_text())["rows"]
+    assert row["baseline"]["folds"] == 1 and json.loads((pytester.path / "folds.json").read_text()) == []
+    for bad in ("0", "9", "two"):
+        result = pytester.runpytest("--gpu-baseline=cpu", f"--gpucomm-folds={bad}", *FAST)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*invalid --gpucomm-folds {bad!r} (from the command line): expected a whole "
+                                     "number from 1 (no folds) to 8*"])

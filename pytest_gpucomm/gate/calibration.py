@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
+from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
+from .levels import FOLDED_CLASSES
 
 __all__ = ["Case", "load_cases", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
@@ -133,16 +134,21 @@ def _shifted(loc: Any, d: float) -> Any:
 
 
 def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *, m: int, tolerance: float,
-           alpha: float, max_remeasures: int) -> Any:
+           alpha: float, max_remeasures: int, folds: int = 1) -> Any:
+    """The verdict on ``first`` and the next ``folds - 1`` runs of ``again`` pooled (the case's folds), with
+    the rest of ``again`` as its re-measures, every run scaled down by ``d``."""
     from .decision import judge
 
-    it: Iterator[Any] = iter(again)
+    pre = [_shifted(r, d) for r in again[:folds - 1]]
+    later = again[folds - 1:]
+    it: Iterator[Any] = iter(later)
 
     def measure_again() -> tuple[Any, bool]:
         return _shifted(next(it), d), True
 
-    return judge(_shifted(first, d), model, prior, measure_again if len(again) else None, tolerance=tolerance,
-                 alpha=alpha, n_comparisons=m, max_remeasures=min(max_remeasures, len(again))).comparison
+    return judge(_shifted(first, d), model, prior, measure_again if len(later) else None, tolerance=tolerance,
+                 alpha=alpha, n_comparisons=m, max_remeasures=min(max_remeasures, len(later)),
+                 folds=pre).comparison
 
 
 def _new_counts(drops: Sequence[float]) -> dict[str, Any]:
@@ -159,7 +165,7 @@ LEVELS = ("case", "class", "band", "residual")
 
 def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], fit: Any,
            drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int,
-           per_case: bool = False) -> dict[str, Any]:
+           per_case: bool = False, folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Judge one suite (one current run of every case, with its re-measures) as the plugin does: each case
     at its share of alpha, then the run at the levels (``fit``: ``levels.fit_levels`` over these cases).
     A/A; a uniform drop of every case at each of ``drops``; a 10 % drop of each op band in turn and, with
@@ -172,9 +178,10 @@ def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], 
     def run(drop_of: Any) -> tuple[dict[str, Any], Any]:
         out, dev, var = {}, {}, {}
         for key, model, prior, runs, _ in judged:
-            c = _judge(runs[0], runs[1:], model, prior, drop_of(key), **kw)  # type: ignore[arg-type]
+            c = _judge(runs[0], runs[1:], model, prior, drop_of(key), folds=(folds or {}).get(key, 1),
+                       **kw)  # type: ignore[arg-type]
             out[key], dev[key], var[key] = c, math.log(c.ratio), c.spread.sd ** 2
-        return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha)
+        return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha, folds=folds)
 
     def caught(out: dict[str, Any], lv: Any, keys: Sequence[str]) -> bool:
         covered = lv.failed_keys()
@@ -266,13 +273,16 @@ def _rates(counts: dict[str, Any]) -> dict[str, Any]:
 
 def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, tolerance: float = DEFAULT_TOLERANCE,
          alpha: float = DEFAULT_ALPHA, max_remeasures: int = DEFAULT_MAX_REMEASURES,
-         per_case_every: int = 0) -> dict[str, Any]:
+         per_case_every: int = 0, folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Leave-one-session-out A/A, detection and sensitivity, from the file's own runs; a 10 % drop of each
-    case in turn on every ``per_case_every``-th suite (0: none; each costs a suite per case)."""
+    case in turn on every ``per_case_every``-th suite (0: none; each costs a suite per case).  ``folds``: per
+    class (``levels.case_class``), the runs a case of it is measured in before its verdict (the held-out
+    session's next runs; a case of a session with fewer runs has as many as it has)."""
     order = {r: i for i, r in enumerate(sorted(session, key=lambda r: (session[r], r)))}
     sessions = sorted(set(session.values()))
     counts = _new_counts(drops)
     suites: list[dict[str, Any]] = []
+    klass_of = {c.key: c.member.klass for c in cases if c.member is not None}
     for s in sessions:
         train = {c.key: [r for r in c.runs if session[r] != s] for c in cases}
         models = _models(cases, train, session)
@@ -283,9 +293,11 @@ def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, 
             judged = [(c.key, *models[c.key], [c.runs[run]] + [c.runs[r] for r in rest if r in c.runs], c.group)
                       for c in cases if run in c.runs and c.key in models]
             if judged:
+                k_of = {key: min(len(runs), (folds or {}).get(klass_of.get(key, ""), 1))
+                        for key, _, _, runs, _ in judged}
                 suites.append({"session": s, "run": run, **_suite(
                     counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures,
-                    per_case=per_case_every > 0 and len(suites) % per_case_every == 0)})
+                    per_case=per_case_every > 0 and len(suites) % per_case_every == 0, folds=k_of)})
     return {"sessions": len(sessions), **_rates(counts), "per_suite": suites}
 
 
@@ -314,11 +326,12 @@ def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
 
 def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], *, suites: int, drops: Sequence[float],
              tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-             max_remeasures: int = DEFAULT_MAX_REMEASURES, seed: int = 1) -> dict[str, Any]:
+             max_remeasures: int = DEFAULT_MAX_REMEASURES, seed: int = 1,
+             folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Suites drawn from the fitted model with the file's sessions and runs for the baseline and a new
-    session of 1 + ``max_remeasures`` runs.  A run's location is the case's centre + the group's common
-    offset of the run + the case's session offset + its run offset + its within-run error; the common
-    part is taken out of the case's run spread (what is left, at least 0)."""
+    session of the most ``folds`` (per class, as :func:`loso`) + ``max_remeasures`` runs.  A run's location
+    is the case's centre + the group's common offset of the run + the case's session offset + its run offset
+    + its within-run error; the common part is taken out of the case's run spread (what is left, at least 0)."""
     import numpy as np
 
     from .decision import RunLocation
@@ -327,7 +340,8 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
     counts = _new_counts(drops)
     pc, common = model["cases"], model["common_sd"]
     run_ids = sorted(session, key=lambda r: (session[r], r))
-    new_runs = [f"new{i}" for i in range(1 + max_remeasures)]
+    new_runs = [f"new{i}" for i in range(max([1, *(folds or {}).values()]) + max_remeasures)]
+    k_of = {c.key: (folds or {}).get(c.member.klass, 1) for c in cases if c.member is not None}
     sess_of = {**session, **{r: -1 for r in new_runs}}
     for _ in range(suites):
         offs = {(g, r): float(rng.normal(0.0, common[g])) for g in common for r in run_ids + new_runs}
@@ -346,7 +360,8 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
         models = _models(sims, train, sess_of)
         fit = _fit_levels(sims, train, models, sess_of)
         judged = [(c.key, *models[c.key], [c.runs[r] for r in new_runs], c.group) for c in sims]
-        _suite(counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures)
+        _suite(counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures,
+               folds=k_of)
     return _rates(counts)
 
 
@@ -435,6 +450,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="Default: the plugin's, 0.01.")
     p.add_argument("--remeasures", type=int, default=DEFAULT_MAX_REMEASURES,
                    help=f"re-measures of a flagged case. Default: the plugin's, {DEFAULT_MAX_REMEASURES}.")
+    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, metavar="K",
+                   help=f"runs a case of the folded classes ({', '.join(FOLDED_CLASSES)}) is measured in before "
+                        f"its verdict (the held-out session's next runs). Default: the plugin's, {DEFAULT_FOLDS}.")
     p.add_argument("--per-case-every", type=int, default=3, metavar="N",
                    help="a 10%% drop of each case in turn on every N-th held-out suite (0: none; each such suite "
                         "costs one judgement per case). Default: 3.")
@@ -452,6 +470,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--alpha {args.alpha}: expected a level in (0, 1) such as 0.01")
     if args.remeasures < 0:
         p.error(f"--remeasures {args.remeasures}: expected 0 or more")
+    if not 1 <= args.folds <= MAX_FOLDS:
+        p.error(f"--folds {args.folds}: expected a whole number from 1 to {MAX_FOLDS}")
     if args.per_case_every < 0:
         p.error(f"--per-case-every {args.per_case_every}: expected 0 or more")
     from .store import BaselineError
@@ -466,10 +486,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     session = sessions_of(dates, args.session_gap_min, labels)
     n_sessions = len(set(session.values()))
-    kw = dict(tolerance=args.tolerance, alpha=args.alpha, max_remeasures=args.remeasures)
+    folds = {c: args.folds for c in FOLDED_CLASSES}
+    kw = dict(tolerance=args.tolerance, alpha=args.alpha, max_remeasures=args.remeasures, folds=folds)
     print(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
           f"({sum(1 for r in dates if labels.get(r))} runs labelled; tolerance {args.tolerance:.0%}, alpha "
-          f"{args.alpha:g}, up to {args.remeasures} re-measures)")
+          f"{args.alpha:g}, up to {args.remeasures} re-measures, {args.folds} folds)")
     model = fit_model(cases, session)
     import numpy as np
 
@@ -482,7 +503,8 @@ def main(argv: Optional[list[str]] = None) -> int:
           + "; ".join(f"{k} {v['median']:.2%} / {v['p90']:.2%}" for k, v in fitted.items())
           + "; common offset of a run: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
     doc: dict[str, Any] = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates),
-                           "sessions": n_sessions, **{k: v for k, v in kw.items()}, "fitted": fitted,
+                           "sessions": n_sessions, **{k: v for k, v in kw.items() if k != "folds"},
+                           "folds": args.folds, "folded_classes": list(FOLDED_CLASSES), "fitted": fitted,
                            "common_sd": model["common_sd"]}
     if n_sessions < 2:
         print("leave-one-session-out: needs runs from at least 2 sessions; none judged")
@@ -504,7 +526,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               "3% drift called, 10% drop caught (gated cases | all cases)")
         for a in TABLE_ALPHAS:
             for k in TABLE_REMEASURES:
-                kw2 = dict(tolerance=args.tolerance, alpha=a, max_remeasures=k)
+                kw2 = dict(tolerance=args.tolerance, alpha=a, max_remeasures=k, folds=folds)
                 drops = (0.03, 0.10)
                 lr = loso(cases, session, drops, **kw2) if n_sessions >= 2 else None
                 sr = (simulate(cases, session, model, suites=args.sim_suites, drops=drops, seed=args.seed, **kw2)
@@ -518,7 +540,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                                            f"{_pct(x['drop10_all'])}")
                     for x in briefs))
         doc["table"] = rows
-        proj = projection(cases, model, (n_sessions, 8, 12, 20), **kw)
+        proj = projection(cases, model, (n_sessions, 8, 12, 20), tolerance=args.tolerance, alpha=args.alpha,
+                          max_remeasures=args.remeasures)
         print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
               + "; ".join(f"{n} sessions: not gated {_pct(v['not_gated_share'])}, median smallest drop caught "
                           f"{_pct(v['detectable_drop_median'])}" for n, v in proj.items()))

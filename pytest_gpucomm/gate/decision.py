@@ -89,7 +89,10 @@ All statistics work on log bandwidth, so a shift is a ratio.
    process group, a new process for copies), and the runs are pooled (k = 2).  With more re-measures
    allowed (DEFAULT_MAX_REMEASURES is 1), another follows while the pooled ratio is still below 1 - t and
    not yet decided.  A re-measure that could not draw a new state is merged into the run it repeats (k
-   unchanged).
+   unchanged).  Folds: a case of a folded class (gate.levels.FOLDED_CLASSES: collectives up to 1 MiB) is
+   measured before its verdict in K process groups of its own (--gpucomm-folds, DEFAULT_FOLDS 2; the
+   session's group and K - 1 kept beside it), and its first look pools them (k = K); the folds spend no look
+   of alpha (only the re-measures after them may decide).
 6. The levels, at the end of the session: the run judged as a whole, at three levels, each at its share of
    alpha (gate.levels.LEVEL_SHARES: 0.1 for the cases' own verdicts at their tests, steps 4-5, and their
    tails; 0.2 for the class offsets, 0.35 for the op bands, 0.35 for the case residuals; Bonferroni within
@@ -109,7 +112,9 @@ All statistics work on log bandwidth, so a shift is a ratio.
    * A band's and a case's residual are judged like a case against the same residuals of the baseline's
      runs (taken over the cases measured now), every run one draw: its variance over the runs, shrunk
      towards its class's prior both ways (Smyth 2004: (d0 s0^2 + d s^2) / (d0 + d), with d0 + d degrees of
-     freedom), times (1 + 1/S) for the centre's own error.
+     freedom), times (1 + 1/S) for the centre's own error.  A case measured in K folds has the share of that
+     variance that lies within sessions (pooled over its class's cases from the baseline runs' sums of
+     squares: 97 % for small collectives on 2 x H200) divided by K; a band, by its cases' fewest folds.
    The tolerance applies at each level to what that level measures: a class offset beyond it (every case of
    the class slower), a band or a case slower than its class by more than it.  A drop that a class shares
    is judged once, by the class's test, not by each of its cases.  "Gated" at a level: a drop of twice the
@@ -435,14 +440,17 @@ class Comparison:
 def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIOR, *,
             fresh: Optional[Sequence[bool]] = None, tolerance: float = DEFAULT_TOLERANCE,
             alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
-            max_runs: int = 1 + DEFAULT_MAX_REMEASURES) -> Comparison:
-    """Judge this session's runs of a case (``now``: the first run and its re-measures) against the case's
-    baseline model.  ``fresh[i]`` says whether re-measure i (``now[i + 1]``) drew a new process state
-    (default: all did); one that did not is merged into the run before it.  ``max_runs``: the runs the
-    procedure may pool (1 + re-measures); each pooled look after the first may decide, so the level is
-    alpha / (n_comparisons * (max_runs - 1)), or alpha / n_comparisons without re-measures."""
+            max_runs: int = 1 + DEFAULT_MAX_REMEASURES, folds: int = 1) -> Comparison:
+    """Judge this session's runs of a case (``now``: the first run, its folds and its re-measures) against
+    the case's baseline model.  ``fresh[i]`` says whether run i + 1 (``now[i + 1]``) drew a new process
+    state (default: all did); one that did not is merged into the run before it.  ``folds``: the runs
+    measured before the first look (the first and the folds, DECISION_RULE step 5).  ``max_runs``: the runs
+    the procedure may pool (folds + re-measures); each pooled look after the first may decide, so the level
+    is alpha / (n_comparisons * (max_runs - folds)), or alpha / n_comparisons without re-measures."""
     tolerance = check_tolerance(tolerance)
-    alpha_c = corrected_alpha(alpha, n_comparisons, max(1, max_runs - 1))
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
+        raise ValueError(f"folds must be a whole number >= 1, got {folds!r}")
+    alpha_c = corrected_alpha(alpha, n_comparisons, max(1, max_runs - folds))
     if not now:
         raise ValueError("compare: no current run")
     flags = [True] * (len(now) - 1) if fresh is None else [bool(f) for f in fresh]
@@ -505,36 +513,39 @@ class Judged:
 
     comparison: Comparison
     runs: list[RunLocation] = field(default_factory=list)
+    folds: int = 1  # the runs before the first look (the first and its folds)
 
     @property
     def remeasured(self) -> int:
-        return len(self.runs) - 1
+        return len(self.runs) - self.folds
 
 
 def judge(first: RunLocation, model: CaseModel, prior: Prior,
           measure_again: Optional[Callable[[], tuple[RunLocation, bool]]], *,
           tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
-          max_remeasures: int = DEFAULT_MAX_REMEASURES) -> Judged:
-    """Compare ``first``; when its ratio is below 1 - tolerance (even if already a regression), and then while
-    the pooled ratio is below 1 - tolerance and not yet a regression, measure again (``measure_again``
-    returns the run and whether it drew a new process state), at most ``max_remeasures`` times, and compare
-    the pooled runs."""
+          max_remeasures: int = DEFAULT_MAX_REMEASURES, folds: Sequence[RunLocation] = ()) -> Judged:
+    """Compare ``first`` pooled with its ``folds`` (the case measured again in new process states before the
+    verdict, each a run of its own: DECISION_RULE step 5); when the ratio is below 1 - tolerance (even if
+    already a regression), and then while the pooled ratio is below 1 - tolerance and not yet a regression,
+    measure again (``measure_again`` returns the run and whether it drew a new process state), at most
+    ``max_remeasures`` times, and compare the pooled runs."""
     if max_remeasures < 0:
         raise ValueError(f"max_remeasures must be >= 0, got {max_remeasures}")
-    kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons,
-              max_runs=1 + (max_remeasures if measure_again is not None else 0))
-    runs: list[RunLocation] = [first]
-    fresh: list[bool] = []
-    c = compare(runs, model, prior, **kw)  # type: ignore[arg-type]
-    # a flagged first run is always measured again (a one-off glitch must not fail alone); after that, only
+    k0 = 1 + len(folds)
+    kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons, folds=k0,
+              max_runs=k0 + (max_remeasures if measure_again is not None else 0))
+    runs: list[RunLocation] = [first, *folds]
+    fresh: list[bool] = [True] * len(folds)
+    c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
+    # a flagged first look is always measured again (a one-off glitch must not fail alone); after that, only
     # while the pooled runs are still below the limit and not yet a regression
-    while (measure_again is not None and len(fresh) < max_remeasures and c.ratio < 1.0 - c.tolerance
-           and (not fresh or c.status != "regression")):
+    while (measure_again is not None and len(fresh) - len(folds) < max_remeasures and c.ratio < 1.0 - c.tolerance
+           and (len(fresh) == len(folds) or c.status != "regression")):
         again, is_fresh = measure_again()
         runs.append(again)
         fresh.append(bool(is_fresh))
         c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
-    return Judged(c, runs)
+    return Judged(c, runs, k0)
 
 
 # ------------------------------------------------------------------------------------------------

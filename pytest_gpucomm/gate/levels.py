@@ -19,8 +19,9 @@ from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORM
                        NO_PRIOR, Common, Prior, bounded_exp, check_tolerance, common_spread, prior_of_variances,
                        t_quantile)
 
-__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "Member", "member", "case_class", "residuals", "Residual", "fit_residual",
-           "residual_spread", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels", "judge_run"]
+__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "FOLDED_CLASSES", "Member", "member", "case_class", "residuals", "Residual",
+           "fit_residual", "residual_spread", "within_share", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels",
+           "judge_run"]
 
 LEVELS_RULE = DECISION_RULE[DECISION_RULE.index("6. The levels"):DECISION_RULE.index("A published case")]
 
@@ -35,6 +36,12 @@ MIN_BAND_CASES = 3
 MIN_CLASS_CASES = 5
 #: the fewest cases outside a band from which its class's offset is estimated (fewer: no offset removed)
 MIN_REFERENCE_CASES = 3
+
+#: the classes whose cases are measured in several process groups (``--gpucomm-folds``) and judged on them
+#: pooled: where the 2 x H200 runs show the residuals' run-to-run spread within a session (97 % of it for
+#: collectives up to 1 MiB; host<->device copies up to 1 MiB: 17 %, their spread lies between machines and
+#: boots, which folds do not reach; the other classes are gated without them)
+FOLDED_CLASSES = ("collectives <= 1 MiB",)
 
 _KIND_LABEL = {"collective": "collectives", "peer": "copies between GPUs", "host": "host<->device copies"}
 
@@ -104,14 +111,17 @@ def residuals(dev: Mapping[str, float], members: Mapping[str, Member], weights: 
 @dataclass(frozen=True)
 class Residual:
     """What the baseline's runs say of one band's or case's residual: its centre (the mean of the session
-    means), its spread over the runs (about that run's session mean... no: about the centre, every run one
-    draw) with its degrees of freedom, and the runs and sessions it comes from."""
+    means), its spread over the runs (about the centre, every run one draw) with its degrees of freedom, the
+    runs and sessions it comes from, and the sums of squares within sessions (about each session's mean)
+    and in all (about the mean of the runs), from which the class's within-session share is pooled."""
 
     center: float
     s2: float
     df: float
     runs: int
     sessions: int
+    ss_within: float = 0.0
+    ss_total: float = 0.0
 
 
 def fit_residual(values: Sequence[float], sessions: Sequence[Optional[str]]) -> Residual:
@@ -123,13 +133,31 @@ def fit_residual(values: Sequence[float], sessions: Sequence[Optional[str]]) -> 
     center = float(np.mean([np.mean(v) for v in by.values()]))
     n = len(values)
     s2 = float(np.var(values, ddof=1)) if n >= 2 else math.nan
-    return Residual(center, s2, float(n - 1), n, len(by))
+    ss_within = float(sum(np.sum((np.asarray(v) - np.mean(v)) ** 2) for v in by.values()))
+    ss_total = float(np.sum((np.asarray(values, dtype=float) - np.mean(values)) ** 2)) if n else 0.0
+    return Residual(center, s2, float(n - 1), n, len(by), ss_within, ss_total)
 
 
-def residual_spread(r: Residual, prior: Prior) -> tuple[float, float]:
+def within_share(fitted: Iterable[Residual]) -> float:
+    """The share of the residuals' run-to-run variance that lies within sessions, pooled over ``fitted``
+    (a class's cases or bands): the within-session sum of squares over its degrees of freedom, against the
+    runs' variance, at most 1.  This is the part that pooling k runs of one session (a case's folds) divides
+    by k; the rest is drawn once per session.  0 where no session has two runs."""
+    fitted = list(fitted)
+    df_w = sum(r.runs - r.sessions for r in fitted)
+    df_t = sum(r.runs - 1 for r in fitted)
+    ss_w = sum(r.ss_within for r in fitted)
+    ss_t = sum(r.ss_total for r in fitted)
+    if df_w <= 0 or df_t <= 0 or not ss_t > 0:
+        return 0.0
+    return min(1.0, (ss_w / df_w) / (ss_t / df_t))
+
+
+def residual_spread(r: Residual, prior: Prior, k: int = 1, within: float = 0.0) -> tuple[float, float]:
     """The sd and degrees of freedom of a new run's residual about the centre: the runs' variance shrunk
     towards the class's prior (Smyth 2004: (d0 s0^2 + d s^2) / (d0 + d), both ways), plus the centre's own
-    error (that variance over the sessions)."""
+    error (that variance over the sessions).  A residual of ``k`` runs pooled (a case's folds) has the
+    ``within`` share of that variance (:func:`within_share`) divided by k."""
     if math.isinf(prior.df):
         s2, df = prior.s2, DF_NORMAL
     elif prior.df > 0 and r.df > 0:
@@ -138,7 +166,8 @@ def residual_spread(r: Residual, prior: Prior) -> tuple[float, float]:
         s2, df = r.s2, r.df
     else:
         s2, df = max(prior.s2, MIN_SPREAD ** 2), max(prior.df, 1.0)
-    v = max(s2 * (1.0 + 1.0 / max(r.sessions, 1)), MIN_SPREAD ** 2)
+    f = min(max(float(within), 0.0), 1.0) if k > 1 else 0.0
+    v = max(s2 * ((1.0 - f + f / k) + 1.0 / max(r.sessions, 1)), MIN_SPREAD ** 2)
     return math.sqrt(v), min(df, DF_NORMAL)
 
 
@@ -152,6 +181,7 @@ class LevelFit:
     bands: dict[str, tuple[Residual, Prior]]
     cases: dict[str, tuple[Residual, Prior]]
     weights: dict[str, float] = field(default_factory=dict)
+    within: dict[str, float] = field(default_factory=dict)  # per class: the residuals' within-session share
 
 
 def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, float],
@@ -192,8 +222,10 @@ def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, fl
     for c in sorted({m.klass for m in members.values()}):
         ck = [k for k in keys if members[k].klass == c]
         classes[c] = common_spread([dict(runs[k]) for k in ck], [centers[k] for k in ck], dict(session_of))
+    within = {c: within_share(r for k, (r, _) in cases.items() if members[k].klass == c)
+              for c in sorted({m.klass for m in members.values()})}
     return LevelFit(members=members, classes=classes,
-                    bands=models(band_res, band_class), cases=cases, weights=weights)
+                    bands=models(band_res, band_class), cases=cases, weights=weights, within=within)
 
 
 @dataclass(frozen=True)
@@ -348,14 +380,15 @@ def _bounds(level: str, name: str, keys: Sequence[str], d: float, sd: float, df:
 
 
 def _pseudo(level: str, name: str, keys: Sequence[str], x: float, fitted: Optional[tuple[Residual, Prior]], *,
-            tolerance: float, alpha: float) -> LevelVerdict:
-    """A band's or a case's residual against the baseline runs' residuals (shrunk spread)."""
+            tolerance: float, alpha: float, k: int = 1, within: float = 0.0) -> LevelVerdict:
+    """A band's or a case's residual (of ``k`` runs pooled) against the baseline runs' residuals (shrunk
+    spread)."""
     if fitted is None or fitted[0].runs < 2:
         return LevelVerdict(level, name, tuple(keys), "not judged", math.exp(x), math.nan, math.nan, alpha,
                             math.nan, math.nan, math.nan, math.nan, tolerance,
                             why="fewer than 2 baseline runs have its residual")
     r, prior = fitted
-    sd, df = residual_spread(r, prior)
+    sd, df = residual_spread(r, prior, k, within)
     return _bounds(level, name, keys, x - r.center, sd, df, tolerance=tolerance, alpha=alpha)
 
 
@@ -383,11 +416,16 @@ def _size_range(sizes: Iterable[int]) -> str:
 
 def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, float], *,
               tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-              shares: Optional[Mapping[str, float]] = None) -> RunLevels:
+              shares: Optional[Mapping[str, float]] = None, folds: Optional[Mapping[str, int]] = None
+              ) -> RunLevels:
     """Judge a run at the three levels.  ``dev``: case key -> today's log deviation from the case's centre
     (its runs pooled, as its verdict did); ``case_var``: case key -> its verdict's prediction variance (the
-    class offset's own-noise term, as in step 6); ``fit``: :func:`fit_levels` over today's cases."""
+    class offset's own-noise term, as in step 6); ``fit``: :func:`fit_levels` over today's cases; ``folds``:
+    case key -> the runs it was measured in before its verdict (1 where missing; a band: its cases' fewest).
+    The re-measures a case's verdict asked for are not counted there: they were made because the case looked
+    slow."""
     tolerance = check_tolerance(tolerance)
+    folds = dict(folds or {})
     shares = dict(LEVEL_SHARES if shares is None else shares)
     dev = {k: v for k, v in dev.items() if k in fit.members}
     res, bands, offsets = residuals(dev, fit.members, fit.weights)
@@ -409,12 +447,14 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
         mem = fit.members[ks[0]]
         name = f"{mem.band_name}, {_size_range(fit.members[k].size_bytes for k in ks)}"
         band_vs.append(_pseudo("band", name, ks, bands[b][0], fit.bands.get(b), tolerance=tolerance,
-                               alpha=alpha * shares["band"] / max(1, len(judged_bands))))
+                               alpha=alpha * shares["band"] / max(1, len(judged_bands)),
+                               k=min(folds.get(k, 1) for k in ks), within=fit.within.get(mem.klass, 0.0)))
     judged_cases = [k for k in dev if k in fit.cases]
     cases = []
     for k in dev:
         mem = fit.members[k]
         cases.append(_pseudo("case", f"{mem.band_name}, {format_size(mem.size_bytes)}", [k], res[k],
                              fit.cases.get(k), tolerance=tolerance,
-                             alpha=alpha * shares["residual"] / max(1, len(judged_cases))))
+                             alpha=alpha * shares["residual"] / max(1, len(judged_cases)),
+                             k=folds.get(k, 1), within=fit.within.get(mem.klass, 0.0)))
     return RunLevels(classes=classes, bands=band_vs, cases=cases, alpha=alpha, shares=shares)

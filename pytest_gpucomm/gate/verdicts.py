@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from ..units import describe_size, plural
-from ..vocab import (DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE,
-                     Status)
+from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE,
+                     DEFAULT_TOLERANCE, Status)
 
 if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
@@ -87,6 +87,7 @@ class GateSettings:
     strict: bool = False
     max_remeasures: int = DEFAULT_MAX_REMEASURES
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
+    folds: int = DEFAULT_FOLDS  # the runs of a case of levels.FOLDED_CLASSES before its verdict
 
 
 @dataclass
@@ -408,11 +409,15 @@ class Gate:
 
     # -- the decision ------------------------------------------------------------------------------
     def judge(self, nodeid: str, m: Measurement, tolerance: Optional[float],
-              remeasure: Optional[Callable[[], "Remeasure"]], tail_tolerance: Optional[float] = None) -> Verdict:
+              remeasure: Optional[Callable[[], "Remeasure"]], tail_tolerance: Optional[float] = None,
+              fold: Optional[Callable[[int], Optional[Measurement]]] = None) -> Verdict:
         """The verdict on one measurement of test ``nodeid``; ``tolerance`` and ``tail_tolerance`` override the
         session's (the @bandwidth marker's), ``remeasure`` measures the case again in a new process state when
         it looks like a regression (DECISION_RULE step 5) or like a heavier tail; the two verdicts share the
-        re-measures (the tail pools those the median verdict made before it asks for more)."""
+        re-measures (the tail pools those the median verdict made before it asks for more).  ``fold(i)``
+        measures the case in its i-th other process group (None: no more): a case of a folded class
+        (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
+        them (the tail verdict reads the first run and the re-measures only)."""
         from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
         from .fingerprint import format_fingerprint_diff
         from .store import case_key
@@ -452,8 +457,9 @@ class Gate:
                 v.message = f"below the published floor: {v.message}; source: {self.baseline.source_detail}"
             return v
         model, prior = self._fit()[key]
+        fold_log, fold_locs = self._folds(nodeid, m, fold)
         j = judge(first, model, prior, again, tolerance=tol, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
-                  n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures)
+                  n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures, folds=fold_locs)
         c = j.comparison
         status = verdict_status(c.status)
         if status is Status.NOT_GATED and self.settings.strict:
@@ -464,11 +470,15 @@ class Gate:
                              "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
-                             "log_ratio": math.log(c.ratio), "remeasures": again_log})
+                             "log_ratio": math.log(c.ratio), "remeasures": again_log,
+                             "folds": 1 + len(fold_log), "fold_runs": fold_log})
         pooled = ""
+        if fold_log:
+            pooled = (f"; measured in {1 + len(fold_log)} process groups: {first.gbps:.2f}, "
+                      + ", ".join(f"{a['median_gbps']:.2f}" for a in fold_log) + " GB/s")
         if again_log:
             how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again_log)
-            pooled = f"; first run {first.gbps:.2f} GB/s, measured again: {how}"
+            pooled += f"; first run {first.gbps:.2f} GB/s, measured again: {how}"
         env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
         step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
         if v.status is Status.REGRESSION:
@@ -505,6 +515,25 @@ class Gate:
         elif t["status"] != "untested":
             v.message += f"; tail: {t['text']}"
         return v
+
+    def _folds(self, nodeid: str, m: Measurement, fold: Optional[Callable[[int], Optional[Measurement]]]
+               ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The case's folds (see :meth:`judge`): each one's record for the report and its run location."""
+        from .decision import run_location
+        from .levels import FOLDED_CLASSES, case_class
+
+        log: list[dict[str, Any]] = []
+        locs: list[Any] = []
+        if fold is None or case_class(case_kind(m.op), m.size_bytes) not in FOLDED_CLASSES:
+            return log, locs
+        for i in range(1, self.settings.folds):
+            fm = fold(i)
+            if fm is None:
+                break
+            loc = run_location(fm.samples_gbps, f"{nodeid}: fold {i + 1}")
+            locs.append(loc)
+            log.append({"median_gbps": loc.gbps, "measurement": fm.to_dict(with_samples=True)})
+        return log, locs
 
     def _judge_tail(self, nodeid: str, entry: "CaseEntry", m: Measurement, again_ms: list[Any],
                     again: Optional[Callable[[], tuple[Any, bool]]], tolerance: float, looks: int
@@ -619,11 +648,13 @@ class Gate:
         models = self._fit()
         dev: dict[str, float] = {}
         var: dict[str, float] = {}
+        folds: dict[str, int] = {}
         for v in verdicts:
             key = v.get("case") if v else None
             if key in models and v.get("log_ratio") is not None:
                 dev[key] = float(v["log_ratio"])
                 var[key] = float(v.get("prediction_sd") or 0.0) ** 2
+                folds[key] = int(v.get("folds") or 1)
         if not dev:
             return None
         members = {}
@@ -633,7 +664,7 @@ class Gate:
                                   dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)
         session_of = {r.run_id: r.session for r in self.baseline.runs}
         fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of)
-        return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha)
+        return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha, folds=folds)
 
     @staticmethod
     def _what(m: Measurement) -> str:
