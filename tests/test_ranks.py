@@ -314,17 +314,23 @@ def test_crash_message_names_signal_for_killed_rank() -> None:
 
 def test_keyboard_interrupt_during_run_tears_down_and_reraises(pool2: RankPool) -> None:
     old_pids = pool2.pids
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # interrupt_main needs Python's handler
     done = threading.Event()
+    fired: list[object] = []
 
-    def interrupt() -> None:  # every 0.5 s until the run is over: once, an interrupt was lost under load in CI
+    def interrupt() -> None:  # every 0.5 s until the run is over (one interrupt was lost once in CI)
         while not done.wait(0.5):
+            fired.append(signal.getsignal(signal.SIGINT))
             _thread.interrupt_main()
 
     timer = threading.Thread(target=interrupt, daemon=True)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            pool2.run("rank_tasks:sleep_forever_on_rank", timeout_s=60)
+            try:
+                pool2.run("rank_tasks:sleep_forever_on_rank", timeout_s=60)
+            except RankTimeout:
+                pytest.fail(f"no interrupt arrived: {len(fired)} sent, SIGINT's handlers then: {set(fired)!r}")
     finally:
         done.set()
         for _ in range(3):  # an interrupt tripped as the run ended is handled here, not by the session
@@ -333,6 +339,7 @@ def test_keyboard_interrupt_during_run_tears_down_and_reraises(pool2: RankPool) 
                 time.sleep(0.01)
             except KeyboardInterrupt:
                 pass
+        signal.signal(signal.SIGINT, previous)
     assert not pool2.alive
     assert not any(_pid_exists(p) for p in old_pids)
     # (the next run restarts lazily, as pinned by the tests above)
