@@ -428,8 +428,12 @@ def test_ctrl_c_during_a_test_stops_the_rank_workers(pytester):
         """
     )
     log = open(pytester.path / "pytest.log", "wb")
+    # Started in the background by a shell without job control, this process and its children ignore SIGINT,
+    # and Python installs no handler at start: the child puts Python's back before pytest starts.
+    restore = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "runpy.run_module('pytest', run_name='__main__', alter_sys=True)")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *FAST, "test_interrupted.py"],
+        [sys.executable, "-c", restore, *FAST, "test_interrupted.py"],
         cwd=pytester.path, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
