@@ -67,7 +67,7 @@ def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None
     """The report's rows as the plugin's records (``state.Record``), with the verdicts given (``Verdict``s,
     one per row) or those the run recorded."""
     from .saved import measurements_of
-    from .state import Record
+    from .measurement import Record
     from .vocab import Status
 
     out = []

@@ -22,7 +22,8 @@ import pytest
 from .group import ProcessGroup
 from .markers import marks_of
 from .ops.collectives import OPS, add_op_methods
-from .state import Record, State
+from .measurement import Record
+from .state import State
 from .units import SizeError, parse_size
 from .vocab import DTYPE_ALIASES, DTYPES
 

@@ -24,7 +24,7 @@ from .units import SizeError, describe_size, parse_size, size_token
 from .vocab import FIXTURE_NAMES, MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TAIL_TOLERANCE, MAX_TIMEOUT_S, Status
 
 if TYPE_CHECKING:
-    from .state import Record
+    from .measurement import Record
 
 __all__ = [
     "MarkerError",

@@ -1,17 +1,19 @@
-"""The result of one measurement: what was measured and its raw per-iteration samples; and of the gate's
-re-measure of one (:class:`Remeasure`)."""
+"""The result of one measurement: what was measured and its raw per-iteration samples; of the gate's
+re-measure of one (:class:`Remeasure`); and what a session keeps of each (:class:`Record`: the
+measurement, what was checked of it, its verdict, and how to measure it again)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from . import summary as _summary
 from .summary import Summary
 from .units import GB, describe_size
+from .vocab import Status
 
-__all__ = ["Measurement", "Remeasure", "copy_where"]
+__all__ = ["Measurement", "Record", "Remeasure", "copy_where"]
 
 
 def copy_where(op: str, devices: Sequence[str]) -> str:
@@ -183,3 +185,20 @@ class Remeasure:
     measurement: Measurement
     fresh: bool
     how: str
+
+
+@dataclass
+class Record:
+    """One measurement made by one test, with what was checked of it."""
+
+    nodeid: str
+    measurement: "Measurement"
+    checks: list[str] = field(default_factory=list)  # human lines: "bandwidth >= 40 GB/s: ok"
+    status: Status = Status.MEASURED
+    baseline: Optional[dict[str, Any]] = None  # the gate's verdict, as in the JSON report
+    #: the same measurement again, in a fresh process state while the session has fresh re-measures left
+    #: (the gate's re-measure; each call is a new one)
+    redo: Optional[Callable[[], "Remeasure"]] = None
+    #: the same measurement in the session's i-th other process group (``fold(i)``, i >= 1), which the gate
+    #: asks for before judging a case of a folded class (``--gpucomm-folds``); None: it cannot be had
+    fold: Optional[Callable[[int], "Measurement"]] = None

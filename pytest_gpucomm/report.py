@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Protocol, Se
 
 from .atomic import write_atomic
 from .saved import REPORT_FORMAT, REPORT_VERSION
-from .state import Record
+from .measurement import Record
 from .units import format_size, plural
 from .vocab import Status
 

@@ -7,13 +7,13 @@ only when a test first uses a gpucomm fixture or marker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import pytest
 
 from . import vocab
+from .measurement import Record
 from .settings import Settings
 from .vocab import (CPU_MAX_WORLD, DEFAULT_BASELINE_DIR, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE,
                     RANK_START_TIMEOUT_S, Status)
@@ -29,23 +29,6 @@ if TYPE_CHECKING:
     from .timing import TimingSettings
 
 __all__ = ["Record", "State", "STATE_KEY", "state_of", "xdist_refusal"]
-
-
-@dataclass
-class Record:
-    """One measurement made by one test, with what was checked of it."""
-
-    nodeid: str
-    measurement: "Measurement"
-    checks: list[str] = field(default_factory=list)  # human lines: "bandwidth >= 40 GB/s: ok"
-    status: Status = Status.MEASURED
-    baseline: Optional[dict[str, Any]] = None  # the gate's verdict, as in the JSON report
-    #: the same measurement again, in a fresh process state while the session has fresh re-measures left
-    #: (the gate's re-measure; each call is a new one)
-    redo: Optional[Callable[[], "Remeasure"]] = None
-    #: the same measurement in the session's i-th other process group (``fold(i)``, i >= 1), which the gate
-    #: asks for before judging a case of a folded class (``--gpucomm-folds``); None: it cannot be had
-    fold: Optional[Callable[[int], "Measurement"]] = None
 
 
 def xdist_refusal(kind: str, worker: Optional[str], allowed: bool) -> Optional[str]:
@@ -165,8 +148,13 @@ class State:
     def load_gate(self, nodeids: set[str]) -> None:
         """Read the baseline; in launched mode on global rank 0 only, which tells every rank whether it could
         (a missing or corrupt baseline stops every rank with rank 0's message), the others follow it."""
+        from .gate import GateUsageError
+
         def load() -> None:
-            self.gate.load(self.info.model if self.info.kind == "gpu" else None, self.fingerprint, nodeids)
+            try:
+                self.gate.load(self.info.model if self.info.kind == "gpu" else None, self.fingerprint, nodeids)
+            except GateUsageError as e:
+                raise pytest.UsageError(str(e)) from None
 
         launched = self.launched if self.launched is not None and self.launched.started else None
         if launched is None:

@@ -435,14 +435,15 @@ def test_the_console_script_is_cli_main():
     assert doc["project"]["scripts"]["gpucomm"] == "pytest_gpucomm.cli:main"
 
 
-def test_show_and_compare_need_neither_torch_nor_matplotlib(runs):
-    """A report made on the GPU machine is read where no GPU stack is (saved.py reads it without torch)."""
+def test_show_and_compare_need_neither_torch_nor_matplotlib_nor_pytest(runs):
+    """A report made on the GPU machine is read where no GPU stack is (saved.py reads it without torch), and the
+    gate judges it without the plugin's host (pytest)."""
     code = ("import io, sys; from pytest_gpucomm.cli import main; "
             f"codes = [main(['show', {str(runs.slow)!r}], out=io.StringIO()), "
             f"main(['compare', {str(runs.baseline)!r}, {str(runs.slow)!r}], out=io.StringIO())]; "
-            "print(codes, 'torch' in sys.modules, 'matplotlib' in sys.modules)")
+            "print(codes, *(name in sys.modules for name in ('torch', 'matplotlib', 'pytest')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.stdout.split() == ["[0,", "1]", "False", "False"], proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["[0,", "1]", "False", "False", "False"], proc.stdout + proc.stderr
 
 
 def test_baselines_and_env_are_commands_of_gpucomm(runs, capsys):

@@ -13,7 +13,7 @@ import pytest
 
 import pytest_gpucomm
 from pytest_gpucomm import gate
-from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, Verdict, save_run
+from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, GateUsageError, Verdict, save_run
 from pytest_gpucomm.measurement import Remeasure
 from pytest_gpucomm.vocab import Status
 
@@ -214,8 +214,8 @@ def test_a_verdict_takes_a_status_word_and_refuses_an_unknown_one():
 
 def test_loading_a_missing_baseline_name_is_a_usage_error(tmp_path):
     g = Gate(GateSettings(spec="h200", search_dirs=(tmp_path,)))
-    with pytest.raises(pytest.UsageError, match="--gpu-baseline=h200: no baseline named 'h200'"):
-        g.load(None, {}, set())
+    with pytest.raises(GateUsageError, match="--gpu-baseline=h200: no baseline named 'h200'"):
+        g.load(None, {}, set())  # the plugin raises it as a pytest usage error (test_gate_plugin)
     assert not g.loaded
 
 

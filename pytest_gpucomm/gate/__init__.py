@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 from .fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
-from .verdicts import Gate, GateSettings, Verdict
+from .verdicts import Gate, GateSettings, GateUsageError, Verdict
 
 #: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock)
 _LAZY: dict[str, str] = {
@@ -37,7 +37,7 @@ _LAZY: dict[str, str] = {
                      "dumps_document", "write_document"], "store"),
 }
 
-__all__ = ["Gate", "GateSettings", "Verdict", "ABSENT", "VOLATILE_KEYS", "diff_fingerprints",
+__all__ = ["Gate", "GateSettings", "GateUsageError", "Verdict", "ABSENT", "VOLATILE_KEYS", "diff_fingerprints",
            "format_fingerprint_diff", *_LAZY]
 
 

@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import pytest
-
 from ..units import describe_size, plural
 from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE,
                      DEFAULT_TOLERANCE, Status)
@@ -53,7 +51,7 @@ if TYPE_CHECKING:
     from .decision import CaseModel, Prior
     from .store import Baseline, CaseEntry
 
-__all__ = ["GateSettings", "Gate", "Verdict", "verdict_status", "case_group", "case_kind"]
+__all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "verdict_status", "case_group", "case_kind"]
 
 #: the decision's words -> the verdict's Status: (compared with measured runs, checked against a floor)
 _STATUS_OF = {
@@ -71,6 +69,11 @@ def verdict_status(decision_status: str, *, floor: bool = False) -> Status:
     except KeyError:
         what = "a floor check" if floor else "a comparison"
         raise ValueError(f"{decision_status!r} is not a status of {what}") from None
+
+
+class GateUsageError(Exception):
+    """A baseline the options name that cannot be read or written; the message names the option and the file.
+    The plugin raises it again as a usage error of the session (the gate itself is free of pytest)."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,7 @@ class Gate:
                                     detected_model=detected_model, must_exist=not self.settings.save)
             baseline = load_baseline(path) if path.exists() or not self.settings.save else None
         except BaselineError as e:
-            raise pytest.UsageError(f"--gpu-baseline={spec}: {e}") from None
+            raise GateUsageError(f"--gpu-baseline={spec}: {e}") from None
         self.use(path, baseline, fingerprint, nodeids)
 
     def use(self, path: Path, baseline: Optional["Baseline"], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
@@ -711,5 +714,5 @@ class Gate:
         try:
             save_runs(self.path, name=name, runs=runs, max_runs=self.settings.max_runs)
         except BaselineError as e:
-            raise pytest.UsageError(f"--gpu-baseline-save: {e}") from None
+            raise GateUsageError(f"--gpu-baseline-save: {e}") from None
         return self.path, sum(len(c) for c in parts.values())
