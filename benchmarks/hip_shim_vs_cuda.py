@@ -109,7 +109,7 @@ def compare(shim: Path, sizes: Sequence[int], rounds: int = ROUNDS, min_time_s: 
     import torch
 
     from pytest_gpucomm.ops.copies import BufferPool
-    from pytest_gpucomm.timing import TimingSettings
+    from pytest_gpucomm.ops.timing import TimingSettings
 
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA GPU visible to torch")
@@ -243,7 +243,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         print(f"no size from {format_size(target_from)} up: nothing checked against the target")
     if args.json:
-        from pytest_gpucomm.atomic import write_atomic
+        from pytest_gpucomm.files.atomic import write_atomic
 
         doc = {"shim": str(shim), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "rounds": args.rounds, "min_time_s": args.min_time, "tolerance": args.tolerance,

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-runs", type=int, default=None, help="raise the TARGET's max_runs to this first")
     args = p.parse_args(argv)
 
-    from pytest_gpucomm.atomic import write_atomic
+    from pytest_gpucomm.files.atomic import write_atomic
     from pytest_gpucomm.gate.store import BaselineError, dumps_document, load_baseline
 
     try:

@@ -65,7 +65,7 @@ def _copy_child(args: argparse.Namespace) -> int:
 
     from pytest_gpucomm.gate.decision import run_location
     from pytest_gpucomm.ops.copies import BufferPool, measure_host_device
-    from pytest_gpucomm.timing import TimingSettings
+    from pytest_gpucomm.ops.timing import TimingSettings
     from pytest_gpucomm.units import parse_size
 
     settings = TimingSettings(min_time_s=args.min_time)
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         args.sizes = "4KiB,64KiB,1MiB,256MiB"
 
     from pytest_gpucomm.gate.decision import run_location
-    from pytest_gpucomm.group import ProcessGroup
-    from pytest_gpucomm.hardware import detect
+    from pytest_gpucomm.plugin.group import ProcessGroup
+    from pytest_gpucomm.env.hardware import detect
     from pytest_gpucomm.ops.collectives import to_measurement, worker_env
     from pytest_gpucomm.ranks import RankPool
     from pytest_gpucomm.units import parse_size

@@ -85,7 +85,7 @@ def _pairs_args(pairs: str) -> list[str]:
 _COLLECT = """
 import json, sys
 import pytest
-from pytest_gpucomm.markers import read_gpus
+from pytest_gpucomm.plugin.markers import read_gpus
 
 class Collected:
     items = []
@@ -224,7 +224,7 @@ def _unknown(functions: Sequence[str]) -> str:
 
 
 def effective_pairs(pairs: str, n_devices: int) -> str:
-    from pytest_gpucomm.parametrize import pair_choice
+    from pytest_gpucomm.plugin.parametrize import pair_choice
 
     return pair_choice(None if pairs == "auto" else pairs, n_devices)
 

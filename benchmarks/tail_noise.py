@@ -61,8 +61,8 @@ SLOW_SIGMAS = 4.0
 # -- measuring ----------------------------------------------------------------------------------------
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from pytest_gpucomm.group import ProcessGroup
-    from pytest_gpucomm.hardware import detect
+    from pytest_gpucomm.plugin.group import ProcessGroup
+    from pytest_gpucomm.env.hardware import detect
     from pytest_gpucomm.ops.collectives import to_measurement, worker_env
     from pytest_gpucomm.ranks import RankPool
     from pytest_gpucomm.units import parse_size

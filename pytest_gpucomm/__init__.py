@@ -72,11 +72,11 @@ if TYPE_CHECKING:
 
     from .measurement import Measurement, Remeasure  # noqa: F401
 
-    from .settings import Settings
+    from .plugin.settings import Settings
 
 
 def settings_of(config: "pytest.Config") -> "Settings":
     """The gpucomm settings of a pytest session (options, environment and ini resolved)."""
-    from .state import state_of
+    from .plugin.state import state_of
 
     return state_of(config).settings

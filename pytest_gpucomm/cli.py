@@ -15,7 +15,7 @@ REPORT is a file written by ``pytest --gpucomm-json=REPORT``.  BASELINE / B is a
 ``--baseline-dir``, default ``$GPUCOMM_BASELINE_DIR`` or ``./baselines``, as ``--gpu-baseline-dir``), the
 path of a baseline file, or the path of another report (taken as a one-run baseline: two reports compared).
 
-``compare`` is the plugin's gate (:mod:`pytest_gpucomm.regate`): the run's settings from the report (its
+``compare`` is the plugin's gate (:mod:`pytest_gpucomm.gate.regate`): the run's settings from the report (its
 tolerance, alpha, strictness, tail tolerance; ``--tolerance`` etc. override them), the re-measures the run
 made replayed from the report; against the baseline the run used, it gives the run's verdicts.
 
@@ -51,13 +51,13 @@ def _baseline_dirs(args: argparse.Namespace) -> list[Path]:
 
 
 def _load_report(path: str) -> dict[str, Any]:
-    from .saved import load_report
+    from .report.saved import load_report
 
     return load_report(path)
 
 
 def _load_reference(spec: str, args: argparse.Namespace, report: Optional[Mapping[str, Any]] = None) -> Any:
-    from .saved import load_reference
+    from .report.saved import load_reference
 
     model = ((report or {}).get("fingerprint") or {}).get("model") if spec.strip() == "auto" else None
     return load_reference(spec, search_dirs=_baseline_dirs(args), detected_model=model)
@@ -66,7 +66,7 @@ def _load_reference(spec: str, args: argparse.Namespace, report: Optional[Mappin
 def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None) -> list[Any]:
     """The report's rows as the plugin's records (``state.Record``), with the verdicts given (``Verdict``s,
     one per row) or those the run recorded."""
-    from .saved import measurements_of
+    from .report.saved import measurements_of
     from .measurement import Record
     from .vocab import Status
 
@@ -90,7 +90,7 @@ def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None
 
 
 def _table_lines(records: list[Any]) -> list[str]:
-    from .report import GATE_HEADERS, LEGEND, gate_columns, render_table
+    from .report.run import GATE_HEADERS, LEGEND, gate_columns, render_table
 
     gated = any(r.baseline is not None for r in records)
     table = render_table(records, GATE_HEADERS if gated else None, gate_columns(records) if gated else None)
@@ -100,7 +100,7 @@ def _table_lines(records: list[Any]) -> list[str]:
 def _counts_line(records: list[Any]) -> str:
     from collections import Counter
 
-    from .report import tail_counts
+    from .report.run import tail_counts
 
     counts = Counter(str(r.status.value if hasattr(r.status, "value") else r.status) for r in records)
     return "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + tail_counts(records)
@@ -109,7 +109,7 @@ def _counts_line(records: list[Any]) -> str:
 def _curve_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str, Any]]) -> list[str]:
     """The curves section: against ``baseline_doc`` when given, else the report's own section (or computed
     from its rows for a report written before it had one)."""
-    from .curves import curve_lines, curve_report, sweeps_from_baseline, sweeps_from_report
+    from .analysis.curves import curve_lines, curve_report, sweeps_from_baseline, sweeps_from_report
 
     if baseline_doc is None and isinstance(report.get("curves"), list):
         entries = report["curves"]
@@ -124,7 +124,7 @@ def _matrix_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str,
     """Every copy matrix of the report (``matrices.report_matrix_lines``), against ``baseline_doc`` when given,
     else against the figures the run's verdicts were judged against; at ``sizes`` (``--matrix-size``) when
     given."""
-    from .matrices import report_matrix_lines
+    from .analysis.matrices import report_matrix_lines
     from .units import parse_size
 
     asked = None
@@ -144,7 +144,7 @@ def _matrix_lines(report: Mapping[str, Any], baseline_doc: Optional[Mapping[str,
 
 
 def _hardware_line(report: Mapping[str, Any]) -> str:
-    from .plots import context_line
+    from .report.plots import context_line
 
     return "hardware: " + context_line(report)
 
@@ -165,11 +165,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         lines.append(f"judged in the run against {section['path']} ({section.get('comparisons', '?')} comparisons)")
     diff = section.get("environment_diff")
     if diff:
-        from .gate.fingerprint import ABSENT, format_fingerprint_diff
+        from .env.fingerprint import ABSENT, format_fingerprint_diff
 
         lines.append("environment changed since the baseline: " + format_fingerprint_diff(
             [(k, ABSENT if a is None else a, ABSENT if b is None else b) for k, a, b in diff]))
-    from .saved import level_texts
+    from .report.saved import level_texts
 
     lines += [f"gpucomm {t}" for t in level_texts(report)]
     lines += _matrix_lines(report, ref.doc if ref is not None else None, args.matrix_size)
@@ -180,7 +180,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
-    from .regate import regate
+    from .gate.regate import regate
 
     report = _load_report(args.report)
     ref = _load_reference(args.baseline, args, report)
@@ -205,7 +205,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     failed = [r for r in g.rows if r.verdict.failed]
     for r in failed:
         lines.append(f"FAILED {r.test}: {r.verdict.message}")
-    from .report import level_lines, sensitivity_lines
+    from .report.run import level_lines, sensitivity_lines
 
     lines += sensitivity_lines([r.verdict.to_dict() for r in g.rows])
     lines += level_lines(g.levels, {r.verdict.details.get("case"): r.test for r in g.rows})
@@ -215,7 +215,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
     if not args.no_curves:
         lines += _curve_lines(report, ref.doc)
     if args.json:
-        from .report import write_json
+        from .report.run import write_json
 
         doc = dict(report)
         doc["rows"] = [{**row, "baseline": r.verdict.to_dict(),
@@ -233,7 +233,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_plot(args: argparse.Namespace, out: TextIO) -> int:
-    from .plots import all_figures, save_all
+    from .report.plots import all_figures, save_all
 
     report = _load_report(args.report)
     ref = _load_reference(args.baseline, args, report) if args.baseline else None
@@ -245,7 +245,7 @@ def cmd_plot(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_html(args: argparse.Namespace, out: TextIO) -> int:
-    from .htmlpage import write_html
+    from .report.html import write_html
 
     report = _load_report(args.report)
     ref = _load_reference(args.baseline, args, report) if args.baseline else None
@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_html)
 
     try:
-        from . import keep
+        from .gate import keep
     except ImportError:  # pragma: no cover - keep.py is part of the package
         keep = None  # type: ignore[assignment]
     if keep is not None:
@@ -327,8 +327,8 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     except SystemExit as e:  # argparse printed the usage error (2) or the help (0)
         return int(e.code or 0)
     from .gate.store import BaselineError
-    from .plots import PlotsUnavailable
-    from .saved import ReportError
+    from .report.plots import PlotsUnavailable
+    from .report.saved import ReportError
 
     func: Callable[..., int] = args.func
     try:

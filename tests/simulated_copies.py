@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import pytest_gpucomm.ops.copies as copies
 from pytest_gpucomm import vocab
-from pytest_gpucomm.timing import Plan
+from pytest_gpucomm.ops.timing import Plan
 
 LATENCY_S, BYTES_PER_S = 5e-6, 2e9
 

@@ -1,4 +1,4 @@
-"""The AMD part of the fingerprint (pytest_gpucomm.amd), read from recorded answers of an 8 x MI300X node.
+"""The AMD part of the fingerprint (pytest_gpucomm.env.amd), read from recorded answers of an 8 x MI300X node.
 
 The answers are in tests/data/amd (their README says where each layout comes from: AMD SMI's Python API
 reference and the amd-smi CLI documentation and sources).  They reach the reader through fakes at the library
@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import pytest
 
-from pytest_gpucomm import amd, hardware
-from pytest_gpucomm.gate.fingerprint import VOLATILE_KEYS, diff_fingerprints
+from pytest_gpucomm.env import amd, hardware
+from pytest_gpucomm.env.fingerprint import VOLATILE_KEYS, diff_fingerprints
 
 DATA = Path(__file__).resolve().parent / "data" / "amd"
 N = 8

@@ -27,8 +27,8 @@ import pytest
 from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 
 from pytest_gpucomm import cli
-from pytest_gpucomm.curves import CURVES_HEADING
-from pytest_gpucomm.regate import OFFLINE_NOTE
+from pytest_gpucomm.analysis.curves import CURVES_HEADING
+from pytest_gpucomm.gate.regate import OFFLINE_NOTE
 
 REPLAYED = " (replayed from the report)"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -52,7 +52,7 @@ def test_copy_benchmark_names_a_bad_size():
 
 
 def test_gpu_copies_batch_at_least_a_millisecond():
-    from pytest_gpucomm.timing import TimingSettings
+    from pytest_gpucomm.ops.timing import TimingSettings
 
     assert copies._gpu_batches(TimingSettings(min_time_s=0.5)).target_batch_s == copies.GPU_BATCH_S
     assert copies._gpu_batches(TimingSettings(min_time_s=0.5)).min_time_s == 0.5

@@ -1,4 +1,4 @@
-"""The curve model of a sweep (``pytest_gpucomm.curves``): known curves give their figures back or the model
+"""The curve model of a sweep (``pytest_gpucomm.analysis.curves``): known curves give their figures back or the model
 says it cannot tell; grouping into sweeps; the comparison with a baseline's curve; bad input."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_gpucomm.curves import (
+from pytest_gpucomm.analysis.curves import (
     MAX_RESIDUAL,
     STILL_RISING,
     Sweep,
@@ -354,7 +354,7 @@ def test_duplicate_sizes_and_empty_sweeps_are_named():
 
 
 def test_importing_curves_imports_neither_torch_nor_scipy_nor_pytest():
-    code = ("import sys, pytest_gpucomm.curves; bad = [m for m in ('torch', 'scipy', 'pytest') if m in sys.modules]; "
+    code = ("import sys, pytest_gpucomm.analysis.curves; bad = [m for m in ('torch', 'scipy', 'pytest') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)

@@ -1,10 +1,10 @@
-"""Tests of pytest_gpucomm.gate.fingerprint: what changed in the environment since the baseline."""
+"""Tests of pytest_gpucomm.env.fingerprint: what changed in the environment since the baseline."""
 
 from __future__ import annotations
 
 import pickle
 
-from pytest_gpucomm.gate.fingerprint import ABSENT, diff_fingerprints, format_fingerprint_diff
+from pytest_gpucomm.env.fingerprint import ABSENT, diff_fingerprints, format_fingerprint_diff
 
 
 def test_diff_fingerprints_reports_changes_additions_removals_and_ignores_volatile_keys():

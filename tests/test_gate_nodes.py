@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from pytest_gpucomm.gate import Gate, GateSettings
-from pytest_gpucomm.gate.fingerprint import node_differences
+from pytest_gpucomm.env.fingerprint import node_differences
 from pytest_gpucomm.gate.store import (BaselineError, CaseRecord, RunToSave, case_key, load_baseline, save_run,
                                        save_runs)
 from pytest_gpucomm.measurement import Measurement

@@ -51,7 +51,7 @@ import numpy as np
 import pytest
 import pytest_gpucomm.ops.copies as copies
 from pytest_gpucomm import vocab
-from pytest_gpucomm.timing import Plan
+from pytest_gpucomm.ops.timing import Plan
 
 @pytest.fixture(autouse=True)
 def simulated_timing(monkeypatch, request):
@@ -564,7 +564,7 @@ import json
 
 import pytest
 
-from pytest_gpucomm.state import State
+from pytest_gpucomm.plugin.state import State
 
 _fold_group = State.fold_group
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pytest_gpucomm.atomic import temp_file_pattern, write_atomic
+from pytest_gpucomm.files.atomic import temp_file_pattern, write_atomic
 from pytest_gpucomm.gate import store
-from pytest_gpucomm.gate.fingerprint import diff_fingerprints
+from pytest_gpucomm.env.fingerprint import diff_fingerprints
 from pytest_gpucomm.gate.store import (
     JSON_SCHEMA,
     MAX_BASELINE_BYTES,

@@ -21,10 +21,10 @@ from pytest_gpucomm.gate import tails
 from pytest_gpucomm.gate.store import BaselineError, load_baseline
 from pytest_gpucomm.gate.decision import CASE_ALPHA_SHARE
 from pytest_gpucomm.gate.tails import Histogram, TailSketch, tail_figures
-from pytest_gpucomm.markers import BandwidthSpec, LatencySpec, Marks, check_thresholds, latency_percentile_us
+from pytest_gpucomm.plugin.markers import BandwidthSpec, LatencySpec, Marks, check_thresholds, latency_percentile_us
 from pytest_gpucomm.measurement import Measurement, Remeasure
-from pytest_gpucomm.report import json_document, render_table, tail_cell, tail_counts
-from pytest_gpucomm.state import Record
+from pytest_gpucomm.report.run import json_document, render_table, tail_cell, tail_counts
+from pytest_gpucomm.plugin.state import Record
 from pytest_gpucomm.vocab import Status
 
 NODEID = "test_c.py::test_all_reduce[64KiB]"

@@ -1,6 +1,6 @@
 """Parsers of the vendor tools' topology output, on text as the tools print it."""
 
-from pytest_gpucomm.hardware import parse_nvidia_topo, parse_rocm_topo
+from pytest_gpucomm.env.hardware import parse_nvidia_topo, parse_rocm_topo
 
 # nvidia-smi topo -m on 2 x H200 (the measurement machine), tabs as nvidia-smi prints them
 NVIDIA_2GPU = (

@@ -1,4 +1,4 @@
-"""The HTML page of a saved report (pytest_gpucomm.htmlpage): it parses as XML, holds every row's test id,
+"""The HTML page of a saved report (pytest_gpucomm.report.html): it parses as XML, holds every row's test id,
 status and verdict message, the verdict counts, the curves' lines, one inline PNG per figure, the
 environment diff; it escapes every text; it is written without matplotlib, with a note naming the extra;
 headless Chromium reads it (where installed); and the pytest-html hook puts a run's plots into
@@ -25,9 +25,10 @@ import pytest
 from conftest import HTML_PLUGINS
 from inprocess import run_inprocess
 
-from pytest_gpucomm import htmlpage, plots
-from pytest_gpucomm.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
-from pytest_gpucomm.saved import ReportError
+from pytest_gpucomm.report import html as htmlpage, plots
+from pytest_gpucomm.plugin.html_plots import PytestHtmlPlots
+from pytest_gpucomm.analysis.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
+from pytest_gpucomm.report.saved import ReportError
 from small_suite import SMALL_SUITE  # noqa: E402
 
 TEST_FILE = SMALL_SUITE
@@ -186,7 +187,7 @@ def test_the_curves_section_holds_each_sweeps_model_and_its_comparison_with_the_
 
 
 def test_the_copy_matrices_section_holds_what_the_terminal_prints_and_is_absent_without_copies(recorded, page):
-    from pytest_gpucomm.matrices import copy_matrices, matrix_lines
+    from pytest_gpucomm.analysis.matrices import copy_matrices, matrix_lines
 
     report, baseline = recorded
     lines = matrix_lines(copy_matrices(report["rows"], baseline))
@@ -328,7 +329,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucomm.htmlpage import PytestHtmlPlots
+from pytest_gpucomm.plugin.html_plots import PytestHtmlPlots
 
 HERE = Path(__file__).parent
 PLOTS = HERE / "plots"
@@ -375,7 +376,7 @@ def test_the_pytest_html_hook_is_optional_without_pytest_html(pytester):
 def test_the_pytest_html_fragment_names_a_file_it_cannot_show(tmp_path):
     (tmp_path / "a.png").write_bytes(_png())
     (tmp_path / "notes.txt").write_text("x")
-    plugin = htmlpage.PytestHtmlPlots(lambda: [tmp_path / "a.png", tmp_path / "gone.png", tmp_path / "notes.txt"])
+    plugin = PytestHtmlPlots(lambda: [tmp_path / "a.png", tmp_path / "gone.png", tmp_path / "notes.txt"])
     root = ET.fromstring(plugin.fragment())
     assert [img.get("alt") for img in root.iter("img")] == ["a"]
     notes = [_text(p) for p in root.iter("p")]
@@ -384,5 +385,5 @@ def test_the_pytest_html_fragment_names_a_file_it_cannot_show(tmp_path):
     summary: list[str] = []
     plugin.pytest_html_results_summary(prefix=[], summary=summary, postfix=[], session=None)
     assert summary == [plugin.fragment()]
-    empty = ET.fromstring(htmlpage.PytestHtmlPlots(lambda: []).fragment())
+    empty = ET.fromstring(PytestHtmlPlots(lambda: []).fragment())
     assert "No plot was written" in _text(empty)

@@ -1,10 +1,10 @@
-"""The one wording of a broken JSON file (pytest_gpucomm.jsontext), as reports and baseline files get it."""
+"""The one wording of a broken JSON file (pytest_gpucomm.files.jsontext), as reports and baseline files get it."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_gpucomm.jsontext import parse_json_bytes
+from pytest_gpucomm.files.jsontext import parse_json_bytes
 
 
 class Broken(Exception):

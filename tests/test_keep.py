@@ -1,4 +1,4 @@
-"""Tests of pytest_gpucomm.keep: ``gpucomm baselines list|show|prune|merge`` and ``gpucomm env``, on small
+"""Tests of pytest_gpucomm.gate.keep: ``gpucomm baselines list|show|prune|merge`` and ``gpucomm env``, on small
 baselines saved with gate.store.save_run in a temporary directory."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from pytest_gpucomm import keep
+from pytest_gpucomm.gate import keep
 from pytest_gpucomm.gate.store import (
     BaselineError,
     CaseRecord,
@@ -23,7 +23,7 @@ from pytest_gpucomm.gate.store import (
     update_document,
     write_document,
 )
-from pytest_gpucomm.hardware import detect, fingerprint
+from pytest_gpucomm.env.hardware import detect, fingerprint
 
 GPU_FP = {"kind": "gpu", "vendor": "NVIDIA", "model": "NVIDIA H200", "count": 2, "driver": "580.1",
           "comm_library": "NCCL 2.28.9", "host": "node-a"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucomm.launch import (
+from pytest_gpucomm.env.launch import (
     Launch,
     LaunchError,
     detect,

@@ -530,13 +530,13 @@ def test_a_rank_that_dies_is_named_by_the_ranks_that_wait_for_it(tmp_path: Path)
 
 
 def test_the_watchdog_writes_every_threads_stack_and_ends_the_process_with_status_1() -> None:
-    stuck = ("import time\nfrom pytest_gpucomm.launched import Watchdog\nw = Watchdog(2)\n"
+    stuck = ("import time\nfrom pytest_gpucomm.plugin.launched import Watchdog\nw = Watchdog(2)\n"
              "w.arm(time.monotonic() + 0.2, 'gpucomm: stuck in the test')\ntime.sleep(60)\n")
     p = subprocess.run([sys.executable, "-c", stuck], env=clean_env(), capture_output=True, text=True, timeout=LIMIT_S)
     assert p.returncode == 1, p.stderr
     assert "gpucomm: stuck in the test\nPython stacks of every thread" in p.stderr, p.stderr
     assert 'File "<string>", line 5 in <module>' in p.stderr, p.stderr  # the main thread, in its sleep
-    disarmed = ("import time\nfrom pytest_gpucomm.launched import Watchdog\nw = Watchdog(2)\n"
+    disarmed = ("import time\nfrom pytest_gpucomm.plugin.launched import Watchdog\nw = Watchdog(2)\n"
                 "w.arm(time.monotonic() + 0.2, 'never')\nw.disarm()\ntime.sleep(0.5)\n")
     p = subprocess.run([sys.executable, "-c", disarmed], env=clean_env(), capture_output=True, text=True,
                        timeout=LIMIT_S)

@@ -1,4 +1,4 @@
-"""The copy matrices (pytest_gpucomm.matrices): which matrices the rows make, their cells, the size the text
+"""The copy matrices (pytest_gpucomm.analysis.matrices): which matrices the rows make, their cells, the size the text
 prints, the baseline's figure of a cell, and the text itself; then the section in a real CPU run's terminal
 summary and in ``gpucomm show``."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gpucomm.cli import main
 from pytest_gpucomm.gate.store import case_key
-from pytest_gpucomm.matrices import ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines, report_matrix_lines
+from pytest_gpucomm.analysis.matrices import ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines, report_matrix_lines
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -215,7 +215,7 @@ def test_a_run_on_3_devices_prints_the_peer_copy_matrix_and_gpucomm_show_prints_
 
 
 def test_gpucomm_show_prints_the_matrices_at_the_sizes_asked_and_says_when_there_is_none(tmp_path, capsys):
-    from pytest_gpucomm.saved import REPORT_FORMAT, REPORT_VERSION
+    from pytest_gpucomm.report.saved import REPORT_FORMAT, REPORT_VERSION
 
     rows = _peer_rows(2)
     for r in rows:

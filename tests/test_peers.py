@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucomm.comm import GpuPair
+from pytest_gpucomm.plugin.measurer import GpuPair
 from pytest_gpucomm.gate.store import case_key
 from pytest_gpucomm.gate.verdicts import case_group
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.ops import copies
-from pytest_gpucomm.parametrize import pair_choice, select_links, select_pairs
-from pytest_gpucomm.timing import TimingSettings
+from pytest_gpucomm.plugin.parametrize import pair_choice, select_links, select_pairs
+from pytest_gpucomm.ops.timing import TimingSettings
 from pytest_gpucomm.vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
 
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "--gpucomm-tail-time=0.006", "-p", "no:cacheprovider"]

@@ -1,4 +1,4 @@
-"""The plots (pytest_gpucomm.plots), drawn from a report and a baseline recorded on CPU, checked through
+"""The plots (pytest_gpucomm.report.plots), drawn from a report and a baseline recorded on CPU, checked through
 matplotlib's objects: axes scales, the series' data, the baseline band, marked regressions, the matrices'
 cells, the titles; and the files save_all writes.
 
@@ -20,8 +20,8 @@ import pytest
 
 from inprocess import run_inprocess
 
-from pytest_gpucomm import plots
-from pytest_gpucomm.curves import curve_model, sweeps_from_report
+from pytest_gpucomm.report import plots
+from pytest_gpucomm.analysis.curves import curve_model, sweeps_from_report
 from small_suite import SMALL_SUITE  # noqa: E402
 
 TEST_FILE = SMALL_SUITE
@@ -106,7 +106,7 @@ def _case(baseline, row):
 
 
 def test_without_matplotlib_the_module_imports_and_drawing_raises_plots_unavailable_naming_the_extra(monkeypatch):
-    code = "import sys, pytest_gpucomm.plots; print('matplotlib' in sys.modules)"
+    code = "import sys, pytest_gpucomm.report.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed

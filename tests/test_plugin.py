@@ -424,7 +424,7 @@ def test_forcing_gpu_on_a_machine_without_one_is_a_clear_error(pytester, monkeyp
 
 
 FAKE_GPU_CONFTEST = """
-import pytest_gpucomm.hardware as hw
+import pytest_gpucomm.env.hardware as hw
 
 def _fake_detect(requested="auto"):
     return hw.DeviceInfo(kind="gpu", count=2, vendor="NVIDIA", model="NVIDIA H200", runtime="CUDA 13.0",

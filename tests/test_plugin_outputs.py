@@ -21,9 +21,9 @@ from conftest import HTML_PLUGINS
 
 from simulated_copies import CONFTEST, FAST, SLOW_CASE, SLOWER, TEST_FILE
 
-from pytest_gpucomm.curves import CURVES_HEADING
-from pytest_gpucomm.plots import EXTRA
-from pytest_gpucomm.report import fmt_gbps
+from pytest_gpucomm.analysis.curves import CURVES_HEADING
+from pytest_gpucomm.report.plots import EXTRA
+from pytest_gpucomm.report.run import fmt_gbps
 
 # pytester's in-process runs drop the modules imported during a run, and matplotlib's compiled parts cannot
 # be imported a second time in one process: import it before any run (as conftest.py does for torch)

@@ -17,9 +17,9 @@ import pytest
 
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.ops.collectives import BenchResult, to_measurement
-from pytest_gpucomm.report import json_document, straggler_lines
-from pytest_gpucomm.state import Record
-from pytest_gpucomm.stragglers import (
+from pytest_gpucomm.report.run import json_document, straggler_lines
+from pytest_gpucomm.plugin.state import Record
+from pytest_gpucomm.analysis.stragglers import (
     MAD_FLOOR,
     chance_of_at_least,
     case_ranks,

@@ -4,7 +4,7 @@ import pytest
 
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.summary import summarize
-from pytest_gpucomm.timing import TimingSettings, measure, plan
+from pytest_gpucomm.ops.timing import TimingSettings, measure, plan
 
 
 class FakeOp:

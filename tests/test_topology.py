@@ -9,7 +9,7 @@ from proc_helpers import gloo_pool
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.ops.collectives import BenchResult, to_measurement
 from pytest_gpucomm.ops.nodes import PhaseResult, WrongPairs, to_measurements
-from pytest_gpucomm.topology import (
+from pytest_gpucomm.env.topology import (
     GROUP_KINDS,
     INTER_NODE,
     INTRA_NODE,

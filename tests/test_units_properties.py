@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_gpucomm.markers import size_id
+from pytest_gpucomm.plugin.markers import size_id
 from pytest_gpucomm.units import MAX_SIZE, SizeError, describe_size, format_size, is_exact_size_text, parse_size
 
 UNITS = ["", "B", "KB", "MB", "GB", "TB", "K", "M", "G", "T", "KiB", "MiB", "GiB", "TiB", "kb", "mib", "XB", "b"]

@@ -20,7 +20,9 @@ def test_only_missed_thresholds_regressions_tails_strict_new_strict_not_gated_an
 def test_the_measuring_time_the_start_timeout_and_the_baseline_folder_are_the_vocabularys_everywhere():
     import inspect
 
-    from pytest_gpucomm import keep, timing, vocab
+    from pytest_gpucomm.gate import keep
+    from pytest_gpucomm.ops import timing
+    from pytest_gpucomm import vocab
     from pytest_gpucomm.ops import collectives, nodes, patterns
     from pytest_gpucomm.ranks import pool, spawn
 

@@ -6,7 +6,11 @@
 * :mod:`.levels`      -- the run judged at the end: class offsets, op bands, case residuals (``judge_run``).
 * :mod:`.store`       -- the baseline file: schema, read and validate, resolve NAME|PATH|auto, merge a run
   in under a lock, write atomically (jsonschema, filelock).
-* :mod:`.fingerprint` -- what changed in the environment since the baseline was recorded (stdlib).
+* :mod:`.tails`       -- the TAIL verdict: a case's one-op tail against the baseline's.
+* :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).
+* :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``).
+* :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults.
+* what changed in the environment since the baseline was recorded is :mod:`pytest_gpucomm.env.fingerprint`'s.
 * :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
   and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`).
 
@@ -21,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 
-from .fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
+from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
 from .verdicts import Gate, GateSettings, GateUsageError, Verdict
 
 #: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock)

@@ -65,7 +65,7 @@ class Member:
 def member(key: str, *, test_id: str, op: str, kind: str, size_bytes: int, dtype: Optional[str], world_size: int,
            devices: Sequence[str], layout: str = "") -> Member:
     """The :class:`Member` of the case ``key``; ``kind`` is "collective", "peer" or "host"."""
-    from ..curves import form_of_id, sweep_id
+    from ..analysis.curves import form_of_id, sweep_id
 
     klass = case_class(kind, size_bytes)
     small = size_bytes <= SMALL_BYTES

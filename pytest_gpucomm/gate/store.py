@@ -80,7 +80,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import jsonschema
 from filelock import FileLock, Timeout
 
-from ..atomic import remove_stale_temp_files, write_atomic
+from ..files.atomic import remove_stale_temp_files, write_atomic
 from ..vocab import DEFAULT_MAX_RUNS
 
 __all__ = [
@@ -575,7 +575,7 @@ def read_document(path: Path) -> dict:
     """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
     path = Path(path)
     raw = _read_bytes(path)
-    from ..jsontext import parse_json_bytes
+    from ..files.jsontext import parse_json_bytes
 
     doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: _too_deep(path))
     if _nesting_depth_exceeds(doc, MAX_NESTING):

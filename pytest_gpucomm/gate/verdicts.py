@@ -247,7 +247,7 @@ class Gate:
         """Judge against ``baseline`` (read from ``path``; None: it does not exist yet), for a run of the tests
         ``nodeids`` in the environment ``fingerprint``: what :meth:`load` does once it has read the file, and
         what ``gpucomm compare`` does with a baseline or a report it read itself."""
-        from .fingerprint import VOLATILE_KEYS, diff_fingerprints
+        from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints
 
         self.path, self.baseline = Path(path), baseline
         self._models, self._commons, self._tail_spread = None, {}, None
@@ -368,7 +368,7 @@ class Gate:
 
     def header_lines(self) -> list[str]:
         """The lines about the baseline for the session header (none when the gate is off)."""
-        from .fingerprint import format_fingerprint_diff
+        from ..env.fingerprint import format_fingerprint_diff
 
         if not self.active or self.path is None:
             return []
@@ -422,7 +422,7 @@ class Gate:
         (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
         them (the tail verdict reads the first run and the re-measures only)."""
         from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
-        from .fingerprint import format_fingerprint_diff
+        from ..env.fingerprint import format_fingerprint_diff
         from .store import case_key
 
         if self.baseline is None:
@@ -682,7 +682,7 @@ class Gate:
         copies, its intra-node group: ``info["node"]``), labelled with the node and its host, and one run for
         the measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
         new node's figure is judged against the spread between nodes as well as between sessions."""
-        from ..hardware import session_label
+        from ..env.hardware import session_label
         from .store import BaselineError, CaseRecord, RunToSave, save_runs
 
         if self.path is None:

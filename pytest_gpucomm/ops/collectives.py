@@ -384,7 +384,7 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
     An iteration ends when the slowest rank ends: its time is the maximum over the ranks, which
     :func:`bench` computed on the ranks and returned on rank 0 only (``results[0].samples_s``).  The
     per-rank summaries and rank 0's per-iteration straggler ids go, column by column, into
-    ``info["ranks"]`` (see :func:`ranks_info`); :mod:`pytest_gpucomm.stragglers` reads them."""
+    ``info["ranks"]`` (see :func:`ranks_info`); :mod:`pytest_gpucomm.analysis.stragglers` reads them."""
     world = len(results)
     first = results[0]
     bad = [r for r in results if r.wrong]
@@ -963,7 +963,7 @@ def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: 
     import torch
     import torch.distributed as dist
 
-    from ..timing import TimingSettings, measure
+    from .timing import TimingSettings, measure
 
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")

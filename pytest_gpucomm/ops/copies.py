@@ -47,7 +47,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement, copy_where
-from ..timing import TimingSettings, measure
+from .timing import TimingSettings, measure
 from . import engines
 from .engines import CopyError
 

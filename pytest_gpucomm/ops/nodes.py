@@ -3,11 +3,11 @@
 For a pair of nodes (a, b), the GPU of local rank k on node a sends S bytes to the GPU of local rank k on
 node b, for every k at once, while b sends to a (pairwise, and a ring of two nodes) or to the next node of
 the ring (a ring of three or more nodes).  The phases -- which ranks send to which, and which node pairs
-they make -- come from :func:`pytest_gpucomm.topology.node_pair_phases`; this module has
+they make -- come from :func:`pytest_gpucomm.env.topology.node_pair_phases`; this module has
 
 * the per-rank task :func:`exchange`, run on every rank of the job (the default group): per phase, the
   ranks of the phase's pairs send and receive at once (one ``batch_isend_irecv``), the others wait; timed
-  as the collectives are (:func:`pytest_gpucomm.timing.measure`, every rank agreeing on the plan over the
+  as the collectives are (:func:`pytest_gpucomm.ops.timing.measure`, every rank agreeing on the plan over the
   default group), each iteration launched eagerly (no CUDA graph: a rank that waits has no op to capture),
   then checked: each receiver compares what it got with its sender's pattern;
 * :func:`to_measurements`: the ranks' results -> one :class:`~pytest_gpucomm.measurement.Measurement` per
@@ -122,7 +122,7 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     import torch
     import torch.distributed as dist
 
-    from ..timing import TimingSettings, measure
+    from .timing import TimingSettings, measure
     from .collectives import TimedLoop, agreement
 
     if dtype not in DTYPES:

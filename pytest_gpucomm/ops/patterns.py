@@ -59,7 +59,7 @@ all-reduce however small; the overlap's tensor-parallel part likewise has 1/16 o
 
 This module holds what a pattern is (:data:`MODELS`, :func:`plan`: the plan of a pattern for a shape,
 world and scale, with its bytes, factor and per-step count), the per-rank task :func:`run_pattern` (timed
-with :func:`pytest_gpucomm.timing.measure`, the plan agreed by every rank, each iteration launched eagerly,
+with :func:`pytest_gpucomm.ops.timing.measure`, the plan agreed by every rank, each iteration launched eagerly,
 the results checked after timing, who waited for whom as :func:`.collectives.iteration_stats` finds it) and
 :func:`to_measurement` (the ranks' results -> one :class:`Measurement`, or :class:`WrongResult`).
 
@@ -651,7 +651,7 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
     import torch
     import torch.distributed as dist
 
-    from ..timing import TimingSettings, measure
+    from .timing import TimingSettings, measure
     from .collectives import TimedLoop, agreement, iteration_stats, single_op_fields, single_op_phase
 
     if pattern not in PATTERNS:

@@ -34,7 +34,7 @@ class RankContext:
         node_rank, n_nodes: this rank's node and the number of nodes (0 and 1 in a pool).
         group: the torch.distributed process group to pass as ``group=`` to every call (None: the default
             group).  Set in launched mode for a sub-group kind; never pickled there.
-        group_kind: ``"world"``, ``"intra-node"`` or ``"inter-node"`` (see :mod:`pytest_gpucomm.topology`).
+        group_kind: ``"world"``, ``"intra-node"`` or ``"inter-node"`` (see :mod:`pytest_gpucomm.env.topology`).
         group_ranks: the global ranks of ``group``, ordered by group rank (``()``: the whole default group);
             torch.distributed's ``src``, ``dst`` and peers are global ranks: see :meth:`global_rank_of`.
     """

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 __all__ = [
+    "JobBroken",
     "RankFailure",
     "RankError",
     "RankTimeout",
@@ -89,6 +90,12 @@ class RankTimeout(RankFailure):
         self.timeout_s: float = timeout_s
         self.finished: tuple[int, ...] = tuple(sorted(finished))
         self.stacks: dict[int, str] = dict(stacks or {})
+
+
+class JobBroken(RankTimeout):
+    """Ranks of a launched job did not arrive at a control exchange by its deadline (hung or gone), or the
+    exchange itself failed.  A hung communicator cannot be recovered: the session that raised it is broken
+    and ends.  ``ranks`` are the ranks that did not arrive (empty where they could not be told)."""
 
 
 class RankCrash(RankFailure):

@@ -1,21 +1,21 @@
 """The executor of launched mode: the task runs here, in this pytest process, which is one rank of the job.
 
 :class:`InProcessExecutor` has the interface of :class:`~pytest_gpucomm.ranks.pool.RankPool` that
-:class:`~pytest_gpucomm.group.ProcessGroup` uses (``world_size``, ``run(task, kwargs, timeout_s=, label=)``,
+:class:`~pytest_gpucomm.plugin.group.ProcessGroup` uses (``world_size``, ``run(task, kwargs, timeout_s=, label=)``,
 ``close()``): ``run`` calls ``function(ctx, **kwargs)`` on this rank -- every rank of the job does the same
 in its own pytest process -- and then gathers every rank's outcome through the session's deadline-aware
-exchange (:meth:`pytest_gpucomm.launched.LaunchedSession.exchange`), so that every rank returns the
+exchange (:meth:`pytest_gpucomm.plugin.launched.LaunchedSession.exchange`), so that every rank returns the
 per-rank results ordered by rank, or raises the same :class:`~.errors.RankError` naming the ranks that
 raised (with their host and traceback).
 
 ``timeout_s`` bounds the task and the exchange together, from the moment the task starts on this rank: a
-rank that has not arrived by then is named by the others (:class:`~pytest_gpucomm.launched.JobBroken`,
+rank that has not arrived by then is named by the others (:class:`~pytest_gpucomm.plugin.launched.JobBroken`,
 with its host and device; the session then ends), and its own watchdog ends it a grace period later, with
 the stacks of its threads.
 
 With a sub-group kind (``ctx.group`` set: one group per node, or one per local rank), every rank runs the
 task in its own group at once, and ``run`` returns every rank of the job's result, ordered by global rank;
-``subgroups`` lists the groups (:class:`~pytest_gpucomm.topology.SubGroup`), so that the caller can take
+``subgroups`` lists the groups (:class:`~pytest_gpucomm.env.topology.SubGroup`), so that the caller can take
 each group's results apart.
 
 Imports torch only when a task runs.
@@ -38,7 +38,7 @@ class InProcessExecutor:
 
     Args:
         ctx: this rank's context (its rank, world size, local rank, backend, device, host).
-        session: the :class:`~pytest_gpucomm.launched.LaunchedSession` whose ``exchange`` gathers the
+        session: the :class:`~pytest_gpucomm.plugin.launched.LaunchedSession` whose ``exchange`` gathers the
             outcomes (with a deadline) and whose ``watch`` / ``watchdog`` bound a hung task.
         hosts: the host of every rank, ordered by rank, for failure messages (may be empty).
         job_size: the ranks of the job, whose outcomes are gathered (default: ``ctx.world_size``; larger when
@@ -89,7 +89,7 @@ class InProcessExecutor:
         deadline = time.monotonic() + timeout_s
         session = self.session
         if session.broken is not None:  # a broken job's communicators may hang: run nothing on them
-            from pytest_gpucomm.launched import JobBroken
+            from pytest_gpucomm.ranks.errors import JobBroken
 
             raise JobBroken(session.broken, ranks=(), label=label or task, timeout_s=timeout_s)
         session.watch(deadline, what, timeout_s)

@@ -77,7 +77,7 @@ off (0.012-0.031), their 90 % points at 53-147 MB.
 
 CPU example (gloo, 2 ranks, this project's 2-core runner shared with other jobs): ``pytest
 suites/test_collectives.py -k all_reduce --gpucomm-min-time=0.2 --gpucomm-json=ar.json``, then ``python -c
-"import json; from pytest_gpucomm.curves import curve_model, sweeps_from_report; [print(curve_model(s).text())
+"import json; from pytest_gpucomm.analysis.curves import curve_model, sweeps_from_report; [print(curve_model(s).text())
 for s in sweeps_from_report(json.load(open('ar.json')))]"``.  Three runs (1 KiB to 16 MiB by 4; one at
 ``--gpucomm-min-time=0.1``) gave latency floors of 416-497 us at 1 KiB and peaks of 1.0-1.5 GB/s busbw, at
 1, 4 and 16 MiB (per-iteration CV 16-578 % on the loaded runner); the model could not tell in any of them
@@ -92,7 +92,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .units import GB, describe_duration, describe_size, format_size, size_token
+from ..units import GB, describe_duration, describe_size, format_size, size_token
 
 __all__ = [
     "SweepPoint",
@@ -355,7 +355,7 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
 
 def sweeps_from_report(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[Sweep]:
     """The sweeps of a JSON report (``report.json_document``: its rows, with samples)."""
-    from .measurement import Measurement
+    from ..measurement import Measurement
 
     rows = doc.get("rows")
     if not isinstance(rows, list):

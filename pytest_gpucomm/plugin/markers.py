@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import pytest
 
-from .units import SizeError, describe_size, parse_size, size_token
-from .vocab import FIXTURE_NAMES, MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TAIL_TOLERANCE, MAX_TIMEOUT_S, Status
+from ..units import SizeError, describe_size, parse_size, size_token
+from ..vocab import FIXTURE_NAMES, MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TAIL_TOLERANCE, MAX_TIMEOUT_S, Status
 
 if TYPE_CHECKING:
-    from .measurement import Record
+    from ..measurement import Record
 
 __all__ = [
     "MarkerError",
@@ -332,7 +332,7 @@ def latency_percentile_us(m: Any, percentile: float) -> tuple[float, str]:
         if key is not None and tail.get(key) is not None:
             return float(tail[key]), of
         if isinstance(tail.get("hist"), dict):
-            from .gate.tails import Histogram
+            from ..gate.tails import Histogram
 
             return Histogram.from_dict(tail["hist"], "info['tail']['hist']").quantile(percentile / 100) * 1e6, of
     return m.latency_us(percentile), f"per iteration ({m.n} samples)"

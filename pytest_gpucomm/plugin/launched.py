@@ -58,13 +58,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import pytest
 
-from .launch import Launch
-from .ranks.errors import RankTimeout
+from ..env.launch import Launch
+from ..ranks.errors import JobBroken
 
 if TYPE_CHECKING:
-    from .hardware import DeviceInfo
-    from .ranks.inprocess import InProcessExecutor
-    from .topology import Layout, SubGroup
+    from ..env.hardware import DeviceInfo
+    from ..ranks.inprocess import InProcessExecutor
+    from ..env.topology import Layout, SubGroup
 
 __all__ = ["LaunchedSession", "JobBroken", "Watchdog", "diverging_options", "redirect_output", "XDIST_REFUSAL",
            "GRACE_S", "END_S", "JOIN_MIN_S"]
@@ -100,12 +100,6 @@ def diverging_options(config: pytest.Config) -> list[str]:
     if numprocesses or dist not in ("no", None):
         out.append(XDIST_REFUSAL)
     return out
-
-
-class JobBroken(RankTimeout):
-    """Ranks of a launched job did not arrive at a control exchange by its deadline (hung or gone), or the
-    exchange itself failed.  A hung communicator cannot be recovered: the session that raised it is broken
-    and ends.  ``ranks`` are the ranks that did not arrive (empty where they could not be told)."""
 
 
 class Watchdog:
@@ -480,8 +474,8 @@ class LaunchedSession:
     def executor(self, info: "DeviceInfo") -> "InProcessExecutor":
         """The ``process_group`` fixture's executor: tasks run here, on this rank."""
         if self._executor is None:
-            from .ranks.context import RankContext
-            from .ranks.inprocess import InProcessExecutor
+            from ..ranks.context import RankContext
+            from ..ranks.inprocess import InProcessExecutor
 
             self.start(info)
             la = self.launch
@@ -496,7 +490,7 @@ class LaunchedSession:
         launcher's numbering is checked, not assumed), and their hosts.  Every rank calls it at the same point
         (a test's set-up).  pytest.UsageError when two ranks claim the same local rank of one node."""
         if self._layout is None:
-            from .topology import group_layout
+            from ..env.topology import group_layout
 
             self.start(info)
             every = self.allgather((self.launch.node_rank, self.launch.local_rank))
@@ -512,7 +506,7 @@ class LaunchedSession:
         On first use of a kind every rank creates every group of it, in the same order (``new_group`` is
         called by every rank of the default group for every group), with the session's backend and timeout;
         on GPU each is bound to this rank's device, as the default group is.  ValueError with the reason when
-        the job's layout has no groups of ``kind`` (see :meth:`~pytest_gpucomm.topology.Layout.problem`)."""
+        the job's layout has no groups of ``kind`` (see :meth:`~pytest_gpucomm.env.topology.Layout.problem`)."""
         if kind not in self._subgroups:
             import torch
             import torch.distributed as dist
@@ -536,7 +530,7 @@ class LaunchedSession:
         if kind not in self._group_executors:
             import dataclasses
 
-            from .ranks.inprocess import InProcessExecutor
+            from ..ranks.inprocess import InProcessExecutor
 
             world = self.executor(info)
             groups, handle = self.subgroups(info, kind)

@@ -16,7 +16,7 @@ baseline recorded with every pair gates a run of the neighbours.
 
 In launched mode the devices are those of the node that this rank sees (every rank of a job must see as
 many, or the ranks collect different tests and stop, saying so); the copies between them are measured on
-every node at once (:meth:`pytest_gpucomm.comm.Comm.copy`).
+every node at once (:meth:`pytest_gpucomm.plugin.measurer.Comm.copy`).
 
 ``group_kind`` becomes one test per group kind (world, intra-node, inter-node) only in a launched job of
 several nodes; elsewhere it is not parametrized, so that a test's ids (and the baselines keyed by them)
@@ -30,11 +30,11 @@ from typing import Any, Optional, Sequence
 
 import pytest
 
-from .comm import GpuPair
+from .measurer import GpuPair
 from .markers import MarkerError, closest_mark, read_sizes, size_id
 from .state import State
-from .units import describe_size, plural
-from .vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
+from ..units import describe_size, plural
+from ..vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
 
 __all__ = ["parametrize", "pair_choice", "select_pairs", "select_links", "pairs_lines"]
 
@@ -124,7 +124,7 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
     ``gpu`` of one test function."""
     where = metafunc.definition.nodeid
     if "group_kind" in metafunc.fixturenames and state.multi_node:
-        from .topology import GROUP_KINDS
+        from ..env.topology import GROUP_KINDS
 
         metafunc.parametrize("group_kind", list(GROUP_KINDS), ids=list(GROUP_KINDS), indirect=True)
     try:

@@ -1,8 +1,13 @@
 """pytest hooks of pytest-gpucomm.  Each hook delegates to the module that serves it:
 
 options and their resolution (:mod:`.settings`), markers and thresholds (:mod:`.markers`), sweeps and
-device parametrization (:mod:`.parametrize`), the session state and the gate's verdicts (:mod:`.state`,
-:mod:`.gate`), tables, reports and JUnit properties (:mod:`.report`).
+device parametrization (:mod:`.parametrize`), the fixtures (:mod:`.fixtures`, whose objects are
+:mod:`.measurer`'s ``Comm`` and :mod:`.group`'s ``ProcessGroup``), the session state and the gate's verdicts
+(:mod:`.state`, driving :mod:`pytest_gpucomm.gate`), the session's reports (:mod:`.reporting`, rendered by
+:mod:`pytest_gpucomm.report`), the files checked before the run (:mod:`.outputs`), launched mode
+(:mod:`.launched`) and the pytest-html hook (:mod:`.html_plots`).
+
+This folder is the only part of the package that imports pytest (``tests/test_layers.py`` pins it).
 
 Loading this module imports neither torch, numpy nor scipy, and touches no GPU: that happens only when a
 test uses a gpucomm fixture or marker (``benchmarks/plugin_import.py`` measures what loading costs).
@@ -22,7 +27,7 @@ from .fixtures import comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpu
 from .markers import MARKER_LINES, MarkerError, check_thresholds, marks_of, uses_gpucomm
 from .settings import add_options, read_settings
 from .state import STATE_KEY, State, state_of
-from .units import plural
+from ..units import plural
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,14 +72,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"gpucomm: refused in launched mode ({launch.launcher}), where every rank must run "
                                 f"the same tests in the same order:\n  {XDIST_REFUSAL}")
     if "GPUCOMM_COPY_ENGINE" in os.environ:  # read where a GPU copy is set up: a bad value is said here, at once
-        from .ops.engines import EngineError, engine_choice
+        from ..ops.engines import EngineError, engine_choice
 
         try:
             engine_choice(os.environ)
         except EngineError as e:
             raise pytest.UsageError(f"invalid environment: {e}") from None
     if "GPUCOMM_RANK_START" in os.environ:  # read when a pool starts: a bad value is said here, at once
-        from .ranks.spawn import rank_start
+        from ..ranks.spawn import rank_start
 
         try:
             rank_start()
@@ -99,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.plots_dir:
             _check_plots(config, settings.plots_dir)
             if getattr(config.option, "htmlpath", None):  # pytest-html: the plots go into its report too
-                from .htmlpage import PytestHtmlPlots
+                from .html_plots import PytestHtmlPlots
 
                 config.pluginmanager.register(PytestHtmlPlots(lambda: config.stash[STATE_KEY].plot_paths),
                                               "gpucomm-html-plots")
@@ -123,7 +128,7 @@ def _check_plots(config: pytest.Config, folder: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as e:
-        from .plots import EXTRA
+        from ..report.plots import EXTRA
 
         raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): the plots need matplotlib, which cannot be "
                                 f"imported ({e}): install the plots extra, {EXTRA}") from None
@@ -167,7 +172,7 @@ def _resolve_launch(choice: str) -> tuple[Any, Optional[str]]:
     """(this rank's Launch or None for the rank pool, a deferred error).  A launcher named by
     --gpucomm-launch must be readable now; with ``auto`` an unreadable launcher's environment is an error
     only once a gpucomm test is collected (runs without gpucomm tests are left alone)."""
-    from .launch import LaunchError, resolve
+    from ..env.launch import LaunchError, resolve
 
     try:
         return resolve(choice, os.environ), None
@@ -260,7 +265,7 @@ def _join_launched_job(session: pytest.Session, state: State) -> None:
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
     if not any(uses_gpucomm(i) for i in items) or not state_of(config).speaks:
         return []
-    from .hardware import device_summary_lines
+    from ..env.hardware import device_summary_lines
     from .parametrize import pairs_lines
 
     state = state_of(config)
@@ -331,7 +336,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         raise error
     if not records:
         return result
-    from .report import LIVE_KEY, junit_properties, live_text
+    from ..report.run import LIVE_KEY, junit_properties, live_text
 
     marks = marks_of(item)
     failures = check_thresholds(marks, records)
@@ -379,7 +384,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(line)
     if not state.records or not state.speaks:
         return
-    from .report import summary_lines
+    from .reporting import summary_lines
 
     terminalreporter.write_sep("=", "gpucomm results")
     for line in summary_lines(state):
@@ -404,7 +409,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_xdist_controller(config):  # the workers' rows in the order the tests finished, not by worker
         state.records.sort(key=lambda r: state.report_order.get(r.nodeid, len(state.report_order)))
     if state.records and state.settings.baseline and not worker and state.speaks:
-        from .report import apply_levels, session_levels
+        from ..report.run import apply_levels
+        from .reporting import session_levels
 
         try:
             state.levels = session_levels(state)
@@ -413,7 +419,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if not state.settings.baseline_save:
             apply_levels(state.records, state.levels)
     if state.records and state.speaks and not worker:  # before the run is saved into the baseline
-        from .report import baseline_document, curves_of
+        from .reporting import baseline_document, curves_of
 
         try:
             state.baseline_doc = baseline_document(state)
@@ -422,7 +428,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.curves, notes = curves_of(state)
         state.notes += notes
     if state.records and state.speaks:
-        from .report import write_reports
+        from .reporting import write_reports
 
         finished = exitstatus != pytest.ExitCode.INTERRUPTED and state.ran_every_test(session)
         write_reports(state, finished=finished, is_worker=worker)

@@ -15,7 +15,7 @@ from .markers import marks_of
 from .state import State, state_of
 
 if TYPE_CHECKING:
-    from .comm import Comm, GpuPair
+    from .measurer import Comm, GpuPair
     from .group import ProcessGroup
 
 __all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "size", "group_kind", "comm",
@@ -84,8 +84,8 @@ def _param(request: pytest.FixtureRequest, name: str) -> Any:
 
 @pytest.fixture
 def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> "Comm":
-    """Runs measurements (copies, collectives) and returns Measurement objects; see pytest_gpucomm.comm.Comm."""
-    from .comm import Comm
+    """Runs measurements (copies, collectives) and returns Measurement objects (see plugin.measurer.Comm)."""
+    from .measurer import Comm
 
     return Comm(gpucomm_state, request)
 

@@ -1,7 +1,7 @@
 """What changed in the environment since a baseline was recorded: the diff of two fingerprints.
 
 A fingerprint is any JSON object (driver, library versions, GPUs, ...); finding it on this machine is
-:mod:`pytest_gpucomm.hardware`'s job.  Here two of them are compared leaf by leaf and the result is put in
+:mod:`pytest_gpucomm.env.hardware`'s job.  Here two of them are compared leaf by leaf and the result is put in
 one line for the messages.  Standard library only.
 """
 
@@ -28,7 +28,7 @@ ABSENT: Any = _Absent()
 """Stands for a key missing on one side in :func:`diff_fingerprints` results."""
 
 #: keys that change from run to run on an unchanged machine: never reported as a change.  The AMD reading
-#: (pytest_gpucomm.amd) adds four readings of the moment: a GPU's current clock ("current_mhz") and whether
+#: (pytest_gpucomm.env.amd) adds four readings of the moment: a GPU's current clock ("current_mhz") and whether
 #: it sleeps ("deep_sleep") follow the load, and the xGMI links' accumulated traffic ("read_kb",
 #: "write_kb") grows with every copy; the clock limits, locks and the links' widths, speeds and states
 #: stay, so that a lower clock cap or a link trained down is reported.

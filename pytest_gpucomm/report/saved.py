@@ -86,7 +86,7 @@ def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int =
         raise
     except OSError as e:
         raise ReportError(f"{p}: cannot read the {what} file: {e.strerror or e}") from None
-    from .jsontext import parse_json_bytes
+    from ..files.jsontext import parse_json_bytes
 
     return parse_json_bytes(raw, p, what, ReportError)
 
@@ -131,7 +131,7 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
     """Resolve ``spec`` -- a baseline NAME (looked up in ``search_dirs``, as ``--gpu-baseline``), ``auto`` (the
     name for ``detected_model``), or the path of a baseline file or of a saved report -- and read it.
     Raises ReportError or ``gate.store.BaselineError`` (both name the value and the file)."""
-    from .gate.store import read_document, resolve_baseline
+    from ..gate.store import read_document, resolve_baseline
 
     spec = (spec or "").strip()
     if looks_like_path(spec):
@@ -148,7 +148,7 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
 def measurements_of(report: Mapping[str, Any], where: str = "") -> list[tuple[str, Any]]:
     """``(test id, Measurement)`` per row of a checked report; ReportError naming the row that cannot be
     read back."""
-    from .measurement import Measurement
+    from ..measurement import Measurement
 
     out = []
     for i, row in enumerate(report["rows"]):
@@ -166,7 +166,7 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
     them (``gate.store.CaseRecord.from_measurement``, the same keys; a node's rows of a job across nodes each
     in a run of their own is not reproduced: a second row of a key goes into a ``-partK`` run).  Validated as
     a baseline file is; ReportError when it cannot be."""
-    from .gate.store import SCHEMA_VALIDATOR, CaseRecord, check_tails, merge_run, new_document
+    from ..gate.store import SCHEMA_VALIDATOR, CaseRecord, check_tails, merge_run, new_document
 
     rows = measurements_of(report, where)
     layout = str(((report.get("launch") or {}).get("layout")) or "")

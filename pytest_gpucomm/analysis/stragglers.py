@@ -40,8 +40,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from .measurement import Measurement
-from .units import describe_duration, format_size
+from ..measurement import Measurement
+from ..units import describe_duration, format_size
 
 __all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "CHANCE_P", "MIN_LAG",
            "NOTABLE_SPREAD", "modified_z", "chance_of_at_least",

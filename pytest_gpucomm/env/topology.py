@@ -1,7 +1,7 @@
 """Where the ranks of a launched job are, and the groups and node pairs the topology-aware suites use.
 
 Pure functions of the node index and local rank of every rank (gathered once per session by
-:meth:`pytest_gpucomm.launched.LaunchedSession.layout`); no torch, no communication, so that they are
+:meth:`pytest_gpucomm.plugin.launched.LaunchedSession.layout`); no torch, no communication, so that they are
 tested on their own.
 
 Group kinds (:data:`GROUP_KINDS`):

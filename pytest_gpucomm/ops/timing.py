@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
-from .vocab import DEFAULT_MIN_TIME_S
+from ..vocab import DEFAULT_MIN_TIME_S
 
 __all__ = ["TimingSettings", "Timed", "measure", "Plan", "plan"]
 

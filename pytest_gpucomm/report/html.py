@@ -33,7 +33,8 @@ The figures are written at ``PLOT_DPI`` (90, against the 150 of ``plots.save_all
 8 inches wide is then 720 pixels, legible at a browser's width with its 7-point legends, and 40-66 KB
 (the figures of a CPU run of two sweeps), so a page of many figures stays a few MB.
 
-**pytest-html** (:class:`PytestHtmlPlots`): a plugin object that adds the PNG (or SVG) files a run wrote
+**pytest-html** (:func:`plots_fragment`, which the plugin object
+:class:`pytest_gpucomm.plugin.html_plots.PytestHtmlPlots` hands to pytest-html): adds the PNG (or SVG) files a run wrote
 with ``--gpucomm-plots=DIR`` to pytest-html's report, inline, under a heading, through its
 ``pytest_html_results_summary`` hook.  pytest-html calls that hook from its own ``pytest_sessionfinish``,
 marked ``trylast``, just before it writes the report; the gpucomm plugin's ``pytest_sessionfinish`` is
@@ -50,9 +51,7 @@ import os
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
-
-import pytest
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 __all__ = [
     "PLOT_DPI",
@@ -60,7 +59,8 @@ __all__ = [
     "write_html",
     "status_class",
     "counts_line",
-    "PytestHtmlPlots",
+    "PLOTS_HEADING",
+    "plots_fragment",
 ]
 
 #: the resolution of the inline PNG figures (see the module doc)
@@ -106,7 +106,7 @@ def status_class(status: Any) -> str:
     """The colour class of a status: "fail" (red) where it fails the test (``vocab.Status.failed``: FAIL,
     REGRESSION, TAIL, FLOOR, and NEW / NOT GATED under --gpu-baseline-strict), "pass" (green) for ok,
     floor-ok and improved, "info" (grey) for the rest (new, not gated, measured, a status not known)."""
-    from .vocab import Status
+    from ..vocab import Status
 
     text = str(status)
     try:
@@ -147,8 +147,8 @@ def _message(row: Mapping[str, Any]) -> str:
 
 
 def _table(report: Mapping[str, Any], measurements: Sequence[tuple[str, Any]]) -> list[str]:
-    from .report import fmt_gbps, fmt_us, tail_cell
-    from .units import format_size
+    from .run import fmt_gbps, fmt_us, tail_cell
+    from ..units import format_size
 
     out = ['<table id="verdicts-table">', "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in _HEADERS)
            + "</tr></thead>", "<tbody>"]
@@ -180,8 +180,8 @@ def _table(report: Mapping[str, Any], measurements: Sequence[tuple[str, Any]]) -
 def counts_line(report: Mapping[str, Any]) -> str:
     """``verdicts: 1 REGRESSION, 8 not gated; tails tested on 3 cases: 0 TAIL`` (statuses in the terminal's
     order, the tail counts from ``report.tail_counts``)."""
-    from .report import tail_counts
-    from .units import plural
+    from .run import tail_counts
+    from ..units import plural
 
     rows = report["rows"]
     counts = Counter(str(r.get("status", "")) for r in rows)
@@ -191,7 +191,7 @@ def counts_line(report: Mapping[str, Any]) -> str:
 
 
 def _curves(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
-    from .curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
+    from ..analysis.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
 
     out = ['<section id="curves">', "<h2>Curves</h2>"]
     sweeps = sweeps_from_report(report)
@@ -222,7 +222,7 @@ def _curves(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) ->
 def _matrices(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
     """The copy matrices as ``gpucomm show`` prints them (``matrices.report_matrix_lines``, every one), in a
     ``<pre>``; nothing where the report has none."""
-    from .matrices import MATRIX_NOTE, report_matrix_lines
+    from ..analysis.matrices import MATRIX_NOTE, report_matrix_lines
 
     lines = report_matrix_lines(report, baseline)
     if not lines:
@@ -293,7 +293,8 @@ def html_page(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] =
 
     Raises ``saved.ReportError`` for a document that is not a report this pytest-gpucomm reads or a row
     that cannot be read back, ValueError for a ``baseline`` that is not a baseline document."""
-    from . import __version__, plots
+    from .. import __version__
+    from . import plots
     from .saved import check_report, measurements_of
 
     check_report(report)
@@ -336,7 +337,7 @@ def write_html(path: "str | os.PathLike[str]", report: Mapping[str, Any],
                baseline: Optional[Mapping[str, Any]] = None, **kw: Any) -> Path:
     """Write :func:`html_page` to ``path`` atomically (``atomic.write_atomic``: readers see the old page or
     the new one); returns the path."""
-    from .atomic import write_atomic
+    from ..files.atomic import write_atomic
 
     target = Path(path)
     write_atomic(target, html_page(report, baseline, **kw))
@@ -345,43 +346,29 @@ def write_html(path: "str | os.PathLike[str]", report: Mapping[str, Any],
 
 # -- pytest-html ---------------------------------------------------------------------------------------
 
+#: the heading of the plots in pytest-html's summary
+PLOTS_HEADING = "gpucomm plots"
 
-class PytestHtmlPlots:
-    """A plugin object putting a run's plots into pytest-html's report (see the module doc for when).
 
-    ``plot_files`` is called when pytest-html builds its summary, at the end of the session, and returns
-    the image files written for this run (the ``--gpucomm-plots`` directory's PNG or SVG files, in the
-    order to show).  Register it only where pytest-html is active: the hook is optional (pluggy accepts it
-    without pytest-html's hook specs), but nothing calls it then."""
-
-    HEADING = "gpucomm plots"
-
-    def __init__(self, plot_files: Callable[[], Iterable["str | os.PathLike[str]"]]) -> None:
-        self._plot_files = plot_files
-
-    def fragment(self) -> str:
-        """The HTML added to pytest-html's summary: a heading, then each image inline (base64) with its file
-        name as ``alt`` text and caption; a note for a file that cannot be read or is of another type."""
-        files = [Path(p) for p in self._plot_files() or []]
-        parts = [f'<div class="gpucomm-plots"><h2>{_e(self.HEADING)}</h2>']
-        if not files:
-            parts.append("<p>No plot was written in this run (the terminal summary says why).</p>")
-        for p in files:
-            mime = _MIME.get(p.suffix.lower())
-            if mime is None:
-                parts.append(f"<p>{_e(p)}: not an image this report shows (PNG or SVG)</p>")
-                continue
-            try:
-                data = p.read_bytes()
-            except OSError as e:
-                parts.append(f"<p>{_e(p)}: cannot be read: {_e(e.strerror or e)}</p>")
-                continue
-            parts.append(f'<figure>{_img(data, mime, p.stem, "max-width: 100%; height: auto")}'
-                         f'<figcaption>{_e(p.name)}</figcaption></figure>')
-        parts.append("</div>")
-        return "".join(parts)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
-                                    session: pytest.Session) -> None:
-        summary.append(self.fragment())
+def plots_fragment(plot_files: Iterable["str | os.PathLike[str]"]) -> str:
+    """The HTML added to pytest-html's summary (:class:`pytest_gpucomm.plugin.html_plots.PytestHtmlPlots`): a
+    heading, then each image inline (base64) with its file name as ``alt`` text and caption; a note for a file
+    that cannot be read or is of another type."""
+    files = [Path(p) for p in plot_files or []]
+    parts = [f'<div class="gpucomm-plots"><h2>{_e(PLOTS_HEADING)}</h2>']
+    if not files:
+        parts.append("<p>No plot was written in this run (the terminal summary says why).</p>")
+    for p in files:
+        mime = _MIME.get(p.suffix.lower())
+        if mime is None:
+            parts.append(f"<p>{_e(p)}: not an image this report shows (PNG or SVG)</p>")
+            continue
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            parts.append(f"<p>{_e(p)}: cannot be read: {_e(e.strerror or e)}</p>")
+            continue
+        parts.append(f'<figure>{_img(data, mime, p.stem, "max-width: 100%; height: auto")}'
+                     f'<figcaption>{_e(p.name)}</figcaption></figure>')
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,7 +1,7 @@
 """Hardware discovery: which devices to measure on, and the environment fingerprint of a run.
 
 On AMD GPUs the driver version, the link types and the fingerprint's ``amd`` part come from AMD's management
-library (:mod:`pytest_gpucomm.amd`: the ``amdsmi`` package, else ``amd-smi``, else ``rocm-smi``), read once.
+library (:mod:`pytest_gpucomm.env.amd`: the ``amdsmi`` package, else ``amd-smi``, else ``rocm-smi``), read once.
 
 torch is imported inside the functions, never at module import, so that loading the plugin stays cheap
 and touches no GPU until a gpucomm fixture or marker is used.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .vocab import CPU_DEVICES_ENV, CPU_LOGICAL_DEVICES, MAX_CPU_DEVICES, MIN_CPU_DEVICES
+from ..vocab import CPU_DEVICES_ENV, CPU_LOGICAL_DEVICES, MAX_CPU_DEVICES, MIN_CPU_DEVICES
 
 __all__ = [
     "DeviceInfo",
@@ -140,7 +140,7 @@ def _nvidia_driver() -> str:
 
 @lru_cache(maxsize=1)
 def amd_reading() -> dict[str, Any]:
-    """This machine's AMD management reading (:func:`pytest_gpucomm.amd.read_amd`: amdsmi, else amd-smi, else
+    """This machine's AMD management reading (:func:`pytest_gpucomm.env.amd.read_amd`: amdsmi, else amd-smi, else
     rocm-smi), read once per process: detection takes its driver version, the fingerprint all of it."""
     from .amd import read_amd
 
@@ -353,7 +353,7 @@ def fingerprint(info: DeviceInfo) -> dict[str, Any]:
         fp["peer_access"] = dict(info.peer_access)
         fp["topology"] = topology(info)
         if info.vendor == "AMD":
-            # driver, ROCm, xGMI links and their state, PCIe, firmware, clocks: see pytest_gpucomm.amd
+            # driver, ROCm, xGMI links and their state, PCIe, firmware, clocks: see pytest_gpucomm.env.amd
             fp["amd"] = json.loads(json.dumps(amd_reading(), default=str))
     return fp
 

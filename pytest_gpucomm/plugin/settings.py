@@ -13,8 +13,8 @@ from typing import Any, Callable, Optional, TypeVar
 
 import pytest
 
-from .units import SizeError, describe_size, parse_size
-from .vocab import (
+from ..units import SizeError, describe_size, parse_size
+from ..vocab import (
     TAIL_TIME_FACTOR,
     DEFAULT_ALPHA,
     DEFAULT_CPU_MAX_SIZE,
@@ -276,7 +276,7 @@ def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
 
 
 def _parse_launch(value: str, name: str, origin: str) -> str:
-    from .launch import LAUNCH_CHOICES
+    from ..env.launch import LAUNCH_CHOICES
 
     v = value.strip().lower()
     if v not in LAUNCH_CHOICES:
@@ -298,7 +298,7 @@ def _parse_pairs(value: str, name: str, origin: str) -> Optional[str]:
 
 def _check_cpu_devices() -> None:
     """A bad GPUCOMM_CPU_DEVICES is a usage error at start-up, not at the first test that counts devices."""
-    from .hardware import CpuDevicesError, cpu_logical_devices
+    from ..env.hardware import CpuDevicesError, cpu_logical_devices
 
     try:
         cpu_logical_devices()

@@ -52,7 +52,7 @@ Rules and why:
   the library and the command give the same value.
 * PCIe speeds are in GT/s: the library gives MT/s (32000 on Gen 5) and ``amd-smi`` divides by 1000, as done
   here.  Only the link's state is kept (widths, speeds, generation, slot), not its traffic counters.
-* Volatile values are recorded under keys that :data:`pytest_gpucomm.gate.fingerprint.VOLATILE_KEYS` names,
+* Volatile values are recorded under keys that :data:`pytest_gpucomm.env.fingerprint.VOLATILE_KEYS` names,
   so that a diff of two fingerprints ignores them: the current clock (``current_mhz``), whether the clock
   sleeps (``deep_sleep``), and the accumulated xGMI traffic (``read_kb``, ``write_kb``).  Clock limits and
   locks, link widths, speeds and states are not volatile: a change there is a change of the machine.
@@ -228,7 +228,7 @@ def _pcie_gen(value: Any) -> Any:
 
 def pair_types(reading: Mapping[str, Any]) -> dict[str, str]:
     """The link type of each unordered GPU pair, ``{"0-1": "XGMI", ...}``: the fingerprint's ``topology``
-    layout (as :func:`pytest_gpucomm.hardware.parse_nvidia_topo` gives it), from the reading's ordered links."""
+    layout (as :func:`pytest_gpucomm.env.hardware.parse_nvidia_topo` gives it), from the reading's ordered links."""
     out: dict[str, str] = {}
     for key, link in (reading.get("links") or {}).items():
         try:

@@ -5,7 +5,7 @@ them: on 8 GPUs the 56 ordered pairs of the peer copy are one 8 x 8 table, and t
 one low cell.  This module makes those matrices from the JSON report's rows (or from the rows of a run in
 progress) and renders them as text: the terminal summary prints them after the results table, ``gpucomm
 show`` and ``gpucomm compare`` print them from a saved report, the HTML page holds the same text, and
-:func:`pytest_gpucomm.plots.copy_matrix_figures` draws the same cells.
+:func:`pytest_gpucomm.report.plots.copy_matrix_figures` draws the same cells.
 
 **Which matrices.**  One per copy test function, op and node (a multi-node job has a matrix per node),
 from the copies between two devices (``devices`` = [source, destination]; the all-peers patterns have
@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
-from .units import format_size
+from ..units import format_size
 
 __all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "MATRIX_NOTE", "Cell", "CopyMatrix", "copy_matrices",
            "matrix_lines", "report_matrix_lines", "baseline_case", "baseline_gbps", "cell_baseline", "layout_of",
@@ -69,7 +69,7 @@ def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def node_label(row: Mapping[str, Any]) -> str:
     """The node a row was measured on (``"node 1 (hostB)"``), "" on one host."""
-    from .measurement import Measurement
+    from ..measurement import Measurement
 
     return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
                        info=dict(_info(row))).node_label
@@ -94,7 +94,7 @@ def baseline_case(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
     """The baseline's case of ``row`` (found by the gate's key, ``gate.store.case_key``), or None."""
     if baseline is None:
         return None
-    from .gate.store import case_key
+    from ..gate.store import case_key
 
     key = case_key(str(row.get("test", "")), str(row["op"]), int(row["size_bytes"]), row.get("dtype"),
                    int(row.get("world_size", 1)), layout)
@@ -147,7 +147,7 @@ def cell_baseline(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
 
 def _figure(row: Mapping[str, Any]) -> float:
     """Today's GB/s of a row, as the table computes it: from its samples where the row has them."""
-    from .measurement import Measurement
+    from ..measurement import Measurement
 
     test = row.get("test", "?")
     try:

@@ -57,8 +57,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 
-from .units import format_size, plural
-from .vocab import DEFAULT_BASELINE_DIR
+from ..units import format_size, plural
+from ..vocab import DEFAULT_BASELINE_DIR
 
 __all__ = [
     "BASELINE_DIR_ENV",
@@ -156,8 +156,8 @@ def _error(err: TextIO, message: str) -> int:
 
 
 def _bad_input_types() -> tuple[type[Exception], ...]:
-    from .gate.store import BaselineError
-    from .saved import ReportError
+    from .store import BaselineError
+    from ..report.saved import ReportError
 
     return (KeepError, BaselineError, ReportError)
 
@@ -206,11 +206,11 @@ def _where(args: Any) -> str:
 
 
 def _resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
-    from .gate.store import BaselineNotFound, resolve_baseline
+    from .store import BaselineNotFound, resolve_baseline
 
     model = None
     if (spec or "").strip() == "auto":
-        from .hardware import detect
+        from ..env.hardware import detect
 
         model = detect().model
     try:
@@ -222,7 +222,7 @@ def _resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
 def read_baseline(path: Path) -> dict[str, Any]:
     """The checked document of a baseline file (``gate.store``'s reader and errors); a saved report is refused
     as such (KeepError), not as a file with no ``schema``."""
-    from .gate.store import BaselineError, read_document
+    from .store import BaselineError, read_document
 
     try:
         return read_document(path)
@@ -235,7 +235,7 @@ def read_baseline(path: Path) -> dict[str, Any]:
 
 
 def _is_report(path: Path) -> bool:
-    from .saved import REPORT_FORMAT, ReportError, read_json
+    from ..report.saved import REPORT_FORMAT, ReportError, read_json
 
     try:
         doc = read_json(path, "report")
@@ -273,7 +273,7 @@ def hardware_of(fp: Optional[Mapping[str, Any]]) -> str:
 
 
 def _groups(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    from .gate.store import run_group
+    from .store import run_group
 
     return list(dict.fromkeys(run_group(r["run_id"]) for r in runs))
 
@@ -410,7 +410,7 @@ def _parse_keep(value: str) -> int:
 
 def _lock_timeout(args: Any) -> float:
     """``--lock-timeout`` in seconds (> 0), else the plugin's (``gate.store.LOCK_TIMEOUT_S``)."""
-    from .gate.store import LOCK_TIMEOUT_S
+    from .store import LOCK_TIMEOUT_S
 
     value = getattr(args, "lock_timeout", None)
     if value is None:
@@ -442,7 +442,7 @@ def prune_document(doc: Mapping[str, Any], path: Path, *, keep: Optional[int] = 
     ``before`` (remove the runs dated earlier) or ``run_ids`` (remove these runs, or a job id's runs): their
     samples leave every case, and a case left with no run and no floor leaves the file.  KeepError (naming
     ``path``) for an unknown run id or a run whose date is not ISO."""
-    from .gate.store import run_group
+    from .store import run_group
 
     if [keep is not None, before is not None, bool(run_ids)].count(True) != 1:
         raise KeepError("prune: give exactly one of --keep, --before, --run")
@@ -478,7 +478,7 @@ def prune_document(doc: Mapping[str, Any], path: Path, *, keep: Optional[int] = 
 
 
 def _prune(args: Any, out: TextIO) -> int:
-    from .gate.store import update_document
+    from .store import update_document
 
     timeout = _lock_timeout(args)
     path = _resolve(args.name, args)
@@ -572,7 +572,7 @@ def merge_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, name: str, wh
                     where_b: str = "B") -> dict[str, Any]:
     """The union of two baseline documents, named ``name`` (see the module docstring for the rules).  KeepError
     naming both files for a run id with other contents in each, or a case with two different floors."""
-    from .gate.store import SCHEMA_VERSION, run_group
+    from .store import SCHEMA_VERSION, run_group
 
     a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))
     a_runs = {r["run_id"]: r for r in a["runs"]}
@@ -624,7 +624,7 @@ def merge_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, name: str, wh
 
 
 def _merge(args: Any, out: TextIO) -> int:
-    from .gate.store import update_document
+    from .store import update_document
 
     timeout = _lock_timeout(args)
     pa, pb = _resolve(args.a, args), _resolve(args.b, args)
@@ -710,8 +710,8 @@ def _flat(obj: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     """Run ``gpucomm env``: this machine's fingerprint, and with ``--baseline`` what changed since the
     baseline's newest run; returns the exit code (0 done, 2 bad input)."""
-    from .gate.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
-    from .hardware import detect, fingerprint
+    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
+    from ..env.hardware import detect, fingerprint
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -727,7 +727,7 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
     fp = fingerprint(info)
     result: Optional[dict[str, Any]] = None
     if getattr(args, "baseline", None):
-        from .saved import load_reference
+        from ..report.saved import load_reference
 
         try:
             ref = load_reference(args.baseline, search_dirs=[baseline_dir(args)], detected_model=info.model)
@@ -762,6 +762,6 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
 
 
 def _absent(v: Any) -> bool:
-    from .gate.fingerprint import ABSENT
+    from ..env.fingerprint import ABSENT
 
     return v is ABSENT

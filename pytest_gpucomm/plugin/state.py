@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import pytest
 
-from . import vocab
-from .measurement import Record
+from .. import vocab
+from ..measurement import Record
 from .settings import Settings
-from .vocab import (CPU_MAX_WORLD, DEFAULT_BASELINE_DIR, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE,
+from ..vocab import (CPU_MAX_WORLD, DEFAULT_BASELINE_DIR, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE,
                     RANK_START_TIMEOUT_S, Status)
 
 if TYPE_CHECKING:
-    from .gate import Gate
+    from ..gate import Gate
     from .group import ProcessGroup
-    from .hardware import DeviceInfo
-    from .launch import Launch
+    from ..env.hardware import DeviceInfo
+    from ..env.launch import Launch
     from .launched import LaunchedSession
-    from .measurement import Measurement, Remeasure
-    from .ops.copies import BufferPool
-    from .timing import TimingSettings
+    from ..measurement import Measurement, Remeasure
+    from ..ops.copies import BufferPool
+    from ..ops.timing import TimingSettings
 
 __all__ = ["Record", "State", "STATE_KEY", "state_of", "xdist_refusal"]
 
@@ -107,7 +107,7 @@ class State:
         if la is None:
             return None
         hosts = self.launched.hosts if self.launched is not None else ()
-        from .gate.fingerprint import node_differences
+        from ..env.fingerprint import node_differences
 
         return {"launcher": la.launcher, "world_size": la.world_size, "n_nodes": la.n_nodes,
                 "local_world_size": la.local_world_size, "layout": self.layout or None,
@@ -137,7 +137,7 @@ class State:
         """Header lines of a job across nodes: its layout, and how its nodes differ from each other."""
         if self.launch is None or not self.node_fingerprints:
             return []
-        from .gate.fingerprint import node_differences
+        from ..env.fingerprint import node_differences
 
         la = self.launch
         differ = node_differences(self.node_fingerprints)
@@ -148,7 +148,7 @@ class State:
     def load_gate(self, nodeids: set[str]) -> None:
         """Read the baseline; in launched mode on global rank 0 only, which tells every rank whether it could
         (a missing or corrupt baseline stops every rank with rank 0's message), the others follow it."""
-        from .gate import GateUsageError
+        from ..gate import GateUsageError
 
         def load() -> None:
             try:
@@ -176,7 +176,7 @@ class State:
     def gate(self) -> "Gate":
         """The regression gate of the session (inactive without --gpu-baseline)."""
         if self._gate is None:
-            from .gate import Gate, GateSettings
+            from ..gate import Gate, GateSettings
 
             s = self.settings
             base_dir = Path(s.baseline_dir) if s.baseline_dir else Path(self.config.rootpath) / DEFAULT_BASELINE_DIR
@@ -195,7 +195,7 @@ class State:
     @property
     def info(self) -> "DeviceInfo":
         if self._info is None:
-            from .hardware import CpuDevicesError, detect
+            from ..env.hardware import CpuDevicesError, detect
 
             try:
                 self._info = detect(self.settings.device)
@@ -214,7 +214,7 @@ class State:
         if self._fingerprint is None and self.from_workers.get("fingerprint") is not None:
             self._fingerprint = dict(self.from_workers["fingerprint"])
         if self._fingerprint is None:
-            from .hardware import fingerprint
+            from ..env.hardware import fingerprint
 
             self._fingerprint = fingerprint(self.info)
         return self._fingerprint
@@ -222,14 +222,14 @@ class State:
     @property
     def buffers(self) -> "BufferPool":
         if self._buffers is None:
-            from .ops.copies import BufferPool
+            from ..ops.copies import BufferPool
 
             self._buffers = BufferPool()
         return self._buffers
 
     @property
     def timing(self) -> "TimingSettings":
-        from .timing import TimingSettings
+        from ..ops.timing import TimingSettings
 
         return TimingSettings(min_time_s=self.settings.min_time_s)
 
@@ -300,7 +300,7 @@ class State:
         """Why the groups of ``kind`` (``topology.GROUP_KINDS``) cannot be had in this session (a skip
         reason), or None.  In a launched job of several nodes this gathers the job's layout: every rank calls
         it at the same point.  pytest.UsageError for an unknown kind."""
-        from .topology import WORLD, check_group_kind
+        from ..env.topology import WORLD, check_group_kind
 
         try:
             check_group_kind(kind, "process_group")
@@ -351,8 +351,8 @@ class State:
     def _new_pool(self, world: int) -> Any:
         """A ranks.RankPool of ``world`` workers with the session's backend, device type and worker
         environment (not started yet)."""
-        from .ops.collectives import worker_env
-        from .ranks import RankPool
+        from ..ops.collectives import worker_env
+        from ..ranks import RankPool
 
         info = self.info
         return RankPool(world, backend=info.backend, device=info.torch_device_type, env=worker_env(info.backend),
@@ -366,8 +366,8 @@ class State:
         """The session's ranks.spawn.Zygote, made at the first pool (its process starts with that pool's
         start: a session that collects a process_group test may still start no pool); None where
         GPUCOMM_RANK_START=exec or in launched mode."""
-        from .ops.collectives import worker_env
-        from .ranks.spawn import Zygote, rank_start
+        from ..ops.collectives import worker_env
+        from ..ranks.spawn import Zygote, rank_start
 
         if self.zygote is None and self.launched is None and rank_start() == "fork":
             backend = self.info.backend
@@ -381,7 +381,7 @@ class State:
         ``vocab.MAX_FRESH_REMEASURES`` of the session, copies and collectives together, else by ``same``
         (in the current state): each fresh one costs a process start, and a change that slowed every case
         would otherwise pay one per case.  ``fresh_how`` / ``same_how`` say where it was measured."""
-        from .measurement import Remeasure
+        from ..measurement import Remeasure
 
         limit = vocab.MAX_FRESH_REMEASURES  # read at each call (tests lower it)
         if self.fresh_remeasures < limit:
@@ -399,7 +399,7 @@ class State:
         import dataclasses
 
         from .group import ProcessGroup
-        from .measurement import Measurement
+        from ..measurement import Measurement
 
         pool = self._new_pool(1)
         what = f"{label}: fresh re-measure of {spec['copy']} copy {'->'.join(spec['devices'])}"
@@ -497,7 +497,7 @@ class State:
         JSON values (execnet carries no other types)."""
         import json
 
-        from .report import baseline_extra
+        from .reporting import baseline_extra
 
         data = {
             "records": [{"nodeid": r.nodeid, "measurement": r.measurement.to_dict(with_samples=True),
@@ -513,7 +513,7 @@ class State:
 
     def add_worker_output(self, data: dict[str, Any]) -> None:
         """In the controller: take a worker's records (see ``worker_output``) into this session's."""
-        from .measurement import Measurement
+        from ..measurement import Measurement
 
         for r in data.get("records", []):
             self.records.append(Record(nodeid=r["nodeid"], measurement=Measurement.from_dict(r["measurement"]),

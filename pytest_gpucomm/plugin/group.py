@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import pytest
 
-from .vocab import MAX_TIMEOUT_S
+from ..vocab import MAX_TIMEOUT_S
 
 __all__ = ["ProcessGroup"]
 
@@ -40,7 +40,7 @@ class ProcessGroup:
             label: str = "", timeout: Optional[float] = None) -> list[Any]:
         """Run ``task`` on every rank; a rank that raises, hangs or dies fails the test.  ``timeout_s``
         (``timeout`` is its old name) overrides the test's rank timeout."""
-        from .ranks import RankFailure
+        from ..ranks import RankFailure
 
         if timeout is not None:
             if timeout_s is not None:

@@ -21,14 +21,14 @@ import pytest
 
 from .group import ProcessGroup
 from .markers import marks_of
-from .ops.collectives import OPS, add_op_methods
-from .measurement import Record
+from ..ops.collectives import OPS, add_op_methods
+from ..measurement import Record
 from .state import State
-from .units import SizeError, parse_size
-from .vocab import DTYPE_ALIASES, DTYPES
+from ..units import SizeError, parse_size
+from ..vocab import DTYPE_ALIASES, DTYPES
 
 if TYPE_CHECKING:
-    from .measurement import Measurement, Remeasure
+    from ..measurement import Measurement, Remeasure
 
 __all__ = ["Comm", "GpuPair"]
 
@@ -92,7 +92,7 @@ class Comm:
 
         def redo() -> "Remeasure":
             if fresh is None:
-                from .measurement import Remeasure
+                from ..measurement import Remeasure
 
                 return Remeasure(same(), fresh=False, how=same_how)
             return self._state.remeasure(fresh, same, fresh_how, same_how)
@@ -104,7 +104,7 @@ class Comm:
         """Measure the copy ``spec`` (``ops.copies.copy_spec``) here; its fresh re-measure runs in a new
         process, its other re-measures here with new buffers.  In launched mode, on every node at once
         (see :meth:`_copy_on_every_node`)."""
-        from .ops.copies import measure_spec
+        from ..ops.copies import measure_spec
 
         state = self._state
         if state.launch is not None:
@@ -159,8 +159,8 @@ class Comm:
         ``only_node``, that node's alone (the other nodes' ranks wait).  Called by every rank at once."""
         import traceback
 
-        from .ops.copies import CopyError, measure_spec, measuring_local_rank, node_measurements
-        from .ranks import RankFailure
+        from ..ops.copies import CopyError, measure_spec, measuring_local_rank, node_measurements
+        from ..ranks import RankFailure
 
         state, la, launched = self._state, self._state.launch, self._state.launched
         assert la is not None and launched is not None
@@ -211,7 +211,7 @@ class Comm:
     # -- copies -----------------------------------------------------------------------------------
     def copy(self, pair: Any, size: Any = None, *, dst: Optional[str] = None, both_ways: bool = False) -> Measurement:
         """Peer copy pair.src -> pair.dst (both directions at once with both_ways=True)."""
-        from .ops.copies import PEER, copy_spec
+        from ..ops.copies import PEER, copy_spec
 
         p = self._pair(pair, dst)
         n = self._size(size, "copy")
@@ -225,7 +225,7 @@ class Comm:
         """``hub`` writing to every peer at once (``peers``; default: every other device in use), each copy
         ``size`` bytes.  The figure is the aggregate (every copy's bytes over the span of all of them);
         ``info`` has the per-link figure and each link's own (see :func:`.ops.copies.measure_pattern`)."""
-        from .ops.copies import ONE_TO_ALL, copy_spec
+        from ..ops.copies import ONE_TO_ALL, copy_spec
 
         h, others = self._hub_and_peers(hub, peers, "copy_one_to_all")
         return self._copy(copy_spec(ONE_TO_ALL, [h, *others], self._size(size, "copy_one_to_all")))
@@ -233,7 +233,7 @@ class Comm:
     def copy_all_to_one(self, hub: Any, size: Any = None, *, peers: Optional[Sequence[Any]] = None) -> Measurement:
         """Every peer (``peers``; default: every other device in use) writing to ``hub`` at once, each copy
         ``size`` bytes; figures as :meth:`copy_one_to_all`."""
-        from .ops.copies import ALL_TO_ONE, copy_spec
+        from ..ops.copies import ALL_TO_ONE, copy_spec
 
         h, others = self._hub_and_peers(hub, peers, "copy_all_to_one")
         return self._copy(copy_spec(ALL_TO_ONE, [*others, h], self._size(size, "copy_all_to_one")))
@@ -241,7 +241,7 @@ class Comm:
     def copy_all_pairs(self, size: Any = None, *, devices: Optional[Sequence[Any]] = None) -> Measurement:
         """Every ordered pair of ``devices`` (default: every device in use) copying at once, each copy ``size``
         bytes; figures as :meth:`copy_one_to_all`.  Skipped, with the reason, with fewer than two devices."""
-        from .ops.copies import ALL_PAIRS, copy_spec
+        from ..ops.copies import ALL_PAIRS, copy_spec
 
         if devices is None:
             devs = self._state.devices()
@@ -266,7 +266,7 @@ class Comm:
 
     def host_to_device(self, device: Any, size: Any = None) -> Measurement:
         """Pinned host memory -> device."""
-        from .ops.copies import HOST_DEVICE, copy_spec
+        from ..ops.copies import HOST_DEVICE, copy_spec
 
         d, n = self._dev(device), self._size(size, "host_to_device")
         return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="h2d"))
@@ -347,7 +347,7 @@ class Comm:
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
                          dtype: str) -> "list[Measurement]":
         """One measurement of the group's world, or one per group of its kind (the groups' order)."""
-        from .ops.collectives import WrongResult, to_measurement
+        from ..ops.collectives import WrongResult, to_measurement
 
         results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=self._request.node.nodeid)
         subgroups = getattr(group.executor, "subgroups", ()) if group.kind != "world" else ()
@@ -382,8 +382,8 @@ class Comm:
         ``"ring"`` of the nodes (every link at once) or ``"pairwise"`` (every pair of nodes in turn, both ways
         at once; jobs of at most 4 nodes).  One record per node pair ("node 0 (h0) -> node 1 (h1)"), figure:
         S / t per GPU pair one way (busbw factor 1; see :mod:`.ops.nodes`); returns the slowest pair's."""
-        from .ops.nodes import WrongPairs, phase_kwargs, to_measurements
-        from .topology import PAIR_PATTERNS, node_pair_phases, node_pair_problem
+        from ..ops.nodes import WrongPairs, phase_kwargs, to_measurements
+        from ..env.topology import PAIR_PATTERNS, node_pair_phases, node_pair_problem
 
         nodeid = self._request.node.nodeid
         if pattern not in PAIR_PATTERNS:
@@ -448,7 +448,7 @@ class Comm:
         Tensor-parallel groups: pairs of neighbouring ranks, or in a job launched on several nodes the ranks
         of each node; pipeline stages: one rank each, or one node each (local rank k sends to local rank k of
         the next node).  A world the pattern cannot run on skips the test with the reason."""
-        from .ops.patterns import CPU_SCALE, MODELS, PATTERNS, WrongResult, plan, to_measurement
+        from ..ops.patterns import CPU_SCALE, MODELS, PATTERNS, WrongResult, plan, to_measurement
 
         nodeid = self._request.node.nodeid
         if pattern not in PATTERNS:
@@ -524,7 +524,7 @@ class Comm:
 
     def device_to_host(self, device: Any, size: Any = None) -> Measurement:
         """Device -> pinned host memory."""
-        from .ops.copies import HOST_DEVICE, copy_spec
+        from ..ops.copies import HOST_DEVICE, copy_spec
 
         d, n = self._dev(device), self._size(size, "device_to_host")
         return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="d2h"))
