@@ -98,3 +98,16 @@ def test_every_import_of_the_package_names_a_module_or_name_that_exists():
                 if name != "*" and name not in text:
                     missing.append(f"{rel}:{line} {target}.{name}")
     assert missing == []
+
+
+def test_the_gate_asks_op_specs_and_imports_no_op_module():
+    """The gate decides a case's group and class from the op's spec (ops/specs.py), not by importing the
+    collectives, the patterns, the copies or the node pairs and testing names (issue 26, item 3)."""
+    found = []
+    for p in sorted((ROOT / "gate").rglob("*.py")):
+        rel = p.relative_to(ROOT)
+        for line, mod, _, level in _imports(p):
+            absolute = _target(rel, mod, level)
+            if absolute.startswith("pytest_gpucomm.ops") and absolute != "pytest_gpucomm.ops.specs":
+                found.append(f"{rel}:{line} {absolute}")
+    assert found == []

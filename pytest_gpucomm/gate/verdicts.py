@@ -176,20 +176,18 @@ def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
 
 def case_group(op: str) -> str:
     """The group whose common shift a case belongs to: "collective" for what runs over a process group (the
-    collectives, the training-step patterns, the node pairs), "copy" for the copies."""
-    from ..ops.collectives import OPS
-    from ..ops.nodes import OP as NODE_OP
-    from ..ops.patterns import PATTERNS
+    collectives, the training-step patterns, the node pairs), "copy" for the copies (the op's spec says)."""
+    from ..ops.specs import op_group
 
-    return "collective" if op in OPS or op in PATTERNS or op == NODE_OP else "copy"
+    return op_group(op)
 
 
 def case_kind(op: str) -> str:
     """The kind of a case for its class (``gate.levels.case_class``): "collective", "host" (host<->device
-    copies) or "peer" (copies between devices)."""
-    if case_group(op) == "collective":
-        return "collective"
-    return "host" if op in ("h2d", "d2h") else "peer"
+    copies) or "peer" (copies between devices), as the op's spec says."""
+    from ..ops.specs import op_kind
+
+    return op_kind(op)
 
 
 class Gate:

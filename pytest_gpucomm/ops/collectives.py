@@ -38,6 +38,7 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional, Seque
 from ..measurement import Measurement
 from ..units import describe_size
 from ..vocab import DEFAULT_MIN_TIME_S, DTYPES, TAIL_TIME_FACTOR
+from .specs import COLLECTIVE, OpSpec
 
 __all__ = [
     "OPS",
@@ -299,6 +300,8 @@ OPS: dict[str, CollectiveOp] = {
     op.name: op
     for op in (AllReduce(), AllGather(), ReduceScatter(), Broadcast(), Reduce(), AllToAll(), SendRecv())
 }
+#: their specs (:mod:`.specs`)
+SPECS = tuple(OpSpec(name, COLLECTIVE, COLLECTIVE) for name in OPS)
 
 
 def busbw_factor(op: str, world_size: int) -> float:

@@ -50,6 +50,7 @@ from ..measurement import Measurement, copy_where
 from .timing import TimingSettings, measure
 from . import engines
 from .engines import CopyError
+from .specs import COPY, HOST_KIND, PEER_KIND, OpSpec
 
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
            "bench_copy", "measuring_local_rank", "node_measurements", "measure_pattern", "pattern_pairs",
@@ -507,6 +508,15 @@ def bench_copy(ctx: Any, *, copy: str, devices: Sequence[str], size_bytes: int, 
 ONE_TO_ALL, ALL_TO_ONE, ALL_PAIRS = "one_to_all", "all_to_one", "all_pairs"
 #: the patterns of many copies at once (a ``copy_spec``'s ``copy``) -> their measurement's op
 PATTERN_OPS = {ONE_TO_ALL: "copy_one_to_all", ALL_TO_ONE: "copy_all_to_one", ALL_PAIRS: "copy_all_pairs"}
+#: the specs of every copy's op (:mod:`.specs`): one way and both ways between devices, host<->device,
+#: and the patterns
+SPECS = (OpSpec("copy", COPY, PEER_KIND),
+         OpSpec("copy_bidir", COPY, PEER_KIND),
+         OpSpec("h2d", COPY, HOST_KIND),
+         OpSpec("d2h", COPY, HOST_KIND),
+         OpSpec(PATTERN_OPS[ONE_TO_ALL], COPY, PEER_KIND),
+         OpSpec(PATTERN_OPS[ALL_TO_ONE], COPY, PEER_KIND),
+         OpSpec(PATTERN_OPS[ALL_PAIRS], COPY, PEER_KIND))
 #: host buffers of one pattern may take at most this share of the host's memory: 2 x pairs x size bytes
 #: grow as n^2 (all pairs of 8 logical devices at 16 MiB: 1.8 GB), and the session's other buffers, its rank
 #: pools and the rest of the machine need the remainder; past it the copy fails with the reason, not the host

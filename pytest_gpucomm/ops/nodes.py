@@ -29,10 +29,13 @@ from typing import Any, Callable, Optional, Sequence
 from ..measurement import Measurement
 from ..units import describe_size
 from ..vocab import DEFAULT_MIN_TIME_S, DTYPES
+from .specs import COLLECTIVE, OpSpec
 
 __all__ = ["OP", "PhaseResult", "exchange", "to_measurements", "phase_kwargs"]
 
 OP = "node_pair"
+#: its spec (:mod:`.specs`)
+SPECS = (OpSpec(OP, COLLECTIVE, COLLECTIVE),)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ from typing import Any, Optional, Sequence
 from ..measurement import Measurement
 from ..units import describe_duration, format_size
 from ..vocab import DEFAULT_MIN_TIME_S, TAIL_TIME_FACTOR
+from .specs import COLLECTIVE, OpSpec
 from .collectives import BenchResult, WrongResult, ranks_info, tail_info
 
 __all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "PatternResult", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
@@ -88,6 +89,8 @@ PATTERNS = (DP, MOE, TP, PP, OVERLAP)
 WHAT = {DP: "data-parallel gradient sync", MOE: "mixture-of-experts all-to-all",
         TP: "tensor-parallel layer collectives", PP: "pipeline-parallel send/recv",
         OVERLAP: "data-parallel gradient sync overlapped with the tensor-parallel collectives"}
+#: their specs (:mod:`.specs`): a training step runs over the process group, as a collective does
+SPECS = tuple(OpSpec(name, COLLECTIVE, COLLECTIVE) for name in PATTERNS)
 
 #: PyTorch DDP's default bucket caps: ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`` and ``bucket_cap_mb=25``
 DDP_FIRST_BUCKET_BYTES = 1 << 20
