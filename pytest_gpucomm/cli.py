@@ -63,9 +63,9 @@ def _load_reference(spec: str, args: argparse.Namespace, report: Optional[Mappin
     return load_reference(spec, search_dirs=_baseline_dirs(args), detected_model=model)
 
 
-def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None) -> list[Any]:
+def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None, where: str = "") -> list[Any]:
     """The report's rows as the plugin's records (``state.Record``), with the verdicts given (``Verdict``s,
-    one per row) or those the run recorded."""
+    one per row) or those the run recorded; ``where`` is the report's file, for the messages."""
     from .report.saved import measurements_of
     from .measurement import Record
     from .vocab import Status
@@ -82,7 +82,7 @@ def _records(report: Mapping[str, Any], verdicts: Optional[Sequence[Any]] = None
             try:
                 status = Status(row.get("status", Status.MEASURED.value))
             except ValueError:
-                raise CommandError(f"invalid report: rows[{i}] ({test}): "
+                raise CommandError(f"{where}: invalid report: at $.rows[{i}].status ({test}): "
                                    f"unknown status {row.get('status')!r}") from None
         out.append(Record(nodeid=test, measurement=m, checks=list(row.get("checks") or []), status=status,
                           baseline=baseline))
@@ -155,7 +155,7 @@ def _hardware_line(report: Mapping[str, Any]) -> str:
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     report = _load_report(args.report)
     ref = _load_reference(args.baseline, args, report) if args.baseline else None
-    records = _records(report)
+    records = _records(report, where=args.report)
     lines = [f"report: {args.report}", _hardware_line(report)] + _table_lines(records)
     if any(r.baseline is not None for r in records):
         lines.append(_counts_line(records))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 
@@ -31,6 +34,8 @@ from pytest_gpucomm.analysis.curves import CURVES_HEADING
 from pytest_gpucomm.gate.regate import OFFLINE_NOTE
 
 REPLAYED = " (replayed from the report)"
+#: examples of the report fuzz
+FUZZ_EXAMPLES = 300
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -392,6 +397,42 @@ def test_bad_input_exits_2_with_a_message_naming_the_file_or_the_value(runs, tmp
     assert not (tmp_path / "figs").exists() and not (tmp_path / "p.html").exists()
 
 
+def _limited_gpucomm(*argv) -> subprocess.CompletedProcess:
+    """``python -m pytest_gpucomm`` in a process of at most 2 GiB of memory and 60 s: a reader that blocks on
+    a FIFO or reads /dev/zero without end fails the test instead of hanging or exhausting the machine."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run([sys.executable, "-m", "pytest_gpucomm", *map(str, argv)], capture_output=True, text=True,
+                          timeout=60, preexec_fn=limit)
+
+
+SPECIAL = [
+    ("fifo-report", lambda r, f: ["show", f], "is a FIFO, not a regular file: not a report file"),
+    ("fifo-compared-with", lambda r, f: ["compare", f, r.slow],
+     "is a FIFO, not a regular file: not a baseline or report file"),
+    ("fifo-compared", lambda r, f: ["compare", r.baseline, f], "is a FIFO, not a regular file: not a report file"),
+    ("fifo-baseline-option", lambda r, f: ["show", r.slow, "--baseline", f],
+     "is a FIFO, not a regular file: not a baseline or report file"),
+    ("dev-zero-report", lambda r, f: ["show", "/dev/zero"], "is a character device, not a regular file: not a report"),
+]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="no FIFOs or /dev/zero")
+@pytest.mark.parametrize("argv, message", [s[1:] for s in SPECIAL], ids=[s[0] for s in SPECIAL])
+def test_a_fifo_or_a_device_given_as_a_file_is_refused_at_once_with_exit_2(runs, tmp_path, argv, message):
+    """Issue 27: these hung (the FIFO) or read until MemoryError (/dev/zero); the plugin's baseline reader
+    refused them already, and every file is now read by the same one."""
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    proc = _limited_gpucomm(*argv(runs, fifo))
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("gpucomm: error: ") and message in first, proc.stderr
+
+
 @pytest.mark.parametrize("argv", [["compare", "b.json", "r.json", "--tolerance", "abc"], ["plot", "r.json", "-o", "d",
                                   "--format", "jpg"], ["show"], [], ["frobnicate"]],
                          ids=["not-a-number", "format", "no-report", "no-command", "unknown-command"])
@@ -500,3 +541,58 @@ def test_two_single_reports_borrow_the_shipped_files_spreads_pass_an_a_a_and_fai
     # without the same hardware's file the spreads are the documented defaults, and the header says so
     code, text = gpucomm("compare", before, after, "--baseline-dir", tmp_path, "--no-curves")
     assert code == 0 and "the spread between sessions is assumed (0.5%)" in text
+
+
+# -- a fuzz over report documents: whatever is in the file, bad input exits 2 naming the file -------------
+
+_GARBAGE = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 70), 2 ** 70), st.floats(),
+                     st.text(max_size=4), st.just([]), st.just({}), st.lists(st.integers(-2, 2), max_size=3),
+                     st.dictionaries(st.text(max_size=3), st.integers(-2, 2), max_size=2))
+
+
+def _mutate(doc, data) -> str:
+    """Replace (or delete) the value at a random JSON path of ``doc``; returns the path."""
+    node, path = doc, "$"
+    while True:
+        keys = list(range(len(node))) if isinstance(node, list) else sorted(node) if isinstance(node, dict) else []
+        if not keys:
+            break
+        key = data.draw(st.sampled_from(keys))
+        child = node[key]
+        if not isinstance(child, (dict, list)) or not child or data.draw(st.integers(0, 3)) == 0:
+            if isinstance(node, dict) and data.draw(st.integers(0, 5)) == 0:
+                del node[key]
+                return f"{path}[{key!r}] deleted"
+            node[key] = data.draw(_GARBAGE)
+            return f"{path}[{key!r}] = {node[key]!r}"
+        node, path = child, f"{path}[{key!r}]"
+    return path
+
+
+@pytest.fixture(scope="module")
+def fuzz_files(runs):
+    """(the report, the baseline): paths only, so that a falsifying example prints short."""
+    return runs.slow, runs.baseline
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                            HealthCheck.too_slow])
+@given(data=st.data())
+def test_whatever_a_report_holds_gpucomm_exits_0_1_or_2_never_with_a_traceback(fuzz_files, tmp_path, capsys, data):
+    """Issue 27: a garbage field of a report (a list for a fingerprint, a zero sample time, a string for a
+    curve) gave a traceback and exit 1, compare's "regression found"; every field the readers use is now
+    checked on read, and the message names the file and the JSON path."""
+    report, baseline = fuzz_files
+    doc = load(report)
+    where = _mutate(doc, data)
+    p = tmp_path / "fuzzed.json"
+    p.write_text(json.dumps(doc))
+    for argv in (["show", p], ["compare", baseline, p]):
+        try:
+            code, _ = gpucomm(*argv)
+        except Exception as e:  # noqa: BLE001 - the failure names the mutation
+            raise AssertionError(f"{argv[0]} with {where}: {type(e).__name__}: {e}") from e
+        err = capsys.readouterr().err
+        assert code in ((0, 2) if argv[0] == "show" else (0, 1, 2)), (argv[0], where, code, err)
+        if code == 2:
+            assert err.startswith(f"gpucomm: error: {p}: "), (argv[0], where, err)

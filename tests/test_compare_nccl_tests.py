@@ -151,10 +151,12 @@ def test_parse_size_and_human():
 
 def _ours_report():
     def row(op, size, median_us, busbw, in_place=False, dtype="float32", world=2, kind="collective"):
-        return {"op": op, "kind": kind, "size_bytes": size, "world_size": world, "dtype": dtype,
+        return {"test": f"test_{op}[{size}]", "op": op, "kind": kind, "size_bytes": size, "world_size": world,
+                "bytes_per_iter": size, "devices": [f"cuda:{i}" for i in range(world)], "busbw_factor": 1.0,
+                "samples_s": [median_us * 1e-6], "dtype": dtype,
                 "median_us": median_us, "busbw_gbps": busbw, "algbw_gbps": busbw,
                 "info": {"in_place": in_place}}
-    return {"rows": [
+    return {"format": "pytest-gpucomm-report", "version": 1, "rows": [
         row("all_reduce", 1024, 30.0, 0.03),             # time ratio 30/23.4 = 1.28 -> PASS
         row("all_reduce", 2048, 30.0, 0.07),             # 30/18.92 = 1.59 -> FAIL
         row("all_reduce", 2048, 10.0, 0.2, in_place=True),
@@ -162,7 +164,7 @@ def _ours_report():
         row("all_reduce", GIB, 3400.0, 315.0),           # 315/329.12 = 0.957 -> FAIL
         row("all_reduce", 4 * KIB, 20.0, 0.2),           # only ours -> MISSING theirs
         row("all_reduce", 1024, 30.0, 0.03, world=8),    # other world size: filtered out
-        row("peer_copy", 1024, 1.0, 1.0, kind="p2p"),    # not a collective: filtered out
+        row("peer_copy", 1024, 1.0, 1.0, kind="copy"),    # not a collective: filtered out
         row("all_reduce", 1024, 99.0, 0.01, dtype="bfloat16"),  # no bf16 on nccl-tests side
     ]}
 
@@ -262,7 +264,7 @@ def test_a_report_of_other_rank_counts_than_gpus_is_an_error_naming_both(tmp_pat
     (raw / "all_reduce_perf.txt").write_text(ALL_REDUCE_OUT)
     report = tmp_path / "ours.json"
     two_ranks = [r for r in _ours_report()["rows"] if r["world_size"] == 2 and r["kind"] == "collective"]
-    report.write_text(json.dumps({"rows": two_ranks}))
+    report.write_text(json.dumps({"format": "pytest-gpucomm-report", "version": 1, "rows": two_ranks}))
     assert cmp.main(["--theirs-raw", str(raw), "--ours-json", str(report), "--gpus", "8"]) == 2
     assert f"{report}: its collectives ran on 2 rank(s), and --gpus 8 compares 8-rank rows" in capsys.readouterr().err
 

@@ -14,12 +14,13 @@ from pytest_gpucomm.ops import copies
 
 def _report(tmp_path, rows):
     p = tmp_path / "copies.json"
-    p.write_text(json.dumps({"rows": rows}))
+    p.write_text(json.dumps({"format": "pytest-gpucomm-report", "version": 1, "rows": rows}))
     return p
 
 
 def _row(op, devices, size, gbps=1.0):
-    return {"op": op, "devices": devices, "size_bytes": size, "gbps": gbps}
+    return {"test": f"test_copy[{op}-{size}]", "op": op, "devices": devices, "size_bytes": size, "gbps": gbps,
+            "bytes_per_iter": size, "world_size": 1, "busbw_factor": 1.0, "samples_s": [size / gbps / 1e9]}
 
 
 def test_copy_benchmark_compares_gpu_copy_rows_only(tmp_path):

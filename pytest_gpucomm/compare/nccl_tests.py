@@ -579,7 +579,9 @@ def run_ours(args: argparse.Namespace) -> dict:
             raise SystemExit(2)
         if p.returncode != 0:
             print(f"[ours] warning: pytest exited {p.returncode}; using the report anyway", file=sys.stderr)
-        return json.loads(out.read_text())
+        from ..report.saved import load_report
+
+        return load_report(out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -638,9 +640,11 @@ def main(argv: list[str] | None = None) -> int:
         report = run_ours(args)
     else:
         try:
-            report = json.loads(Path(args.ours_json).read_text())
-        except (OSError, ValueError) as e:
-            print(f"[ours] cannot read {args.ours_json}: {e}", file=sys.stderr)
+            from ..report.saved import load_report
+
+            report = load_report(args.ours_json)
+        except ValueError as e:  # ReportError: names the file and what is wrong with it
+            print(f"[ours] {e}", file=sys.stderr)
             return 2
     ours = [r for r in normalize_ours(report, world_size=args.gpus)
             if r["op"] in args.ops and args.min_size <= r["size_bytes"] <= args.max_size]

@@ -18,7 +18,6 @@ Importing this module imports no torch or cupy: :func:`main` imports them when i
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -120,7 +119,9 @@ class RawCopies:
 
 
 def ours_rows(path: Path, sizes: Optional[set[int]]) -> list[dict[str, Any]]:
-    rows = json.loads(path.read_text())["rows"]
+    from ..report.saved import load_report
+
+    rows = load_report(path)["rows"]
     out = [r for r in rows
            if r["op"] in ("copy", "copy_bidir", "h2d", "d2h")
            and any(str(d).startswith("cuda") for d in r["devices"])

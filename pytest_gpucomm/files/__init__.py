@@ -1,3 +1,4 @@
-"""Files read and written safely: atomic writes that readers never see half-done (:mod:`.atomic`) and the
-JSON of a file with one wording for what is wrong with it (:mod:`.jsontext`).  Standard library only.
+"""Files read and written safely: atomic writes that readers never see half-done (:mod:`.atomic`), the
+bytes of a file read so that no FIFO, device or huge file can hang or exhaust the reader (:mod:`.reading`),
+and the JSON of a file with one wording for what is wrong with it (:mod:`.jsontext`).  Standard library only.
 """

@@ -10,10 +10,12 @@ names the error class its callers catch.
 from __future__ import annotations
 
 import json
+import math
 import os
-from typing import Any, Callable, Optional
+import re
+from typing import Any, Callable, Iterable, Optional
 
-__all__ = ["parse_json_bytes"]
+__all__ = ["parse_json_bytes", "json_path", "first_non_finite"]
 
 
 def parse_json_bytes(raw: bytes, path: "str | os.PathLike[str]", what: str, error: Callable[[str], Exception],
@@ -44,3 +46,28 @@ def parse_json_bytes(raw: bytes, path: "str | os.PathLike[str]", what: str, erro
                else error(f"{path}: invalid JSON: nested deeper than Python's json can read")) from None
     except (ValueError, MemoryError) as e:  # e.g. an integer of more digits than Python converts
         raise error(f"{path}: invalid JSON: {e}") from None
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """The JSON path of the keys and indexes ``parts``: ``$.rows[3].samples_s[0]``, ``$.cases["a|b"]``."""
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p)
+                                                    else f"[{json.dumps(p)}]")
+    return out
+
+
+def first_non_finite(doc: Any, skip: Iterable[str] = ()) -> Optional[tuple[str, float]]:
+    """The JSON path and value of a NaN or an infinity in ``doc`` (Python's json reads them, but they are not
+    JSON), None where there is none; the values of object keys in ``skip`` are not looked at."""
+    left_out = set(skip)
+    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return json_path(where), value
+        if isinstance(value, dict):
+            stack.extend((v, [*where, k]) for k, v in value.items() if k not in left_out)
+        elif isinstance(value, list):
+            stack.extend((v, [*where, i]) for i, v in enumerate(value))
+    return None

@@ -59,9 +59,9 @@ written with :func:`write_document`, which checks it as :func:`load_baseline` wo
 anything.  Any other change of an existing file (``gpucomm baselines prune``/``merge``) goes through
 :func:`update_document`: the same lock, re-read and atomic write as :func:`save_run`, for an arbitrary change.
 
-Reading is bounded: only a regular file is read (a FIFO, device or socket is refused before it is opened,
-and the open cannot block), at most :data:`MAX_BASELINE_BYTES`, nested at most :data:`MAX_NESTING` deep;
-anything else is a :class:`BaselineError` that names the file.
+Reading is bounded (:mod:`pytest_gpucomm.files.reading`): only a regular file is read (a FIFO, device or
+socket is refused before it is opened, and the open cannot block), at most :data:`MAX_BASELINE_BYTES`,
+nested at most :data:`MAX_NESTING` deep; anything else is a :class:`BaselineError` that names the file.
 
 This module imports ``jsonschema`` and ``filelock``: :mod:`pytest_gpucomm.gate` imports it only on use.
 """
@@ -72,7 +72,6 @@ import json
 import math
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -81,6 +80,7 @@ import jsonschema
 from filelock import FileLock, Timeout
 
 from ..files.atomic import remove_stale_temp_files, write_atomic
+from ..files.jsontext import json_path
 from ..vocab import DEFAULT_MAX_RUNS
 
 __all__ = [
@@ -467,85 +467,6 @@ def _resolve_name(name: str, dirs: list[Path], must_exist: bool, how: str) -> Pa
 # ------------------------------------------------------------------------------------------------
 
 
-def _json_path(parts: Iterable[Any]) -> str:
-    out = "$"
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", p)
-                                                    else f"[{json.dumps(p)}]")
-    return out
-
-
-def _size_text(n: int) -> str:
-    mib = 1024 * 1024
-    return f"{n // mib} MiB" if n >= mib and n % mib == 0 else f"{n} bytes"
-
-
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _not_regular(path: Path, mode: int) -> BaselineError:
-    if stat.S_ISDIR(mode):
-        return BaselineError(f"{path}: is a directory, not a baseline file")
-    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
-    return BaselineError(f"{path}: is {kind}, not a regular file: not a baseline file")
-
-
-def _too_large(path: Path, size: Optional[int], limit: int) -> BaselineError:
-    got = f" ({size} bytes)" if size is not None else ""
-    return BaselineError(
-        f"{path}: is larger than {_size_text(limit)}{got}, the most a baseline file may hold "
-        "(pytest_gpucomm.gate.store.MAX_BASELINE_BYTES): not a baseline file"
-    )
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_BASELINE_BYTES; anything else is a BaselineError.
-
-    The file type is checked with ``os.stat`` before the file is opened (a FIFO or device is never
-    opened), the open is non-blocking (a file swapped for a FIFO in between cannot hang it) and the type
-    is checked again on the open descriptor, and at most ``MAX_BASELINE_BYTES + 1`` bytes are read.
-    """
-    limit = int(MAX_BASELINE_BYTES)
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(path, st.st_mode)
-        if st.st_size > limit:
-            raise _too_large(path, st.st_size, limit)
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise BaselineError(f"{path}: baseline file does not exist") from None
-    except IsADirectoryError:
-        raise BaselineError(f"{path}: is a directory, not a baseline file") from None
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read baseline file: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since the check above
-            raise _not_regular(path, st.st_mode)
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, max(st.st_size + 1, 1 << 16)))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read baseline file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if left <= 0:  # it grew past the limit while it was read
-        raise _too_large(path, None, limit)
-    return b"".join(chunks)
-
-
 def _nesting_depth_exceeds(doc: Any, limit: int) -> bool:
     """Whether arrays/objects in ``doc`` nest deeper than ``limit`` levels (the top level is level 1).
     Iterative: a document of any depth is checked without recursion."""
@@ -574,7 +495,10 @@ def _too_deep(path: Path) -> BaselineError:
 def read_document(path: Path) -> dict:
     """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
     path = Path(path)
-    raw = _read_bytes(path)
+    from ..files.reading import read_regular_file
+
+    raw = read_regular_file(path, what="baseline", limit=int(MAX_BASELINE_BYTES),
+                            limit_name="pytest_gpucomm.gate.store.MAX_BASELINE_BYTES", error=BaselineError)
     from ..files.jsontext import parse_json_bytes
 
     doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: _too_deep(path))
@@ -602,7 +526,7 @@ def read_document(path: Path) -> dict:
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-        raise BaselineError(f"{path}: invalid baseline: at {_json_path(err.absolute_path)}: {_describe(err)}{more}")
+        raise BaselineError(f"{path}: invalid baseline: at {json_path(err.absolute_path)}: {_describe(err)}{more}")
     _check_samples(path, doc)
     check_tails(path, doc)
     _check_finite(path, doc)
@@ -612,17 +536,13 @@ def read_document(path: Path) -> dict:
 def _check_finite(path: Path, doc: Any) -> None:
     """Refuse a NaN or an infinity anywhere (Python's json reads them, but they are not JSON: a file that held
     one in a fingerprint loaded, and then the next run could not be saved to it); the schema has already
-    named those in the samples and the figures it knows."""
-    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
-    while stack:
-        value, where = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            raise BaselineError(f"{path}: invalid baseline: at {_json_path(where)}: {value!r} is not a finite "
-                                "number (a baseline holds finite numbers only)")
-        if isinstance(value, dict):  # the samples were checked (_check_samples): most of a file, left out here
-            stack.extend((v, [*where, k]) for k, v in value.items() if k != "samples_gbps")
-        elif isinstance(value, list):
-            stack.extend((v, [*where, i]) for i, v in enumerate(value))
+    named those in the samples and the figures it knows (the samples, most of a file, are left out here)."""
+    from ..files.jsontext import first_non_finite
+
+    found = first_non_finite(doc, skip=("samples_gbps",))
+    if found:
+        raise BaselineError(f"{path}: invalid baseline: at {found[0]}: {found[1]!r} is not a finite "
+                            "number (a baseline holds finite numbers only)")
 
 
 def _describe(err: "jsonschema.exceptions.ValidationError") -> str:
@@ -647,14 +567,14 @@ def _check_samples(path: Path, doc: dict) -> None:
     for key, case in doc["cases"].items():
         floor = case.get("floor_gbps")
         if floor is not None and not _finite(floor):
-            raise BaselineError(f"{path}: invalid baseline: at {_json_path(['cases', key, 'floor_gbps'])}: "
+            raise BaselineError(f"{path}: invalid baseline: at {json_path(['cases', key, 'floor_gbps'])}: "
                                 f"{floor!r} is not finite")
         for i, run in enumerate(case["runs"]):
             for j, v in enumerate(run["samples_gbps"]):
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not (_finite(v) and v > 0):
                     raise BaselineError(
                         f"{path}: invalid baseline: at "
-                        f"{_json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a positive "
+                        f"{json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a positive "
                         "finite number"
                     )
 
@@ -672,7 +592,7 @@ def _sketch(path: Path, d: Any, where: list[Any]) -> Any:
     and the place."""
     from .tails import TailSketch
 
-    at = f"{path}: invalid baseline: at {_json_path(where)}"
+    at = f"{path}: invalid baseline: at {json_path(where)}"
     bad = [q for q in (d.get("ratios") or {}) if not _level(q)] if isinstance(d, dict) else []
     if bad:
         raise BaselineError(f"{at}: {bad[0]!r} is not a level between 0 and 1 (a ratio's key is its quantile)")
@@ -910,7 +830,7 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             if errors:  # a bug or bad input: never write a file that would not load
                 e = errors[0]
                 raise BaselineError(f"{path}: refusing to write an invalid baseline: "
-                                    f"at {_json_path(e.absolute_path)}: {e.message}")
+                                    f"at {json_path(e.absolute_path)}: {e.message}")
             try:
                 check_tails(path, doc)
                 _check_finite(path, doc)
@@ -996,7 +916,7 @@ def _check_to_write(path: Path, doc: Any) -> None:
     errors = sorted(SCHEMA_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
-        raise BaselineError(f"{at}: at {_json_path(err.absolute_path)}: {_describe(err)}")
+        raise BaselineError(f"{at}: at {json_path(err.absolute_path)}: {_describe(err)}")
     try:
         _check_samples(path, doc)
         check_tails(path, doc)

@@ -66,26 +66,147 @@ def check_report(doc: Any, where: str = "") -> Mapping[str, Any]:
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping) or not isinstance(row.get("test"), str):
             raise ReportError(f"{at}invalid report: rows[{i}] is not a measurement row (no test id)")
+    from ..files.jsontext import json_path
+
+    bad = _non_finite_figure(doc)
+    if bad:
+        raise ReportError(f"{at}invalid report: at {bad[0]}{_row_of(doc, bad[1])}: {bad[2]!r} is not a finite number")
+    errors = sorted(_report_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        err = errors[0]
+        row = _row_of(doc, list(err.absolute_path))
+        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        what = err.message.replace("is a required property", "is missing (a required field)")
+        raise ReportError(f"{at}invalid report: at {json_path(err.absolute_path)}{row}: {what}{more}")
     return doc
 
 
+#: the fields a measurement is computed from, wherever one is (a row, a re-measure, a fold): a NaN or an
+#: infinity there is refused (elsewhere a verdict may say nan: not known)
+_FIGURES = ("samples_s", "busbw_factor")
+
+
+def _non_finite_figure(doc: Any) -> Optional[tuple[str, list[Any], float]]:
+    from ..files.jsontext import first_non_finite, json_path
+
+    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k in _FIGURES:
+                    bad = first_non_finite(v)
+                    if bad:
+                        return json_path([*where, k]) + bad[0][1:], [*where, k], bad[1]
+                elif isinstance(v, (dict, list)):
+                    stack.append((v, [*where, k]))
+        elif isinstance(value, list):
+            stack.extend((v, [*where, i]) for i, v in enumerate(value) if isinstance(v, (dict, list)))
+    return None
+
+
+def _row_of(doc: Mapping[str, Any], parts: list[Any]) -> str:
+    """`` (test id)`` for a path into a row, else ""."""
+    if len(parts) > 1 and parts[0] == "rows" and isinstance(parts[1], int):
+        return f" ({doc['rows'][parts[1]].get('test')})"
+    return ""
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "null"}, schema]}
+
+
+#: a measurement (``Measurement.to_dict``): a row, a re-measure, a fold's run
+_MEASUREMENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["op", "size_bytes", "bytes_per_iter", "devices", "world_size", "busbw_factor", "samples_s"],
+    "properties": {
+        "op": {"type": "string"},
+        "kind": {"enum": ["copy", "collective"]},
+        "size_bytes": {"type": "integer", "minimum": 0},
+        "bytes_per_iter": {"type": "integer", "minimum": 0},
+        "devices": {"type": "array", "items": {"type": "string"}},
+        "world_size": {"type": "integer", "minimum": 1},
+        "dtype": {"anyOf": [{"type": "null"}, {"type": "string"}]},
+        "busbw_factor": {"type": "number", "minimum": 0},
+        "samples_s": {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 0}},
+        "info": {"anyOf": [{"type": "null"}, {"type": "object"}]},
+    },
+}
+#: the re-measures and the folds' runs a verdict recorded, each with its measurement
+_RERUNS = {"type": "array", "items": {"type": "object", "properties": {
+    "measurement": _MEASUREMENT, "fresh": {"type": "boolean"}, "how": {"type": "string"}}}}
+_TEXTS = {"type": "object", "properties": {"text": {"type": "string"}, "text_short": {"type": "string"},
+                                           "status": {"type": "string"}}}
+#: what the readers of a saved report use of it (the rows as measurements, the verdicts, the curves, the
+#: levels, the environment diff, the fingerprint): each field's type and range, so that a malformed field is
+#: named with its JSON path instead of failing a renderer.  A field the readers do not use is not checked.
+REPORT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["format", "version", "rows"],
+    "properties": {
+        "settings": _nullable({"type": "object", "properties": {
+            "tolerance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 1}),
+            "alpha": _nullable({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+            "tail_tolerance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 99}),
+            "strict": _nullable({"type": "boolean"})}}),
+        "fingerprint": _nullable({"type": "object", "properties": {
+            "model": _nullable({"type": "string"}), "date": _nullable({"type": "string"})}}),
+        "launch": _nullable({"type": "object", "properties": {"layout": _nullable({"type": "string"})}}),
+        "outliers": {"type": "array", "items": {"type": "object"}},
+        "curves": {"type": "array", "items": {
+            "type": "object", "required": ["model"],
+            "properties": {"model": {**_TEXTS, "required": ["text"]}, "comparison": _nullable(_TEXTS)}}},
+        "baseline": _nullable({"type": "object", "properties": {
+            "path": _nullable({"type": "string"}),
+            "environment_diff": {"type": "array", "items": {"type": "array", "minItems": 3, "maxItems": 3,
+                                                            "prefixItems": [{"type": "string"}]}},
+            "levels": _nullable({"type": "object", "properties": {
+                g: {"type": "array", "items": _TEXTS} for g in ("classes", "bands", "cases")}}),
+        }}),
+        "rows": {"type": "array", "items": {
+            "type": "object",
+            "required": ["test", *_MEASUREMENT["required"]],
+            "properties": {
+                **_MEASUREMENT["properties"],
+                "test": {"type": "string"},
+                "status": {"type": "string"},
+                "checks": _nullable({"type": "array", "items": {"type": "string"}}),
+                "baseline": _nullable({"type": "object", "properties": {
+                    "baseline_gbps": _nullable({"type": "number"}), "ratio": _nullable({"type": "number"}),
+                    "status": {"type": "string"}, "message": {"type": "string"},
+                    "tolerance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 1}),
+                    "remeasures": _nullable(_RERUNS), "fold_runs": _nullable(_RERUNS),
+                    "tail": _nullable({"type": "object", "properties": {
+                        "status": {"type": "string"},
+                        "tolerance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 99})}})}}),
+            },
+        }},
+    },
+}
+
+
+def _report_validator() -> Any:
+    import jsonschema
+
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        _VALIDATOR = jsonschema.Draft202012Validator(REPORT_SCHEMA)
+    return _VALIDATOR
+
+
+_VALIDATOR: Any = None
+
+
 def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int = MAX_REPORT_BYTES) -> Any:
-    """The parsed JSON of ``path``; ReportError naming the file when it is missing, a directory, too large,
-    not UTF-8, empty, cut short or not JSON.  ``what`` names the file's role in the messages."""
+    """The parsed JSON of ``path``; ReportError naming the file when it is missing, a directory, a FIFO, a
+    socket or a device, too large, not UTF-8, empty, cut short or not JSON (``files.reading``,
+    ``files.jsontext``).  ``what`` names the file's role in the messages."""
+    from ..files.reading import read_regular_file
+
     p = Path(path)
-    try:
-        size = p.stat().st_size
-        if p.is_dir():
-            raise ReportError(f"{p}: is a directory, not a {what} file")
-        if size > limit:
-            raise ReportError(f"{p}: {size:,} bytes, more than the {limit:,} a {what} may have")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ReportError(f"{p}: {what} file does not exist") from None
-    except ReportError:
-        raise
-    except OSError as e:
-        raise ReportError(f"{p}: cannot read the {what} file: {e.strerror or e}") from None
+    raw = read_regular_file(p, what=what, limit=limit, limit_name="pytest_gpucomm.report.saved.MAX_REPORT_BYTES",
+                            error=ReportError)
     from ..files.jsontext import parse_json_bytes
 
     return parse_json_bytes(raw, p, what, ReportError)
