@@ -1,0 +1,88 @@
+"""ops/clocks.py: clocks and throttle reasons read during a measurement (issue 29)."""
+
+from __future__ import annotations
+
+import time
+
+from pytest_gpucomm.ops.clocks import ClockSummary, CpuFreqReader, Reading, Sampler, reason_names, summarize
+
+
+class Script:
+    """A reader that answers a script of (sm_mhz, reasons), the last repeated."""
+
+    def __init__(self, device, script):
+        self.device, self.script, self.n = device, list(script), 0
+
+    def read(self):
+        sm, reasons = self.script[min(self.n, len(self.script) - 1)]
+        self.n += 1
+        return Reading(t=time.perf_counter(), sm_mhz=sm, mem_mhz=3201.0, reasons=reasons, pcie_gen=5, pcie_width=16)
+
+
+def test_reason_bits_read_as_words_and_an_unknown_bit_by_its_value():
+    assert reason_names(0x4 | 0x40) == ["power cap", "thermal (hardware)"]
+    assert reason_names(0x1) == ["idle"]
+    assert reason_names(0x1000) == ["reason 0x1000"]
+
+
+def test_idle_is_no_throttle_and_a_power_cap_is_with_its_share_and_the_clock_range():
+    readings = [Reading(0, 345.0, 3201.0, 0x1)] + [Reading(0, 1980.0, 3201.0, 0)] * 2 \
+        + [Reading(0, 1305.0, 3201.0, 0x4)] * 5
+    s = summarize("cuda:0", readings)
+    assert s.throttled and s.throttled_share == 5 / 8 and s.reasons == (("power cap", 5 / 8),)
+    assert s.text() == "cuda:0 throttled (power cap) in 62% of 8 clock readings: SM 345-1980 MHz, memory 3201 MHz"
+    calm = summarize("cuda:0", readings[:3])
+    assert not calm.throttled and calm.text() == "cuda:0 clocks: SM 345-1980 MHz, memory 3201 MHz (3 readings)"
+
+
+def test_a_summary_survives_json():
+    s = summarize("cuda:1", [Reading(0, 1300.0, 3201.0, 0x4, 5, 16), Reading(0, 1980.0, 3201.0, 0, 4, 16)])
+    assert ClockSummary.from_dict(s.to_dict()) == ClockSummary(
+        device="cuda:1", readings=2, sm_mhz=(1300.0, 1980.0), mem_mhz=(3201.0, 3201.0), reasons=(("power cap", 0.5),),
+        throttled_share=0.5, pcie="Gen5 x16")
+
+
+def test_the_sampler_reads_at_its_start_and_stop_and_in_between_from_its_thread():
+    r = Script("cuda:0", [(1980.0, 0)] * 3 + [(1300.0, 0x4)])
+    with Sampler([r], interval_s=0.005) as s:
+        time.sleep(0.1)
+    (summary,) = s.summaries()
+    assert summary.readings >= 5 and summary.readings == r.n
+    assert summary.throttled and summary.sm_mhz == (1300.0, 1980.0) and summary.pcie == "Gen5 x16"
+
+
+def test_a_reader_that_fails_or_reads_nothing_stops_and_the_measurement_goes_on():
+    class Broken:
+        device = "cuda:0"
+
+        def read(self):
+            raise RuntimeError("NVML gone")
+
+    with Sampler([Broken(), Script("cuda:1", [(1980.0, 0)])], interval_s=0.005) as s:
+        time.sleep(0.03)
+    broken, fine = s.summaries()
+    assert broken.readings == 0 and broken.text() == "cuda:0 clocks: not read (0 readings)"
+    assert fine.readings >= 2
+
+
+def _cpu_tree(tmp_path, freqs_khz, throttles):
+    for c, f in enumerate(freqs_khz):
+        (tmp_path / f"cpu{c}" / "cpufreq").mkdir(parents=True)
+        (tmp_path / f"cpu{c}" / "cpufreq" / "scaling_cur_freq").write_text(f"{f}\n")
+        (tmp_path / f"cpu{c}" / "thermal_throttle").mkdir()
+        (tmp_path / f"cpu{c}" / "thermal_throttle" / "core_throttle_count").write_text(f"{throttles[c]}\n")
+
+
+def test_the_cpu_reader_reads_the_mean_frequency_and_a_grown_thermal_counter_is_a_throttle(tmp_path):
+    _cpu_tree(tmp_path, [2000000, 3000000], [4, 0])
+    r = CpuFreqReader("cpu:0", root=str(tmp_path), cpus=[0, 1])
+    first = r.read()
+    assert first.sm_mhz == 2500.0 and first.reasons == 0
+    (tmp_path / "cpu1" / "thermal_throttle" / "core_throttle_count").write_text("3\n")
+    again = r.read()
+    assert again.reasons == CpuFreqReader.THERMAL
+    assert summarize("cpu:0", [first, again]).text().startswith("cpu:0 throttled (thermal (software)) in 50% of 2")
+
+
+def test_the_cpu_reader_reads_nothing_where_the_kernel_exposes_neither(tmp_path):
+    assert CpuFreqReader("cpu:0", root=str(tmp_path), cpus=[0]).read() is None
