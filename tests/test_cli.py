@@ -32,6 +32,7 @@ from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 from pytest_gpucomm import cli
 from pytest_gpucomm.analysis.curves import CURVES_HEADING
 from pytest_gpucomm.gate.regate import OFFLINE_NOTE
+from pytest_gpucomm.report.saved import REPORT_VERSION
 
 REPLAYED = " (replayed from the report)"
 #: examples of the report fuzz
@@ -372,7 +373,7 @@ BAD = [
     ("baseline-as-report", lambda r, t: ["show", r.baseline],
      lambda r, t: f"{r.baseline}: not a pytest-gpucomm report: schema 'pytest-gpucomm-baseline' (a baseline file?)"),
     ("newer-report", lambda r, t: ["compare", r.baseline, _newer(r, t)],
-     lambda r, t: f"{t / 'newer.json'}: report version 99 is newer than this pytest-gpucomm reads (1)"),
+     lambda r, t: f"{t / 'newer.json'}: report version 99 is newer than this pytest-gpucomm reads ({REPORT_VERSION})"),
     ("cut-report", lambda r, t: ["compare", r.baseline, _not_json(r, t)], lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
     ("unknown-name", lambda r, t: ["compare", "mi301", r.slow, "--baseline-dir", r.baseline.parent],
      lambda r, t: f"no baseline named 'mi301' in {r.baseline.parent}; available baselines: cpu"),

@@ -246,7 +246,7 @@ def _bad_files(tmp_path):
         "wrong_schema": (json.dumps(dict(good, schema="something-else")), r"not a pytest-gpucomm baseline.*something-else"),
         "missing_field": (json.dumps(missing), r"at \$\.cases\[.*\]\.runs\[0\]: 'samples_gbps' is missing"),
         "ill_typed": (json.dumps(ill_typed), r"at \$\.cases\[.*\]\.size_bytes: '1MB' is not of type 'integer'"),
-        "newer_version": (json.dumps(newer), r"schema_version 2.*upgrade pytest-gpucomm"),
+        "newer_version": (json.dumps(newer), rf"schema_version {SCHEMA_VERSION + 1}.*upgrade pytest-gpucomm"),
         "not_object": ("[1, 2]", r"top level is a list"),
     }
 

@@ -28,7 +28,7 @@ from inprocess import run_inprocess
 from pytest_gpucomm.report import html as htmlpage, plots
 from pytest_gpucomm.plugin.html_plots import PytestHtmlPlots
 from pytest_gpucomm.analysis.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
-from pytest_gpucomm.report.saved import ReportError
+from pytest_gpucomm.report.saved import REPORT_VERSION, ReportError
 from small_suite import SMALL_SUITE  # noqa: E402
 
 TEST_FILE = SMALL_SUITE
@@ -280,8 +280,8 @@ def test_write_html_writes_the_page_atomically_and_keeps_the_old_one_on_bad_inpu
 def test_a_report_given_as_the_baseline_is_refused_naming_what_was_found(report):
     with pytest.raises(ValueError, match="not a pytest-gpucomm baseline: format 'pytest-gpucomm-report'"):
         htmlpage.html_page(report, report, with_plots=False)
-    with pytest.raises(ReportError, match="report version 2 is newer than this pytest-gpucomm reads"):
-        htmlpage.html_page(dict(report, version=2), with_plots=False)
+    with pytest.raises(ReportError, match=f"report version {REPORT_VERSION + 1} is newer than this pytest-gpucomm"):
+        htmlpage.html_page(dict(report, version=REPORT_VERSION + 1), with_plots=False)
 
 
 # -- in a browser --------------------------------------------------------------------------------------

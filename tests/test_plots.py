@@ -403,8 +403,11 @@ def test_a_document_of_another_format_or_a_newer_version_is_refused_naming_what_
     pytest.importorskip("matplotlib")
     with pytest.raises(ValueError, match="not a pytest-gpucomm report: format 'pytest-benchmark'"):
         plots.sweep_figures({"format": "pytest-benchmark", "version": 1, "rows": []})
-    with pytest.raises(ValueError, match="report version 2 is newer than this pytest-gpucomm reads \\(1\\)"):
-        plots.copy_matrix_figures(dict(report, version=2))
+    from pytest_gpucomm.report.saved import REPORT_VERSION
+
+    with pytest.raises(ValueError, match=f"report version {REPORT_VERSION + 1} is newer than this pytest-gpucomm "
+                                         f"reads \\({REPORT_VERSION}\\)"):
+        plots.copy_matrix_figures(dict(report, version=REPORT_VERSION + 1))
     with pytest.raises(ValueError, match="not a pytest-gpucomm baseline: format 'pytest-gpucomm-report'"):
         plots.latency_figures(report, report)
     with pytest.raises(ValueError, match="not a pytest-gpucomm report: a list"):

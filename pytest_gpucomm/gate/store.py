@@ -1,11 +1,12 @@
 """The baseline store: the raw bandwidth samples of the last K runs of each benchmark case, per hardware.
 
 A baseline is one JSON file, ``<NAME>.json`` (``h200.json``, ``mi300x.json``, ...), written and read only
-through this module.  Format (``schema_version`` 1, checked with :data:`JSON_SCHEMA` via ``jsonschema``)::
+through this module.  Format (``schema_version`` 2, checked with :data:`JSON_SCHEMA` via ``jsonschema``; a file
+of version 1 is upgraded on read, :mod:`pytest_gpucomm.files.formats`, and a save writes it back as 2)::
 
     {
       "schema": "pytest-gpucomm-baseline",   # fixed identifier: anything else is not a baseline file
-      "schema_version": 1,                   # integer; a newer one than this plugin knows is refused
+      "schema_version": 2,                   # integer; a newer one than this plugin knows is refused
       "name": "h200",                        # the baseline's name (usually the GPU model short name)
       "source": "measured",                  # "measured" (recorded by --gpu-baseline-save) or "published"
       "source_detail": "",                   # free text; for "published": where the figures come from
@@ -80,6 +81,7 @@ import jsonschema
 from filelock import FileLock, Timeout
 
 from ..files.atomic import remove_stale_temp_files, write_atomic
+from ..files.formats import BASELINE_SCHEMA, BASELINE_VERSION, upgrade_baseline
 from ..files.jsontext import json_path
 from ..vocab import DEFAULT_MAX_RUNS
 
@@ -115,8 +117,7 @@ __all__ = [
     "merge_run",
 ]
 
-SCHEMA_ID = "pytest-gpucomm-baseline"
-SCHEMA_VERSION = 1
+SCHEMA_ID, SCHEMA_VERSION = BASELINE_SCHEMA, BASELINE_VERSION  # written today; an earlier version is upgraded on read
 LOCK_TIMEOUT_S = 120.0
 #: the largest baseline file read (the shipped h200.json, 19 runs x 169 cases, is 6.6 MB); a larger one is refused
 MAX_BASELINE_BYTES = 256 * 1024 * 1024
@@ -127,8 +128,8 @@ _POSITIVE_NUMBER = {"type": "number", "exclusiveMinimum": 0}
 
 JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://pytest-gpucomm/schemas/baseline-1.json",
-    "title": "pytest-gpucomm baseline file, schema_version 1",
+    "$id": f"https://pytest-gpucomm/schemas/baseline-{SCHEMA_VERSION}.json",
+    "title": f"pytest-gpucomm baseline file, schema_version {SCHEMA_VERSION}",
     "type": "object",
     "required": ["schema", "schema_version", "name", "source", "max_runs", "runs", "cases"],
     "properties": {
@@ -513,15 +514,7 @@ def read_document(path: Path) -> dict:
         raise BaselineError(
             f"{path}: not a pytest-gpucomm baseline: \"schema\" is {doc.get('schema')!r}, expected {SCHEMA_ID!r}"
         )
-    version = doc.get("schema_version")
-    whole = (isinstance(version, int) and not isinstance(version, bool)) or (
-        isinstance(version, float) and version.is_integer()  # 2.0 is an integer to the schema too
-    )
-    if whole and isinstance(version, (int, float)) and version > SCHEMA_VERSION:
-        raise BaselineError(
-            f"{path}: written with baseline schema_version {version}, but this pytest-gpucomm reads only up to "
-            f"schema_version {SCHEMA_VERSION}: upgrade pytest-gpucomm"
-        )
+    doc = upgrade_baseline(doc, str(path), BaselineError)  # a newer version refused, an earlier one upgraded
     errors = sorted(SCHEMA_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+# the ``format`` and the ``version`` of the JSON report written today; every earlier version is upgraded on read
+from ..files.formats import REPORT_FORMAT, REPORT_VERSION, upgrade_report
+
 __all__ = [
     "level_texts",
     "REPORT_FORMAT",
@@ -34,9 +37,6 @@ __all__ = [
     "looks_like_path",
 ]
 
-#: the ``format`` and the newest ``version`` of the JSON report (``report.json_document``)
-REPORT_FORMAT = "pytest-gpucomm-report"
-REPORT_VERSION = 1
 #: a report larger than this is refused (a full 8-GPU run with samples is a few MB)
 MAX_REPORT_BYTES = 512 * 1024 * 1024
 
@@ -46,20 +46,17 @@ class ReportError(ValueError):
 
 
 def check_report(doc: Any, where: str = "") -> Mapping[str, Any]:
-    """``doc`` if it is a report this pytest-gpucomm reads, else ReportError naming ``where`` (a file)."""
+    """``doc`` in today's layout (upgraded from its version: ``files.formats.upgrade_report``) if it is a report
+    this pytest-gpucomm reads, else ReportError naming ``where`` (a file)."""
     at = f"{where}: " if where else ""
     if not isinstance(doc, Mapping):
         raise ReportError(f"{at}not a pytest-gpucomm report: a {type(doc).__name__}, not a JSON object")
-    fmt, version = doc.get("format"), doc.get("version")
+    fmt = doc.get("format")
     if fmt != REPORT_FORMAT:
         found = (f"schema {doc.get('schema')!r} (a baseline file?)" if "schema" in doc and "format" not in doc
                  else f"format {fmt!r}")
         raise ReportError(f"{at}not a pytest-gpucomm report: {found} (a report says format {REPORT_FORMAT!r})")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ReportError(f"{at}invalid report version {version!r}: a whole number >= 1 is expected")
-    if version > REPORT_VERSION:
-        raise ReportError(f"{at}report version {version} is newer than this pytest-gpucomm reads "
-                          f"({REPORT_VERSION}): upgrade pytest-gpucomm")
+    doc = upgrade_report(doc, where, ReportError)
     rows = doc.get("rows")
     if not isinstance(rows, list):
         raise ReportError(f"{at}not a pytest-gpucomm report: no list of rows (rows: {type(rows).__name__})")
@@ -213,10 +210,8 @@ def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int =
 
 
 def load_report(path: "str | os.PathLike[str]") -> dict[str, Any]:
-    """A saved JSON report, checked (:func:`check_report`)."""
-    doc = read_json(path, "report")
-    check_report(doc, str(path))
-    return doc
+    """A saved JSON report, checked and in today's layout (:func:`check_report`)."""
+    return dict(check_report(read_json(path, "report"), str(path)))
 
 
 def looks_like_path(spec: str) -> bool:
