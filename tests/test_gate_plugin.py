@@ -564,9 +564,9 @@ import json
 
 import pytest
 
-from pytest_gpucomm.plugin.state import State
+from pytest_gpucomm.plugin.pools import RankPools
 
-_fold_group = State.fold_group
+_fold_group = RankPools.fold_group
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -578,9 +578,9 @@ def record_fold_groups():
         seen.append([i, group.run("pid_tasks:pid"), fg.run("pid_tasks:pid")])
         return fg
 
-    State.fold_group = fold_group
+    RankPools.fold_group = fold_group
     yield
-    State.fold_group = _fold_group
+    RankPools.fold_group = _fold_group
     open("folds.json", "w").write(json.dumps(seen))
 """
 

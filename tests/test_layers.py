@@ -111,3 +111,29 @@ def test_the_gate_asks_op_specs_and_imports_no_op_module():
             if absolute.startswith("pytest_gpucomm.ops") and absolute != "pytest_gpucomm.ops.specs":
                 found.append(f"{rel}:{line} {absolute}")
     assert found == []
+
+
+def test_the_plugin_has_no_module_over_600_lines_and_no_class_over_15_public_methods():
+    """Thin hooks, small parts (issue 26, item 4): the session's state is composed of objects of one concern
+    each, and launched mode is a folder of its own (properties count as methods)."""
+    long, wide = [], []
+    for p in sorted((ROOT / "plugin").rglob("*.py")):
+        text = p.read_text(encoding="utf-8")
+        if text.count("\n") > 600:
+            long.append(f"{p.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                public = {f.name for f in node.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")}
+                if len(public) > 15:
+                    wide.append(f"{p.relative_to(ROOT)}: {node.name} has {len(public)} public methods")
+    assert long == [] and wide == []
+
+
+def test_the_plugins_generic_hooks_leave_the_modes_to_their_own_plugins():
+    """Launched mode and pytest-xdist are plugins registered at configure (plugin/launched/mode.py,
+    plugin/xdist.py): the hooks of plugin/__init__.py import neither and import no private pytest name."""
+    rel = Path("plugin") / "__init__.py"
+    found = [f"{rel}:{line} {_target(rel, mod, level)}" for line, mod, _, level in _imports(ROOT / rel)
+             if _target(rel, mod, level).startswith(("pytest_gpucomm.plugin.launched", "pytest_gpucomm.plugin.xdist",
+                                                     "_pytest"))]
+    assert found == []

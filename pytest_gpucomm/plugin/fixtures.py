@@ -31,7 +31,7 @@ def gpucomm_state(pytestconfig: pytest.Config) -> State:
 @pytest.fixture(scope="session")
 def gpus(gpucomm_state: State) -> list[str]:
     """The devices measured on: ["cuda:0", "cuda:1", ...], or the logical host devices ["cpu:0", "cpu:1"]."""
-    return gpucomm_state.devices()
+    return gpucomm_state.devices.names()
 
 
 @pytest.fixture
@@ -103,11 +103,11 @@ def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> "Proc
     test is skipped, with the reason, where the job has none (a node of one rank, for ``"intra-node"``;
     nodes with different local ranks, for ``"inter-node"``)."""
     marks = marks_of(request.node)  # checked in pytest_runtest_setup, before any fixture
-    world = marks.world or gpucomm_state.default_world()
+    world = marks.world or gpucomm_state.devices.default_world()
     if marks.world is None and world < 2:
-        pytest.skip(gpucomm_state.one_rank_reason())
+        pytest.skip(gpucomm_state.devices.one_rank_reason())
     kind = str(request.getfixturevalue("group_kind")) if "group_kind" in request.fixturenames else "world"
-    why = gpucomm_state.group_problem(kind)
+    why = gpucomm_state.groups.group_problem(kind)
     if why:
         pytest.skip(why)
-    return gpucomm_state.group(world, marks.rank_timeout_s, label=request.node.nodeid, kind=kind)
+    return gpucomm_state.groups.group(world, marks.rank_timeout_s, label=request.node.nodeid, kind=kind)

@@ -86,16 +86,17 @@ class Comm:
         new process state (a new process group, a new process), so that a per-session condition -- an
         algorithm or a buffer placement chosen at set-up -- does not decide the verdict twice; ``same``
         measures in the current one, once the session's fresh re-measures are used up (see
-        :meth:`State.remeasure`).  ``fresh_how`` and ``same_how`` say where ("in a new process").  Without
-        ``fresh`` (a state that cannot be made anew), every re-measure is ``same``, not fresh, and ``same_how``
-        says why.  ``fold(i)`` measures it in the session's i-th other process group (``Record.fold``)."""
+        :meth:`.remeasures.Remeasures.remeasure`).  ``fresh_how`` and ``same_how`` say where ("in a new
+        process").  Without ``fresh`` (a state that cannot be made anew), every re-measure is ``same``, not
+        fresh, and ``same_how`` says why.  ``fold(i)`` measures it in the session's i-th other process group
+        (``Record.fold``)."""
 
         def redo() -> "Remeasure":
             if fresh is None:
                 from ..measurement import Remeasure
 
                 return Remeasure(same(), fresh=False, how=same_how)
-            return self._state.remeasure(fresh, same, fresh_how, same_how)
+            return self._state.remeasures.remeasure(fresh, same, fresh_how, same_how)
 
         self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo, fold=fold))
         return m
@@ -111,11 +112,11 @@ class Comm:
             return self._copy_on_every_node(spec)
 
         def here() -> Measurement:
-            return measure_spec(spec, state.timing, state.buffers)
+            return measure_spec(spec, state.settings.timing(), state.buffers)
 
         def fresh() -> Measurement:
             state.buffers.clear()  # this process's buffers are not needed while the new one measures
-            return state.copy_in_new_process(spec, label=self._request.node.nodeid)
+            return state.remeasures.copy_in_new_process(spec, label=self._request.node.nodeid)
 
         def same() -> Measurement:
             state.buffers.clear()
@@ -164,25 +165,25 @@ class Comm:
 
         state, la, launched = self._state, self._state.launch, self._state.launched
         assert la is not None and launched is not None
-        launched.start(state.info)  # joined at collection; a no-op here
+        launched.start(state.devices.info)  # joined at collection; a no-op here
         label = f"{self._request.node.nodeid}: {spec['copy']} copy {'->'.join(spec['devices'])}"
         outcome: tuple[int, bool, Any] = (la.node_rank, True, None)
         if la.local_rank == measuring_local_rank(spec, la.local_world_size) \
                 and (only_node is None or only_node == la.node_rank):
             try:
-                m = measure_spec(spec, state.timing, state.buffers)
+                m = measure_spec(spec, state.settings.timing(), state.buffers)
                 m.info.update(node=la.node_rank, host=la.host, rank=la.rank)
                 outcome = (la.node_rank, True, m.to_dict(with_samples=True))
             except Exception:  # every rank waits in the exchange below: it must hear of the failure
                 outcome = (la.node_rank, False, traceback.format_exc())
         try:
-            every = launched.allgather(outcome)
+            every = launched.channel.allgather(outcome)
         except Exception as e:  # a rank gone or the control group broken (its timeout)
             failure = (f"{label}: the ranks of this {la.launcher} job could not exchange the copy's results: "
                        f"{type(e).__name__}: {e}")
         else:
             try:
-                return node_measurements(every, launched.hosts, label, only_node)
+                return node_measurements(every, launched.channel.hosts, label, only_node)
             except (RankFailure, CopyError) as e:  # the copy raised on some rank, or no rank of a node measured
                 failure = str(e)
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
@@ -197,9 +198,9 @@ class Comm:
         raise pytest.UsageError(f"{self._request.node.nodeid}: comm.copy() needs a gpu_pair or src and dst devices")
 
     def _dev(self, d: Any) -> str:
-        devs = self._state.devices()
+        devs = self._state.devices.names()
         if isinstance(d, int):
-            name = f"{self._state.info.torch_device_type}:{d}"
+            name = f"{self._state.devices.info.torch_device_type}:{d}"
         else:
             name = str(d)
         if name not in devs:
@@ -244,9 +245,9 @@ class Comm:
         from ..ops.copies import ALL_PAIRS, copy_spec
 
         if devices is None:
-            devs = self._state.devices()
+            devs = self._state.devices.names()
             if len(devs) < 2:
-                pytest.skip(self._state.too_few(2))
+                pytest.skip(self._state.devices.too_few(2))
         else:
             devs = self._distinct([self._dev(d) for d in devices], "copy_all_pairs", "devices")
         return self._copy(copy_spec(ALL_PAIRS, devs, self._size(size, "copy_all_pairs")))
@@ -254,7 +255,7 @@ class Comm:
     def _hub_and_peers(self, hub: Any, peers: Optional[Sequence[Any]], what: str) -> tuple[str, list[str]]:
         h = self._dev(hub)
         if peers is None:
-            return h, [d for d in self._state.devices() if d != h]
+            return h, [d for d in self._state.devices.names() if d != h]
         return h, self._distinct([self._dev(p) for p in peers if self._dev(p) != h], what, "peers")
 
     def _distinct(self, devs: list[str], what: str, arg: str) -> list[str]:
@@ -312,8 +313,8 @@ class Comm:
             return run()
 
         def fold(i: int) -> Measurement:  # no single ops: the tail verdict reads the first run and re-measures
-            (m,) = self._collective_once(op, self._state.fold_group(group, i), dict(kwargs, tail_time_s=0.0), n,
-                                         dtype)
+            (m,) = self._collective_once(op, self._state.pools.fold_group(group, i), dict(kwargs, tail_time_s=0.0),
+                                         n, dtype)
             return m
 
         if not group.restartable:  # launched mode: the job's process group lives as long as the session
@@ -325,10 +326,10 @@ class Comm:
     def _group_of_kind(self, group: ProcessGroup, kind: str) -> ProcessGroup:
         """The job's groups of ``kind``, for a test that was given ``group`` (skipped where there are none)."""
         state = self._state
-        why = state.group_problem(kind)
+        why = state.groups.group_problem(kind)
         if why:
             pytest.skip(why)
-        return state.group(state.default_world(), group.timeout_s, group.label, kind=kind)
+        return state.groups.group(state.devices.default_world(), group.timeout_s, group.label, kind=kind)
 
     def _subgroup_collective(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
                              dtype: str) -> Measurement:
@@ -395,7 +396,7 @@ class Comm:
         if not isinstance(group, ProcessGroup):
             raise pytest.UsageError(f"{nodeid}: comm.node_pairs() needs the process_group fixture, got {group!r}")
         state = self._state
-        if state.launched is None or not state.multi_node:
+        if state.launched is None or not state.groups.multi_node:
             here = (f"this {state.launch.launcher} job has 1" if state.launch is not None
                     else "this session runs a rank pool on one host")
             pytest.skip(f"the inter-node pair test needs a job launched on more than one node (torchrun, srun, "
@@ -403,7 +404,7 @@ class Comm:
         if group.kind != "world":
             raise pytest.UsageError(f"{nodeid}: comm.node_pairs() runs over the job's whole world; got a "
                                     f"{group.kind!r} process group")
-        layout = state.launched.layout(state.info)
+        layout = state.launched.layout(state.devices.info)
         why = node_pair_problem(layout, pattern)
         if why:
             pytest.skip(why)
@@ -471,8 +472,8 @@ class Comm:
         state = self._state
         tp_groups = stages = None
         try:
-            if state.launched is not None and state.multi_node:
-                layout = state.launched.layout(state.info)
+            if state.launched is not None and state.groups.multi_node:
+                layout = state.launched.layout(state.devices.info)
                 stages = [list(layout.ranks_of(node)) for node in layout.node_ids]
                 if pattern in ("tp_layer", "overlap_dp_tp"):
                     tp_groups = [list(g.ranks) for g in layout.groups("intra-node")]

@@ -11,7 +11,34 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["check_output_path", "check_output_folder"]
+from .settings import Settings, origin
+
+__all__ = ["check_outputs", "check_output_path", "check_output_folder"]
+
+
+def check_outputs(config: pytest.Config, settings: Settings) -> None:
+    """The reports this process writes at the end (--gpucomm-json, --gpucomm-benchmark-json, --gpucomm-plots),
+    checked before any test runs."""
+    for path, option in ((settings.json_path, "--gpucomm-json"),
+                         (settings.benchmark_json, "--gpucomm-benchmark-json")):
+        if path:
+            check_output_path(path, option)
+    if settings.plots_dir:
+        _check_plots(config, settings.plots_dir)
+
+
+def _check_plots(config: pytest.Config, folder: str) -> None:
+    """--gpucomm-plots, before any test runs: matplotlib must import (else a usage error naming the extra) and
+    the folder must be one that can be made."""
+    where = origin(config, "--gpucomm-plots")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        from ..report.plots import EXTRA
+
+        raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): the plots need matplotlib, which cannot be "
+                                f"imported ({e}): install the plots extra, {EXTRA}") from None
+    check_output_folder(os.path.abspath(folder), f"--gpucomm-plots={folder} (from {where})")
 
 
 def check_output_path(path: "str | os.PathLike[str]", what: str) -> None:

@@ -78,7 +78,7 @@ def select_links(devices: Sequence[str], how: str) -> list[GpuPair]:
 def pairs_lines(state: State) -> list[str]:
     """The header line saying which pairs the pair tests run over, where the choice leaves some out (none
     with every pair, as on 2 devices: their output stays as it was)."""
-    devs = state.devices()
+    devs = state.devices.names()
     how = pair_choice(state.settings.pairs, len(devs))
     every = len(devs) * (len(devs) - 1)
     kept = len(select_pairs(devs, how))
@@ -114,16 +114,16 @@ def launched_pairs_reason(count: int, visible: Optional[str]) -> str:
 
 
 def _too_few_pairs(state: State) -> str:
-    if state.launch is not None and state.info.kind == "gpu":
-        return launched_pairs_reason(state.info.count, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return state.too_few(2)
+    if state.launch is not None and state.devices.info.kind == "gpu":
+        return launched_pairs_reason(state.devices.info.count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return state.devices.too_few(2)
 
 
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
     """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link``, ``gpu_hub`` and
     ``gpu`` of one test function."""
     where = metafunc.definition.nodeid
-    if "group_kind" in metafunc.fixturenames and state.multi_node:
+    if "group_kind" in metafunc.fixturenames and state.groups.multi_node:
         from ..env.topology import GROUP_KINDS
 
         metafunc.parametrize("group_kind", list(GROUP_KINDS), ids=list(GROUP_KINDS), indirect=True)
@@ -138,25 +138,25 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
             raise pytest.Collector.CollectError(str(e)) from None
         if "size" not in metafunc.fixturenames:
             raise pytest.Collector.CollectError(f"{where}: @sizes needs the test to take a 'size' argument")
-        cap = state.max_size
+        cap = state.devices.max_size
         kept = [s for s in sizes if s <= cap]
         _param_or_skip(metafunc, "size", kept, [size_id(s) for s in kept],
                        f"every size of @sizes is above --gpucomm-max-size {describe_size(cap)}", "no-size")
     if "gpu_pair" in metafunc.fixturenames:
-        devs = state.devices()
+        devs = state.devices.names()
         pairs = select_pairs(devs, pair_choice(state.settings.pairs, len(devs)))
         _param_or_skip(metafunc, "gpu_pair", pairs, [p.id for p in pairs], _too_few_pairs(state), "no-pair")
     if "gpu_link" in metafunc.fixturenames:
-        devs = state.devices()
+        devs = state.devices.names()
         links = select_links(devs, pair_choice(state.settings.pairs, len(devs)))
         _param_or_skip(metafunc, "gpu_link", links, [p.id.replace("->", "<->") for p in links], _too_few_pairs(state),
                        "no-pair")
     if "gpu_hub" in metafunc.fixturenames:
-        devs = state.devices()
+        devs = state.devices.names()
         hubs = devs if len(devs) >= 2 else []
         _param_or_skip(metafunc, "gpu_hub", hubs, [f"hub{d.split(':')[-1]}" for d in hubs], _too_few_pairs(state),
                        "no-hub")
     if "gpu" in metafunc.fixturenames:
-        gpus = state.devices() if state.info.kind == "gpu" else []
+        gpus = state.devices.names() if state.devices.info.kind == "gpu" else []
         _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],
                        "needs a GPU (host<->device copies); none is used: running the CPU variants", "no-gpu")

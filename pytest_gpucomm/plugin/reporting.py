@@ -29,7 +29,7 @@ def baseline_document(state: "State") -> Optional[dict[str, Any]]:
     b = state.gate.baseline if state.settings.baseline and state.gate.loaded else None
     if b is not None:
         return b.doc
-    path = state.from_workers.get("baseline_path") if state.settings.baseline else None
+    path = state.from_workers.baseline_path if state.settings.baseline else None
     if path and Path(path).is_file():
         from ..gate.store import read_document
 
@@ -71,7 +71,7 @@ def report_document(state: "State") -> dict[str, Any]:
     extra: dict[str, Any] = {"baseline": section} if section else {}
     launch = state.launch_extra()
     if launch:
-        extra["launch"] = launch
+        extra["launch"] = launch.to_dict()
     extra["curves"] = state.curves
     return json_document(state.records, settings=state.settings.to_dict(), fingerprint=state.fingerprint,
                          extra=extra)
@@ -97,12 +97,12 @@ def summary_lines(state: "State") -> list[str]:
         counts = Counter(str(r.status) for r in state.records)
         lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
                      + tail_counts(state.records))
-        if state.from_workers.get("gate_header"):
-            lines += state.from_workers["gate_header"]
+        if state.from_workers.gate_header:
+            lines += state.from_workers.gate_header
         elif state.settings.baseline and state.gate.loaded:
             lines += state.gate.header_lines()[1:]
         lines += gate_summary_lines(state)
-    workers = state.from_workers.get("workers", 0)
+    workers = state.from_workers.workers
     if workers > 1:
         lines.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
                      "slowed each other (compare with a run without -n)")
@@ -122,7 +122,7 @@ def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
     in the environment, the baseline's common spread per group (or what the xdist workers said of all
     that), and the run at the gate's levels."""
-    extra = state.from_workers.get("baseline")
+    extra = state.from_workers.baseline
     if not extra and state.settings.baseline and state.gate.loaded:
         from ..gate import ABSENT
 
@@ -147,11 +147,11 @@ def session_levels(state: "State") -> Any:
     if not verdicts:
         return None
     gate = state.gate
-    if gate.baseline is None and state.from_workers.get("baseline_path"):
+    if gate.baseline is None and state.from_workers.baseline_path:
         from ..gate.store import load_baseline
 
-        path = Path(state.from_workers["baseline_path"])
-        gate.use(path, load_baseline(path), state.from_workers.get("fingerprint") or {},
+        path = Path(state.from_workers.baseline_path)
+        gate.use(path, load_baseline(path), state.from_workers.fingerprint or {},
                  {r.nodeid for r in state.records})
     return gate.levels(verdicts)
 
@@ -166,8 +166,8 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
 
     s = state.settings
     date = now_iso()
-    if s.baseline_save and not state.gate.loaded and state.from_workers.get("baseline_path"):
-        state.gate.adopt(Path(state.from_workers["baseline_path"]))  # the workers measured; the controller saves
+    if s.baseline_save and not state.gate.loaded and state.from_workers.baseline_path:
+        state.gate.adopt(Path(state.from_workers.baseline_path))  # the workers measured; the controller saves
 
     def attempt(what: str, write: Any) -> None:
         try:

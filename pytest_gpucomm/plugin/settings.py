@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 import pytest
 
@@ -36,6 +36,9 @@ from ..vocab import (
     AUTO_ALL_PAIRS_MAX_DEVICES,
     PAIR_CHOICES,
 )
+
+if TYPE_CHECKING:
+    from ..ops.timing import TimingSettings
 
 __all__ = ["Settings", "add_options", "read_settings", "parse_seconds", "origin"]
 
@@ -150,6 +153,12 @@ class Settings:
                 "alpha": self.alpha, "strict": self.baseline_strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
+
+    def timing(self) -> "TimingSettings":
+        """The timing engine's settings of every measurement of the session."""
+        from ..ops.timing import TimingSettings
+
+        return TimingSettings(min_time_s=self.min_time_s)
 
     def describe(self) -> str:
         parts = [

@@ -4,7 +4,7 @@
 :class:`~pytest_gpucomm.plugin.group.ProcessGroup` uses (``world_size``, ``run(task, kwargs, timeout_s=, label=)``,
 ``close()``): ``run`` calls ``function(ctx, **kwargs)`` on this rank -- every rank of the job does the same
 in its own pytest process -- and then gathers every rank's outcome through the session's deadline-aware
-exchange (:meth:`pytest_gpucomm.plugin.launched.LaunchedSession.exchange`), so that every rank returns the
+exchange (:meth:`pytest_gpucomm.plugin.launched.JobExchange.exchange`), so that every rank returns the
 per-rank results ordered by rank, or raises the same :class:`~.errors.RankError` naming the ranks that
 raised (with their host and traceback).
 
@@ -38,7 +38,7 @@ class InProcessExecutor:
 
     Args:
         ctx: this rank's context (its rank, world size, local rank, backend, device, host).
-        session: the :class:`~pytest_gpucomm.plugin.launched.LaunchedSession` whose ``exchange`` gathers the
+        session: the :class:`~pytest_gpucomm.plugin.launched.JobExchange` whose ``exchange`` gathers the
             outcomes (with a deadline) and whose ``watch`` / ``watchdog`` bound a hung task.
         hosts: the host of every rank, ordered by rank, for failure messages (may be empty).
         job_size: the ranks of the job, whose outcomes are gathered (default: ``ctx.world_size``; larger when

@@ -1,0 +1,95 @@
+"""The session's end: which tests finished (:class:`Progress`), the run judged at the gate's levels, the
+reports and the baseline written (:func:`finish_session`, through :mod:`.reporting`), and the terminal
+summary (:func:`write_summary`).
+
+Who writes what: the process that speaks (always with the rank pool, global rank 0 of a launched job)
+writes the reports and the baseline and judges the levels; a pytest-xdist worker saves its cases into the
+baseline and hands its records to the controller (:mod:`.xdist`), which writes the reports.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..units import plural
+
+if TYPE_CHECKING:
+    from .state import State
+
+__all__ = ["Progress", "finish_session", "write_summary"]
+
+
+class Progress:
+    """Which tests finished, and in what order: a recording run saves only when every collected test ran,
+    and a pytest-xdist controller orders the workers' rows by it.  A plugin object, registered at configure
+    where it is needed (a recording run, a pytest-xdist controller)."""
+
+    def __init__(self) -> None:
+        self.report_order: dict[str, int] = {}  # test id -> the order its call phase finished in
+        self.finished_tests: set[str] = set()  # test ids that ran to their end (set up, called, torn down)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.report_order.setdefault(report.nodeid, len(self.report_order))
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self.finished_tests.add(nodeid)
+
+    def ran_every_test(self, session: pytest.Session) -> bool:
+        """Whether the session ran every test it collected to its end (not stopped by -x, --maxfail,
+        pytest.exit or an interrupt)."""
+        collected = int(getattr(session, "testscollected", 0) or 0)
+        if collected:
+            return len(self.finished_tests) >= collected
+        return not (session.shouldstop or session.shouldfail)
+
+
+def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> None:
+    """Stop the ranks, judge the run at the gate's levels, save the baseline and write the reports, before the
+    terminal summary is printed.  An output that cannot be written is named in the summary and makes the exit
+    status non-zero, as a regression at the levels does."""
+    state.close()
+    writes = state.speaks and state.worker is None  # the reports, the levels: not a worker's, not a quiet rank's
+    if state.records and state.settings.baseline and writes:
+        from ..report.run import apply_levels
+        from .reporting import session_levels
+
+        try:
+            state.levels = session_levels(state)
+        except Exception as e:  # the baseline changed under the run: the cases' verdicts stand
+            state.notes.append(f"gpucomm: the levels were not judged: {e}")
+        if not state.settings.baseline_save:
+            apply_levels(state.records, state.levels)
+    if state.records and writes:  # before the run is saved into the baseline
+        from .reporting import baseline_document, curves_of
+
+        try:
+            state.baseline_doc = baseline_document(state)
+        except Exception as e:  # the file changed under the run: the verdicts stand, the curves go without it
+            state.notes.append(f"gpucomm: the baseline's curves are left out: {e}")
+        state.curves, notes = curves_of(state)
+        state.notes += notes
+    if state.records and state.speaks:
+        from .reporting import write_reports
+
+        finished = exitstatus != pytest.ExitCode.INTERRUPTED and state.progress.ran_every_test(session)
+        write_reports(state, finished=finished, is_worker=state.worker is not None)
+    failed_levels = (state.levels.failed if state.levels is not None and not state.settings.baseline_save else [])
+    if failed_levels:
+        state.notes.append(f"gpucomm: FAILED: {plural(len(failed_levels), 'regression')} at the levels (the "
+                           "'gpucomm REGRESSION' lines above)")
+    if (state.write_failed or failed_levels) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def write_summary(terminalreporter: Any, state: "State") -> None:
+    """The "gpucomm results" section, where this process speaks and measured."""
+    if not state.records or not state.speaks:
+        return
+    from .reporting import summary_lines
+
+    terminalreporter.write_sep("=", "gpucomm results")
+    for line in summary_lines(state):
+        terminalreporter.write_line(line)

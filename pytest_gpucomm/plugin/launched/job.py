@@ -1,0 +1,315 @@
+"""Launched mode's job: this pytest process is one rank of a job started by torchrun, srun or mpirun.
+
+:class:`LaunchedSession` holds what the session shares with the other ranks:
+
+* one default process group for the session (NCCL/RCCL bound to the GPU of the local rank on GPU, gloo on
+  CPU) and a gloo group for control messages, created when first needed (after collection) and destroyed
+  at the end of the session; their timeout, which bounds the rendezvous, is ``--gpucomm-timeout`` but at
+  least :data:`JOIN_MIN_S` (launchers start ranks unevenly); what bounds a hung rank is the deadline of each
+  exchange (:mod:`.exchange`, the session's ``channel``);
+* the executor of the ``process_group`` fixture (:class:`~pytest_gpucomm.ranks.inprocess.InProcessExecutor`);
+* the job's layout (the node and local rank of every rank, :meth:`LaunchedSession.layout`) and the sub-groups
+  of the topology-aware suites (one per node, one per local rank across the nodes:
+  :meth:`LaunchedSession.group_executor`), made by every rank on first use;
+* every node's fingerprint (:meth:`LaunchedSession.join`).
+
+:class:`JobGroups` hands the ``process_group`` fixture the job's groups; :class:`LaunchShape` is the job's
+section of the JSON report.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import pytest
+
+from ...env.launch import Launch
+from ...vocab import RANK_START_TIMEOUT_S
+from .exchange import JobExchange
+
+if TYPE_CHECKING:
+    from ...env.hardware import DeviceInfo
+    from ...env.topology import Layout, SubGroup
+    from ...ranks.inprocess import InProcessExecutor
+    from ..devices import Devices
+    from ..group import ProcessGroup
+    from ..settings import Settings
+
+__all__ = ["LaunchedSession", "JobGroups", "LaunchShape", "JobNode", "JOIN_MIN_S"]
+
+#: the rendezvous (and the first exchange, where every rank gives its host) waits at least this long: as a
+#: rank pool's start, at least the vocabulary's start timeout
+JOIN_MIN_S = RANK_START_TIMEOUT_S
+
+
+class LaunchedSession:
+    """This rank's side of a launched job; see the module docstring.  ``channel`` is the job's control
+    exchange (:class:`~.exchange.JobExchange`); ``nodes`` maps node -> (host, fingerprint) of every node of
+    the job, once :meth:`join` has read them."""
+
+    def __init__(self, launch: Launch, timeout_s: float) -> None:
+        self.launch = launch
+        self.timeout_s = timeout_s
+        self.backend = ""
+        self.channel = JobExchange(launch, timeout_s)
+        self.nodes: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._executor: Optional["InProcessExecutor"] = None
+        self._started = False
+        self._owns_default = False
+        self._layout: Optional["Layout"] = None
+        self._subgroups: dict[str, tuple[list["SubGroup"], Any]] = {}  # kind -> (every group, this rank's handle)
+        self._group_executors: dict[str, "InProcessExecutor"] = {}
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self, info: "DeviceInfo") -> None:
+        """Join the job's process groups (once per session).  Raises pytest.UsageError when this rank cannot
+        (its GPU is missing, or a process group already exists in this process), :class:`JobBroken` when a
+        rank does not arrive."""
+        if self._started:
+            return
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        la, channel = self.launch, self.channel
+        if dist.is_initialized():
+            raise pytest.UsageError(
+                "gpucomm: launched mode: a torch.distributed process group already exists in this process "
+                "(made by a conftest or another plugin); gpucomm makes the session's own, so leave it out or "
+                "run with --gpucomm-launch=pool")
+        if info.kind == "gpu":
+            if la.local_rank >= info.count:
+                raise pytest.UsageError(
+                    f"gpucomm: {la.launcher} local rank {la.local_rank} on {la.host} has no GPU of its own: "
+                    f"{info.count} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})")
+            self.backend, channel.device = info.backend, f"{info.torch_device_type}:{la.local_rank}"
+            torch.cuda.set_device(la.local_rank)
+        else:
+            self.backend, channel.device = "gloo", "cpu"
+        if la.loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # every rank on this host: gloo's sockets on loopback too
+        # the rendezvous waits for ranks that a launcher starts unevenly (nodes booting the interpreter at
+        # different speeds): at least JOIN_MIN_S; hung ranks are bounded by the exchanges' own deadlines
+        join_s = max(self.timeout_s, JOIN_MIN_S)
+        timeout = datetime.timedelta(seconds=join_s)
+        host = f"[{la.master_addr}]" if ":" in la.master_addr else la.master_addr
+        init_method = "env://" if la.launcher == "torchrun" else f"tcp://{host}:{la.master_port}"
+        kwargs: dict[str, Any] = dict(backend=self.backend, init_method=init_method, rank=la.rank,
+                                      world_size=la.world_size, timeout=timeout)
+        if self.backend != "gloo":
+            kwargs["device_id"] = torch.device(channel.device)  # bind the communicator to this rank's GPU
+        dist.init_process_group(**kwargs)
+        self._owns_default = True
+        # control messages in a gloo group of their own (on CPU too): they never queue behind a test's ops
+        channel.connect(dist.new_group(backend="gloo", timeout=timeout),
+                        dist.PrefixStore("gpucomm/", _get_default_store()))
+        self._started = True
+        every = channel.exchange((la.host, channel.device), what="joining the job", timeout_s=join_s)
+        channel.hosts = tuple(h for h, _ in every)
+        channel.devices = tuple(d for _, d in every)
+
+    def join(self, fingerprint: Callable[[], dict[str, Any]]) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Read every node's fingerprint into :attr:`nodes` (node -> (host, fingerprint)) and return them, each
+        read by the node's local rank 0 (``fingerprint()`` is called on those ranks only)."""
+        la = self.launch
+        mine = (la.node_rank, la.host, fingerprint()) if la.local_rank == 0 else None
+        self.nodes = {node: (host, fp) for node, host, fp in (m for m in self.channel.allgather(mine)
+                                                              if m is not None)}
+        return self.nodes
+
+    def executor(self, info: "DeviceInfo") -> "InProcessExecutor":
+        """The ``process_group`` fixture's executor: tasks run here, on this rank."""
+        if self._executor is None:
+            from ...ranks.context import RankContext
+            from ...ranks.inprocess import InProcessExecutor
+
+            self.start(info)
+            la = self.launch
+            ctx = RankContext(rank=la.rank, world_size=la.world_size, local_rank=la.local_rank,
+                              backend=self.backend, device=self.channel.device, host=la.host,
+                              node_rank=la.node_rank, n_nodes=la.n_nodes)
+            self._executor = InProcessExecutor(ctx, self.channel, self.channel.hosts)
+        return self._executor
+
+    def layout(self, info: "DeviceInfo") -> "Layout":
+        """The node index and local rank of every rank (gathered from every rank once per session: the
+        launcher's numbering is checked, not assumed), and their hosts.  Every rank calls it at the same point
+        (a test's set-up).  pytest.UsageError when two ranks claim the same local rank of one node."""
+        if self._layout is None:
+            from ...env.topology import group_layout
+
+            self.start(info)
+            every = self.channel.allgather((self.launch.node_rank, self.launch.local_rank))
+            try:
+                self._layout = group_layout([n for n, _ in every], [k for _, k in every], self.channel.hosts)
+            except ValueError as e:
+                raise pytest.UsageError(f"gpucomm: {self.launch.launcher} job: {e}") from None
+        return self._layout
+
+    def subgroups(self, info: "DeviceInfo", kind: str) -> tuple[list["SubGroup"], Any]:
+        """The groups of ``kind`` and this rank's torch.distributed handle of its own group.
+
+        On first use of a kind every rank creates every group of it, in the same order (``new_group`` is
+        called by every rank of the default group for every group), with the session's backend and timeout;
+        on GPU each is bound to this rank's device, as the default group is.  ValueError with the reason when
+        the job's layout has no groups of ``kind`` (see :meth:`~pytest_gpucomm.env.topology.Layout.problem`)."""
+        if kind not in self._subgroups:
+            import torch
+            import torch.distributed as dist
+
+            groups = self.layout(info).groups(kind)
+            kwargs: dict[str, Any] = dict(backend=self.backend, timeout=datetime.timedelta(seconds=self.timeout_s))
+            if self.backend != "gloo":
+                kwargs["device_id"] = torch.device(self.channel.device)
+            mine = None
+            for g in groups:
+                handle = dist.new_group(list(g.ranks), **kwargs)
+                if self.launch.rank in g.ranks:
+                    mine = handle
+            self._subgroups[kind] = (groups, mine)
+        return self._subgroups[kind]
+
+    def group_executor(self, info: "DeviceInfo", kind: str) -> "InProcessExecutor":
+        """The executor of a ``process_group`` of ``kind`` (``"intra-node"``, ``"inter-node"``): tasks run
+        here, on this rank, over its own group of the kind (``ctx.group``, with ``ctx.rank`` and
+        ``ctx.world_size`` within it); every rank's outcome is gathered over the control group."""
+        if kind not in self._group_executors:
+            import dataclasses
+
+            from ...ranks.inprocess import InProcessExecutor
+
+            world = self.executor(info)
+            groups, handle = self.subgroups(info, kind)
+            mine = next(g for g in groups if self.launch.rank in g.ranks)
+            ctx = dataclasses.replace(world.ctx, rank=mine.ranks.index(self.launch.rank), world_size=len(mine.ranks),
+                                      group=handle, group_kind=kind, group_ranks=mine.ranks)
+            self._group_executors[kind] = InProcessExecutor(ctx, self.channel, self.channel.hosts,
+                                                            job_size=self.launch.world_size, subgroups=groups)
+        return self._group_executors[kind]
+
+    def node_lines(self) -> list[str]:
+        """Header lines of a job across nodes: its layout, and how its nodes differ from each other."""
+        if not self.nodes:
+            return []
+        from ...env.fingerprint import node_differences
+
+        la = self.launch
+        differ = node_differences(self.nodes)
+        lines = [f"gpucomm nodes: {la.n_nodes} x {la.local_world_size} ranks"
+                 + ("; every node has the same environment" if not differ else "; the nodes differ:")]
+        return lines + [f"gpucomm nodes differ: {d}" for d in differ]
+
+    def shape(self, layout: str) -> "LaunchShape":
+        """The job's shape for the JSON report; ``layout`` is the session's (``State.layout``)."""
+        from ...env.fingerprint import node_differences
+
+        la = self.launch
+        return LaunchShape(launcher=la.launcher, world_size=la.world_size, n_nodes=la.n_nodes,
+                           local_world_size=la.local_world_size, layout=layout or None,
+                           master_addr=la.master_addr, master_port=la.master_port,
+                           hosts=sorted(set(self.channel.hosts)),
+                           nodes=[JobNode(n, h, fp) for n, (h, fp) in sorted(self.nodes.items())],
+                           node_differences=node_differences(self.nodes))
+
+    def close(self) -> None:
+        """Wait for every rank (bounded by the timeout), then leave the process groups.  A broken session
+        does neither (a rank it waits for may never come, and destroying a communicator a hung rank is in may
+        hang): it aborts a GPU communicator and lets the process end; its watchdog's END_S bound stays."""
+        if not self._started:
+            self.channel.release_fd()
+            return
+        import torch.distributed as dist
+
+        self._started = False
+        if not self.channel.close():  # broken
+            if self.backend != "gloo":
+                try:
+                    from torch.distributed.distributed_c10d import _abort_process_group
+
+                    _abort_process_group()
+                except Exception:  # pragma: no cover - an older torch, or already torn down
+                    pass
+            return
+        if self._owns_default and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # pragma: no cover - best effort at the end of the session
+                pass
+
+
+@dataclass(frozen=True)
+class JobNode:
+    """One node of the job in the JSON report's "launch" section."""
+
+    node: int
+    host: str
+    fingerprint: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """The job's shape: the JSON report's "launch" section (launched mode)."""
+
+    launcher: str
+    world_size: int
+    n_nodes: int
+    local_world_size: int
+    layout: Optional[str]  # "<nodes>x<ranks per node>" across nodes, else None
+    master_addr: str
+    master_port: int
+    hosts: list[str]
+    nodes: list[JobNode]
+    node_differences: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the JSON report holds it."""
+        return asdict(self)
+
+
+class JobGroups:
+    """Launched mode's process groups for the ``process_group`` fixture: the job's world, or in a job of
+    several nodes its groups of a kind (``"intra-node"``, ``"inter-node"``), each rank in its own (see
+    :mod:`pytest_gpucomm.env.topology`).  The pool mode's counterpart is :class:`~..pools.RankPools`."""
+
+    def __init__(self, session: LaunchedSession, devices: "Devices", settings: "Settings") -> None:
+        self.session = session
+        self.devices = devices
+        self.settings = settings
+
+    @property
+    def multi_node(self) -> bool:
+        """Whether the job has more than one node (from the launcher's variables: known at collection, the
+        same on every rank)."""
+        return self.session.launch.n_nodes > 1
+
+    def group_problem(self, kind: str) -> Optional[str]:
+        """Why the groups of ``kind`` cannot be had in this job (a skip reason), or None.  In a job of several
+        nodes this gathers the job's layout: every rank calls it at the same point.  pytest.UsageError for an
+        unknown kind."""
+        from ..pools import is_world
+
+        if is_world(kind):
+            return None
+        if not self.multi_node:
+            return (f"group kind {kind!r} needs a job of more than one node; "
+                    f"this {self.session.launch.launcher} job has 1")
+        return self.session.layout(self.devices.info).problem(kind)
+
+    def group(self, world: int, timeout_s: Optional[float] = None, label: str = "",
+              kind: str = "world") -> "ProcessGroup":
+        """The job's process group of ``kind``: tasks run here, on every rank; pytest.UsageError when it
+        cannot be had (:meth:`group_problem` and ``Devices.world_problem`` say why)."""
+        from ..group import ProcessGroup
+
+        problem = self.devices.world_problem(world) or self.group_problem(kind)
+        if problem:
+            raise pytest.UsageError(problem)
+        info = self.devices.info
+        executor = self.session.executor(info) if kind == "world" else self.session.group_executor(info, kind)
+        return ProcessGroup(executor, executor.backend, timeout_s or self.settings.timeout_s, label)

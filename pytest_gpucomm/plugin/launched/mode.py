@@ -1,0 +1,197 @@
+"""Launched mode as a plugin: registered at configure when torchrun, srun or mpirun started this pytest
+process as one rank of a job (every rank runs pytest, the same tests in the same order).
+
+:class:`LaunchedMode` puts the job's parts into the session's state -- the job (:class:`~.job.LaunchedSession`),
+its process groups (:class:`~.job.JobGroups`), the gate on rank 0 that the others follow
+(:class:`~.gate.JobJudging`) -- and has its own hooks: the header line, joining the job once gpucomm tests are
+collected, each test's outcome and the exit status agreed by every rank (:mod:`.agreement`), a quiet rank's
+notes, and leaving the job at the end.  Only global rank 0 speaks: it prints the table and writes the reports,
+the baseline and --junitxml.
+
+:func:`diverging_options` names the options that would make the ranks run different tests;
+:func:`open_rank_log` sends a quiet rank's output to its ``--gpucomm-rank-log`` file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Generator
+
+import pytest
+
+from ...env.launch import Launch
+from ...ranks.errors import JobBroken
+from ..markers import uses_gpucomm
+from .agreement import agree_on_collection, agree_on_exit_status, agree_on_outcome
+from .gate import JobJudging
+from .job import JobGroups, LaunchedSession
+
+if TYPE_CHECKING:
+    from ..state import State
+
+__all__ = ["LaunchedMode", "XDIST_REFUSAL", "diverging_options", "open_rank_log", "redirect_output", "refuse_xdist"]
+
+XDIST_REFUSAL = ("-n/--dist (pytest-xdist): a rank's tests would run in worker processes that are not ranks of "
+                 "the job")
+
+
+def refuse_xdist(launch: Launch) -> None:
+    """A pytest-xdist controller in launched mode: a usage error (its workers would not be ranks)."""
+    raise pytest.UsageError(f"gpucomm: refused in launched mode ({launch.launcher}), where every rank must run "
+                            f"the same tests in the same order:\n  {XDIST_REFUSAL}")
+
+
+def diverging_options(config: pytest.Config) -> list[str]:
+    """The given options that would make the ranks of a launched job run different tests, each with why."""
+    out = []
+    maxfail = int(config.getoption("maxfail", 0) or 0)
+    if maxfail:
+        out.append(f"-x/--maxfail={maxfail}: a rank that stops after its failures leaves the other ranks waiting "
+                   "for it in the next test's collectives")
+    for dest, flag in (("lf", "--lf/--last-failed"), ("failedfirst", "--ff/--failed-first"),
+                       ("newfirst", "--nf/--new-first"), ("stepwise", "--sw/--stepwise")):
+        if config.getoption(dest, False):
+            out.append(f"{flag}: each rank selects or orders the tests from its own cache, so the ranks may run "
+                       "different tests, or the same ones in another order")
+    numprocesses = config.getoption("numprocesses", None)
+    dist = config.getoption("dist", "no")
+    if numprocesses or dist not in ("no", None):
+        out.append(XDIST_REFUSAL)
+    return out
+
+
+class LaunchedMode:
+    """Launched mode's hooks; see the module docstring.  Made at configure, before pytest's own junitxml
+    plugin reads --junitxml (the generic configure hook is ``tryfirst``): a rank other than global rank 0
+    writes none (the ranks' reports would be the same tests, written over each other's file)."""
+
+    def __init__(self, config: pytest.Config, state: "State") -> None:
+        assert state.launch is not None
+        self.state = state
+        self.launch = state.launch
+        self.session = LaunchedSession(self.launch, state.settings.timeout_s)
+        #: on a quiet rank: why its exit status is the job's, printed at the end of its output
+        self.notes: list[str] = []
+        state.launched = self.session
+        state.groups = JobGroups(self.session, state.devices, state.settings)
+        state.judging = JobJudging(config, state.settings, state.devices, self.session, state.speaks)
+        if not state.speaks:
+            config.option.xmlpath = None
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        la, rank_log = self.launch, self.state.settings.rank_log
+        lines = [f"gpucomm launch: {la.describe()}"]
+        if rank_log and la.world_size > 1:
+            lines.append(f"gpucomm rank logs: ranks 1-{la.world_size - 1} write their output to "
+                         f"{os.path.join(rank_log, 'rank-<R>.log')}")
+        return lines
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Once gpucomm tests are collected (before the gate reads the baseline: the generic hook, also
+        ``tryfirst``, registered earlier): refuse the options that make ranks diverge, join the job's process
+        groups, check that every rank collected the same tests (else a usage error), and read every node's
+        fingerprint."""
+        if not any(uses_gpucomm(i) for i in session.items):
+            return
+        refused = diverging_options(session.config)
+        if refused:
+            raise pytest.UsageError(
+                f"gpucomm: refused in launched mode ({self.launch.launcher}), where every "
+                "rank must run the same tests in the same order:\n  " + "\n  ".join(refused))
+        try:
+            self.session.start(self.state.devices.info)
+            agree_on_collection(self.session.channel, [i.nodeid for i in session.items])
+            self._join_nodes()
+        except JobBroken as e:  # a rank hung or gone: no test can run; the session ends failed (exit status 1)
+            session.shouldfail = str(e)
+            raise session.Failed(str(e)) from None
+
+    def _join_nodes(self) -> None:
+        """Read every node's fingerprint (on the node's local rank 0; across nodes the run's fingerprint holds
+        them under ``nodes``, so that the change since the baseline names the node), and key the gate's cases
+        by the job's layout."""
+        state = self.state
+        nodes = self.session.join(lambda: state.devices.fingerprint)
+        state.judging.gate.layout = state.layout
+        if state.layout:  # the run's fingerprint holds every node's: a change on any node is named
+            state.devices.fingerprint = dict(state.devices.fingerprint,
+                                             nodes={str(n): fp for n, (_, fp) in nodes.items()})
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        """Each phase's outcome is the job's (a failure or a skip on one rank is every rank's): where this
+        rank's outcome of a test becomes the job's (:func:`.agreement.agree_on_outcome`)."""
+        report = yield
+        if self.session.started and isinstance(report, pytest.TestReport):
+            channel = self.session.channel
+            agree_on_outcome(channel, report)
+            if channel.broken is not None:  # a rank hung or gone: no further test can run on the job's groups
+                item.session.shouldfail = channel.broken
+        return report
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """After the generic hook (``tryfirst``), which wrote the reports on rank 0: every rank exits with the
+        job's exit status (the first rank's in rank order that is not 0).  The job's groups are left in
+        :meth:`pytest_unconfigure`, once rank 0 printed its summary."""
+        if not self.session.started:
+            return
+        agreed, notes = agree_on_exit_status(self.session.channel, int(session.exitstatus))
+        self.notes += notes
+        if agreed != session.exitstatus:
+            session.exitstatus = agreed
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """A quiet rank of a launched job: only why its exit status is the job's."""
+        if not self.state.speaks:
+            for line in self.notes:
+                terminalreporter.write_line(line)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """Leave the job: close() waits for every rank, so that no rank exits before rank 0 has printed and
+        written everything (torchrun stops the other ranks as soon as one exits with a failure)."""
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self.session.close()
+
+
+def open_rank_log(config: pytest.Config, directory: str, launch: Launch, where: str) -> None:
+    """--gpucomm-rank-log (``where``: where it was given): a rank other than global rank 0 sends its output to
+    ``directory/rank-<R>.log`` (:func:`redirect_output`); rank 0 checks that ``directory`` can be made."""
+    if launch.is_first:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise pytest.UsageError(f"invalid --gpucomm-rank-log {directory!r} (from {where}): cannot "
+                                    f"create the folder: {e.strerror or e}") from None
+        return
+    redirect_output(config, directory, launch.rank, where)
+
+
+def redirect_output(config: pytest.Config, directory: str, rank: int, origin: str) -> str:
+    """Send everything this process prints from now on -- pytest's output, and what C libraries (NCCL, gloo)
+    write to file descriptors 1 and 2 -- to ``directory/rank-<rank>.log`` (created, truncated); return its
+    path.  pytest's output capture keeps its own copies of descriptors 1 and 2 and puts them back after each
+    test; they are redirected too.  Raises pytest.UsageError naming the option and the path when the folder
+    or the file cannot be made."""
+    path = os.path.join(directory, f"rank-{rank}.log")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        raise pytest.UsageError(f"invalid --gpucomm-rank-log {directory!r} (from {origin}): rank {rank} cannot "
+                                f"write its log {path}: {e.strerror or e}") from None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    capman = config.pluginmanager.getplugin("capturemanager")
+    capturing = getattr(capman, "_global_capturing", None)
+    saved = [getattr(getattr(capturing, name, None), "targetfd_save", None) for name in ("out", "err")]
+    for target in (1, 2, *(s for s in saved if isinstance(s, int))):
+        os.dup2(fd, target)
+    os.close(fd)
+    return path
+

@@ -1,0 +1,146 @@
+"""The session's start, as the generic hooks hand it over: the settings read and checked, the launcher
+found, the :class:`~.state.State` made and the modes registered as plugins (launched mode, the pytest-xdist
+controller or worker, :func:`open_session`); the rank logs of a launched job (:func:`start_rank_log`); the
+collected tests seen by the gate (:func:`collected`) and the lines the report shows of them
+(:func:`collection_lines`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Optional
+
+import pytest
+
+from .markers import uses_gpucomm
+from .settings import origin, read_settings
+from .state import STATE_KEY, State
+from .xdist import check_controller, is_controller, worker_id
+
+if TYPE_CHECKING:
+    from ..env.launch import Launch
+
+__all__ = ["open_session", "resolve_launch", "start_rank_log", "collected", "collection_lines"]
+
+
+def open_session(config: pytest.Config) -> State:
+    """Read and check the settings (a usage error names the bad value), check the outputs this process will
+    write, then make the session's state (``config.stash[STATE_KEY]``) and register its modes."""
+    settings = read_settings(config)
+    launch, launch_error = resolve_launch(settings.launch)
+    controller, worker = is_controller(config), worker_id(config)
+    if launch is not None and controller:  # its workers collect: refuse it here, not there
+        from .launched.mode import refuse_xdist
+
+        refuse_xdist(launch)
+    _check_environment()
+    if settings.baseline_save and not settings.baseline:
+        raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
+    if controller:
+        check_controller(settings)
+    writes = (launch is None or launch.is_first) and worker is None and not config.getoption("help")
+    if writes:  # the reports are written by this process: check them before any test runs
+        from .outputs import check_outputs
+
+        check_outputs(config, settings)
+    config.stash[STATE_KEY] = state = State(config, settings, launch, worker, launch_error)
+    if writes and settings.plots_dir and getattr(config.option, "htmlpath", None):
+        from .html_plots import PytestHtmlPlots  # pytest-html: the plots go into its report too
+
+        config.pluginmanager.register(PytestHtmlPlots(lambda: state.plot_paths), "gpucomm-html-plots")
+    _register_modes(config, state)
+    return state
+
+
+def _register_modes(config: pytest.Config, state: State) -> None:
+    """The modes as plugins, each with its own hooks: launched mode (every rank runs pytest), the
+    pytest-xdist controller or worker; and who follows which tests finished."""
+    if state.launch is not None:  # the rank pool imports nothing of launched mode
+        from .launched.mode import LaunchedMode
+
+        config.pluginmanager.register(LaunchedMode(config, state), "gpucomm-launched")
+    from .xdist import register
+
+    register(config, state)
+    if state.settings.baseline_save or is_controller(config):
+        config.pluginmanager.register(state.progress, f"gpucomm-progress-{id(state)}")
+
+
+def _check_environment() -> None:
+    """The environment variables read later, where a measurement starts, checked at once."""
+    if "GPUCOMM_COPY_ENGINE" in os.environ:  # read where a GPU copy is set up
+        from ..ops.engines import EngineError, engine_choice
+
+        try:
+            engine_choice(os.environ)
+        except EngineError as e:
+            raise pytest.UsageError(f"invalid environment: {e}") from None
+    if "GPUCOMM_RANK_START" in os.environ:  # read when a pool starts
+        from ..ranks.spawn import rank_start
+
+        try:
+            rank_start()
+        except ValueError as e:
+            raise pytest.UsageError(f"invalid environment: {e}") from None
+
+
+def resolve_launch(choice: str) -> tuple[Optional["Launch"], Optional[str]]:
+    """(this rank's Launch or None for the rank pool, a deferred error).  A launcher named by
+    --gpucomm-launch must be readable now; with ``auto`` an unreadable launcher's environment is an error
+    only once a gpucomm test is collected (runs without gpucomm tests are left alone)."""
+    from ..env.launch import LaunchError, resolve
+
+    try:
+        return resolve(choice, os.environ), None
+    except LaunchError as e:
+        message = f"invalid launcher environment (--gpucomm-launch={choice}): {e}"
+        if choice != "auto":
+            raise pytest.UsageError(message) from None
+        return None, message + " (--gpucomm-launch=pool ignores the launcher)"
+
+
+def start_rank_log(config: pytest.Config) -> None:
+    """--gpucomm-rank-log in launched mode, before anything is printed: a rank other than global rank 0 sends
+    its output (from here on, the report header included) to DIR/rank-<R>.log; rank 0 checks that DIR can be
+    made."""
+    if config.option.help or config.option.version:
+        return
+    if not (config.getoption("gpucomm_rank_log") or os.environ.get("GPUCOMM_RANK_LOG")
+            or config.getini("gpucomm_rank_log")):
+        return  # the usual run: the options are read (and checked) in pytest_configure
+    settings = read_settings(config)
+    if not settings.rank_log:
+        return
+    launch, _ = resolve_launch(settings.launch)
+    if launch is None:
+        return
+    from .launched.mode import open_rank_log
+
+    open_rank_log(config, settings.rank_log, launch, origin(config, "--gpucomm-rank-log"))
+
+
+def collected(session: pytest.Session, state: State) -> None:
+    """Once the tests are collected, if a gpucomm test is among them: a launcher's environment that could
+    not be read is an error now; the baseline is read, and where this run saves into it, its file checked."""
+    if not any(uses_gpucomm(i) for i in session.items):
+        return
+    if state.launch_error:
+        raise pytest.UsageError(state.launch_error)
+    if state.settings.baseline:
+        state.judging.load({i.nodeid for i in session.items})
+        if state.speaks and state.worker is None:
+            state.judging.check_save_paths()
+
+
+def collection_lines(state: State, items: list[pytest.Item]) -> list[str]:
+    """The report's lines after collection, where gpucomm tests were collected: the devices, the pairs, a
+    launched job's nodes and the baseline."""
+    if not any(uses_gpucomm(i) for i in items) or not state.speaks:
+        return []
+    from ..env.hardware import device_summary_lines
+    from .parametrize import pairs_lines
+
+    return (device_summary_lines(state.devices.info) + pairs_lines(state)
+            + (state.launched.node_lines() if state.launched is not None else [])
+            + (state.judging.gate.header_lines() if state.settings.baseline else []))
+
