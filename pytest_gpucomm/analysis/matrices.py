@@ -21,25 +21,26 @@ most pairs were measured (the peak figures, where links differ most, and no colu
 one test swept fewer sizes).  ``sizes=`` asks for others.
 
 **Today's figure** is the table's: computed from the row's samples where it has them.  **The baseline's
-figure** of a cell (:func:`cell_baseline`): with a baseline document, the median over the case's runs of
-each run's median GB/s (what the plots and ``curves.sweeps_from_baseline`` take), found by the case key the
-gate uses (``gate.store.case_key``, with the report's layout across nodes), or the case's published floor
-where it has no measured run (marked "*"); without one, the figure the row's verdict was judged against
-(a saved report's ``row["baseline"]["baseline_gbps"]``), so ``gpucomm show REPORT`` gives the run's
-ratios without the baseline file.  A cell the baseline lacks reads "new".
+figure** of a cell (:func:`cell_baseline`): with a baseline file, the median over the case's runs of each
+run's median GB/s (``baseline_figures.BaselineFigures``: what the plots and ``curves.sweeps_from_baseline``
+take), found by the case key the gate uses (``gate.store.case_key``, with the report's layout across
+nodes), or the case's published floor where it has no measured run (marked "*"); without one, the figure
+the row's verdict was judged against (a saved report's ``row["baseline"]["baseline_gbps"]``), so ``gpucomm
+show REPORT`` gives the run's ratios without the baseline file.  A cell the baseline lacks reads "new".
 """
 
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
+from ..measurement import Measurement
 from ..units import format_size
+from .baseline_figures import BaselineFigures, as_figures
 
-__all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "MATRIX_NOTE", "Cell", "CopyMatrix", "copy_matrices",
-           "matrix_lines", "report_matrix_lines", "baseline_case", "baseline_gbps", "cell_baseline", "layout_of",
+__all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "MATRIX_NOTE", "Cell", "CopyMatrix", "Pair", "ReportRow",
+           "copy_matrices", "copy_pairs", "matrix_lines", "report_matrix_lines", "cell_baseline", "layout_of",
            "node_label", "natural_key"]
 
 #: the one-way copies that the all-copies matrix puts together, and their names in its title
@@ -68,48 +69,17 @@ def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def node_label(row: Mapping[str, Any]) -> str:
-    """The node a row was measured on (``"node 1 (hostB)"``), "" on one host."""
+    """The node a report row was measured on (``"node 1 (hostB)"``), "" on one host."""
     from ..measurement import Measurement
 
     return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
                        info=dict(_info(row))).node_label
 
 
-def _run_median(run: Mapping[str, Any]) -> Optional[float]:
-    summary = run.get("summary") or {}
-    if summary.get("median_gbps"):
-        return float(summary["median_gbps"])
-    samples = run.get("samples_gbps") or []
-    return float(statistics.median(samples)) if samples else None
-
-
 def layout_of(report: Mapping[str, Any]) -> str:
-    """The job's layout across nodes (part of the baseline's case keys), "" on one host."""
+    """The job's layout across nodes of a report's JSON (part of the baseline's case keys), "" on one host."""
     launch = report.get("launch")
     return str((launch or {}).get("layout") or "") if isinstance(launch, Mapping) else ""
-
-
-def baseline_case(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
-                  layout: str = "") -> Optional[Mapping[str, Any]]:
-    """The baseline's case of ``row`` (found by the gate's key, ``gate.store.case_key``), or None."""
-    if baseline is None:
-        return None
-    from ..gate.store import case_key
-
-    key = case_key(str(row.get("test", "")), str(row["op"]), int(row["size_bytes"]), row.get("dtype"),
-                   int(row.get("world_size", 1)), layout)
-    case = (baseline.get("cases") or {}).get(key)
-    return case if isinstance(case, Mapping) else None
-
-
-def baseline_gbps(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any], layout: str = "") -> Optional[float]:
-    """The baseline's figure of ``row``'s case: the median over its runs of their median GB/s; None without a
-    baseline, where it lacks the case, or where the case has no measured run (see :func:`cell_baseline`)."""
-    case = baseline_case(baseline, row, layout)
-    if case is None:
-        return None
-    medians = [m for m in (_run_median(r) for r in case.get("runs", [])) if m]
-    return float(statistics.median(medians)) if medians else None
 
 
 class Cell(NamedTuple):
@@ -125,24 +95,33 @@ class Cell(NamedTuple):
         return self.now / self.base if self.base else None
 
 
-def cell_baseline(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
-                  layout: str = "") -> tuple[Optional[float], bool]:
-    """(the baseline's figure of ``row``, whether it is a published floor).  With a baseline document: its
-    runs' figure (:func:`baseline_gbps`), else the case's ``floor_gbps``.  Without one: the figure the row's
-    verdict was judged against (``row["baseline"]["baseline_gbps"]``: what a saved report carries)."""
-    if baseline is not None:
-        figure = baseline_gbps(baseline, row, layout)
-        if figure is not None:
-            return figure, False
-        floor = (baseline_case(baseline, row, layout) or {}).get("floor_gbps")
-        return (float(floor), True) if isinstance(floor, (int, float)) and floor > 0 else (None, False)
-    verdict = row.get("baseline")
-    if not isinstance(verdict, Mapping):
-        return None, False
-    figure = verdict.get("baseline_gbps")
-    if not isinstance(figure, (int, float)) or not figure > 0:
-        return None, False
-    return float(figure), str(verdict.get("status")) in FLOOR_STATUSES
+class ReportRow(Protocol):
+    """A report document's row (``report.document.Row``), as the matrices read it."""
+
+    @property
+    def test(self) -> str: ...
+
+    @property
+    def measurement(self) -> Measurement: ...
+
+    @property
+    def verdict(self) -> Any: ...  # its ``data``: the verdict's JSON (``row["baseline"]``), or None
+
+
+class Pair(NamedTuple):
+    """A copy between two devices at one size, as the matrices read a row: today's figure and the verdict the
+    row was judged by (``row["baseline"]``, None where it was not)."""
+
+    test: str
+    op: str
+    source: str
+    destination: str
+    size_bytes: int
+    dtype: Optional[str]
+    world_size: int
+    node: str
+    now: float
+    verdict: Optional[Mapping[str, Any]]
 
 
 def _figure(row: Mapping[str, Any]) -> float:
@@ -156,6 +135,45 @@ def _figure(row: Mapping[str, Any]) -> float:
         return float(row["gbps"])
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{test}: no GB/s figure ({type(e).__name__}: {e})") from None
+
+
+def copy_pairs(rows: Iterable["Mapping[str, Any] | ReportRow"]) -> list[Pair]:
+    """The copies between two devices among ``rows``: a report's JSON rows (``test``, ``op``, ``kind``,
+    ``devices``, ``size_bytes``, the samples or ``gbps``, ``world_size``, ``dtype``, ``info``, the verdict under
+    ``baseline``) or a document's rows.  ValueError naming the row whose figure cannot be read."""
+    out = []
+    for row in rows:
+        if isinstance(row, Mapping):
+            devices = row.get("devices") or []
+            if row.get("kind") != "copy" or len(devices) != 2:
+                continue
+            verdict = row.get("baseline")
+            out.append(Pair(str(row.get("test", "")), str(row["op"]), str(devices[0]), str(devices[1]),
+                            int(row["size_bytes"]), row.get("dtype"), int(row.get("world_size", 1)), node_label(row),
+                            _figure(row), verdict if isinstance(verdict, Mapping) else None))
+            continue
+        m = row.measurement
+        if m.kind != "copy" or len(m.devices) != 2:
+            continue
+        out.append(Pair(row.test, m.op, str(m.devices[0]), str(m.devices[1]), int(m.size_bytes), m.dtype,
+                        int(m.world_size), m.node_label, float(m.gbps),
+                        row.verdict.data if row.verdict is not None else None))
+    return out
+
+
+def cell_baseline(baseline: Optional[BaselineFigures], pair: Pair, layout: str = "") -> tuple[Optional[float], bool]:
+    """(the baseline's figure of ``pair``, whether it is a published floor).  With a baseline file's figures:
+    its runs' figure, else the case's floor (``BaselineFigures.cell``).  Without: the figure the row's verdict
+    was judged against (``row["baseline"]["baseline_gbps"]``: what a saved report carries)."""
+    if baseline is not None:
+        return baseline.cell(pair.test, pair.op, pair.size_bytes, pair.dtype, pair.world_size, layout)
+    verdict = pair.verdict
+    if verdict is None:
+        return None, False
+    figure = verdict.get("baseline_gbps")
+    if not isinstance(figure, (int, float)) or not figure > 0:
+        return None, False
+    return float(figure), str(verdict.get("status")) in FLOOR_STATUSES
 
 
 @dataclass
@@ -200,41 +218,38 @@ class CopyMatrix:
         return cell.ratio if cell is not None else None
 
 
-def copy_matrices(rows: Iterable[Mapping[str, Any]], baseline: Optional[Mapping[str, Any]] = None, *,
+def copy_matrices(rows: Iterable["Mapping[str, Any] | ReportRow"],
+                  baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *,
                   layout: str = "") -> list[CopyMatrix]:
-    """The matrices of the copy rows among ``rows`` (JSON report rows: ``test``, ``op``, ``kind``, ``devices``,
-    ``size_bytes``, the samples or ``gbps``, ``world_size``, ``dtype``, ``info``, the verdict under
-    ``baseline``), each cell's baseline figure from ``baseline`` (a baseline file's document) or else from the
-    row's verdict (:func:`cell_baseline`; ``layout`` the report's, for a job across nodes).  The
-    all-one-way-copies matrix comes first, then one per (test function, op, node) in the rows' order.
-    ValueError naming the row whose figure cannot be read."""
-    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
-    one_way: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        devices = row.get("devices") or []
-        if row.get("kind") != "copy" or len(devices) != 2:
-            continue
-        node = node_label(row)
-        groups.setdefault((str(row.get("test", "")).split("[", 1)[0], str(row["op"]), node), []).append(row)
-        if row["op"] in ONE_WAY_OPS:
-            one_way.setdefault(node, []).append(row)
-    for node, node_rows in one_way.items():
-        tests = {str(r.get("test", "")).split("[", 1)[0] for r in node_rows}
-        pairs = [(str(r["devices"][0]), str(r["devices"][1]), int(r["size_bytes"])) for r in node_rows]
-        if len(tests) > 1 and len(pairs) == len(set(pairs)):
-            groups = {("all one-way copies", ALL_ONE_WAY, node): node_rows, **groups}
+    """The matrices of the copy rows among ``rows`` (:func:`copy_pairs`), each cell's baseline figure from
+    ``baseline`` (a baseline file's figures, or its document) or else from the row's verdict
+    (:func:`cell_baseline`; ``layout`` the report's, for a job across nodes).  The all-one-way-copies matrix
+    comes first, then one per (test function, op, node) in the rows' order.  ValueError naming the row whose
+    figure cannot be read."""
+    figures = as_figures(baseline)
+    groups: dict[tuple[str, str, str], list[Pair]] = {}
+    one_way: dict[str, list[Pair]] = {}
+    for p in copy_pairs(rows):
+        groups.setdefault((p.test.split("[", 1)[0], p.op, p.node), []).append(p)
+        if p.op in ONE_WAY_OPS:
+            one_way.setdefault(p.node, []).append(p)
+    for node, node_pairs in one_way.items():
+        tests = {p.test.split("[", 1)[0] for p in node_pairs}
+        seen = [(p.source, p.destination, p.size_bytes) for p in node_pairs]
+        if len(tests) > 1 and len(seen) == len(set(seen)):
+            groups = {("all one-way copies", ALL_ONE_WAY, node): node_pairs, **groups}
     out = []
     for (test, op, node), group in groups.items():
         m = CopyMatrix(test=test, op=op, node=node,
-                       sources=sorted({str(r["devices"][0]) for r in group}, key=natural_key),
-                       destinations=sorted({str(r["devices"][1]) for r in group}, key=natural_key),
-                       ops=sorted({str(r["op"]) for r in group}),
-                       compared=baseline is not None or any(isinstance(r.get("baseline"), Mapping) for r in group))
-        for r in group:
-            at, pair = m.cells.setdefault(int(r["size_bytes"]), {}), (str(r["devices"][0]), str(r["devices"][1]))
+                       sources=sorted({p.source for p in group}, key=natural_key),
+                       destinations=sorted({p.destination for p in group}, key=natural_key),
+                       ops=sorted({p.op for p in group}),
+                       compared=figures is not None or any(p.verdict is not None for p in group))
+        for p in group:
+            at, pair = m.cells.setdefault(p.size_bytes, {}), (p.source, p.destination)
             if pair in at:
                 m.ambiguous = True
-            at[pair] = Cell(_figure(r), *cell_baseline(baseline, r, layout))
+            at[pair] = Cell(p.now, *cell_baseline(figures, p, layout))
         out.append(m)
     return out
 
@@ -283,13 +298,15 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
     return lines
 
 
-def report_matrix_lines(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
+def report_matrix_lines(report: Any, baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *,
                         sizes: Optional[Iterable[int]] = None, limit: Optional[int] = None) -> list[str]:
-    """:func:`matrix_lines` of a saved report's rows against ``baseline`` (else the rows' own verdicts); a
-    report whose matrices cannot be made gets one line saying why: the matrices explain, the verdicts
-    decide."""
+    """:func:`matrix_lines` of a report's rows -- its JSON, or a document (``rows``, ``layout``) -- against
+    ``baseline`` (else the rows' own verdicts); a report whose matrices cannot be made gets one line saying
+    why: the matrices explain, the verdicts decide."""
     try:
-        return matrix_lines(copy_matrices(report["rows"], baseline, layout=layout_of(report)), sizes=sizes, limit=limit)
+        rows, layout = (report["rows"], layout_of(report)) if isinstance(report, Mapping) else (report.rows,
+                                                                                               report.layout)
+        return matrix_lines(copy_matrices(rows, baseline, layout=layout), sizes=sizes, limit=limit)
     except (KeyError, TypeError, ValueError) as e:
         return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
 

@@ -1,26 +1,44 @@
-"""The session's reports: gathers the session's state (records, gate, baseline, curves, levels) into the
-documents of :mod:`pytest_gpucomm.report` and writes them at the session's end.
+"""The session's reports: the one place that reads the pytest session's state for them.
 
-The rendering itself (tables, the JSON document, the pytest-benchmark export) is ``report.run``'s and reads
-records only; this module is where the plugin's ``State`` meets it.
+At the session's end the run is judged at the gate's levels (:func:`session_levels`), the baseline file is
+read as it was before this run saves into it (:func:`baseline_document`), the curves are made
+(:func:`curves_of`), and :func:`write_reports` saves the run into the baseline; then the run's report
+document is made, once (:func:`session_report`: ``report.document.ReportDocument.of_run`` of the records,
+the settings, the fingerprint, the baseline section, the job's shape and the curves, kept in the config's
+stash), and every view renders it: the JSON report, the plots, the pytest-benchmark export
+(:func:`write_reports`) and the terminal summary (:func:`summary_lines`).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..report.run import (CURVE_LIMIT, GATE_HEADERS, LEGEND, benchmark_document, gate_columns,
-                          json_document, level_lines, render_table, sensitivity_lines, straggler_lines,
-                          tail_counts, write_json)
+import pytest
 
 if TYPE_CHECKING:
+    from ..analysis.baseline_figures import BaselineFigures
+    from ..gate.levels import RunLevels
+    from ..report.document import ReportDocument
     from .state import State
 
-__all__ = ["baseline_document", "baseline_extra", "curves_of", "gate_summary_lines", "matrices_of",
-           "report_document", "session_levels", "summary_lines", "write_reports"]
+__all__ = ["SessionReport", "baseline_document", "baseline_extra", "baseline_figures", "curves_of",
+           "session_levels", "session_report", "summary_lines", "write_reports"]
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    """The run's report document, and the figures of the baseline file it was judged against (as the file was
+    before this run saved into it; None without one): what every view of the session renders."""
+
+    document: "ReportDocument"
+    baseline: Optional["BaselineFigures"]
+
+
+REPORT_KEY = pytest.StashKey[SessionReport]()
+FIGURES_KEY = pytest.StashKey[Optional["BaselineFigures"]]()
 
 
 def baseline_document(state: "State") -> Optional[dict[str, Any]]:
@@ -37,85 +55,27 @@ def baseline_document(state: "State") -> Optional[dict[str, Any]]:
     return None
 
 
+def baseline_figures(state: "State") -> Optional["BaselineFigures"]:
+    """The figures of ``state.baseline_doc`` (``analysis.baseline_figures``), made once; None without it."""
+    stash = state.config.stash
+    if FIGURES_KEY not in stash:
+        from ..analysis.baseline_figures import BaselineFigures
+
+        stash[FIGURES_KEY] = BaselineFigures.of(state.baseline_doc) if state.baseline_doc is not None else None
+    return stash[FIGURES_KEY]
+
+
 def curves_of(state: "State") -> tuple[list[dict[str, Any]], list[str]]:
     """The "curves" section of the run (``curves.curve_report``: each sweep's model, compared with the
-    baseline's curve where the baseline has the sweep: ``state.baseline_doc``), and a note where it cannot be
-    made."""
-    from ..analysis.curves import curve_report, sweeps, sweeps_from_baseline
+    baseline's curve where the baseline has the sweep), and a note where it cannot be made."""
+    from ..analysis.curves import curve_report
+    from ..analysis.sweeps import sweeps
 
     try:
-        now = sweeps(state.records)
-        doc = state.baseline_doc
-        return curve_report(now, sweeps_from_baseline(doc) if doc is not None else None), []
+        figures = baseline_figures(state)
+        return curve_report(sweeps(state.records), list(figures.sweeps.values()) if figures is not None else None), []
     except Exception as e:  # the curves explain, the verdicts decide: a curve that cannot be made is a note
         return [], [f"gpucomm: no curves section: {type(e).__name__}: {e}"]
-
-
-def matrices_of(state: "State") -> list[str]:
-    """The "copy matrices" section of the run (``matrices.matrix_lines``, against ``state.baseline_doc``), or
-    a note where it cannot be made: the matrices explain, the verdicts decide."""
-    from ..analysis.matrices import MATRIX_LIMIT, copy_matrices, matrix_lines
-
-    try:
-        rows = [{"test": r.nodeid, **r.measurement.to_dict(), **({"baseline": r.baseline} if r.baseline else {})}
-                for r in state.records if r.measurement.kind == "copy"]
-        return matrix_lines(copy_matrices(rows, state.baseline_doc, layout=state.layout), limit=MATRIX_LIMIT)
-    except Exception as e:
-        return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
-
-
-def report_document(state: "State") -> dict[str, Any]:
-    """The run's JSON report (:func:`json_document` with the baseline, launch and curves sections): what
-    --gpucomm-json writes and the plots are drawn from."""
-    section = baseline_extra(state)
-    extra: dict[str, Any] = {"baseline": section} if section else {}
-    launch = state.launch_extra()
-    if launch:
-        extra["launch"] = launch.to_dict()
-    extra["curves"] = state.curves
-    return json_document(state.records, settings=state.settings.to_dict(), fingerprint=state.fingerprint,
-                         extra=extra)
-
-
-def summary_lines(state: "State") -> list[str]:
-    """The "gpucomm results" section of the terminal summary: hardware, table, legend, verdicts, notes."""
-    lines = []
-    headline = state.headline()
-    if headline:
-        lines.append(f"hardware: {headline}")
-    gated = any(r.baseline is not None for r in state.records)
-    table = render_table(state.records, GATE_HEADERS if gated else None,
-                         gate_columns(state.records) if gated else None)
-    lines += table.splitlines()
-    lines.append(LEGEND)
-    lines += matrices_of(state)
-    from ..analysis.curves import curve_lines
-
-    lines += curve_lines(state.curves, limit=CURVE_LIMIT)
-    lines += straggler_lines(state.records)
-    if gated:
-        counts = Counter(str(r.status) for r in state.records)
-        lines.append("gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-                     + tail_counts(state.records))
-        if state.from_workers.gate_header:
-            lines += state.from_workers.gate_header
-        elif state.settings.baseline and state.gate.loaded:
-            lines += state.gate.header_lines()[1:]
-        lines += gate_summary_lines(state)
-    workers = state.from_workers.workers
-    if workers > 1:
-        lines.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
-                     "slowed each other (compare with a run without -n)")
-    return lines + state.notes
-
-
-def gate_summary_lines(state: "State") -> list[str]:
-    """What the gate can catch (per case, the smallest drop it catches; the cases not gated and their fix)
-    and the run at the gate's levels."""
-    lines = sensitivity_lines([r.baseline for r in state.records if r.baseline], [r.nodeid for r in state.records
-                                                                                  if r.baseline])
-    return lines + level_lines(state.levels, {str(r.baseline["case"]): r.nodeid for r in state.records
-                                             if r.baseline and r.baseline.get("case")})
 
 
 def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
@@ -139,7 +99,7 @@ def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
     return {**extra, "levels": state.levels.to_dict() if state.levels is not None else None}
 
 
-def session_levels(state: "State") -> Any:
+def session_levels(state: "State") -> Optional["RunLevels"]:
     """The run judged at the three levels (gate.levels), from the verdicts of every record; None when nothing
     was compared with measured runs.  A pytest-xdist controller, which did not read the baseline, reads it
     here from the path the workers judged against."""
@@ -156,12 +116,68 @@ def session_levels(state: "State") -> Any:
     return gate.levels(verdicts)
 
 
+def session_report(state: "State") -> SessionReport:
+    """The run's report document (see the module doc), made at the first call and kept in the stash: the
+    session's records, verdicts and levels are final by then (after :func:`write_reports` saved the run)."""
+    stash = state.config.stash
+    if REPORT_KEY not in stash:
+        from ..report.document import ReportDocument
+
+        doc = ReportDocument.of_run(state.records, settings=state.settings.to_dict(), fingerprint=state.fingerprint,
+                                    baseline=baseline_extra(state), launch=_launch_dict(state), curves=state.curves)
+        stash[REPORT_KEY] = SessionReport(doc, baseline_figures(state))
+    return stash[REPORT_KEY]
+
+
+def _launch_dict(state: "State") -> Optional[dict[str, Any]]:
+    shape = state.launch_extra()
+    return shape.to_dict() if shape is not None else None
+
+
+def summary_lines(state: "State") -> list[str]:
+    """The "gpucomm results" section of the terminal summary (``report.terminal.summary_lines`` of the
+    session's document), with the session's own lines: the hardware, the gate's header, the notes."""
+    from ..report.terminal import summary_lines as render
+
+    report = session_report(state)
+    header: list[str] = []
+    if report.document.gated:
+        if state.from_workers.gate_header:
+            header = list(state.from_workers.gate_header)
+        elif state.settings.baseline and state.gate.loaded:
+            header = state.gate.header_lines()[1:]
+    notes: list[str] = []
+    workers = state.from_workers.workers
+    if workers > 1:
+        notes.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
+                     "slowed each other (compare with a run without -n)")
+    return render(report.document, report.baseline, headline=state.headline(), gate_header=header,
+                  notes=notes + state.notes)
+
+
+def _save_baseline(state: "State", finished: bool, date: str) -> None:
+    """Save the run into the baseline (see :func:`write_reports`)."""
+    # a figure of 0 (a collective of one rank, @world(1): busbw 0) is nothing to gate; the baseline file
+    # accepts positive figures only, so those are left out, and said so
+    keep = [r for r in state.records if math.isfinite(r.measurement.gbps) and r.measurement.gbps > 0]
+    zero = len(state.records) - len(keep)
+    if zero:
+        state.notes.append(f"gpucomm: {zero} of this run's {len(state.records)} measurements are not saved "
+                           f"to {state.gate.path}: their figure is 0 GB/s (a collective of one rank has "
+                           "busbw 0), nothing to gate")
+    if not keep:
+        return
+    path, n = state.gate.save(keep, state.fingerprint, date)
+    state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}"
+                       + ("" if finished else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
+
+
 def write_reports(state: "State", *, finished: bool = True, is_worker: bool = False) -> None:
     """At the end of the session: save the run into the baseline (--gpu-baseline-save; a run that did not
-    finish only with --gpu-baseline-save-partial), write the JSON report and the pytest-benchmark export
-    (not in a pytest-xdist worker: the controller writes them with every worker's rows).  Each adds a line
-    to ``state.notes``; one that cannot be written says so there and sets ``state.write_failed``, and the
-    others are still written."""
+    finish only with --gpu-baseline-save-partial), then write the views of the run's document: the JSON
+    report, the plots and the pytest-benchmark export (not in a pytest-xdist worker: the controller writes
+    them with every worker's rows).  Each adds a line to ``state.notes``; one that cannot be written says so
+    there and sets ``state.write_failed``, and the others are still written."""
     from ..env.hardware import now_iso
 
     s = state.settings
@@ -169,7 +185,7 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
     if s.baseline_save and not state.gate.loaded and state.from_workers.baseline_path:
         state.gate.adopt(Path(state.from_workers.baseline_path))  # the workers measured; the controller saves
 
-    def attempt(what: str, write: Any) -> None:
+    def attempt(what: str, write: Callable[[], None]) -> None:
         try:
             write()
         except Exception as e:  # any failure: say what was not written, keep the rest
@@ -178,23 +194,7 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
 
     if s.baseline_save and state.gate.loaded and not is_worker:
         if finished or s.baseline_save_partial:
-            def save() -> None:
-                # a figure of 0 (a collective of one rank, @world(1): busbw 0) is nothing to gate; the baseline
-                # file accepts positive figures only, so those are left out, and said so
-                keep = [r for r in state.records if math.isfinite(r.measurement.gbps) and r.measurement.gbps > 0]
-                zero = len(state.records) - len(keep)
-                if zero:
-                    state.notes.append(f"gpucomm: {zero} of this run's {len(state.records)} measurements are not saved "
-                                       f"to {state.gate.path}: their figure is 0 GB/s (a collective of one rank has "
-                                       "busbw 0), nothing to gate")
-                if not keep:
-                    return
-                path, n = state.gate.save(keep, state.fingerprint, date)
-                state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}"
-                                   + ("" if finished
-                                      else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
-
-            attempt(f"the baseline {state.gate.path}", save)
+            attempt(f"the baseline {state.gate.path}", lambda: _save_baseline(state, finished, date))
         else:
             state.notes.append(
                 f"gpucomm: the run did not finish, so its {len(state.records)} measurements were NOT saved to "
@@ -202,19 +202,15 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
             )
     if is_worker:
         return
-    made: list[dict[str, Any]] = []
-
-    def document() -> dict[str, Any]:  # the JSON report and the plots draw from one document, made once
-        if not made:
-            made.append(report_document(state))
-        return made[0]
-
     if s.json_path:
         json_path = s.json_path  # a str here, also in the closure
 
         def json_report() -> None:
-            write_json(json_path, document())
-            state.notes.append(f"gpucomm: wrote {len(state.records)} measurements to {json_path}")
+            from ..report.exports import write_json
+
+            doc = session_report(state).document
+            write_json(json_path, doc)
+            state.notes.append(f"gpucomm: wrote {len(doc.rows)} measurements to {json_path}")
 
         attempt(f"the JSON report {s.json_path}", json_report)
     if s.plots_dir:
@@ -223,10 +219,10 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         def plots() -> None:
             from ..report.plots import all_figures, save_all
 
-            state.plot_paths = save_all(all_figures(document(), state.baseline_doc), plots_dir,
-                                        s.plots_format)
+            report = session_report(state)
+            state.plot_paths = save_all(all_figures(report.document, report.baseline), plots_dir, s.plots_format)
             state.notes.append(f"gpucomm: drew {len(state.plot_paths)} plots into {plots_dir}"
-                               + ("" if state.baseline_doc is None else " (against the baseline as it was before "
+                               + ("" if report.baseline is None else " (against the baseline as it was before "
                                   "this run)"))
 
         attempt(f"the plots in {s.plots_dir}", plots)
@@ -234,8 +230,9 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         benchmark_json = s.benchmark_json
 
         def benchmark_report() -> None:
-            write_json(benchmark_json, benchmark_document(state.records, state.fingerprint, date))
+            from ..report.exports import benchmark_document, write_json
+
+            write_json(benchmark_json, benchmark_document(session_report(state).document, date))
             state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {benchmark_json}")
 
         attempt(f"the pytest-benchmark export {s.benchmark_json}", benchmark_report)
-

@@ -8,8 +8,8 @@ element, the plots as ``data:image/png;base64`` URIs, no script (nothing to run,
 policy for local files can block), nothing fetched from the network.  It is also well-formed XML (every
 element closed, only XML's five escapes), so a test or a script can read it with ``xml.etree``.
 
-**What the page holds** (:func:`html_page`), from the report and, where given, the baseline document it
-is compared with (``saved.load_reference(...).doc``):
+**What the page holds** (:func:`html_page`), from the report's document and, where given, the figures of
+the baseline file it is compared with (``saved.load_reference(...).figures``):
 
 * a header: the title, and the hardware, the run's date and the baseline (``plots.context_line``, the
   second line of every plot's title, so the page and its figures name the same run);
@@ -21,7 +21,7 @@ is compared with (``saved.load_reference(...).doc``):
   passed a threshold or the gate, grey where nothing was judged (new, not gated, measured);
 * the copy matrices: each copy test's GB/s per (source, destination), and today / baseline per cell
   (``matrices.matrix_lines``, as the terminal prints them);
-* the curves: per sweep (``curves.sweeps_from_report``) the curve model's two lines, and, with a
+* the curves: per sweep (``curves.sweeps``) the curve model's two lines, and, with a
   baseline, the comparison with the baseline's curve of the same sweep (``curves.compare_curves``).  The
   per-size verdicts are the rule that fails tests; the curves explain them;
 * the environment: what changed in the fingerprint since the baseline was recorded (the report's
@@ -50,8 +50,10 @@ import io
 import os
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional
+
+from ..analysis.baseline_figures import BaselineFigures, as_figures
+from .document import ReportDocument, Row, as_document
 
 __all__ = [
     "PLOT_DPI",
@@ -136,29 +138,25 @@ _HEADERS = ("test", "op", "devices / world", "size", "GB/s", "p50 us", "p99 us",
             "ratio", "status", "verdict")
 
 
-def _message(row: Mapping[str, Any]) -> str:
+def _message(row: Row) -> str:
     """The verdict's message and the threshold checks of a row, one per line."""
-    lines = []
-    verdict = row.get("baseline")
-    if isinstance(verdict, Mapping) and verdict.get("message"):
-        lines.append(str(verdict["message"]))
-    lines += [str(c) for c in row.get("checks") or []]
-    return "\n".join(lines)
+    lines = [row.verdict.message] if row.verdict is not None and row.verdict.message else []
+    return "\n".join(lines + list(row.checks))
 
 
-def _table(report: Mapping[str, Any], measurements: Sequence[tuple[str, Any]]) -> list[str]:
+def _table(doc: ReportDocument) -> list[str]:
     from .run import fmt_gbps, fmt_us, tail_cell
     from ..units import format_size
 
     out = ['<table id="verdicts-table">', "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in _HEADERS)
            + "</tr></thead>", "<tbody>"]
-    for row, (test_id, m) in zip(report["rows"], measurements):
-        status = str(row.get("status", ""))
-        verdict = row.get("baseline") if isinstance(row.get("baseline"), Mapping) else {}
-        base, ratio = verdict.get("baseline_gbps"), verdict.get("ratio")
+    for row in doc.rows:
+        m, status = row.measurement, row.status
+        base = row.verdict.baseline_gbps if row.verdict is not None else None
+        ratio = row.verdict.ratio if row.verdict is not None else None
         message = _message(row)
         cells = [
-            f'<td class="test">{_e(test_id)}</td>',
+            f'<td class="test">{_e(row.test)}</td>',
             f"<td>{_e(m.op)}</td>",
             f"<td>{_e(m.where)}</td>",
             f'<td class="num" title="{_e(f"{m.size_bytes:,} bytes")}">{_e(format_size(m.size_bytes))}</td>',
@@ -166,8 +164,8 @@ def _table(report: Mapping[str, Any], measurements: Sequence[tuple[str, Any]]) -
             f'<td class="num">{_e(fmt_us(m.p50_us))}</td>',
             f'<td class="num">{_e(fmt_us(m.p99_us))}</td>',
             f'<td class="num">{_e(tail_cell(m))}</td>',
-            f'<td class="num">{_e(fmt_gbps(float(base)) if base else "-")}</td>',
-            f'<td class="num">{_e(f"{float(ratio):.3f}" if ratio else "-")}</td>',
+            f'<td class="num">{_e(fmt_gbps(base) if base else "-")}</td>',
+            f'<td class="num">{_e(f"{ratio:.3f}" if ratio else "-")}</td>',
             f'<td class="status" title="{_e(message)}">{_e(status)}</td>',
             f'<td class="message">{_e(message)}</td>',
         ]
@@ -177,31 +175,32 @@ def _table(report: Mapping[str, Any], measurements: Sequence[tuple[str, Any]]) -
     return out
 
 
-def counts_line(report: Mapping[str, Any]) -> str:
+def counts_line(report: "ReportDocument | Mapping[str, Any]") -> str:
     """``verdicts: 1 REGRESSION, 8 not gated; tails tested on 3 cases: 0 TAIL`` (statuses in the terminal's
     order, the tail counts from ``report.tail_counts``)."""
     from .run import tail_counts
     from ..units import plural
 
-    rows = report["rows"]
-    counts = Counter(str(r.get("status", "")) for r in rows)
-    tails = tail_counts(SimpleNamespace(baseline=r.get("baseline")) for r in rows)
+    rows = as_document(report).rows
+    counts = Counter(r.status for r in rows)
     return (f"{plural(len(rows), 'row')}; verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-            + tails)
+            + tail_counts(rows))
 
 
-def _curves(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
-    from ..analysis.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
+def _curves(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[str]:
+    from ..analysis.curve_fit import curve_model
+    from ..analysis.curves import compare_curves
+    from ..analysis.sweeps import sweeps
 
     out = ['<section id="curves">', "<h2>Curves</h2>"]
-    sweeps = sweeps_from_report(report)
-    if not sweeps:
+    found = sweeps([(r.test, r.measurement) for r in doc.rows])
+    if not found:
         out.append('<p class="note">No sweep: no test measured one op at two sizes or more.</p>')
         return out + ["</section>"]
     # the baseline's sweeps carry neither a node label nor a form in their key (curves.sweeps_from_baseline),
     # so they are matched on the rest of it, as the plots match them
-    base = {s.key[:5]: s for s in sweeps_from_baseline(baseline)} if baseline is not None else {}
-    for sweep in sweeps:
+    base = baseline.sweeps if baseline is not None else {}
+    for sweep in found:
         out.append('<div class="sweep">')
         out.append(f"<h3>{_e(sweep.label)}</h3>")
         out.append(f'<pre class="curve">{_e(curve_model(sweep).text())}</pre>')
@@ -219,23 +218,23 @@ def _curves(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) ->
     return out + ["</section>"]
 
 
-def _matrices(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
-    """The copy matrices as ``gpucomm show`` prints them (``matrices.report_matrix_lines``, every one), in a
+def _matrices(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[str]:
+    """The copy matrices as ``gpucomm show`` prints them (``terminal.matrix_section``, every one), in a
     ``<pre>``; nothing where the report has none."""
-    from ..analysis.matrices import MATRIX_NOTE, report_matrix_lines
+    from ..analysis.matrices import MATRIX_NOTE
+    from .terminal import matrix_section
 
-    lines = report_matrix_lines(report, baseline)
+    lines = matrix_section(doc, baseline)
     if not lines:
         return []
     return ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{_e(MATRIX_NOTE)}</p>",
             f'<pre class="matrix">{_e(chr(10).join(lines))}</pre>', "</section>"]
 
 
-def _environment(report: Mapping[str, Any]) -> list[str]:
-    section = report.get("baseline")
-    if not isinstance(section, Mapping) or "environment_diff" not in section:
+def _environment(doc: ReportDocument) -> list[str]:
+    diff = doc.baseline.environment_diff if doc.baseline is not None else None
+    if diff is None:
         return []
-    diff = section.get("environment_diff") or []
     out = ['<section id="environment">', "<h2>Environment</h2>"]
     if not diff:
         out.append("<p>Same as when the baseline was recorded (its latest run's fingerprint).</p>")
@@ -244,30 +243,28 @@ def _environment(report: Mapping[str, Any]) -> list[str]:
                "run's):</p>")
     out.append('<table id="environment-table"><thead><tr><th>key</th><th>baseline</th><th>this run</th></tr>'
                "</thead><tbody>")
-    for item in diff:
-        key, old, new = (list(item) + [None, None])[:3] if isinstance(item, (list, tuple)) else (item, None, None)
+    for key, old, new in diff:
         show = ["(absent)" if v is None else v for v in (old, new)]
         out.append(f"<tr><td>{_e(key)}</td><td>{_e(show[0])}</td><td>{_e(show[1])}</td></tr>")
     out.append("</tbody></table>")
     return out + ["</section>"]
 
 
-def _levels(report: Mapping[str, Any]) -> list[str]:
+def _levels(doc: ReportDocument) -> list[str]:
     """The run at the gate's levels: each class offset, and every band or case residual that failed."""
-    from .saved import level_texts
-
-    texts = level_texts(report, every=("classes",))
+    levels = doc.baseline.levels if doc.baseline is not None else None
+    texts = levels.texts(every=("classes",)) if levels is not None else []
     if not texts:
         return []
     return ['<ul class="levels">'] + [f"<li>{_e(t)}</li>" for t in texts] + ["</ul>"]
 
 
-def _plots(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> list[str]:
+def _plots(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[str]:
     from . import plots
 
     out = ['<section id="plots">', "<h2>Plots</h2>"]
     try:
-        figs = plots.all_figures(report, baseline)
+        figs = plots.all_figures(doc, baseline)
     except plots.PlotsUnavailable as e:
         out.append(f'<p class="note" id="plots-unavailable">The plots are not drawn: {_e(e)}. Install the plots '
                    f"extra to have them: {_e(plots.EXTRA)}</p>")
@@ -285,21 +282,20 @@ def _plots(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> 
 # -- the page ------------------------------------------------------------------------------------------
 
 
-def html_page(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
-              title: Optional[str] = None, with_plots: bool = True) -> str:
-    """The self-contained HTML page of ``report`` (a JSON report's document), against ``baseline`` (a
-    baseline document, or None): see the module doc for what it holds.  ``title``: the page's title
-    (default "pytest-gpucomm report"); ``with_plots=False`` leaves the plots section out.
+def html_page(report: "ReportDocument | Mapping[str, Any]",
+              baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *, title: Optional[str] = None,
+              with_plots: bool = True) -> str:
+    """The self-contained HTML page of ``report`` (a report document, or a JSON report's document), against
+    ``baseline`` (a baseline file's figures or document, or None): see the module doc for what it holds.
+    ``title``: the page's title (default "pytest-gpucomm report"); ``with_plots=False`` leaves the plots
+    section out.
 
     Raises ``saved.ReportError`` for a document that is not a report this pytest-gpucomm reads or a row
     that cannot be read back, ValueError for a ``baseline`` that is not a baseline document."""
     from .. import __version__
-    from . import plots
-    from .saved import check_report, measurements_of
+    from .plots import context_line
 
-    check_report(report)
-    plots._check_baseline(baseline)
-    measurements = measurements_of(report)
+    doc, figures = as_document(report), as_figures(baseline)
     title = title or "pytest-gpucomm report"
     parts = [
         "<!DOCTYPE html>",
@@ -314,18 +310,18 @@ def html_page(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] =
         "<body>",
         "<header>",
         f"<h1>{_e(title)}</h1>",
-        f'<p class="context">{_e(plots.context_line(report, baseline))}</p>',
+        f'<p class="context">{_e(context_line(doc, figures))}</p>',
         "</header>",
         '<section id="verdicts">',
         "<h2>Verdicts</h2>",
-        f'<p class="counts">{_e(counts_line(report))}</p>',
-        *_levels(report),
-        *_table(report, measurements),
+        f'<p class="counts">{_e(counts_line(doc))}</p>',
+        *_levels(doc),
+        *_table(doc),
         "</section>",
-        *_matrices(report, baseline),
-        *_curves(report, baseline),
-        *_environment(report),
-        *(_plots(report, baseline) if with_plots else []),
+        *_matrices(doc, figures),
+        *_curves(doc, figures),
+        *_environment(doc),
+        *(_plots(doc, figures) if with_plots else []),
         f'<footer><p class="context">written by pytest-gpucomm {_e(__version__)}</p></footer>',
         "</body>",
         "</html>",
@@ -333,8 +329,8 @@ def html_page(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] =
     return "\n".join(parts) + "\n"
 
 
-def write_html(path: "str | os.PathLike[str]", report: Mapping[str, Any],
-               baseline: Optional[Mapping[str, Any]] = None, **kw: Any) -> Path:
+def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping[str, Any]",
+               baseline: "BaselineFigures | Mapping[str, Any] | None" = None, **kw: Any) -> Path:
     """Write :func:`html_page` to ``path`` atomically (``atomic.write_atomic``: readers see the old page or
     the new one); returns the path."""
     from ..files.atomic import write_atomic

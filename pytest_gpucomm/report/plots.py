@@ -6,20 +6,22 @@ drawn; without it every drawing function raises :class:`PlotsUnavailable`, whose
 The figures are ``matplotlib.figure.Figure`` objects made without ``pyplot`` (no GUI backend, no global
 state: safe in a pytest run, a notebook or a headless CI job); :func:`save_all` writes them as PNG or SVG.
 
-**Inputs** are the saved documents, so the plots can be drawn outside pytest: ``report`` is the JSON report
-(``report.json_document``: ``format`` "pytest-gpucomm-report", its rows with samples, verdicts under
-``row["baseline"]``, the single-op record under ``row["info"]["tail"]``, the run's ``fingerprint``);
-``baseline`` is a baseline file's document (``gate.store``'s schema) or None.  A report of another format or
-a newer version, or a baseline that is not one, is a ValueError naming what was found.
+**Inputs**: ``report`` is the run's report document (``document.ReportDocument``, or a JSON report's
+document, read: ``format`` "pytest-gpucomm-report", its rows with samples, verdicts under ``row["baseline"]``,
+the single-op record under ``row["info"]["tail"]``, the run's ``fingerprint``), so the plots can be drawn
+outside pytest; ``baseline`` is the figures of the baseline file it is drawn against
+(``analysis.baseline_figures.BaselineFigures``, or the file's document: ``gate.store``'s schema) or None.  A
+report of another format or a newer version, or a baseline that is not one, is a ValueError naming what
+was found.
 
 **The figures** (each function returns a list, one figure per sweep, copy test or small-message case; the
 figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it):
 
-* :func:`sweep_figures`: per sweep (``curves.sweeps_from_report``), the table's figure (busbw for a
+* :func:`sweep_figures`: per sweep (``curves.sweeps``), the table's figure (busbw for a
   collective, algbw for a copy) against the size on log axes: today's median, its spread (the 10th to 90th
   percentile of the per-iteration figures, as ``curves.SweepPoint`` keeps it), the baseline's median (over
   its runs of their medians) with its run-to-run band (the lowest to highest run median,
-  ``curves.sweeps_from_baseline``), the rows whose verdict is one of :data:`MARKED_STATUSES` as a marker at
+  ``BaselineFigures.sweeps``), the rows whose verdict is one of :data:`MARKED_STATUSES` as a marker at
   their size, and the 80 % and 90 % sizes of today's curve (``curves.curve_model``; dashed where
   interpolated between measured sizes, dotted where measured; the baseline's in grey).  With a baseline a
   lower panel shows today / baseline per size, with the report's tolerance as a band around 1.
@@ -47,17 +49,24 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..analysis.curves import Sweep, curve_model, sweep_id, sweeps_from_baseline, sweeps_from_report
-from ..analysis.matrices import baseline_case, copy_matrices, layout_of
-from ..analysis.matrices import node_label as _node_label
+from ..analysis.baseline_figures import BaselineFigures, CaseFigures, as_figures
+from ..analysis.curve_fit import curve_model
+from ..analysis.sweeps import Sweep, sweep_key, sweeps
+from ..analysis.matrices import copy_matrices
 from ..units import GB, describe_duration, format_size, plural
+from .document import ReportDocument, Row, as_document
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
+
+#: what the views take as the report: its document, or a JSON report's
+ReportLike = Union[ReportDocument, Mapping[str, Any]]
+#: ... and as the baseline: its figures, a baseline file's document, or None
+BaselineLike = Union[BaselineFigures, Mapping[str, Any], None]
 
 __all__ = [
     "PlotsUnavailable",
@@ -81,8 +90,6 @@ MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")
 #: the file formats save_all writes
 FORMATS = ("png", "svg")
 
-BASELINE_SCHEMA = "pytest-gpucomm-baseline"
-
 _TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
 
 
@@ -104,59 +111,19 @@ def _mpl() -> Any:
 # -- the inputs ----------------------------------------------------------------------------------------
 
 
-def _check_report(report: Any) -> Mapping[str, Any]:
-    """The report if this pytest-gpucomm reads it (``saved.check_report``: a ReportError, a ValueError, names what
-    was found)."""
-    from .saved import check_report
-
-    return check_report(report)
-
-
-def _check_baseline(baseline: Any) -> Optional[Mapping[str, Any]]:
-    if baseline is None:
-        return None
-    if not isinstance(baseline, Mapping):
-        raise ValueError(f"not a pytest-gpucomm baseline: a {type(baseline).__name__}, not a JSON object")
-    if baseline.get("schema") != BASELINE_SCHEMA:
-        found = (f"format {baseline.get('format')!r}" if "format" in baseline and "schema" not in baseline
-                 else f"schema {baseline.get('schema')!r}")
-        raise ValueError(f"not a pytest-gpucomm baseline: {found} (a baseline says schema {BASELINE_SCHEMA!r})")
-    if not isinstance(baseline.get("cases"), Mapping):
-        raise ValueError(f"baseline {baseline.get('name', '?')!r}: no cases")
-    return baseline
-
-
-def _verdict_statuses(row: Mapping[str, Any]) -> list[str]:
+def _verdict_statuses(row: Row) -> list[str]:
     """The row's statuses among MARKED_STATUSES (its own and the gate's verdict's), in that order."""
-    found = {str(row.get("status", ""))}
-    verdict = row.get("baseline")
-    if isinstance(verdict, Mapping):
-        found.add(str(verdict.get("status", "")))
+    found = {row.status}
+    if row.verdict is not None:
+        found.add(row.verdict.status)
     return [s for s in MARKED_STATUSES if s in found]
 
 
-def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
-    info = row.get("info")
-    return info if isinstance(info, Mapping) else {}
-
-
-def _form(row: Mapping[str, Any]) -> str:
-    in_place = _info(row).get("in_place")
-    return "" if in_place is None else ("in place" if in_place else "out of place")
-
-
-def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The sweep key ``curves.sweeps`` gives the row's measurement."""
-    test = str(row.get("test", ""))
-    size = int(row["size_bytes"])
-    sid = sweep_id(test, size, _info(row).get("requested_bytes")) if test else ""
-    return (sid, row["op"], tuple(row.get("devices") or ()), int(row.get("world_size", 1)), row.get("dtype"),
-            _node_label(row), "" if sid else _form(row))
-
-
-def _baseline_case(baseline: Optional[Mapping[str, Any]], report: Mapping[str, Any],
-                   row: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
-    return baseline_case(baseline, row, layout_of(report))
+def _baseline_case(baseline: Optional[BaselineFigures], doc: ReportDocument, row: Row) -> Optional[CaseFigures]:
+    if baseline is None:
+        return None
+    m = row.measurement
+    return baseline.case(row.test, m.op, m.size_bytes, m.dtype, m.world_size, doc.layout)
 
 
 # -- titles --------------------------------------------------------------------------------------------
@@ -179,27 +146,27 @@ def hardware_line(fingerprint: Optional[Mapping[str, Any]]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _date(report: Mapping[str, Any]) -> str:
-    fp = report.get("fingerprint") or {}
-    date = str(fp.get("date", "")) if isinstance(fp, Mapping) else ""
+def _date(doc: ReportDocument) -> str:
+    date = str((doc.fingerprint or {}).get("date", ""))
     m = re.match(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)", date)
     return f"{m.group(1)} {m.group(2)} UTC" if m and date.endswith("+00:00") else (
         f"{m.group(1)} {m.group(2)}" if m else (date or "date not recorded"))
 
 
-def _baseline_name(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]]) -> str:
+def _baseline_name(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> str:
     if baseline is not None:
-        runs = len(baseline.get("runs") or [])
-        return f"baseline {baseline.get('name', '?')} ({runs} run{'' if runs == 1 else 's'})"
-    section = report.get("baseline")
-    if isinstance(section, Mapping) and section.get("path"):
-        return f"baseline {Path(str(section['path'])).stem} (judged in the run; its file not drawn)"
+        runs = baseline.n_runs
+        return f"baseline {baseline.name} ({runs} run{'' if runs == 1 else 's'})"
+    path = doc.baseline.path if doc.baseline is not None else None
+    if path:
+        return f"baseline {Path(path).stem} (judged in the run; its file not drawn)"
     return "no baseline"
 
 
-def context_line(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None) -> str:
+def context_line(report: ReportLike, baseline: BaselineLike = None) -> str:
     """The second line of every title: the hardware, the date and the baseline."""
-    return f"{hardware_line(report.get('fingerprint'))}; {_date(report)}; {_baseline_name(report, baseline)}"
+    doc, figures = as_document(report), as_figures(baseline)
+    return f"{hardware_line(doc.fingerprint)}; {_date(doc)}; {_baseline_name(doc, figures)}"
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -242,20 +209,20 @@ def _pick_sizes(sizes: Sequence[int]) -> list[int]:
 # -- per sweep -----------------------------------------------------------------------------------------
 
 
-def sweep_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None) -> list["Figure"]:
+def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Figure"]:
     """A figure per sweep of ``report`` (see the module doc), against ``baseline`` where it has the sweep."""
     Figure = _mpl()
-    _check_report(report)
-    _check_baseline(baseline)
-    base = {s.key[:5]: s for s in sweeps_from_baseline(baseline)} if baseline is not None else {}
+    doc, figures = as_document(report), as_figures(baseline)
+    base = figures.sweeps if figures is not None else {}
     marks: dict[tuple[Any, ...], list[tuple[int, float, str]]] = {}
-    for row in report["rows"]:
+    for row in doc.rows:
         for status in _verdict_statuses(row):
-            marks.setdefault(_row_key(row), []).append((int(row["size_bytes"]), float(row["gbps"]), status))
-    tolerance = (report.get("settings") or {}).get("tolerance")
-    context = context_line(report, baseline)
+            m = row.measurement
+            marks.setdefault(sweep_key(row.test, m), []).append((int(m.size_bytes), float(m.gbps), status))
+    tolerance = doc.tolerance
+    context = context_line(doc, figures)
     figs = []
-    for sweep in sweeps_from_report(report):
+    for sweep in sweeps([(r.test, r.measurement) for r in doc.rows]):
         b = base.get(sweep.key[:5])
         fig = Figure(figsize=(8, 6.5 if b is not None else 5), layout="constrained")
         if b is not None:
@@ -341,7 +308,7 @@ def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: Any) -> None:
 # -- copies --------------------------------------------------------------------------------------------
 
 
-def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
+def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
                         sizes: Optional[Iterable[int]] = None) -> list["Figure"]:
     """A figure per copy test (test function, op, node) of ``report``: source x destination GB/s at
     ``sizes`` (default: the smallest, middle and largest measured), and, with ``baseline``, today / the
@@ -349,12 +316,11 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
     baseline) is blank.  Each matrix is an ``AxesImage`` whose array holds the cells (NaN masked) in the
     order of the axes' tick labels."""
     Figure = _mpl()
-    _check_report(report)
-    _check_baseline(baseline)
+    doc, figures = as_document(report), as_figures(baseline)
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
-    context = context_line(report, baseline)
+    context = context_line(doc, figures)
     figs = []
-    for m in copy_matrices(report["rows"], baseline, layout=layout_of(report)):
+    for m in copy_matrices(doc.rows, figures, layout=doc.layout):
         test, op, node = m.test, m.op, m.node
         if m.ambiguous:  # several rows of one pair and size: no matrix shows them (matrices' module doc)
             continue
@@ -362,7 +328,7 @@ def copy_matrix_figures(report: Mapping[str, Any], baseline: Optional[Mapping[st
         if not chosen:
             continue
         src, dst = m.sources, m.destinations
-        with_ratio = baseline is not None
+        with_ratio = figures is not None
         ncols = len(chosen)
         fig = Figure(figsize=(max(4.0, 1.2 + 0.45 * len(dst)) * ncols,
                               (max(3.0, 1.2 + 0.45 * len(src))) * (2 if with_ratio else 1) + 0.8),
@@ -444,7 +410,15 @@ def _sketch_points(sketch: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
 
 
-def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None, *,
+def _tail(row: Row) -> Optional[Mapping[str, Any]]:
+    """A row's single-op record (``info["tail"]``) where it has a histogram, None for a training-step pattern
+    (no small message, nor a sweep)."""
+    info = row.measurement.info
+    tail = info.get("tail")
+    return tail if isinstance(tail, Mapping) and tail.get("hist") and "step_comm_s" not in info else None
+
+
+def latency_figures(report: ReportLike, baseline: BaselineLike = None, *,
                     sizes: Optional[Iterable[int]] = None) -> list["Figure"]:
     """A figure per row with a single-op record (``info["tail"]["hist"]``; not a training-step pattern's)
     at the smallest size of its sweep (or at ``sizes``): the share of single ops at or above each latency,
@@ -452,42 +426,34 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
     ``baseline-sketch`` (one per baseline run with a sketch), else ``today-batch`` and ``baseline-batch``
     (one per baseline run)."""
     Figure = _mpl()
-    _check_report(report)
-    _check_baseline(baseline)
+    doc, figures = as_document(report), as_figures(baseline)
     from ..gate.tails import Histogram, TailSketch
 
-    with_tail = [r for r in report["rows"]  # a training-step pattern is no small message (nor a sweep)
-                 if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")
-                 and "step_comm_s" not in _info(r)]
+    with_tail = [r for r in doc.rows if _tail(r) is not None]
     if sizes is not None:
         asked = {int(s) for s in sizes}
-        chosen = [r for r in with_tail if int(r["size_bytes"]) in asked]
+        chosen = [r for r in with_tail if r.measurement.size_bytes in asked]
     else:
-        smallest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+        smallest: dict[tuple[Any, ...], Row] = {}
         for r in with_tail:
-            k = _row_key(r)
-            if k not in smallest or int(r["size_bytes"]) < int(smallest[k]["size_bytes"]):
+            k = sweep_key(r.test, r.measurement)
+            if k not in smallest or r.measurement.size_bytes < smallest[k].measurement.size_bytes:
                 smallest[k] = r
         chosen = list(smallest.values())
-    context = context_line(report, baseline)
-    name = str(baseline.get("name", "?")) if baseline is not None else ""
+    context = context_line(doc, figures)
+    name = figures.name if figures is not None else ""
     figs = []
     for row in chosen:
-        test = str(row.get("test", ""))
-        tail = _info(row)["tail"]
+        test, m, tail = row.test, row.measurement, _tail(row) or {}
         hist = Histogram.from_dict(tail["hist"], f"report row {test}: info['tail']['hist']")
         fig = Figure(figsize=(8, 5), layout="constrained")
         ax = fig.subplots()
         x, y = _exceedance_of_hist(hist)
         ax.step(x * 1e6, y, where="pre", color=_TODAY, lw=1.5, zorder=3, gid="today",
                 label=f"today: {hist.n} single ops (slowest rank per op)")
-        case = _baseline_case(baseline, report, row)
-        sketches = []
-        if case is not None:
-            for i, run in enumerate(case.get("runs", [])):
-                if isinstance(run.get("tail"), Mapping):
-                    where = f"baseline {name}, case {test} size {row['size_bytes']}, run {run.get('run_id', i)}: tail"
-                    sketches.append(TailSketch.from_dict(run["tail"], where))
+        case = _baseline_case(figures, doc, row)
+        sketches = [TailSketch.from_dict(dict(sk), f"baseline {name}, case {test} size {m.size_bytes}, run {run_id}: "
+                                                   "tail") for run_id, sk in (case.tails if case is not None else ())]
         if sketches:
             for i, sk in enumerate(sketches):
                 sx, sy = _sketch_points(sk)
@@ -497,14 +463,13 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
         elif case is not None:
             # no sketch: the per-iteration (batch) times of each run, t = bytes x busbw factor / figure, with
             # today's batch times beside them
-            figure_s = float(row["bytes_per_iter"]) * float(row.get("busbw_factor", 1.0)) / GB  # figure x time
-            runs = [r for r in case.get("runs", []) if r.get("samples_gbps")]
-            for i, run in enumerate(runs):
-                bx, by = _exceedance_of_samples([figure_s / g for g in run["samples_gbps"]])
+            figure_s = float(m.bytes_per_iter) * float(m.busbw_factor) / GB  # figure x time
+            for i, run in enumerate(case.samples_gbps):
+                bx, by = _exceedance_of_samples([figure_s / g for g in run])
                 ax.step(bx * 1e6, by, where="pre", color=_BASE, lw=0.8, alpha=0.7, ls="--", gid="baseline-batch",
-                        label=f"baseline: per-iteration times of {plural(len(runs), 'run')} (no single-op sketch kept)"
-                        if i == 0 else None)
-            tx, ty = _exceedance_of_samples(row.get("samples_s") or [])
+                        label=f"baseline: per-iteration times of {plural(len(case.samples_gbps), 'run')} (no "
+                        "single-op sketch kept)" if i == 0 else None)
+            tx, ty = _exceedance_of_samples(m.samples_s)
             ax.step(tx * 1e6, ty, where="pre", color=_TODAY, lw=0.8, ls="--", gid="today-batch",
                     label="today: per-iteration times")
         ax.set_xscale("log")
@@ -516,12 +481,11 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
         ax.legend(fontsize=7, loc="lower left")
         p = ", ".join(f"{q} {describe_duration(float(tail[f'{q}_us']) * 1e-6)}" for q in ("p50", "p99")
                       if isinstance(tail.get(f"{q}_us"), (int, float)))
-        where = (f"{row['world_size']} ranks" if int(row.get("world_size", 1)) > 1
-                 else "->".join(row.get("devices") or []))
-        fig.suptitle(f"{row['op']} {format_size(int(row['size_bytes']))}, {where}: single-op latency"
+        where = f"{m.world_size} ranks" if m.world_size > 1 else "->".join(m.devices)
+        fig.suptitle(f"{m.op} {format_size(m.size_bytes)}, {where}: single-op latency"
                      f"{f' (today {p})' if p else ''}\n"
                      f"{context}", fontsize=9)
-        fig.set_label(f"latency-{_slug(test or row['op'])}")
+        fig.set_label(f"latency-{_slug(test or m.op)}")
         figs.append(fig)
     return figs
 
@@ -529,9 +493,11 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
 # -- all of them, and saving ---------------------------------------------------------------------------
 
 
-def all_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, Any]] = None) -> list["Figure"]:
+def all_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Figure"]:
     """Every figure of ``report``: the sweeps', the copy matrices' and the small messages' latency."""
-    return sweep_figures(report, baseline) + copy_matrix_figures(report, baseline) + latency_figures(report, baseline)
+    _mpl()
+    doc, figures = as_document(report), as_figures(baseline)
+    return sweep_figures(doc, figures) + copy_matrix_figures(doc, figures) + latency_figures(doc, figures)
 
 
 def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png") -> list[Path]:

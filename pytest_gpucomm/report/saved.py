@@ -16,13 +16,16 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ..analysis.baseline_figures import BaselineFigures
+    from .document import ReportDocument
 
 # the ``format`` and the ``version`` of the JSON report written today; every earlier version is upgraded on read
 from ..files.formats import REPORT_FORMAT, REPORT_VERSION, upgrade_report
 
 __all__ = [
-    "level_texts",
     "REPORT_FORMAT",
     "REPORT_VERSION",
     "MAX_REPORT_BYTES",
@@ -229,7 +232,14 @@ class Reference:
     kind: str
     path: Path
     doc: dict[str, Any]
-    report: Optional[dict[str, Any]] = None
+    report: Optional["ReportDocument"] = None
+
+    @property
+    def figures(self) -> "BaselineFigures":
+        """What the views draw of the baseline (``analysis.baseline_figures``)."""
+        from ..analysis.baseline_figures import BaselineFigures
+
+        return BaselineFigures.of(self.doc)
 
     @property
     def name(self) -> str:
@@ -254,7 +264,9 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
         path = Path(spec).expanduser()
         doc = read_json(path, "baseline or report")
         if isinstance(doc, Mapping) and "format" in doc and "schema" not in doc:
-            report = dict(check_report(doc, str(path)))
+            from .document import ReportDocument
+
+            report = ReportDocument.from_json(doc, str(path))
             return Reference("report", path, report_as_baseline(report, path.stem, str(path)), report)
         return Reference("baseline", path, read_document(path))
     path = resolve_baseline(spec, search_dirs=[Path(d) for d in search_dirs], detected_model=detected_model)
@@ -263,31 +275,23 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
 
 def measurements_of(report: Mapping[str, Any], where: str = "") -> list[tuple[str, Any]]:
     """``(test id, Measurement)`` per row of a checked report; ReportError naming the row that cannot be
-    read back."""
-    from ..measurement import Measurement
+    read back (``document.Row.from_json``)."""
+    from .document import Row
 
-    out = []
-    for i, row in enumerate(report["rows"]):
-        try:
-            out.append((str(row["test"]), Measurement.from_dict(row)))
-        except (KeyError, TypeError, ValueError) as e:
-            at = f"{where}: " if where else ""
-            raise ReportError(f"{at}invalid report: rows[{i}] ({row.get('test')}): cannot read its measurement "
-                              f"back ({type(e).__name__}: {e})") from None
-    return out
+    return [(r.test, r.measurement) for r in (Row.from_json(row, where, i) for i, row in enumerate(report["rows"]))]
 
 
-def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") -> dict[str, Any]:
+def report_as_baseline(report: "ReportDocument", name: str, where: str = "") -> dict[str, Any]:
     """A baseline document holding one run: the report's rows, as ``--gpu-baseline-save`` would have saved
     them (``gate.store.CaseRecord.from_measurement``, the same keys; a node's rows of a job across nodes each
     in a run of their own is not reproduced: a second row of a key goes into a ``-partK`` run).  Validated as
     a baseline file is; ReportError when it cannot be."""
     from ..gate.store import SCHEMA_VALIDATOR, CaseRecord, check_tails, merge_run, new_document
 
-    rows = measurements_of(report, where)
-    layout = str(((report.get("launch") or {}).get("layout")) or "")
-    date = str((report.get("fingerprint") or {}).get("date") or report.get("date") or "")
-    fingerprint = report.get("fingerprint") or {}
+    rows = [(r.test, r.measurement) for r in report.rows]
+    layout = report.layout
+    date = report.date
+    fingerprint = dict(report.fingerprint or {})
     doc = new_document(name)
     parts: list[dict[str, Any]] = []
     zero = 0
@@ -319,14 +323,3 @@ def report_as_baseline(report: Mapping[str, Any], name: str, where: str = "") ->
         raise ReportError(f"{where or name}: cannot take the report as a baseline: {errors[0].message}")
     check_tails(Path(where or name), doc)
     return doc
-
-
-def level_texts(report: Mapping[str, Any], every: Sequence[str] = ()) -> list[str]:
-    """The texts of the run's verdicts at the gate's levels (the report's ``baseline.levels``): every verdict
-    of the groups in ``every`` ("classes", "bands", "cases"), and of the others those that are regressions."""
-    section = report.get("baseline")
-    levels = section.get("levels") if isinstance(section, Mapping) else None
-    if not isinstance(levels, Mapping):
-        return []
-    return [str(v["text"]) for group in ("classes", "bands", "cases") for v in levels.get(group) or []
-            if isinstance(v, Mapping) and v.get("text") and (group in every or v.get("status") == "regression")]

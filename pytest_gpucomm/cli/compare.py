@@ -1,0 +1,85 @@
+"""``gpucomm compare BASELINE REPORT [--json OUT]``: the gate on a saved report (``gate.regate``), which
+makes the report's document again with its new verdicts (``ReportDocument.rejudged``); that document is
+printed as ``show`` prints one, with what changed since the run, and written with ``--json``.  Exit 1 on a
+failing verdict or a regression at a level."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, baseline_dirs, hardware_line,
+                     load_document, load_reference, matrix_lines)
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="the gate on a saved report; exit 1 on a regression")
+    p.add_argument("baseline", metavar="BASELINE", help="a baseline NAME, a baseline file, or another report")
+    p.add_argument("report", metavar="REPORT", help="a JSON report (pytest --gpucomm-json=REPORT)")
+    p.add_argument("--tolerance", type=float, help="override the run's --gpu-tolerance (every row)")
+    p.add_argument("--tail-tolerance", type=float, help="override the run's --gpu-tail-tolerance (every row)")
+    p.add_argument("--alpha", type=float, help="override the run's --gpu-alpha")
+    p.add_argument("--strict", action="store_true", help="NEW and NOT GATED fail, as --gpu-baseline-strict")
+    p.add_argument("--json", metavar="OUT", help="write the report with these verdicts to OUT")
+    p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
+    add_baseline_dir(p)
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.tolerance is not None and not 0 <= args.tolerance < 1:
+        raise CommandError(f"invalid --tolerance {args.tolerance!r}: expected a fraction in [0, 1), e.g. 0.05")
+    if args.alpha is not None and not 0 < args.alpha < 1:
+        raise CommandError(f"invalid --alpha {args.alpha!r}: expected a number above 0 and below 1")
+    if args.tail_tolerance is not None and args.tail_tolerance < 0:
+        raise CommandError(f"invalid --tail-tolerance {args.tail_tolerance!r}: expected a number >= 0")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..gate.regate import regate
+    from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
+    from ..report.terminal import curve_section
+    from ..vocab import Status
+
+    doc = load_document(args.report)
+    ref = load_reference(args.baseline, args, doc)
+    _check(args)
+    g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
+               tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))
+    new = doc.rejudged([r.verdict.to_dict() for r in g.rows], {
+        "report": str(args.report), "against": str(ref.path), "kind": ref.kind, "settings": g.settings,
+        "levels": g.levels.to_dict() if g.levels is not None else None})
+    figures = ref.figures
+    lines = [f"gpucomm compare: the report {args.report} against {ref.describe()}", hardware_line(new)]
+    lines += g.header
+    lines += table_lines(new.rows)
+    lines.append(counts_line(new.rows))
+    judged = [(test, was.verdict.data.get("status") if was.verdict is not None and was.verdict.data else None, v)
+              for was, (test, v) in zip(doc.rows, ((r.test, r.verdict) for r in new.rows)) if v is not None]
+    changed = [(test, was, v) for test, was, v in judged if was is not None and was != v.status]
+    if changed:
+        lines.append(f"{len(changed)} verdicts differ from the run's (another baseline, other settings, or a "
+                     "re-measure the report does not hold):")
+        lines += [f"  {test}: run {was} -> now {v.status}" for test, was, v in changed[:20]]
+    failed = [(test, v) for test, _, v in judged if Status(v.status).failed]
+    lines += [f"FAILED {test}: {v.message}" for test, v in failed]
+    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None])
+    levels = new.levels.run_levels() if new.levels is not None else None
+    lines += level_lines(levels, new.test_of_case())
+    lines.append("gpucomm compare: offline: no case is measured again; the report's own re-measures are replayed")
+    lines += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
+    lines += matrix_lines(new, figures)
+    if not args.no_curves:
+        lines += curve_section(new, figures)
+    if args.json:
+        from ..report.exports import write_json
+
+        write_json(args.json, new)
+        lines.append(f"wrote the verdicts to {args.json}")
+    lines.append("gpucomm compare: " + ("FAILED" if g.failed else "passed")
+                 + f" ({len(failed)} failing verdicts of {len(new.rows)} rows"
+                 + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")")
+    out.write("\n".join(lines) + "\n")
+    return EXIT_FAILED if g.failed else EXIT_OK

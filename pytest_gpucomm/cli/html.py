@@ -1,0 +1,29 @@
+"""``gpucomm html REPORT [--baseline B] -o FILE [--no-plots]``: one self-contained HTML page of a saved
+report (``report.html``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from .common import EXIT_OK, add_baseline_dir, load_report_and_baseline, report_parser
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = report_parser(sub, "html", "one self-contained HTML page of a saved report",
+                      "draw and compare against this baseline (NAME, file or report)")
+    p.add_argument("-o", "--output", metavar="FILE", required=True, help="the HTML file to write")
+    p.add_argument("--no-plots", action="store_true", help="leave the plots out (no matplotlib needed)")
+    add_baseline_dir(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..report.html import write_html
+
+    doc, ref = load_report_and_baseline(args)
+    path = write_html(args.output, doc, ref.figures if ref is not None else None, with_plots=not args.no_plots)
+    out.write(f"wrote {path}\n")
+    return EXIT_OK
