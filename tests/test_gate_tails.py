@@ -18,7 +18,8 @@ import pytest
 from pytest_gpucomm import vocab
 from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, save_run
 from pytest_gpucomm.gate import tails
-from pytest_gpucomm.gate.store import BaselineError, load_baseline
+from pytest_gpucomm.gate.schema import BaselineError
+from pytest_gpucomm.gate.store import load_baseline
 from pytest_gpucomm.gate.decision import CASE_ALPHA_SHARE
 from pytest_gpucomm.gate.tails import Histogram, TailSketch, tail_figures
 from pytest_gpucomm.plugin.markers import BandwidthSpec, LatencySpec, Marks, check_thresholds, latency_percentile_us

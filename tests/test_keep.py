@@ -12,9 +12,9 @@ import pytest
 from filelock import FileLock
 
 from pytest_gpucomm.gate import keep
+from pytest_gpucomm.gate.cases import CaseRecord
+from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import (
-    BaselineError,
-    CaseRecord,
     RunToSave,
     load_baseline,
     new_document,

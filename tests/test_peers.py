@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucomm.plugin.measurer import GpuPair
-from pytest_gpucomm.gate.store import case_key
+from pytest_gpucomm.gate.cases import case_key
 from pytest_gpucomm.gate.verdicts import case_group
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.ops import copies

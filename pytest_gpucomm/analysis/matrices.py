@@ -94,7 +94,7 @@ def baseline_case(baseline: Optional[Mapping[str, Any]], row: Mapping[str, Any],
     """The baseline's case of ``row`` (found by the gate's key, ``gate.store.case_key``), or None."""
     if baseline is None:
         return None
-    from ..gate.store import case_key
+    from ..gate.cases import case_key
 
     key = case_key(str(row.get("test", "")), str(row["op"]), int(row["size_bytes"]), row.get("dtype"),
                    int(row.get("world_size", 1)), layout)

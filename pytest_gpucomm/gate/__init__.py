@@ -4,8 +4,9 @@
   (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures, ``check_floor`` against a
   published floor (numpy, scipy).
 * :mod:`.levels`      -- the run judged at the end: class offsets, op bands, case residuals (``judge_run``).
-* :mod:`.store`       -- the baseline file: schema, read and validate, resolve NAME|PATH|auto, merge a run
-  in under a lock, write atomically (jsonschema, filelock).
+* :mod:`.store`       -- the baseline file: read and validate, merge a run in under a lock, write
+  atomically (jsonschema, filelock); its schema and the checks beyond it in :mod:`.schema`, a case's key and
+  record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names`.
 * :mod:`.tails`       -- the TAIL verdict: a case's one-op tail against the baseline's.
 * :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).
 * :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``).
@@ -35,9 +36,11 @@ _LAZY: dict[str, str] = {
                      "Common", "common_spread", "run_offsets", "FloorCheck", "check_floor",
                      "corrected_alpha"],
                     "decision"),
-    **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
-                     "CaseEntry", "CaseRecord", "CaseRun", "RunRecord", "case_key", "baseline_name_for_model",
-                     "available_baselines", "resolve_baseline", "load_baseline", "save_run", "new_document",
+    **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError"], "schema"),
+    **dict.fromkeys(["BaselineNotFound", "baseline_name_for_model", "available_baselines", "resolve_baseline"],
+                    "names"),
+    **dict.fromkeys(["CaseRecord", "case_key"], "cases"),
+    **dict.fromkeys(["Baseline", "CaseEntry", "CaseRun", "RunRecord", "load_baseline", "save_run", "new_document",
                      "dumps_document", "write_document"], "store"),
 }
 
@@ -71,24 +74,17 @@ if TYPE_CHECKING:
         run_location,
         run_offsets,
     )
+    from .cases import CaseRecord, case_key  # noqa: F401
+    from .names import BaselineNotFound, available_baselines, baseline_name_for_model, resolve_baseline  # noqa: F401
+    from .schema import JSON_SCHEMA, SCHEMA_ID, SCHEMA_VERSION, BaselineError  # noqa: F401
     from .store import (  # noqa: F401
-        JSON_SCHEMA,
-        SCHEMA_ID,
-        SCHEMA_VERSION,
         Baseline,
-        BaselineError,
-        BaselineNotFound,
         CaseEntry,
-        CaseRecord,
         CaseRun,
         RunRecord,
-        available_baselines,
-        baseline_name_for_model,
-        case_key,
         dumps_document,
         load_baseline,
         new_document,
-        resolve_baseline,
         save_run,
         write_document,
     )

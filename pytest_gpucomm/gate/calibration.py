@@ -474,7 +474,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--folds {args.folds}: expected a whole number from 1 to {MAX_FOLDS}")
     if args.per_case_every < 0:
         p.error(f"--per-case-every {args.per_case_every}: expected 0 or more")
-    from .store import BaselineError
+    from .schema import BaselineError
 
     try:
         cases, dates, labels = load_cases(args.baseline)

@@ -29,7 +29,7 @@ These commands do, with no GPU:
 
 NAME, A and B are a baseline name (``<dir>/<NAME>.json``; the directory is ``--baseline-dir``, else
 ``GPUCOMM_BASELINE_DIR`` as for the plugin's ``--gpu-baseline-dir``, else ``./baselines``) or a path, as
-``--gpu-baseline`` takes them (``gate.store.resolve_baseline``); ``env --baseline`` also takes a saved report
+``--gpu-baseline`` takes them (``gate.names.resolve_baseline``); ``env --baseline`` also takes a saved report
 (``saved.load_reference``).  Every write takes the file's lock, re-reads it under the lock and replaces it
 atomically (``gate.store.update_document``, the lock and write of the plugin's save), so a concurrent
 ``--gpu-baseline-save`` loses nothing; a result that would not load is never written.  ``--dry-run`` prints what
@@ -156,7 +156,7 @@ def _error(err: TextIO, message: str) -> int:
 
 
 def _bad_input_types() -> tuple[type[Exception], ...]:
-    from .store import BaselineError
+    from .schema import BaselineError
     from ..report.saved import ReportError
 
     return (KeepError, BaselineError, ReportError)
@@ -206,7 +206,7 @@ def _where(args: Any) -> str:
 
 
 def _resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
-    from .store import BaselineNotFound, resolve_baseline
+    from .names import BaselineNotFound, resolve_baseline
 
     model = None
     if (spec or "").strip() == "auto":
@@ -222,7 +222,8 @@ def _resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
 def read_baseline(path: Path) -> dict[str, Any]:
     """The checked document of a baseline file (``gate.store``'s reader and errors); a saved report is refused
     as such (KeepError), not as a file with no ``schema``."""
-    from .store import BaselineError, read_document
+    from .schema import BaselineError
+    from .store import read_document
 
     try:
         return read_document(path)
@@ -572,7 +573,8 @@ def merge_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, name: str, wh
                     where_b: str = "B") -> dict[str, Any]:
     """The union of two baseline documents, named ``name`` (see the module docstring for the rules).  KeepError
     naming both files for a run id with other contents in each, or a case with two different floors."""
-    from .store import SCHEMA_VERSION, run_group
+    from .schema import SCHEMA_VERSION
+    from .store import run_group
 
     a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))
     a_runs = {r["run_id"]: r for r in a["runs"]}

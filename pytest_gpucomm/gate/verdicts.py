@@ -228,7 +228,9 @@ class Gate:
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
-        from .store import BaselineError, load_baseline, resolve_baseline
+        from .names import resolve_baseline
+        from .schema import BaselineError
+        from .store import load_baseline
 
         spec = self.settings.spec
         if spec is None:
@@ -263,7 +265,9 @@ class Gate:
     def _find_spreads(self, model: str) -> None:
         """For a baseline with cases of one session: the file of the same hardware (``<model name>.json`` in
         the search folders), when it is another file with runs in two sessions or more (``use_spreads_of``)."""
-        from .store import BaselineError, baseline_name_for_model, load_baseline
+        from .names import baseline_name_for_model
+        from .schema import BaselineError
+        from .store import load_baseline
 
         b = self.baseline
         name = baseline_name_for_model(model) if model else None
@@ -421,7 +425,7 @@ class Gate:
         them (the tail verdict reads the first run and the re-measures only)."""
         from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
         from ..env.fingerprint import format_fingerprint_diff
-        from .store import case_key
+        from .cases import case_key
 
         if self.baseline is None:
             return Verdict(Status.NEW, message="no baseline yet")
@@ -681,7 +685,9 @@ class Gate:
         the measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
         new node's figure is judged against the spread between nodes as well as between sessions."""
         from ..env.hardware import session_label
-        from .store import BaselineError, CaseRecord, RunToSave, save_runs
+        from .cases import CaseRecord
+        from .schema import BaselineError
+        from .store import RunToSave, save_runs
 
         if self.path is None:
             raise RuntimeError("Gate.save: no baseline file was resolved (call Gate.load first)")
