@@ -51,12 +51,12 @@ class CaseRecord:
     @classmethod
     def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
         """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side); a measurement
-        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.gate.tails.TailSketch`."""
+        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.gate.sketches.TailSketch`."""
         samples = [float(v) for v in measurement.samples_gbps]
         tail = None
         info = getattr(measurement, "info", None) or {}
         if isinstance(info.get("tail"), dict) and info["tail"].get("hist"):
-            from .tails import TailSketch
+            from .sketches import TailSketch
 
             tail = TailSketch.from_info(info["tail"], f"{test_id}: info['tail']").to_dict()
         summary = {

@@ -222,9 +222,9 @@ def check_tails(path: Path, doc: dict) -> None:
 
 
 def tail_sketch(path: Path, d: Any, where: list[Any]) -> Any:
-    """The :class:`~pytest_gpucomm.gate.tails.TailSketch` of a run's ``tail``, or a BaselineError naming the file
+    """The :class:`~pytest_gpucomm.gate.sketches.TailSketch` of a run's ``tail``, or a BaselineError naming the file
     and the place."""
-    from .tails import TailSketch
+    from .sketches import TailSketch
 
     at = f"{path}: invalid baseline: at {json_path(where)}"
     bad = [q for q in (d.get("ratios") or {}) if not _level(q)] if isinstance(d, dict) else []

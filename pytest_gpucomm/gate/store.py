@@ -29,7 +29,7 @@ through this module.  Format (``schema_version`` 1, checked with :data:`.schema.
              "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
              "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50},
              "tail": {"n": 9800, "p50_us": 20.1,           # optional: the run's single ops, each timed on
-                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.tails.TailSketch:
+                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.sketches.TailSketch:
                       "max_ratio": 2.9}}                    # quantile / median per level, slowest op / median)
           ],
           "floor_gbps": 44.0                 # optional; published cases: the minimum acceptable median
@@ -134,7 +134,7 @@ class CaseRun:
     run_id: str
     samples_gbps: list
     summary: dict
-    tail: Optional[Any] = None  # gate.tails.TailSketch of the run's single ops, None where it has none
+    tail: Optional[Any] = None  # gate.sketches.TailSketch of the run's single ops, None where it has none
 
 
 @dataclass

@@ -556,7 +556,8 @@ class Gate:
             return ({"status": "untested", "why": "no baseline run of this case keeps single-op figures (recorded "
                      "without them, or with fewer than 100 single ops); record runs with --gpu-baseline-save"}, "")
         from .decision import CASE_ALPHA_SHARE
-        from .tails import Histogram, tail_test
+        from .sketches import Histogram
+        from .tails import tail_test
 
         def hist_of(x: Any, where: str) -> Optional[Histogram]:
             t = x.info.get("tail") if isinstance(getattr(x, "info", None), dict) else None

@@ -421,7 +421,7 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
 
 def _exceedance_of_hist(hist: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per bin (ascending): its geometric middle (s) and the share of ops in it or above."""
-    from ..gate.tails import BIN_RATIO
+    from ..gate.sketches import BIN_RATIO
 
     idx = sorted(hist.counts)
     counts = np.array([hist.counts[i] for i in idx], dtype=float)
@@ -454,7 +454,7 @@ def latency_figures(report: Mapping[str, Any], baseline: Optional[Mapping[str, A
     Figure = _mpl()
     _check_report(report)
     _check_baseline(baseline)
-    from ..gate.tails import Histogram, TailSketch
+    from ..gate.sketches import Histogram, TailSketch
 
     with_tail = [r for r in report["rows"]  # a training-step pattern is no small message (nor a sweep)
                  if isinstance(_info(r).get("tail"), Mapping) and _info(r)["tail"].get("hist")
