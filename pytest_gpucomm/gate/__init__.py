@@ -1,8 +1,8 @@
 """The regression gate: per-hardware baseline files, the statistical decision, and the session's verdicts.
 
 * :mod:`.decision`    -- the pure statistics: a run's location (``run_location``), a case's baseline model
-  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures, ``check_floor`` against a
-  published floor (numpy, scipy).
+  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures (numpy, scipy); ``check_floor``
+  against a published floor is in :mod:`.floors`.
 * :mod:`.levels`      -- the run judged at the end: class offsets, op bands, case residuals (``judge_run``).
 * :mod:`.store`       -- the baseline file: read and validate, merge a run in under a lock, write
   atomically (jsonschema, filelock); its schema and the checks beyond it in :mod:`.schema`, a case's key and
@@ -33,9 +33,10 @@ from .verdicts import Gate, GateSettings, GateUsageError, Verdict
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
                      "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
-                     "Common", "common_spread", "run_offsets", "FloorCheck", "check_floor",
                      "corrected_alpha"],
                     "decision"),
+    **dict.fromkeys(["Common", "common_spread", "run_offsets"], "levels"),
+    **dict.fromkeys(["FloorCheck", "check_floor"], "floors"),
     **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError"], "schema"),
     **dict.fromkeys(["BaselineNotFound", "baseline_name_for_model", "available_baselines", "resolve_baseline"],
                     "names"),
@@ -55,14 +56,10 @@ if TYPE_CHECKING:
     from .decision import (  # noqa: F401
         DECISION_RULE,
         CaseModel,
-        Common,
         Comparison,
-        FloorCheck,
         Prior,
         RunLocation,
         Spread,
-        check_floor,
-        common_spread,
         compare,
         corrected_alpha,
         detectable_drop,
@@ -72,11 +69,12 @@ if TYPE_CHECKING:
         prediction,
         prior_class,
         run_location,
-        run_offsets,
     )
     from .cases import CaseRecord, case_key  # noqa: F401
     from .names import BaselineNotFound, available_baselines, baseline_name_for_model, resolve_baseline  # noqa: F401
     from .schema import JSON_SCHEMA, SCHEMA_ID, SCHEMA_VERSION, BaselineError  # noqa: F401
+    from .floors import FloorCheck, check_floor  # noqa: F401
+    from .levels import Common, common_spread, run_offsets  # noqa: F401
     from .store import (  # noqa: F401
         Baseline,
         CaseEntry,

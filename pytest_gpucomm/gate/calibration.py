@@ -306,7 +306,8 @@ def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
     ``decision.fit_case`` on every run, and per group the spread of a run's common offset."""
     import numpy as np
 
-    from .decision import prediction, run_offsets
+    from .decision import prediction
+    from .levels import run_offsets
 
     models = _models(cases, {c.key: list(c.runs) for c in cases}, session)
     per_case = {}

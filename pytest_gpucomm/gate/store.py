@@ -161,7 +161,7 @@ class CaseEntry:
 
     @property
     def floor_only(self) -> bool:
-        """A published case without measured runs: checked with ``decision.check_floor``."""
+        """A published case without measured runs: checked with ``floors.check_floor``."""
         return not self.runs and self.floor_gbps is not None
 
 

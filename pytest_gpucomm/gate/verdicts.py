@@ -334,7 +334,8 @@ class Gate:
         """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
         if self._models is not None:
             return self._models
-        from .decision import common_spread, fit_case, fit_prior, prior_class, run_location
+        from .decision import fit_case, fit_prior, prior_class, run_location
+        from .levels import common_spread
 
         assert self.baseline is not None
         session_of = {r.run_id: r.session for r in self.baseline.runs}
@@ -361,7 +362,7 @@ class Gate:
         return self._models
 
     def commons(self) -> dict[str, dict[str, Any]]:
-        """Per group, how far the baseline runs' common offset moves (``decision.Common`` as a dict, what the
+        """Per group, how far the baseline runs' common offset moves (``levels.Common`` as a dict, what the
         session's shift is judged against)."""
         if self.baseline is None:
             return {}
@@ -423,7 +424,8 @@ class Gate:
         measures the case in its i-th other process group (None: no more): a case of a folded class
         (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
         them (the tail verdict reads the first run and the re-measures only)."""
-        from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
+        from .decision import CASE_ALPHA_SHARE, judge, run_location
+        from .floors import check_floor
         from ..env.fingerprint import format_fingerprint_diff
         from .cases import case_key
 
