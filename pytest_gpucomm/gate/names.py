@@ -106,4 +106,3 @@ def _resolve_name(name: str, dirs: list[Path], must_exist: bool, how: str) -> Pa
     raise BaselineNotFound(
         f"no baseline named {name!r}{origin} in {where}; available baselines: {listed}"
     )
-

@@ -214,4 +214,3 @@ class TailSketch:
         if n < 1 or not (p50 > 0 and math.isfinite(p50)) or any(not (1.0 <= r <= mx) for r in ratios.values()):
             raise ValueError(f"{where}: need n >= 1, p50_us > 0 and 1 <= each ratio <= max_ratio, got {d!r}")
         return cls(n=n, p50_s=p50, ratios=ratios, max_ratio=mx)
-
