@@ -18,19 +18,17 @@ import pytest
 
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.units import describe_size
+from pytest_gpucomm.ops.collective_op import Shape
+from pytest_gpucomm.ops.collective_results import BenchResult, WrongResult
 from pytest_gpucomm.ops.collectives import (
     DTYPES,
     OPS,
-    BenchResult,
-    Shape,
-    WrongResult,
-    TAIL_MAX_OPS,
-    TAIL_MIN_OPS,
     add_op_methods,
     busbw_factor,
     element_count,
     to_measurement,
 )
+from pytest_gpucomm.ops.single_op_timing import TAIL_MAX_OPS, TAIL_MIN_OPS
 
 #: nccl-tests binary -> (busbw / algbw with n ranks, whether its "size" column is the full buffer of
 #: n chunks), from nccl-tests doc/PERFORMANCE.md and src/*.cu (GetBw, GetCollByteCount).
@@ -263,7 +261,7 @@ def test_nccl_workers_get_graph_registration_off_unless_the_user_sets_it():
 
 
 def test_a_batch_of_small_ops_is_replays_of_whole_graphs():
-    from pytest_gpucomm.ops.collectives import GRAPH_OPS, GRAPH_REPLAYS, graph_shape
+    from pytest_gpucomm.ops.timed_case import GRAPH_OPS, GRAPH_REPLAYS, graph_shape
 
     assert graph_shape(GRAPH_OPS * GRAPH_REPLAYS) == (GRAPH_OPS, GRAPH_REPLAYS)
     assert graph_shape(2 * GRAPH_OPS) == (GRAPH_OPS, 2)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pytest_gpucomm.gate import decision, store  # noqa: F401  (loaded once, before pytester's runs)
-from pytest_gpucomm.ops.collectives import BenchResult
+from pytest_gpucomm.ops.collective_results import BenchResult
 from pytest_gpucomm.ops.patterns import (CPU_SCALE, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, MODELS, PATTERNS,
                                          SCALED_BUCKETS_FEWER, ModelShape, PatternResult, WrongResult, _DataParallel,
                                          _Experts, check_rows, ddp_buckets, moe_counts, plan, to_measurement)

@@ -126,7 +126,8 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     import torch.distributed as dist
 
     from .timing import TimingSettings, measure
-    from .collectives import TimedLoop, agreement
+    from .across_ranks import agreement
+    from .timed_case import TimedLoop
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")

@@ -47,8 +47,8 @@ with each other (the overlap pattern's iteration is the overlapped one).  ``info
 pattern and shape in plain words ("the data-parallel gradient sync of the llama3-8b shape on 8 ranks").
 
 After the timed samples every pattern times single iterations one by one, as the collectives time single
-ops (:func:`.collectives.single_op_phase`: a budget of ``tail_time_s``, default 3 x ``min_time_s``, the same
-count on every rank), and ``info["tail"]`` holds their figures (:func:`.collectives.tail_info`).
+ops (:func:`.single_op_timing.single_op_phase`: a budget of ``tail_time_s``, default 3 x ``min_time_s``, the same
+count on every rank), and ``info["tail"]`` holds their figures (:func:`.collective_results.tail_info`).
 
 ``scale`` divides the element counts, so that the CPU variant (gloo) stays quick: the DP gradient, and the
 hidden size of the other patterns (the token counts, the routing and the number of layers stay).  A scaled
@@ -60,7 +60,7 @@ all-reduce however small; the overlap's tensor-parallel part likewise has 1/16 o
 This module holds what a pattern is (:data:`MODELS`, :func:`plan`: the plan of a pattern for a shape,
 world and scale, with its bytes, factor and per-step count), the per-rank task :func:`run_pattern` (timed
 with :func:`pytest_gpucomm.ops.timing.measure`, the plan agreed by every rank, each iteration launched eagerly,
-the results checked after timing, who waited for whom as :func:`.collectives.iteration_stats` finds it) and
+the results checked after timing, who waited for whom as :func:`.across_ranks.iteration_stats` finds it) and
 :func:`to_measurement` (the ranks' results -> one :class:`Measurement`, or :class:`WrongResult`).
 
 Imports no torch: the task imports it when it runs.
@@ -76,7 +76,7 @@ from ..measurement import Measurement
 from ..units import describe_duration, format_size
 from ..vocab import DEFAULT_MIN_TIME_S, TAIL_TIME_FACTOR
 from .specs import COLLECTIVE, OpSpec
-from .collectives import BenchResult, WrongResult, ranks_info, tail_info
+from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
 
 __all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "PatternResult", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
            "DDP_FIRST_BUCKET_BYTES", "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern",
@@ -440,7 +440,8 @@ class _TensorParallel:
 
     def __init__(self, torch: Any, dist: Any, device: str, rank: int, groups: Sequence[Sequence[int]],
                  count: int, backend: str) -> None:
-        from .collectives import OPS, CollectiveCase
+        from .collectives import OPS
+        from .timed_case import CollectiveCase
 
         self.torch = torch
         handle, ranks = _tp_group(dist, groups, rank, backend)
@@ -645,17 +646,19 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
                 max_samples: int = 1000, tail_time_s: Optional[float] = None) -> PatternResult:
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
     (:func:`plan`), time its iterations (warm-up, plan agreed by every rank; the overlap: each part alone,
-    then both), time single iterations one by one (:func:`.collectives.single_op_phase`: ``tail_time_s``, None:
+    then both), time single iterations one by one (:func:`.single_op_timing.single_op_phase`: ``tail_time_s``, None:
     3 x ``min_time_s``; 0 skips them), then run one more on fresh inputs and poisoned outputs and count the wrong
     elements; last, with the other ranks, each iteration's time (the slowest rank's) and who arrived last
-    (:func:`.collectives.iteration_stats`)."""
+    (:func:`.across_ranks.iteration_stats`)."""
     import statistics
 
     import torch
     import torch.distributed as dist
 
     from .timing import TimingSettings, measure
-    from .collectives import TimedLoop, agreement, iteration_stats, single_op_fields, single_op_phase
+    from .across_ranks import agreement, iteration_stats
+    from .single_op_timing import single_op_fields, single_op_phase
+    from .timed_case import TimedLoop
 
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")

@@ -347,7 +347,8 @@ class Comm:
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
                          dtype: str) -> "list[Measurement]":
         """One measurement of the group's world, or one per group of its kind (the groups' order)."""
-        from ..ops.collectives import WrongResult, to_measurement
+        from ..ops.collective_results import WrongResult
+        from ..ops.collectives import to_measurement
 
         results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=self._request.node.nodeid)
         subgroups = getattr(group.executor, "subgroups", ()) if group.kind != "world" else ()
