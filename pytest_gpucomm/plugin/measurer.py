@@ -159,7 +159,8 @@ class Comm:
         ``only_node``, that node's alone (the other nodes' ranks wait).  Called by every rank at once."""
         import traceback
 
-        from ..ops.copies import CopyError, measure_spec, measuring_local_rank, node_measurements
+        from ..ops.copies import CopyError, measure_spec
+        from ..ops.node_copies import measuring_local_rank, node_measurements
         from ..ranks import RankFailure
 
         state, la, launched = self._state, self._state.launch, self._state.launched
