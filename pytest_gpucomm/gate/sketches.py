@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..measurement import HistogramDict, TailInfo
 
 __all__ = ["BIN_RATIO", "TailFigures", "tail_figures", "positive_times", "Histogram", "SKETCH_LEVELS", "TailSketch"]
 
@@ -37,7 +40,7 @@ class TailFigures:
     def jitter(self) -> float:
         return self.p99_s / self.p50_s if self.p50_s > 0 else math.inf
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TailInfo:
         return {"n": self.n, "p50_us": self.p50_s * 1e6, "p99_us": self.p99_s * 1e6,
                 "p999_us": None if self.p999_s is None else self.p999_s * 1e6, "max_us": self.max_s * 1e6,
                 "jitter": self.jitter}
@@ -110,13 +113,13 @@ class Histogram:
         at = np.minimum(np.searchsorted(cum, np.asarray(qs, dtype=float) * cum[-1], side="left"), keys.size - 1)
         return _BIN_ORIGIN_S * BIN_RATIO ** keys[at].astype(float) * math.sqrt(BIN_RATIO)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> HistogramDict:
         """Compact JSON: {"ratio": 1.005, "origin_s": 1e-9, "bins": [[i, count], ...]} (ascending)."""
         return {"ratio": BIN_RATIO, "origin_s": _BIN_ORIGIN_S,
                 "bins": [[i, self.counts[i]] for i in sorted(self.counts)]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "histogram") -> "Histogram":
+    def from_dict(cls, d: Mapping[str, Any], where: str = "histogram") -> "Histogram":
         if d.get("ratio") != BIN_RATIO or d.get("origin_s") != _BIN_ORIGIN_S:
             raise ValueError(f"{where}: bins of ratio {d.get('ratio')!r} from {d.get('origin_s')!r} s; this "
                              f"version reads {BIN_RATIO} from {_BIN_ORIGIN_S}")

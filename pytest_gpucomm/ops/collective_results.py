@@ -8,7 +8,9 @@ Stdlib only: a result crosses from the rank to the controller pickled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
+
+from ..measurement import RanksInfo, TailInfo
 
 __all__ = ["BenchResult", "WrongResult", "ranks_info", "tail_info"]
 
@@ -58,7 +60,7 @@ class WrongResult(Exception):
         self.bad = tuple(bad)
 
 
-def ranks_info(results: Sequence[BenchResult]) -> dict[str, list[Any]]:
+def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:
     """The ranks' compact data, one list per field, in the order of ``results`` (the group's ranks):
     ``rank``, ``node``, ``host``, ``device``, ``own_median_s``, ``lag_median_s``, ``wait_median_s``,
     ``straggled`` (one entry per rank), and ``straggler`` (one entry per iteration: the rank, as named in
@@ -77,7 +79,7 @@ def ranks_info(results: Sequence[BenchResult]) -> dict[str, list[Any]]:
     }
 
 
-def tail_info(results: Sequence[BenchResult]) -> dict[str, Any]:
+def tail_info(results: Sequence[BenchResult]) -> TailInfo:
     """``info["tail"]``: the single-operation times' figures (the slowest rank's per op: ``n``, ``p50_us``,
     ``p99_us``, ``p999_us`` -- None below 1,000 ops --, ``max_us``, ``jitter`` = p99 / p50), their sparse
     histogram (``hist``, :class:`pytest_gpucomm.gate.sketches.Histogram`: what the tail rule counts), each rank's

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable, Mapping, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, cast
 
-from ..measurement import Measurement
+from ..measurement import Measurement, MeasurementInfo
 from ..units import describe_size
 from ..vocab import DEFAULT_MIN_TIME_S, DTYPES, TAIL_TIME_FACTOR
 from .across_ranks import agreement, iteration_stats
@@ -49,6 +49,9 @@ from .single_op_timing import single_op_fields, single_op_phase
 from .specs import COLLECTIVE, OpSpec
 from .timed_case import (GRAPH_OPS, GRAPH_REPLAYS, REGISTER_MIN_BYTES, CollectiveCase, TimedLoop, graph_shape,
                          registered_buffers)
+
+if TYPE_CHECKING:
+    from ..ranks.context import RankContext
 
 __all__ = [
     "OPS",
@@ -257,16 +260,19 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
     if bad:
         raise WrongResult(_wrong_message(op, backend, results, bad), bad)
     samples = list(first.samples_s)
-    info: dict[str, Any] = {
+    info: MeasurementInfo = {
         "backend": backend,
         "in_place": first.in_place,  # the form the ranks ran
         "batch": first.batch,
         "graph": bool(first.graph),
         "timer": "device events" if backend != "gloo" else "host clock",
     }
-    for key in ("graph_error", "registered", "register_note"):
-        if getattr(first, key):
-            info[key] = getattr(first, key)
+    if first.graph_error:
+        info["graph_error"] = first.graph_error
+    if first.registered:
+        info["registered"] = first.registered
+    if first.register_note:
+        info["register_note"] = first.register_note
     if first.size_bytes != requested_bytes:
         info["requested_bytes"] = requested_bytes
     info["ranks"] = ranks_info(results)
@@ -329,7 +335,7 @@ def worker_env(backend: str, environ: Optional[Mapping[str, str]] = None) -> dic
 
 # -- per-rank side --------------------------------------------------------------------------------
 
-def bench(ctx: Any, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
+def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
           min_time_s: float = DEFAULT_MIN_TIME_S, graph: bool = True, max_samples: int = 1000,
           register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
     """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.

@@ -41,14 +41,17 @@ measurement per node is made (:mod:`.node_copies`).
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from ..measurement import Measurement, copy_where
+from ..measurement import Measurement, MeasurementInfo, copy_where
 from .copy_timing import (CudaCopy, CudaPattern, HostCopy, HostPattern, device_index, gpu_batches, single_threaded,
                           verify_copies)
 from .engines import CopyError
 from .specs import COPY, HOST_KIND, PEER_KIND, OpSpec
 from .timing import TimingSettings, measure
+
+if TYPE_CHECKING:
+    from ..ranks.context import RankContext
 
 #: ``CopyError`` is :mod:`.engines`' (a copy the runtime's library refused), named here for the copies' callers
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
@@ -128,7 +131,7 @@ def measure_copy(
         b_src = pool.get(dst_dev, "b_src", size)
         a_dst = pool.get(src_dev, "a_dst", size)
         pairs.append((b_src, a_dst))
-    info: dict[str, Any] = {}
+    info: MeasurementInfo = {}
     if src_dev.startswith("cuda"):
         i, j = device_index(src_dev), device_index(dst_dev)
         peer = bool(torch.cuda.can_device_access_peer(i, j)) if i != j else True
@@ -242,8 +245,8 @@ def _check_visible(devices: Sequence[str]) -> None:
         )
 
 
-def bench_copy(ctx: Any, *, copy: str, devices: Sequence[str], size_bytes: int, timing: Mapping[str, Any],
-               both_ways: bool = False, direction: str = "") -> dict[str, Any]:
+def bench_copy(ctx: Optional[RankContext], *, copy: str, devices: Sequence[str], size_bytes: int,
+               timing: Mapping[str, Any], both_ways: bool = False, direction: str = "") -> dict[str, Any]:
     """Rank task: measure one copy (the arguments of ``copy_spec``, and ``timing``: the fields of a
     :class:`TimingSettings`) with buffers, streams and timing state of this process alone.
 
@@ -337,7 +340,7 @@ def measure_pattern(copy: str, devices: Sequence[str], size: int, settings: Timi
     # buffers by (device, the other end): the patterns share them, so a GPU holds one source and one
     # destination per peer whichever pattern runs
     pairs = [(pool.get(s, f"peers_to_{d}", size), pool.get(d, f"peers_from_{s}", size)) for s, d in links]
-    info: dict[str, Any] = {"links": len(links)}
+    info: MeasurementInfo = {"links": len(links)}
     if on_gpu:
         off = [_link_id(s, d) for s, d in links
                if not torch.cuda.can_device_access_peer(device_index(s), device_index(d))]

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from ..measurement import MeasurementInfo
 from ..vocab import TAIL_TIME_FACTOR
 from .collective_results import BenchResult, WrongResult
+
+if TYPE_CHECKING:
+    from ..ranks.context import RankContext
 
 __all__ = ["PatternPlan", "PatternResult", "check_rows", "merge_checks", "sub_group", "PartsTimed", "run_case",
            "check_results"]
@@ -34,7 +38,7 @@ class PatternPlan:
     busbw_factor: float
     per_step: int  # iterations per training step
     iteration: str  # one iteration, in words
-    info: dict[str, Any] = field(default_factory=dict)
+    info: MeasurementInfo = field(default_factory=lambda: MeasurementInfo())
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class PartsTimed:
         self.case.sync()
 
 
-def run_case(ctx: Any, make_case: Callable[[], Any], *, min_time_s: float, max_samples: int,
+def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: float, max_samples: int,
              tail_time_s: Optional[float], parts: Optional[tuple[str, str]] = None) -> PatternResult:
     """A rank's run of a pattern's case, on every rank of the job's default group: ``make_case()`` builds the
     case (after a barrier of the whole group: on NCCL the first call on a communicator is made by all its ranks);

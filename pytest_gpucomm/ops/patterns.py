@@ -72,15 +72,18 @@ Imports no torch: the task imports it when it runs.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
-from ..measurement import Measurement
+from ..measurement import Measurement, MeasurementInfo, OverlapInfo
 from ..units import describe_duration, format_size
 from ..vocab import DEFAULT_MIN_TIME_S
 from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
 from .model_shapes import MODELS, ModelShape
 from .pattern_runs import PatternPlan, PatternResult, check_results, check_rows, merge_checks, run_case, sub_group
 from .specs import COLLECTIVE, OpSpec
+
+if TYPE_CHECKING:
+    from ..ranks.context import RankContext
 
 #: ``MODELS`` and ``ModelShape`` are :mod:`.model_shapes`' and ``WrongResult`` is :mod:`.collective_results`',
 #: named here too: a test file adds its own shape to ``pytest_gpucomm.ops.patterns.MODELS``
@@ -177,7 +180,7 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         raise ValueError(f"{pattern} needs 2 ranks or more, got a world of {world}")
     width = max(1, model.hidden // scale)
     act = model.seq * model.micro_batch * width  # elements of one activation
-    info: dict[str, Any] = {"model": model.name, "pattern": pattern, "scale": scale}
+    info: MeasurementInfo = {"model": model.name, "pattern": pattern, "scale": scale}
     if pattern == OVERLAP:
         dp = plan(DP, model, world, scale)
         tp = plan(TP, model, world, scale, tp_groups=tp_groups)
@@ -185,9 +188,10 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         layers = -(-model.layers // fewer)
         dp_bytes, tp_bytes = dp.bytes_per_iter, tp.bytes_per_iter * layers
         factor = (dp_bytes * dp.busbw_factor + tp_bytes * tp.busbw_factor) / (dp_bytes + tp_bytes)
-        info.update({k: v for k, v in dp.info.items() if k not in info}, tp=tp.info["tp"],
-                    tp_groups=tp.info["tp_groups"], layers=model.layers, overlap_layers=layers,
-                    activation_bytes=tp.info["activation_bytes"], dp_bytes=dp_bytes, tp_bytes=tp_bytes)
+        info.update(cast(MeasurementInfo, {k: v for k, v in dp.info.items() if k not in info}))
+        info.update({"tp": tp.info["tp"], "tp_groups": tp.info["tp_groups"], "layers": model.layers,
+                     "overlap_layers": layers, "activation_bytes": tp.info["activation_bytes"], "dp_bytes": dp_bytes,
+                     "tp_bytes": tp_bytes})
         return PatternPlan(OVERLAP, model.name, world, scale, {"dp": dp.spec, "tp": tp.spec, "layers": layers},
                            dp_bytes + tp_bytes, factor, 1,
                            f"the gradient sync of {format_size(dp_bytes)} in {dp.info['buckets']} buckets while "
@@ -200,8 +204,8 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         first = max(1, DDP_FIRST_BUCKET_BYTES // BF16 // bucket_scale)
         cap = max(1, DDP_BUCKET_BYTES // BF16 // bucket_scale)
         buckets = ddp_buckets(total, first, cap)
-        info.update(buckets=len(buckets), params=model.params, bucket_bytes=cap * BF16,
-                    first_bucket_bytes=first * BF16)
+        info.update({"buckets": len(buckets), "params": model.params, "bucket_bytes": cap * BF16,
+                     "first_bucket_bytes": first * BF16})
         if model.dp_note:
             info["gradient"] = model.dp_note
         return PatternPlan(DP, model.name, world, scale, {"total": total, "first": first, "cap": cap},
@@ -217,13 +221,13 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         rows = sum(sent)
         off = rows - sum(counts[i][i] for i in range(world))
         mean_rows = rows / world
-        info.update(experts=model.experts, top_k=model.top_k, tokens_per_rank=tokens, moe_layers=model.moe_layers,
-                    zipf=model.zipf, seed=model.seed,
-                    expert_imbalance=max(load) / (sum(load) / len(load)),
-                    rank_imbalance=max(received) / mean_rows,
-                    imbalance=(f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
-                               f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
-                               f"(weights 1/k^{model.zipf:g}, seed {model.seed})"))
+        info.update({"experts": model.experts, "top_k": model.top_k, "tokens_per_rank": tokens,
+                     "moe_layers": model.moe_layers, "zipf": model.zipf, "seed": model.seed,
+                     "expert_imbalance": max(load) / (sum(load) / len(load)),
+                     "rank_imbalance": max(received) / mean_rows,
+                     "imbalance": (f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
+                                   f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
+                                   f"(weights 1/k^{model.zipf:g}, seed {model.seed})")})
         return PatternPlan(MOE, model.name, world, scale, {"counts": counts, "width": width},
                            int(round(2 * mean_rows * width * BF16)), off / rows if rows else 0.0,
                            2 * model.moe_layers,
@@ -232,7 +236,7 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         groups = _tp_groups(world, tp_groups)
         t = len(groups[0])
         count = max(t, act // t * t)
-        info.update(tp=t, tp_groups=groups, layers=model.layers, activation_bytes=count * BF16)
+        info.update({"tp": t, "tp_groups": groups, "layers": model.layers, "activation_bytes": count * BF16})
         return PatternPlan(TP, model.name, world, scale, {"groups": groups, "count": count},
                            4 * count * BF16, (t - 1) / t, 2 * model.layers,
                            "one layer's forward: 2 all-gathers and 2 reduce-scatters of the activation", info)
@@ -240,7 +244,7 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
     if len(st) < 2 or len({len(s) for s in st}) != 1 or sorted(r for s in st for r in s) != list(range(world)):
         raise ValueError(f"pipeline stages {stages!r}: 2 stages or more of one size, each rank 0..{world - 1} once")
     fwd = [[a[k], b[k]] for a, b in zip(st, st[1:]) for k in range(len(a))]
-    info.update(stages=len(st), micro_batches=model.micro_batches, activation_bytes=act * BF16)
+    info.update({"stages": len(st), "micro_batches": model.micro_batches, "activation_bytes": act * BF16})
     return PatternPlan(PP, model.name, world, scale, {"forward": fwd, "count": act},
                        2 * act * BF16, 1.0, model.micro_batches,
                        "one micro-batch: its activation to the next stage, its gradient back", info)
@@ -520,7 +524,7 @@ class _Overlap:
         return acc[0], acc[1], acc[2]
 
 
-def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float = DEFAULT_MIN_TIME_S,
+def run_pattern(ctx: RankContext, pattern: str, spec: dict[str, Any], min_time_s: float = DEFAULT_MIN_TIME_S,
                 max_samples: int = 1000, tail_time_s: Optional[float] = None) -> PatternResult:
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
     (:func:`plan`) and run them (:func:`.pattern_runs.run_case`): time its iterations (warm-up, plan agreed by
@@ -561,8 +565,8 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
     check_results(results, p, backend=backend)
     first = results[0]
     samples = list(first.samples_s)
-    info: dict[str, Any] = {"backend": backend, "batch": first.batch, "graph": False,
-                            "timer": "device events" if backend != "gloo" else "host clock", **p.info,
+    info: MeasurementInfo = {"backend": backend, "batch": first.batch, "graph": False,
+                             "timer": "device events" if backend != "gloo" else "host clock", **p.info,
                             "iteration": p.iteration, "per_step": p.per_step}
     m = Measurement(op=p.pattern, size_bytes=p.bytes_per_iter, samples_s=samples,
                     devices=tuple(f"rank{r.rank}" for r in results), busbw_factor=p.busbw_factor,
@@ -578,10 +582,10 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
                     f"busbw {m.busbw_gbps:.2f} GB/s")
     figures = getattr(first, "overlap", None)
     if p.pattern == OVERLAP and figures:
-        ov = dict(figures)
+        ov: dict[str, Any] = dict(figures)
         ov["dp_slowdown"] = ov["dp_overlapped_s"] / ov["dp_alone_s"] if ov["dp_alone_s"] > 0 else None
         ov["tp_slowdown"] = ov["tp_overlapped_s"] / ov["tp_alone_s"] if ov["tp_alone_s"] > 0 else None
-        info["overlap"] = ov
+        info["overlap"] = cast(OverlapInfo, ov)
 
         def part(name: str, key: str) -> str:
             alone, over, slow = ov[f"{key}_alone_s"], ov[f"{key}_overlapped_s"], ov[f"{key}_slowdown"]

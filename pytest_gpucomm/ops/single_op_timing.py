@@ -11,11 +11,12 @@ Imports no torch: it is passed in.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, TypedDict
 
 from .across_ranks import iteration_stats
 
-__all__ = ["TAIL_MAX_OPS", "TAIL_MIN_OPS", "TAIL_CHUNK", "LATCH_RELEASE_S", "SingleOps", "FlagLatch", "single_ops",
+__all__ = ["TAIL_MAX_OPS", "TAIL_MIN_OPS", "TAIL_CHUNK", "LATCH_RELEASE_S", "SingleOpFields", "SingleOps", "FlagLatch",
+           "single_ops",
            "single_op_phase", "single_op_fields"]
 
 #: single-op phase: the most and the fewest single ops timed per case
@@ -26,6 +27,21 @@ TAIL_CHUNK = 64
 #: a latch not released by the host within this long is released by a timer (the host was blocked: the
 #: device queue was full); that chunk's times include the wait and are dropped
 LATCH_RELEASE_S = 2.0
+
+
+class SingleOpFields(TypedDict, total=False):
+    """What a rank's result (:class:`~.collective_results.BenchResult`, a pattern's too) holds of its single-op
+    phase, passed to it as keyword arguments: per op the slowest rank's time (on rank 0 only; ``()`` on the
+    others), this rank's own p50 and p99, how a single op was timed, the timer's step and the overhead of an
+    empty timed interval, and the time budget that set the number of single ops."""
+
+    op_times_s: tuple[float, ...]
+    op_own_p50_s: float
+    op_own_p99_s: float
+    op_timer: str
+    op_timer_resolution_s: float
+    op_timer_overhead_s: float
+    op_budget_s: float
 
 
 class SingleOps(NamedTuple):
@@ -217,10 +233,9 @@ def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callab
 
 
 def single_op_fields(torch: Any, dist: Any, singles: Optional[SingleOps], budget_s: float, rank: int, world: int,
-                     device: str, group: Any = None) -> dict[str, Any]:
-    """:class:`~.collective_results.BenchResult`'s single-op fields (``op_times_s``, per op the slowest rank's
-    time, on rank 0 only; this rank's own p50 and p99; the timer; the budget) of the phase ``singles``; {}
-    where it was skipped.
+                     device: str, group: Any = None) -> SingleOpFields:
+    """:class:`~.collective_results.BenchResult`'s single-op fields (:class:`SingleOpFields`) of the phase
+    ``singles``; {} where it was skipped.
     Every rank of ``group`` calls it (:func:`.across_ranks.iteration_stats`)."""
     if singles is None:
         return {}
@@ -228,8 +243,8 @@ def single_op_fields(torch: Any, dist: Any, singles: Optional[SingleOps], budget
 
     op_its = iteration_stats(torch, dist, singles.own_s, rank, world, device, group=group)
     own_sorted = sorted(singles.own_s)
-    return dict(op_times_s=tuple(op_its.times) if rank == 0 else (), op_own_p50_s=statistics.median(own_sorted),
-                op_own_p99_s=own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
-                op_timer=singles.timer, op_timer_resolution_s=singles.resolution_s,
-                op_timer_overhead_s=singles.overhead_s, op_budget_s=budget_s)
+    return {"op_times_s": tuple(op_its.times) if rank == 0 else (), "op_own_p50_s": statistics.median(own_sorted),
+            "op_own_p99_s": own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
+            "op_timer": singles.timer, "op_timer_resolution_s": singles.resolution_s,
+            "op_timer_overhead_s": singles.overhead_s, "op_budget_s": budget_s}
 
