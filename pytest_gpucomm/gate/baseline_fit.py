@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..ops.specs import op_group
@@ -33,7 +34,8 @@ class BaselineFit:
     commons: dict[str, dict[str, Any]]
 
 
-def fit_baseline(baseline: "Baseline", path: Any, spread_source: Optional["Baseline"] = None) -> BaselineFit:
+def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Optional["Baseline"] = None
+                 ) -> BaselineFit:
     """Every measured case's model and its class's prior (DECISION_RULE steps 1-2; the one-session cases' from
     ``spread_source``, :func:`borrowed_priors`), each case's run locations, and per group the spread of the
     runs' common offset; ``path`` names the file in errors."""

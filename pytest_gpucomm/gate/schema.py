@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import jsonschema
 
 from ..files.jsontext import json_path
+
+if TYPE_CHECKING:
+    from .sketches import TailSketch
 
 __all__ = [
     "SCHEMA_ID",
@@ -221,7 +224,7 @@ def check_tails(path: Path, doc: dict) -> None:
                 tail_sketch(path, run["tail"], ["cases", key, "runs", i, "tail"])
 
 
-def tail_sketch(path: Path, d: Any, where: list[Any]) -> Any:
+def tail_sketch(path: Path, d: Any, where: list[Any]) -> TailSketch:
     """The :class:`~pytest_gpucomm.gate.sketches.TailSketch` of a run's ``tail``, or a BaselineError naming the file
     and the place."""
     from .sketches import TailSketch

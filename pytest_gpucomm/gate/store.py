@@ -76,7 +76,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import jsonschema
 from filelock import FileLock, Timeout
@@ -87,6 +87,9 @@ from ..vocab import DEFAULT_MAX_RUNS
 from .cases import CaseRecord
 from .schema import (MAX_NESTING, SCHEMA_ID, SCHEMA_VALIDATOR, SCHEMA_VERSION, BaselineError, check_finite,
                      check_samples, check_tails, describe_error, nesting_depth_exceeds, tail_sketch, too_deep)
+
+if TYPE_CHECKING:
+    from .sketches import TailSketch
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -121,9 +124,11 @@ MAX_BASELINE_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True)
 class RunRecord:
+    """A run of the file's ``runs``: its id, date, the environment's fingerprint, and where it was recorded."""
+
     run_id: str
     date: str
-    fingerprint: dict
+    fingerprint: dict[str, Any]
     session: Optional[str] = None  # runs of one session are one session's evidence (gate.decision.fit_case)
     node: Optional[int] = None  # a job across nodes: the node whose measurements this run holds (host below)
     host: Optional[str] = None
@@ -131,22 +136,26 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class CaseRun:
+    """One run of a case: its samples (GB/s), their summary, and the sketch of its single ops."""
+
     run_id: str
-    samples_gbps: list
-    summary: dict
-    tail: Optional[Any] = None  # gate.sketches.TailSketch of the run's single ops, None where it has none
+    samples_gbps: list[float]
+    summary: dict[str, Any]
+    tail: Optional[TailSketch] = None  # the run's single ops, None where it has none
 
 
 @dataclass
 class CaseEntry:
+    """A case of the file (its key, what it measures) with its runs, oldest first, and its published floor."""
+
     key: str
     test_id: str
     op: str
     size_bytes: int
     world_size: int
     dtype: Optional[str]
-    devices: list
-    runs: list  # list[CaseRun], oldest first
+    devices: list[str]
+    runs: list[CaseRun]  # oldest first
     floor_gbps: Optional[float] = None
     layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes, "" on one host
 
@@ -167,18 +176,20 @@ class CaseEntry:
 
 @dataclass
 class Baseline:
+    """A baseline file read (:func:`load_baseline`): its name, source, ``max_runs``, runs and cases."""
+
     path: Path
     name: str
     source: str
     source_detail: str
     max_runs: int
-    runs: list  # list[RunRecord], oldest first
-    cases: dict  # key -> CaseEntry
+    runs: list[RunRecord]  # oldest first
+    cases: dict[str, CaseEntry]  # case key -> its entry
     schema_version: int = SCHEMA_VERSION
     #: the document as read (the curves and plots read the file's layout); None for a Baseline made otherwise
-    doc: Optional[dict] = field(default=None, repr=False, compare=False)
+    doc: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
 
-    def latest_fingerprint(self) -> Optional[dict]:
+    def latest_fingerprint(self) -> Optional[dict[str, Any]]:
         """The fingerprint of the newest run recorded in the file, or None when there is none."""
         return dict(self.runs[-1].fingerprint) if self.runs else None
 

@@ -7,31 +7,34 @@ median verdict pools them; the figures the verdict and its message give (:func:`
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..units import describe_us, plural
 from ..vocab import Status
-from .sketches import Histogram
-from .tails import tail_test
+from .sketches import Histogram, TailSketch
+from .tails import TailTest, tail_test
 
 if TYPE_CHECKING:
     from ..measurement import Measurement
+    from .decision import RunLocation
     from .store import CaseEntry
     from .tails import TailSpread
 
 __all__ = ["judge_tail", "figures_now", "figures_baseline"]
 
 
-def figures_now(info: dict[str, Any], merged: Any) -> dict[str, Any]:
+def figures_now(info: Mapping[str, Any], merged: Optional[Histogram]) -> dict[str, Any]:
     """Today's single-op figures (us): the measurement's own, or those of its runs' pooled histogram."""
     if merged is None:
         return {k: info.get(k) for k in ("n", "p50_us", "p99_us", "p999_us", "max_us", "jitter")}
-    q = {k: merged.quantile(p) * 1e6 for k, p in (("p50_us", 0.5), ("p99_us", 0.99), ("max_us", 1.0))}
+    q: dict[str, Optional[float]] = {k: merged.quantile(p) * 1e6
+                                     for k, p in (("p50_us", 0.5), ("p99_us", 0.99), ("max_us", 1.0))}
     q["p999_us"] = merged.quantile(0.999) * 1e6 if merged.n >= 1000 else None
-    return {"n": merged.n, **q, "jitter": q["p99_us"] / q["p50_us"]}
+    p50, p99 = merged.quantile(0.5) * 1e6, merged.quantile(0.99) * 1e6
+    return {"n": merged.n, **q, "jitter": p99 / p50}
 
 
-def figures_baseline(sketches: list[Any]) -> dict[str, Any]:
+def figures_baseline(sketches: list[TailSketch]) -> dict[str, Any]:
     """The baseline's single-op figures (us): per figure the median over the runs that resolve it."""
     import statistics
 
@@ -46,8 +49,8 @@ def figures_baseline(sketches: list[Any]) -> dict[str, Any]:
 
 
 
-def judge_tail(nodeid: str, entry: "CaseEntry", m: "Measurement", again_ms: list[Any],
-               again: Optional[Callable[[], tuple[Any, bool]]], *, tolerance: float, looks: int, alpha: float,
+def judge_tail(nodeid: str, entry: "CaseEntry", m: "Measurement", again_ms: list["Measurement"],
+               again: Optional[Callable[[], tuple["RunLocation", bool]]], *, tolerance: float, looks: int, alpha: float,
                n_comparisons: int, max_remeasures: int, spread: Callable[[], "TailSpread"], baseline_name: str
                ) -> Optional[tuple[dict[str, Any], str]]:
     """The tail verdict of a case (``gate.tails.tail_test``) and the TAIL message's text, or None where
@@ -77,7 +80,7 @@ def judge_tail(nodeid: str, entry: "CaseEntry", m: "Measurement", again_ms: list
                           resolution_s=steps[0], **kw)
     used = 0
 
-    def pool() -> Any:
+    def pool() -> TailTest:
         nonlocal used
         for k, x in enumerate(again_ms[used:], used + 1):
             h = hist_of(x, f"{nodeid}: re-measure {k}: info['tail']['hist']")

@@ -47,8 +47,10 @@ from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAU
 
 if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
-    from .decision import CaseModel, Prior
+    from .decision import CaseModel, Prior, RunLocation
+    from .levels import RunLevels
     from .store import Baseline
+    from .tails import TailSpread
 
 __all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "verdict_status", "case_group", "case_kind"]
 
@@ -165,7 +167,7 @@ class Gate:
         self.baseline: Optional[Baseline] = None  # None also when the file does not exist yet (saving)
         self.n_comparisons = 1
         self.n_tail_comparisons = 0  # of n_comparisons, the tails tested (cases whose baseline runs have sketches)
-        self._tail_spread: Any = None
+        self._tail_spread: Optional[TailSpread] = None
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
@@ -352,9 +354,9 @@ class Gate:
         tol = self.settings.tolerance if tolerance is None else tolerance
         first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
         again_log: list[dict[str, Any]] = []
-        again_ms: list[Any] = []  # the re-measured measurements (the tail verdict pools their single ops)
+        again_ms: list[Measurement] = []  # the re-measured measurements (the tail verdict pools their single ops)
 
-        def measure_again() -> tuple[Any, bool]:
+        def measure_again() -> tuple[RunLocation, bool]:
             assert remeasure is not None
             r = remeasure()
             loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
@@ -366,7 +368,7 @@ class Gate:
             return loc, r.fresh
 
         again = measure_again if remeasure is not None else None
-        if entry.floor_only:
+        if entry.floor_only and entry.floor_gbps is not None:  # floor_only: no run, a floor
             fc = check_floor(first, entry.floor_gbps, again, tolerance=tol, max_remeasures=self.settings.max_remeasures)
             v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps, ratio=fc.ratio,
                         remeasured=fc.runs_now - 1, details={"tolerance": tol, "remeasures": again_log})
@@ -437,13 +439,13 @@ class Gate:
         return v
 
     def _folds(self, nodeid: str, m: Measurement, fold: Optional[Callable[[int], Optional[Measurement]]]
-               ) -> tuple[list[dict[str, Any]], list[Any]]:
+               ) -> tuple[list[dict[str, Any]], list[RunLocation]]:
         """The case's folds (see :meth:`judge`): each one's record for the report and its run location."""
         from .decision import run_location
         from .levels import FOLDED_CLASSES, case_class
 
         log: list[dict[str, Any]] = []
-        locs: list[Any] = []
+        locs: list[RunLocation] = []
         if fold is None or case_class(case_kind(m.op), m.size_bytes) not in FOLDED_CLASSES:
             return log, locs
         for i in range(1, self.settings.folds):
@@ -456,7 +458,7 @@ class Gate:
         return log, locs
 
 
-    def _spread(self) -> Any:
+    def _spread(self) -> TailSpread:
         """The run-to-run spread of the share of slow ops, fitted once per gate over every case's sketches."""
         if self._tail_spread is None:
             from .baseline_fit import fit_tail_spread
@@ -465,7 +467,7 @@ class Gate:
             self._tail_spread = fit_tail_spread(self.baseline)
         return self._tail_spread
 
-    def levels(self, verdicts: list[dict[str, Any]]) -> Optional[Any]:
+    def levels(self, verdicts: list[dict[str, Any]]) -> Optional[RunLevels]:
         """The run judged at the three levels (``gate.levels.judge_run``) from the verdicts' dicts
         (``to_dict``, also those an xdist worker sent): their cases, log ratios (the runs each pooled) and
         prediction spreads; None where no verdict compared with measured runs."""

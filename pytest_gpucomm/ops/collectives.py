@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, ca
 
 from ..measurement import Measurement, MeasurementInfo
 from ..units import describe_size
-from ..vocab import DEFAULT_MIN_TIME_S, DTYPES, TAIL_TIME_FACTOR
+from ..vocab import (DEFAULT_DTYPE, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S, DTYPES, RANK_WARMUP_MIN_S,
+                     TAIL_TIME_FACTOR)
 from .across_ranks import agreement, iteration_stats
 from .collective_op import IN_PLACE, OUT_OF_PLACE, CollectiveOp, Shape, small_pattern, triangular
 from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
@@ -335,8 +336,8 @@ def worker_env(backend: str, environ: Optional[Mapping[str, str]] = None) -> dic
 
 # -- per-rank side --------------------------------------------------------------------------------
 
-def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = "float32", in_place: Optional[bool] = None,
-          min_time_s: float = DEFAULT_MIN_TIME_S, graph: bool = True, max_samples: int = 1000,
+def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE, in_place: Optional[bool] = None,
+          min_time_s: float = DEFAULT_MIN_TIME_S, graph: bool = True, max_samples: int = DEFAULT_MAX_SAMPLES,
           register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
     """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.
 
@@ -394,7 +395,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = "float32", in
     settings = TimingSettings(
         min_time_s=min_time_s,
         max_samples=max_samples,
-        warmup_min_s=0.02,
+        warmup_min_s=RANK_WARMUP_MIN_S,
         target_batch_s=1e-3 if graphs else 200e-6,
         # GPU: a batch is replays of a graph of GRAPH_OPS ops, and the host waits for each batch of small
         # ops before the next (a long queue of captured collectives slows each of them; see GRAPH_OPS)

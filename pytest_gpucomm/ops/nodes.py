@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..measurement import Measurement, MeasurementInfo
 from ..units import describe_size
-from ..vocab import DEFAULT_MIN_TIME_S, DTYPES
+from ..vocab import DEFAULT_DTYPE, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S, DTYPES, RANK_WARMUP_MIN_S
 from .specs import COLLECTIVE, OpSpec
 
 if TYPE_CHECKING:
@@ -119,8 +119,8 @@ class PhaseExchange:
         return n_bad, int(got.numel()), first
 
 
-def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, dtype: str = "float32",
-             min_time_s: float = DEFAULT_MIN_TIME_S, max_samples: int = 1000) -> list[PhaseResult]:
+def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, dtype: str = DEFAULT_DTYPE,
+             min_time_s: float = DEFAULT_MIN_TIME_S, max_samples: int = DEFAULT_MAX_SAMPLES) -> list[PhaseResult]:
     """Per-rank task, on every rank of the job (the default group; ``ctx.rank`` is the global rank): for each
     phase in order, time this rank's sends and receives of ``size_bytes`` (the ranks of other pairs wait, but
     agree on the plan and meet at the barriers), then check what it received.  One :class:`PhaseResult` per
@@ -139,7 +139,7 @@ def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, d
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
     count = max(1, size_bytes // DTYPES[dtype])
-    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
+    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=RANK_WARMUP_MIN_S)
     agree = agreement(torch, dist, ctx.device)
 
     # a collective of the whole group first: on NCCL the first call on a communicator must be made by all of

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..measurement import MeasurementInfo
-from ..vocab import TAIL_TIME_FACTOR
+from ..vocab import RANK_WARMUP_MIN_S, TAIL_TIME_FACTOR
 from .collective_results import BenchResult, WrongResult
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     # a collective of the whole group first: on NCCL the first call on a communicator is made by all its ranks
     dist.barrier()
     case = make_case()
-    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
+    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=RANK_WARMUP_MIN_S)
     agree = agreement(torch, dist, ctx.device)
     timed: Any = None  # the timed case, set below: prepare reads it when measure calls it
 

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 from ..measurement import Measurement, MeasurementInfo, OverlapInfo
 from ..units import describe_duration, format_size
-from ..vocab import DEFAULT_MIN_TIME_S
+from ..vocab import DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S
 from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
 from .model_shapes import MODELS, ModelShape
 from .pattern_runs import PatternPlan, PatternResult, check_results, check_rows, merge_checks, run_case, sub_group
@@ -525,7 +525,7 @@ class _Overlap:
 
 
 def run_pattern(ctx: RankContext, pattern: str, spec: dict[str, Any], min_time_s: float = DEFAULT_MIN_TIME_S,
-                max_samples: int = 1000, tail_time_s: Optional[float] = None) -> PatternResult:
+                max_samples: int = DEFAULT_MAX_SAMPLES, tail_time_s: Optional[float] = None) -> PatternResult:
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
     (:func:`plan`) and run them (:func:`.pattern_runs.run_case`): time its iterations (warm-up, plan agreed by
     every rank; the overlap: each part alone, then both), time single iterations one by one
