@@ -7,13 +7,16 @@
 * :mod:`.store`       -- the baseline file: read and validate, merge a run in under a lock, write
   atomically (jsonschema, filelock); its schema and the checks beyond it in :mod:`.schema`, a case's key and
   record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names`.
-* :mod:`.tails`       -- the TAIL verdict: a case's one-op tail against the baseline's.
+* :mod:`.tails`       -- the TAIL rule: a case's one-op tail against the baseline's (the histograms and
+  sketches it reads in :mod:`.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
 * :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).
-* :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``).
+* :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``; prune and
+  merge in :mod:`.keep_prune` and :mod:`.keep_merge`, what they share in :mod:`.keep_files`).
 * :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults.
 * what changed in the environment since the baseline was recorded is :mod:`pytest_gpucomm.env.fingerprint`'s.
 * :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
-  and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`).
+  and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`); what it fits of
+  a baseline once per session in :mod:`.baseline_fit`.
 
 Importing this package, building a ``Gate`` and asking ``.active`` / ``.loaded`` is cheap: the decision
 and store names are resolved on first use (module ``__getattr__``), so numpy, scipy, jsonschema and

@@ -85,11 +85,9 @@ from .specs import COLLECTIVE, OpSpec
 if TYPE_CHECKING:
     from ..ranks.context import RankContext
 
-#: ``MODELS`` and ``ModelShape`` are :mod:`.model_shapes`' and ``WrongResult`` is :mod:`.collective_results`',
-#: named here too: a test file adds its own shape to ``pytest_gpucomm.ops.patterns.MODELS``
+#: ``MODELS``, ``ModelShape`` (:mod:`.model_shapes`) and ``WrongResult`` named here too: test files add to MODELS
 __all__ = ["PATTERNS", "MODELS", "ModelShape", "CPU_SCALE", "SCALED_BUCKETS_FEWER", "DDP_FIRST_BUCKET_BYTES",
            "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern", "to_measurement", "WrongResult"]
-
 
 DP, MOE, TP, PP, OVERLAP = "dp_grad_sync", "moe_all_to_all", "tp_layer", "pp_send_recv", "overlap_dp_tp"
 #: the patterns, in the suite's order
