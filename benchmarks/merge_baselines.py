@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from pytest_gpucomm.files.atomic import write_atomic
-    from pytest_gpucomm.gate.store import BaselineError, dumps_document, load_baseline
+    from pytest_gpucomm.gate.schema import BaselineError
+    from pytest_gpucomm.gate.store import dumps_document, load_baseline
 
     try:
         load_baseline(args.target)

@@ -1,19 +1,155 @@
 """The result of one measurement: what was measured and its raw per-iteration samples; of the gate's
 re-measure of one (:class:`Remeasure`); and what a session keeps of each (:class:`Record`: the
-measurement, what was checked of it, its verdict, and how to measure it again)."""
+measurement, what was checked of it, its verdict, and how to measure it again).
+
+``Measurement.info`` is declared by :class:`MeasurementInfo`: every key a measurement may carry, with its type,
+and the nested records it holds (``ranks``: :class:`RanksInfo`, ``tail``: :class:`TailInfo` with its
+:class:`HistogramDict`, ``overlap``: :class:`OverlapInfo`).  It is a ``TypedDict(total=False)``, not a
+dataclass, on purpose: ``info`` is written as it is into the JSON report and the rows a baseline is made of, and
+read back as plain JSON by the gate, the reports, ``gpucomm show|compare`` and the comparison tools, with
+``info.get("tail")`` and ``"node" in info`` at about 140 places across the package; a TypedDict is a dict at
+run time, so the JSON stays byte for byte what it was, ``isinstance(m.info, dict)`` and every such call site
+keep working unchanged (also the ones other layers add), a report written by an older version (or with a key
+this one does not know) still reads, and mypy checks each key's type where it is written.  A dataclass would
+need ``to_dict``/``from_dict`` on every boundary and dict-style access kept for each of those call sites."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, TypedDict, cast
 
 from . import summary as _summary
 from .summary import Summary
 from .units import GB, describe_size
 from .vocab import Status
 
-__all__ = ["Measurement", "Record", "Remeasure", "copy_where"]
+__all__ = ["Measurement", "MeasurementInfo", "RanksInfo", "TailInfo", "HistogramDict", "OverlapInfo", "Record",
+           "Remeasure", "copy_where"]
+
+
+class HistogramDict(TypedDict):
+    """A sparse histogram of single-op times as JSON (:meth:`pytest_gpucomm.gate.sketches.Histogram.to_dict`):
+    bin i holds times in [origin_s x ratio^i, origin_s x ratio^(i+1)); ``bins`` are [i, count], ascending."""
+
+    ratio: float
+    origin_s: float
+    bins: list[list[int]]
+
+
+class TailInfo(TypedDict, total=False):
+    """``info["tail"]``: a case's single operations, each timed on its own (the slowest rank's time of each op):
+    their figures in microseconds (``p999_us`` None below 1,000 ops; ``jitter`` = p99 / p50), each rank's own
+    p50 and p99, the timer (its step and the overhead of an empty interval: the largest over the ranks), the
+    time budget, and the histogram the tail rule counts (:func:`pytest_gpucomm.ops.collective_results.tail_info`)."""
+
+    n: int
+    p50_us: float
+    p99_us: float
+    p999_us: Optional[float]
+    max_us: float
+    jitter: float
+    own_p50_us: list[float]
+    own_p99_us: list[float]
+    timer: str
+    resolution_us: float
+    overhead_us: float
+    budget_s: float
+    hist: HistogramDict
+
+
+#: ``info["ranks"]``: a collective's ranks as columns (:func:`pytest_gpucomm.ops.collective_results.ranks_info`),
+#: each a list in the group's rank order, one entry per rank -- ``rank``, ``node`` (int), ``host``, ``device``
+#: (str), ``own_median_s``, ``lag_median_s``, ``wait_median_s`` (float), ``straggled`` (int) -- and
+#: ``straggler``, one entry per iteration: the rank that arrived last.  Columns, read by name
+#: (:mod:`pytest_gpucomm.analysis.stragglers`), so a mapping of lists rather than a TypedDict.
+RanksInfo = dict[str, list[Any]]
+
+
+class OverlapInfo(TypedDict, total=False):
+    """``info["overlap"]`` of the overlap pattern: each part's median time per iteration alone and overlapped (the
+    slowest rank's), and the slowdowns overlapped / alone (None where a part took no time alone)."""
+
+    dp_alone_s: float
+    tp_alone_s: float
+    dp_overlapped_s: float
+    tp_overlapped_s: float
+    dp_slowdown: Optional[float]
+    tp_slowdown: Optional[float]
+
+
+class MeasurementInfo(TypedDict, total=False):
+    """Every key of ``Measurement.info``, by who writes it (see the module's doc for why a TypedDict)."""
+
+    # how it was timed (every measurement)
+    timer: str  # "device events", "host clock"
+    batch: int  # iterations per timed sample
+    # a collective, a node pair or a training pattern (ops.collectives, ops.nodes, ops.patterns)
+    backend: str  # "nccl", "gloo", ...
+    in_place: bool  # the form the ranks ran
+    graph: bool  # the samples replayed a CUDA/HIP graph
+    graph_error: str  # why graph capture failed
+    registered: bool  # the buffers were registered with the communicator
+    register_note: str  # why they were not
+    requested_bytes: int  # the size asked for, where whole elements (or the world) rounded it
+    ranks: RanksInfo
+    tail: TailInfo
+    # a copy (ops.copies)
+    engine: str  # the copy call used ("cuMemcpyAsync", "hipMemcpyAsync", "torch copy_")
+    engine_note: str  # why, after a fallback
+    peer_access: bool
+    no_peer_access: list[str]  # the links of a pattern without peer access ("0->1")
+    pinned: bool  # host<->device: the host buffer is pinned
+    links: int  # all peers at once: the pairs copying together
+    per_link_gbps: float
+    link_gbps: dict[str, float]  # each link's own bandwidth, "0->1": GB/s
+    slowest_link: str
+    link_timer: str  # what the per-link figures time
+    pid: int  # the process that measured (a fresh re-measure's)
+    # launched mode: where it was measured (plugin.measurer; env.topology's Group.info and NodePair.info)
+    node: int
+    host: str
+    rank: int  # the global rank that measured a node-local copy
+    group_kind: str  # "intra-node", "inter-node"
+    group: str  # an inter-node group, in words ("local rank 1 across 2 nodes")
+    local_rank: int
+    pair: str  # the inter-node pair test's node pair, in words ("node 0 (h0) -> node 1 (h1)")
+    nodes: list[int]
+    hosts: list[str]
+    both_ways: bool
+    # a training pattern (ops.patterns): its plan, shape and per-step figures
+    pattern: str  # the pattern; for the inter-node pair test, its pairing ("ring")
+    model: str
+    scale: int
+    buckets: int
+    params: float
+    bucket_bytes: int
+    first_bucket_bytes: int
+    gradient: str
+    experts: int
+    top_k: int
+    tokens_per_rank: int
+    moe_layers: int
+    zipf: float
+    seed: int
+    expert_imbalance: float
+    rank_imbalance: float
+    imbalance: str
+    tp: int
+    tp_groups: list[list[int]]
+    layers: int
+    overlap_layers: int
+    activation_bytes: int
+    dp_bytes: int
+    tp_bytes: int
+    stages: int
+    micro_batches: int
+    iteration: str  # one iteration, in words
+    per_step: int  # iterations per training step
+    step_comm_s: float  # the communication time of a training step
+    step_label: str  # the pattern and shape in words
+    step: str  # the step's time in words
+    overlap: OverlapInfo
 
 
 def copy_where(op: str, devices: Sequence[str]) -> str:
@@ -29,7 +165,7 @@ def copy_where(op: str, devices: Sequence[str]) -> str:
     return ("<->" if op == "copy_bidir" else "->").join(devices)
 
 
-@dataclass
+@dataclass(init=False)
 class Measurement:
     """One operation at one size, timed over many iterations.
 
@@ -37,7 +173,8 @@ class Measurement:
     one transfer in one direction; for all_gather/reduce_scatter/all_to_all: the full buffer).
     ``bytes_per_iter`` is what algbw divides by the time: S for every op except the both-ways copy,
     which counts the bytes of both directions.  ``busbw_factor`` turns algbw into busbw
-    (1 for copies and point-to-point ops).
+    (1 for copies and point-to-point ops).  ``info`` (:class:`MeasurementInfo`) may be given as any mapping
+    (a report row's, read back): a dict is kept as it is (its maker may add to it after), another mapping copied.
     """
 
     op: str
@@ -49,13 +186,18 @@ class Measurement:
     world_size: int = 1
     dtype: Optional[str] = None
     kind: str = "copy"  # "copy" or "collective"
-    info: dict[str, Any] = field(default_factory=dict)
+    info: MeasurementInfo = field(default_factory=lambda: MeasurementInfo())
 
-    def __post_init__(self) -> None:
+    def __init__(self, op: str, size_bytes: int, samples_s: Sequence[float], devices: Sequence[str],
+                 bytes_per_iter: int = 0, busbw_factor: float = 1.0, world_size: int = 1, dtype: Optional[str] = None,
+                 kind: str = "copy", info: Optional[Mapping[str, Any]] = None) -> None:
+        self.op, self.size_bytes, self.bytes_per_iter, self.busbw_factor = op, size_bytes, bytes_per_iter, busbw_factor
+        self.world_size, self.dtype, self.kind = world_size, dtype, kind
+        self.info = cast(MeasurementInfo, info if isinstance(info, dict) else dict(info or {}))
         if not self.bytes_per_iter:
             self.bytes_per_iter = self.size_bytes
-        self.samples_s = [float(s) for s in self.samples_s]
-        self.devices = tuple(self.devices)
+        self.samples_s = [float(s) for s in samples_s]
+        self.devices = tuple(devices)
 
     # -- statistics, derived from the raw samples on demand ------------------------------------------
     @cached_property
@@ -123,9 +265,10 @@ class Measurement:
         """"node N (host)" for a measurement of one node (launched mode); the node pair of the inter-node pair
         test (``info["pair"]``: "node 0 (h0) -> node 1 (h1)") or the inter-node group of a collective
         (``info["group"]``: "local rank 1 across 2 nodes"); else ""."""
-        for key in ("pair", "group"):
-            if key in self.info:
-                return str(self.info[key])
+        if "pair" in self.info:
+            return str(self.info["pair"])
+        if "group" in self.info:
+            return str(self.info["group"])
         if "node" not in self.info:
             return ""
         host = self.info.get("host", "")

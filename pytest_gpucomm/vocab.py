@@ -16,6 +16,8 @@ __all__ = [
     "MARKER_NAMES",
     "FIXTURE_NAMES",
     "DEFAULT_MIN_TIME_S",
+    "DEFAULT_MAX_SAMPLES",
+    "RANK_WARMUP_MIN_S",
     "RANK_START_TIMEOUT_S",
     "DEFAULT_BASELINE_DIR",
     "DEFAULT_TIMEOUT_S",
@@ -91,6 +93,10 @@ FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link"
 
 # -- defaults (options, gate, timing) -----------------------------------------------------------------
 DEFAULT_MIN_TIME_S = 0.1  # measuring time per case, warm-up excluded
+DEFAULT_MAX_SAMPLES = 1000  # timed samples per case at most (ops.timing; the rank tasks' default too)
+#: the warm-up of a rank task (a collective, a training pattern, the node pairs): at least this long of steady
+#: work before the timed samples, on every rank (a copy's is ops.timing's own, shorter)
+RANK_WARMUP_MIN_S = 0.02
 DEFAULT_TIMEOUT_S = 300.0  # how long the ranks' work on one measurement may take
 #: how long a rank pool's workers may take to start and join their process group (at least; a longer
 #: --gpucomm-timeout raises it)

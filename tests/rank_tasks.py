@@ -127,11 +127,11 @@ def start_sleeper_then_exit_on_rank(ctx: RankContext, bad_rank: int = 1,
 
 
 def iteration_stats_of(ctx: RankContext, samples_by_rank: list[list[float]]) -> Any:
-    """``ops.collectives.iteration_stats`` of this rank's entry of ``samples_by_rank`` (hand-made times)."""
+    """``ops.across_ranks.iteration_stats`` of this rank's entry of ``samples_by_rank`` (hand-made times)."""
     import torch
     import torch.distributed as dist
 
-    from pytest_gpucomm.ops.collectives import iteration_stats
+    from pytest_gpucomm.ops.across_ranks import iteration_stats
 
     return tuple(iteration_stats(torch, dist, samples_by_rank[ctx.rank], ctx.rank, ctx.world_size, ctx.device))
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import pytest
 
-from pytest_gpucomm.env import amd, hardware
+from pytest_gpucomm.env import amd, amd_commands, amd_sources, hardware
 from pytest_gpucomm.env.fingerprint import VOLATILE_KEYS, diff_fingerprints
 
 DATA = Path(__file__).resolve().parent / "data" / "amd"
@@ -178,7 +178,7 @@ ROCM_SMI = {
 class FakeRunner:
     """Answers the commands of ``present`` ("amd-smi", "rocm-smi") with the recorded output; ``answers``
     overrides one command's (status, stdout, stderr).  A command not present raises FileNotFoundError, as
-    amd.run_command does."""
+    amd_sources.run_command does."""
 
     def __init__(self, present: tuple[str, ...] = ("amd-smi", "rocm-smi"),
                  answers: Optional[dict[tuple[str, ...], tuple[int, str, str]]] = None) -> None:
@@ -198,7 +198,7 @@ class FakeRunner:
 
 
 def no_amdsmi():
-    raise amd.SourceUnavailable("not installed (ModuleNotFoundError: No module named 'amdsmi')")
+    raise amd_sources.SourceUnavailable("not installed (ModuleNotFoundError: No module named 'amdsmi')")
 
 
 def read(smi: Any = None, runner: Optional[FakeRunner] = None, rocm_file=lambda: "6.4.1-120") -> dict:
@@ -434,12 +434,13 @@ def test_a_failing_secondary_amd_smi_command_is_a_note():
 def test_amd_smi_json_in_its_other_wrappings():
     entries = json.loads(recorded("amd-smi_static.json"))
     for text in (json.dumps({"gpu_data": entries, "cpu_data": [{"cpu": 0}]}), json.dumps(entries[0])):
-        got = amd.parse_amd_smi_json(text, "amd-smi static --json")
+        got = amd_commands.parse_amd_smi_json(text, "amd-smi static --json")
         assert got[0]["bus"]["bdf"] == "0000:05:00.0"
     mixed = json.dumps([{"cpu": 0, "smu": {"fw_version": "85.90.0"}}] + entries)
-    assert [e["gpu"] for e in amd.parse_amd_smi_json(mixed, "x")] == list(range(N))
-    with pytest.raises(amd.SourceFailed, match=r"amd-smi topology --json: expected a JSON list of objects, got int"):
-        amd.parse_amd_smi_json("3", "amd-smi topology --json")
+    assert [e["gpu"] for e in amd_commands.parse_amd_smi_json(mixed, "x")] == list(range(N))
+    with pytest.raises(amd_sources.SourceFailed,
+                       match=r"amd-smi topology --json: expected a JSON list of objects, got int"):
+        amd_commands.parse_amd_smi_json("3", "amd-smi topology --json")
 
 
 def test_fingerprints_that_differ_only_in_volatile_readings_do_not_differ(monkeypatch):
@@ -479,15 +480,16 @@ def test_fingerprints_that_differ_only_in_volatile_readings_do_not_differ(monkey
 def test_rocm_version_file_prefers_rocm_path(tmp_path):
     (tmp_path / ".info").mkdir()
     (tmp_path / ".info" / "version").write_text("6.4.1-120\n", encoding="utf-8")
-    assert amd.rocm_version_file({"ROCM_PATH": str(tmp_path)}) == "6.4.1-120"
-    assert amd.rocm_version_file({"ROCM_PATH": str(tmp_path / "none")}) in (None, amd.rocm_version_file({}))
+    assert amd_sources.rocm_version_file({"ROCM_PATH": str(tmp_path)}) == "6.4.1-120"
+    assert amd_sources.rocm_version_file({"ROCM_PATH": str(tmp_path / "none")}) in (None,
+                                                                                   amd_sources.rocm_version_file({}))
 
 
 def test_run_command_reports_a_missing_command_and_runs_a_present_one():
     with pytest.raises(FileNotFoundError):
-        amd.run_command(["no-such-command-gpucomm-test"])
-    assert amd.run_command([sys.executable, "-c", "print('x')"]) == (0, "x\n", "")
-    rc, _, err = amd.run_command([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
+        amd_sources.run_command(["no-such-command-gpucomm-test"])
+    assert amd_sources.run_command([sys.executable, "-c", "print('x')"]) == (0, "x\n", "")
+    rc, _, err = amd_sources.run_command([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
     assert rc == 124 and "timed out after 0.2 s" in err
 
 

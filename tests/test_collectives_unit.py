@@ -18,19 +18,17 @@ import pytest
 
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.units import describe_size
+from pytest_gpucomm.ops.collective_op import Shape
+from pytest_gpucomm.ops.collective_results import BenchResult, WrongResult
 from pytest_gpucomm.ops.collectives import (
     DTYPES,
     OPS,
-    BenchResult,
-    Shape,
-    WrongResult,
-    TAIL_MAX_OPS,
-    TAIL_MIN_OPS,
     add_op_methods,
     busbw_factor,
     element_count,
     to_measurement,
 )
+from pytest_gpucomm.ops.single_op_timing import TAIL_MAX_OPS, TAIL_MIN_OPS
 
 #: nccl-tests binary -> (busbw / algbw with n ranks, whether its "size" column is the full buffer of
 #: n chunks), from nccl-tests doc/PERFORMANCE.md and src/*.cu (GetBw, GetCollByteCount).
@@ -263,7 +261,7 @@ def test_nccl_workers_get_graph_registration_off_unless_the_user_sets_it():
 
 
 def test_a_batch_of_small_ops_is_replays_of_whole_graphs():
-    from pytest_gpucomm.ops.collectives import GRAPH_OPS, GRAPH_REPLAYS, graph_shape
+    from pytest_gpucomm.ops.timed_case import GRAPH_OPS, GRAPH_REPLAYS, graph_shape
 
     assert graph_shape(GRAPH_OPS * GRAPH_REPLAYS) == (GRAPH_OPS, GRAPH_REPLAYS)
     assert graph_shape(2 * GRAPH_OPS) == (GRAPH_OPS, 2)
@@ -321,7 +319,7 @@ def test_every_op_and_form_gives_its_expected_result_on_gloo(gloo_pool, op, in_p
 def test_to_measurement_puts_the_single_op_figures_and_their_histogram_in_info_tail():
     import numpy as np
 
-    from pytest_gpucomm.gate.tails import Histogram
+    from pytest_gpucomm.gate.sketches import Histogram
 
     times = tuple(1e-4 * (1 + 0.01 * i) for i in range(1200))  # 100 us .. 1.3 ms
     results = [_result(0, op_times_s=times, op_own_p50_s=1e-4, op_own_p99_s=2e-4, op_timer="host clock per operation",

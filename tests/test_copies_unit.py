@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pytest_gpucomm.compare import raw_copies as bench
-from pytest_gpucomm.ops import copies
+from pytest_gpucomm.ops import copies, copy_timing
 
 
 def _report(tmp_path, rows):
@@ -55,9 +55,9 @@ def test_copy_benchmark_names_a_bad_size():
 def test_gpu_copies_batch_at_least_a_millisecond():
     from pytest_gpucomm.ops.timing import TimingSettings
 
-    assert copies._gpu_batches(TimingSettings(min_time_s=0.5)).target_batch_s == copies.GPU_BATCH_S
-    assert copies._gpu_batches(TimingSettings(min_time_s=0.5)).min_time_s == 0.5
-    assert copies._gpu_batches(TimingSettings(target_batch_s=5e-3)).target_batch_s == 5e-3
+    assert copy_timing.gpu_batches(TimingSettings(min_time_s=0.5)).target_batch_s == copy_timing.GPU_BATCH_S
+    assert copy_timing.gpu_batches(TimingSettings(min_time_s=0.5)).min_time_s == 0.5
+    assert copy_timing.gpu_batches(TimingSettings(target_batch_s=5e-3)).target_batch_s == 5e-3
 
 
 def test_buffer_pool_reuses_a_buffer_for_the_same_user_and_size():

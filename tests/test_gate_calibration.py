@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pytest_gpucomm.gate import calibration as cal
-from pytest_gpucomm.gate.store import CaseRecord, save_run
+from pytest_gpucomm.gate.cases import CaseRecord
+from pytest_gpucomm.gate.store import save_run
 from pytest_gpucomm.units import size_token
 
 

@@ -19,13 +19,9 @@ from pytest_gpucomm.gate.decision import (
     MIN_SPREAD,
     NO_PRIOR,
     CaseModel,
-    Common,
     Comparison,
-    FloorCheck,
     Prior,
     RunLocation,
-    check_floor,
-    common_spread,
     compare,
     corrected_alpha,
     fit_case,
@@ -34,6 +30,8 @@ from pytest_gpucomm.gate.decision import (
     prediction,
     run_location,
 )
+from pytest_gpucomm.gate.floors import FloorCheck, check_floor
+from pytest_gpucomm.gate.levels import Common, common_spread
 from pytest_gpucomm.summary import summarize
 
 TRUE_GBPS = 100.0

@@ -12,8 +12,9 @@ import pytest
 
 from pytest_gpucomm.gate import Gate, GateSettings
 from pytest_gpucomm.env.fingerprint import node_differences
-from pytest_gpucomm.gate.store import (BaselineError, CaseRecord, RunToSave, case_key, load_baseline, save_run,
-                                       save_runs)
+from pytest_gpucomm.gate.cases import CaseRecord, case_key
+from pytest_gpucomm.gate.schema import BaselineError
+from pytest_gpucomm.gate.store import RunToSave, load_baseline, save_run, save_runs
 from pytest_gpucomm.measurement import Measurement
 
 DATE = "2026-12-01T00:00:00+00:00"

@@ -17,21 +17,14 @@ import pytest
 from pytest_gpucomm.files.atomic import temp_file_pattern, write_atomic
 from pytest_gpucomm.gate import store
 from pytest_gpucomm.env.fingerprint import diff_fingerprints
+from pytest_gpucomm.gate.cases import CaseRecord, case_key
+from pytest_gpucomm.gate.names import BaselineNotFound, baseline_name_for_model, resolve_baseline
+from pytest_gpucomm.gate.schema import JSON_SCHEMA, MAX_NESTING, SCHEMA_ID, SCHEMA_VERSION, BaselineError
 from pytest_gpucomm.gate.store import (
-    JSON_SCHEMA,
     MAX_BASELINE_BYTES,
-    MAX_NESTING,
-    SCHEMA_ID,
-    SCHEMA_VERSION,
-    BaselineError,
-    BaselineNotFound,
-    CaseRecord,
-    baseline_name_for_model,
-    case_key,
     dumps_document,
     load_baseline,
     new_document,
-    resolve_baseline,
     save_run,
     write_document,
 )
@@ -461,7 +454,8 @@ def _isolated(code: str, *args: str, timeout: float = 60.0) -> str:
 
 _LOAD = """
 import sys, time
-from pytest_gpucomm.gate.store import BaselineError, load_baseline
+from pytest_gpucomm.gate.schema import BaselineError
+from pytest_gpucomm.gate.store import load_baseline
 t = time.monotonic()
 try:
     load_baseline(sys.argv[1])
@@ -506,7 +500,7 @@ def test_a_fifo_swapped_in_after_the_type_check_cannot_block_the_read(tmp_path, 
     os.mkfifo(p)
     real_stat = os.stat
     # the check sees the regular file that was there; the open then meets the FIFO that replaced it
-    monkeypatch.setattr(store.os, "stat", lambda q, *a, **k: regular if str(q) == str(p) else real_stat(q, *a, **k))
+    monkeypatch.setattr(os, "stat", lambda q, *a, **k: regular if str(q) == str(p) else real_stat(q, *a, **k))
     outcome: list = []
 
     def load() -> None:
@@ -532,7 +526,9 @@ def test_save_run_onto_a_fifo_is_refused_at_once_and_leaves_it(tmp_path):
     os.mkfifo(p)
     code = """
 import sys
-from pytest_gpucomm.gate.store import BaselineError, CaseRecord, save_run
+from pytest_gpucomm.gate.cases import CaseRecord
+from pytest_gpucomm.gate.schema import BaselineError
+from pytest_gpucomm.gate.store import save_run
 r = CaseRecord(test_id="t", op="all_reduce", size_bytes=8, world_size=2, samples_gbps=[1.0])
 try:
     save_run(sys.argv[1], name="h200", run_id="r1", date="d", fingerprint={}, cases={r.key: r})
@@ -552,7 +548,8 @@ def test_resolving_and_listing_baselines_never_open_a_fifo_in_the_folder(tmp_pat
     code = """
 import sys
 from pathlib import Path
-from pytest_gpucomm.gate.store import BaselineError, available_baselines, resolve_baseline
+from pytest_gpucomm.gate.names import available_baselines, resolve_baseline
+from pytest_gpucomm.gate.schema import BaselineError
 d = Path(sys.argv[1])
 print(available_baselines([d]))
 print(resolve_baseline("a100", search_dirs=[d], detected_model=None))
@@ -618,7 +615,7 @@ def test_a_file_that_grows_past_the_limit_while_it_is_read_is_refused(tmp_path, 
             f.write(" " * 100)
         return st
 
-    monkeypatch.setattr(store.os, "fstat", fstat)
+    monkeypatch.setattr(os, "fstat", fstat)
     with pytest.raises(BaselineError, match=rf"^{p}: is larger than {len(text) + 10} bytes, the most"):
         load_baseline(p)
 

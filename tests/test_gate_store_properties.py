@@ -15,7 +15,9 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pytest_gpucomm.gate.store import BaselineError, CaseRecord, load_baseline, save_run  # noqa: E402
+from pytest_gpucomm.gate.cases import CaseRecord  # noqa: E402
+from pytest_gpucomm.gate.schema import BaselineError  # noqa: E402
+from pytest_gpucomm.gate.store import load_baseline, save_run  # noqa: E402
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

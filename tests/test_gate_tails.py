@@ -18,9 +18,10 @@ import pytest
 from pytest_gpucomm import vocab
 from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, save_run
 from pytest_gpucomm.gate import tails
-from pytest_gpucomm.gate.store import BaselineError, load_baseline
+from pytest_gpucomm.gate.schema import BaselineError
+from pytest_gpucomm.gate.store import load_baseline
 from pytest_gpucomm.gate.decision import CASE_ALPHA_SHARE
-from pytest_gpucomm.gate.tails import Histogram, TailSketch, tail_figures
+from pytest_gpucomm.gate.sketches import Histogram, TailSketch, tail_figures
 from pytest_gpucomm.plugin.markers import BandwidthSpec, LatencySpec, Marks, check_thresholds, latency_percentile_us
 from pytest_gpucomm.measurement import Measurement, Remeasure
 from pytest_gpucomm.report.run import json_document, render_table, tail_cell, tail_counts
@@ -45,7 +46,7 @@ def single_ops(seed: int, n: int = 10_000, slow_share: float = 0.0, slow: float 
 
 
 def tail_info(times: Any) -> dict[str, Any]:
-    """``info["tail"]`` as ``ops.collectives.tail_info`` makes it (the figures and the histogram)."""
+    """``info["tail"]`` as ``ops.collective_results.tail_info`` makes it (the figures and the histogram)."""
     return {**tail_figures(list(times)).to_dict(), "hist": Histogram.from_samples(list(times)).to_dict()}
 
 
@@ -365,13 +366,13 @@ import os
 import random
 import time
 
-from pytest_gpucomm.ops import collectives
+from pytest_gpucomm.ops import single_op_timing
 
 SHARE, DELAY_S = 0.3, 0.04
 # every rank times the same 300 single ops, whatever the machine: 1.2 s holds about 10,000 of them on 16 fast
 # cores, and 30 % of those at 40 ms each would outlast the job's 60 s timeout
 N_OPS = 300
-_single_ops = collectives.single_ops
+_single_ops = single_op_timing.single_ops
 _rng = random.Random(13)
 
 
@@ -385,7 +386,7 @@ def _capped_and_sometimes_slow(torch, run, gpu, n_ops, *args):
     return _single_ops(torch, run_or_sleep_first if slow else run, gpu, min(n_ops, N_OPS), *args)
 
 
-collectives.single_ops = _capped_and_sometimes_slow  # the batched samples (the median) are left alone
+single_op_timing.single_ops = _capped_and_sometimes_slow  # the batched samples (the median) are left alone
 '''
 
 ONE_ALL_REDUCE = '''

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from pytest_gpucomm.gate import keep
+from pytest_gpucomm.gate import keep, keep_prune
+from pytest_gpucomm.gate.cases import CaseRecord
+from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import (
-    BaselineError,
-    CaseRecord,
     RunToSave,
     load_baseline,
     new_document,
@@ -240,7 +240,7 @@ def test_prune_waits_for_the_lock_of_a_save_and_times_out_with_a_clear_message(b
 
 def test_prune_under_the_lock_prunes_what_the_file_holds_then(base: Path, monkeypatch) -> None:
     """A save between the first read and the lock is not lost: the prune is applied to the file re-read."""
-    real = keep.prune_document
+    real = keep_prune.prune_document
     calls = []
 
     def prune_then_save(doc, path, **how):
@@ -249,7 +249,7 @@ def test_prune_under_the_lock_prunes_what_the_file_holds_then(base: Path, monkey
             save(base, "r4", [A], 4)
         return real(doc, path, **how)
 
-    monkeypatch.setattr(keep, "prune_document", prune_then_save)
+    monkeypatch.setattr(keep_prune, "prune_document", prune_then_save)
     code, out, _ = gpucomm("baselines", "prune", base, "--keep", "2")
     assert code == 0 and run_ids(base) == ["r3", "r4"] and "the file changed while this ran" in out
     assert "runs removed (2): r1" in out.split("the file changed")[1]

@@ -15,7 +15,8 @@ import pytest
 from test_launched import ARGS, free_port, run_all, slurm_2x2_env
 
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.ops.copies import CopyError, copy_spec, measuring_local_rank, node_measurements
+from pytest_gpucomm.ops.copies import CopyError, copy_spec
+from pytest_gpucomm.ops.node_copies import measuring_local_rank, node_measurements
 from pytest_gpucomm.plugin.parametrize import launched_pairs_reason
 from pytest_gpucomm.ranks import RankError
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from pytest_gpucomm.cli import main
-from pytest_gpucomm.gate.store import case_key
+from pytest_gpucomm.gate.cases import case_key
 from pytest_gpucomm.analysis.matrices import ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines, report_matrix_lines
 
 GIB, MIB = 1 << 30, 1 << 20

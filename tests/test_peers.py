@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucomm.plugin.measurer import GpuPair
-from pytest_gpucomm.gate.store import case_key
+from pytest_gpucomm.gate.cases import case_key
 from pytest_gpucomm.gate.verdicts import case_group
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.ops import copies
+from pytest_gpucomm.ops import copies, copy_timing, node_copies
 from pytest_gpucomm.plugin.parametrize import pair_choice, select_links, select_pairs
 from pytest_gpucomm.ops.timing import TimingSettings
 from pytest_gpucomm.vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
@@ -181,8 +181,8 @@ def test_an_unknown_copy_kind_names_every_known_one():
 
 def test_in_launched_mode_the_patterns_first_device_chooses_the_measuring_rank():
     spec = copies.copy_spec("all_to_one", ["cuda:3", "cuda:1", "cuda:0"], 4096)
-    assert copies.measuring_local_rank(spec, 8) == 3
-    assert copies.measuring_local_rank(copies.copy_spec("all_pairs", ["cpu:1", "cpu:0"], 8), 2) == 0
+    assert node_copies.measuring_local_rank(spec, 8) == 3
+    assert node_copies.measuring_local_rank(copies.copy_spec("all_pairs", ["cpu:1", "cpu:0"], 8), 2) == 0
 
 
 @pytest.mark.parametrize("op, devices, where", [
@@ -217,7 +217,7 @@ def test_a_host_pattern_copy_that_raises_in_its_thread_raises_in_the_caller():
 
     src, dst = torch.zeros(16, dtype=torch.uint8), torch.zeros(8, dtype=torch.uint8)
     with pytest.raises(RuntimeError):
-        copies._HostPattern([(src, dst)]).sample(1)
+        copy_timing.HostPattern([(src, dst)]).sample(1)
 
 
 def test_host_pattern_buffers_beyond_the_hosts_share_fail_with_the_reason(monkeypatch):
@@ -394,18 +394,18 @@ def test_the_gpu_pattern_times_each_pair_on_its_own_stream_within_the_span_and_c
     pool = copies.BufferPool()
     pairs = [(pool.get("cuda:0", f"src{k}", size), pool.get("cuda:0", f"dst{k}", size)) for k in range(3)]
     streams = [(torch.cuda.Stream(device=0), None) for _ in pairs]
-    timed = copies._CudaPattern(pairs, streams, latch_device=0, what="3 device-local pairs at once")
-    samples, plan = copies.measure(timed, copies._gpu_batches(TimingSettings(min_time_s=0.05)))
+    timed = copy_timing.CudaPattern(pairs, streams, latch_device=0, what="3 device-local pairs at once")
+    samples, plan = copies.measure(timed, copy_timing.gpu_batches(TimingSettings(min_time_s=0.05)))
     read = timed.link_times[-len(samples):]
     assert len(read) == len(samples) >= 3 and all(len(own) == 3 for _, own in read)
     for (batch, own), per_iter in zip(read, samples):
         # a pair's own time runs from its start to its end, inside the sample's span from the latch's
         # release to the last pair's end (device events: 0.5 us resolution)
         assert 0 < max(own) <= per_iter * batch * 1.001 + 1e-6
-    copies._verify(timed, pairs, "3 device-local pairs at once")
+    copy_timing.verify_copies(timed, pairs, "3 device-local pairs at once")
     # a pair whose copy does not reach its destination is caught, naming the case: here the second pair's
     # copy is made to write elsewhere
     elsewhere = torch.empty_like(pairs[1][1])
-    misdirected = copies._CudaPattern([pairs[0], (pairs[1][0], elsewhere)], streams[:2], latch_device=0, what="x")
+    misdirected = copy_timing.CudaPattern([pairs[0], (pairs[1][0], elsewhere)], streams[:2], latch_device=0, what="x")
     with pytest.raises(copies.CopyError, match=r"^3 device-local pairs at once: the copied data is wrong in "):
-        copies._verify(misdirected, pairs[:2], "3 device-local pairs at once")
+        copy_timing.verify_copies(misdirected, pairs[:2], "3 device-local pairs at once")

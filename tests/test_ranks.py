@@ -41,12 +41,13 @@ from pytest_gpucomm.ranks.errors import (  # noqa: E402
     RankTimeout,
 )
 import pytest_gpucomm.ranks.logdirs as logdirs_module  # noqa: E402
+import pytest_gpucomm.ranks.processes as processes_module  # noqa: E402
 import pytest_gpucomm.ranks.spawn as spawn_module  # noqa: E402
 from pytest_gpucomm.ranks.pool import RankPool  # noqa: E402
 from pytest_gpucomm.ranks.protocol import Hello  # noqa: E402
 from pytest_gpucomm.ranks.report import describe_returncode  # noqa: E402
+from pytest_gpucomm.ranks.processes import ForkedProc  # noqa: E402
 from pytest_gpucomm.ranks.spawn import (  # noqa: E402
-    ForkedProc,
     Zygote,
     accept_authenticated,
     loopback_listener,
@@ -643,12 +644,12 @@ def test_a_pool_whose_log_folder_was_removed_starts_again_with_a_new_one() -> No
 def test_a_rank_reaped_by_someone_else_is_not_signalled_again(monkeypatch: pytest.MonkeyPatch) -> None:
     proc = subprocess.Popen(["true"], start_new_session=True)
     os.waitpid(proc.pid, 0)  # reaped behind Popen's back (as with SIGCHLD ignored)
-    p = spawn_module.RankProcess(rank=0, proc=proc, log_path=Path(os.devnull), stack_path=Path(os.devnull),
+    p = processes_module.RankProcess(rank=0, proc=proc, log_path=Path(os.devnull), stack_path=Path(os.devnull),
                                  log_file=open(os.devnull, "wb"))
     signalled: list[int] = []
-    monkeypatch.setattr(spawn_module, "_kill_group", lambda q: signalled.append(q.pid) or True)
+    monkeypatch.setattr(processes_module, "_kill_group", lambda q: signalled.append(q.pid) or True)
     try:
-        spawn_module.kill_ranks([p], wait_s=5)
+        processes_module.kill_ranks([p], wait_s=5)
     finally:
         p.log_file.close()
     assert p.reaped_elsewhere and signalled == []
@@ -658,7 +659,7 @@ def test_interrupts_are_held_back_while_ranks_are_released_and_arrive_after() ->
     seen: list[str] = []
     old = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append("TERM"))
     try:
-        with spawn_module._signals_held():
+        with processes_module._signals_held():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
             assert seen == []

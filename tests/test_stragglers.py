@@ -1,5 +1,5 @@
 """Stragglers and outlier nodes: the robust rule on hand-made figures (stragglers.py), the ranks' reduction
-on real gloo ranks (ops.collectives.iteration_stats), the report's sections and JSON, and a pool-mode run.
+on real gloo ranks (ops.across_ranks.iteration_stats), the report's sections and JSON, and a pool-mode run.
 
 The launched-mode check -- a straggler injected into one rank of 2 torchrun "nodes" named as the slowest
 rank and its node as an outlier -- is in test_launched.py.
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.ops.collectives import BenchResult, to_measurement
+from pytest_gpucomm.ops.collective_results import BenchResult
+from pytest_gpucomm.ops.collectives import to_measurement
 from pytest_gpucomm.report.run import json_document, straggler_lines
 from pytest_gpucomm.plugin.state import Record
 from pytest_gpucomm.analysis.stragglers import (

@@ -41,10 +41,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_gpucomm.gate.sketches import Histogram, TailSketch, tail_figures
 from pytest_gpucomm.gate.tails import (DEFAULT_SHARE_SPREAD, DEFAULT_TAIL_TOLERANCE, EXPECTED_SHARE, MIX_DF,
                                        SPREAD_PRIOR_DF,
-                                       Histogram, TailSketch, TailSpread, baseline_ratio, fit_spread, mixture_sf,
-                                       tail_figures, tail_test)
+                                       TailSpread, baseline_ratio, fit_spread, mixture_sf,
+                                       tail_test)
 
 ROOT = Path(__file__).resolve().parents[1]
 NARROW = dict(sigma=0.04, w=0.015, slow_med=1.5, slow_sigma=0.15, drift=0.01, wvar=0.2)

@@ -7,7 +7,8 @@ import pytest
 from proc_helpers import gloo_pool
 
 from pytest_gpucomm.measurement import Measurement
-from pytest_gpucomm.ops.collectives import BenchResult, to_measurement
+from pytest_gpucomm.ops.collective_results import BenchResult
+from pytest_gpucomm.ops.collectives import to_measurement
 from pytest_gpucomm.ops.nodes import PhaseResult, WrongPairs, to_measurements
 from pytest_gpucomm.env.topology import (
     GROUP_KINDS,

@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from pytest_gpucomm.gate import decision, store  # noqa: F401  (loaded once, before pytester's runs)
-from pytest_gpucomm.ops.collectives import BenchResult
-from pytest_gpucomm.ops.patterns import (CPU_SCALE, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, MODELS, PATTERNS,
-                                         SCALED_BUCKETS_FEWER, ModelShape, PatternResult, WrongResult, _DataParallel,
-                                         _Experts, check_rows, ddp_buckets, moe_counts, plan, to_measurement)
+from pytest_gpucomm.ops.collective_results import BenchResult, WrongResult
+from pytest_gpucomm.ops.model_shapes import MODELS, ModelShape
+from pytest_gpucomm.ops.pattern_runs import PatternResult, check_rows
+from pytest_gpucomm.ops.patterns import (CPU_SCALE, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PATTERNS,
+                                         SCALED_BUCKETS_FEWER, _DataParallel, _Experts, ddp_buckets, moe_counts, plan,
+                                         to_measurement)
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_training_traffic.py"
 

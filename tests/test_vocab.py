@@ -32,6 +32,9 @@ def test_the_measuring_time_the_start_timeout_and_the_baseline_folder_are_the_vo
     assert timing.TimingSettings().min_time_s == vocab.DEFAULT_MIN_TIME_S == 0.1
     for f in (collectives.bench, patterns.run_pattern, nodes.exchange):
         assert default(f, "min_time_s") == vocab.DEFAULT_MIN_TIME_S, f
+        assert default(f, "max_samples") == vocab.DEFAULT_MAX_SAMPLES == timing.TimingSettings().max_samples, f
+    for f in (collectives.bench, nodes.exchange):
+        assert default(f, "dtype") == vocab.DEFAULT_DTYPE == "float32", f
     assert default(pool.RankPool.__init__, "start_timeout_s") == vocab.RANK_START_TIMEOUT_S == 120.0
     assert default(spawn.Zygote.__init__, "start_timeout_s") == vocab.RANK_START_TIMEOUT_S
     assert keep.DEFAULT_BASELINE_DIR == vocab.DEFAULT_BASELINE_DIR == "baselines"  # keep's name, kept for callers

@@ -89,7 +89,7 @@ class BaselineFigures:
              layout: str = "") -> Optional[CaseFigures]:
         """The case of a measurement (by the gate's key, ``gate.store.case_key``), None where the baseline
         lacks it."""
-        from ..gate.store import case_key
+        from ..gate.cases import case_key
 
         case = (self.document.get("cases") or {}).get(case_key(test, op, int(size_bytes), dtype, int(world_size),
                                                                layout))

@@ -62,7 +62,7 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed the usage error (2) or the help (0)
         return int(e.code or 0)
-    from ..gate.store import BaselineError
+    from ..gate.schema import BaselineError
     from ..report.plots import PlotsUnavailable
     from ..report.saved import ReportError
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, cast
 
-from ..ops.copies import spin_rate  # imports no torch until called
+from ..ops.copy_timing import spin_rate  # imports no torch until called
 from ..units import parse_size
 
 TARGET = 0.97

@@ -12,8 +12,8 @@ from typing import Any, Callable, Sequence
 __all__ = ["COMMAND_TIMEOUT_S", "MAX_ERROR", "Calls", "Runner", "SourceFailed", "SourceUnavailable", "error_text",
            "run_command"]
 
-#: how long one management command may run
-COMMAND_TIMEOUT_S = 20.0
+#: seconds one management command may take: ``amd-smi static`` on 8 GPUs takes a few
+COMMAND_TIMEOUT_S = 30.0
 #: longest error text kept in ``sources`` and ``notes``
 MAX_ERROR = 200
 

@@ -21,7 +21,10 @@ another node, every local rank at once, over a ring of nodes (every link of the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ..measurement import MeasurementInfo
 
 __all__ = ["GROUP_KINDS", "WORLD", "INTRA_NODE", "INTER_NODE", "PAIR_PATTERNS", "PAIRWISE_MAX_NODES", "SubGroup",
            "Layout", "NodePair", "Phase", "group_layout", "node_pair_phases", "node_pair_problem",
@@ -70,7 +73,7 @@ class SubGroup:
             return f"local rank {self.index} across {self.n_nodes} nodes"
         return f"all {len(self.ranks)} ranks"
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> MeasurementInfo:
         """What ``Measurement.info`` says of this group: ``node`` and ``host`` for an intra-node group (the
         measurement's ``where`` then names the node), ``group`` for an inter-node group."""
         if self.kind == INTRA_NODE:
@@ -97,7 +100,7 @@ class NodePair:
         arrow = "<->" if self.both_ways else "->"
         return f"{_node_label(self.a, self.host_a)} {arrow} {_node_label(self.b, self.host_b)}"
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> MeasurementInfo:
         return {"pair": self.label, "nodes": [self.a, self.b], "hosts": [self.host_a, self.host_b],
                 "both_ways": self.both_ways}
 

@@ -1,18 +1,22 @@
 """The regression gate: per-hardware baseline files, the statistical decision, and the session's verdicts.
 
 * :mod:`.decision`    -- the pure statistics: a run's location (``run_location``), a case's baseline model
-  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures, ``check_floor`` against a
-  published floor (numpy, scipy).
+  (``fit_case``, ``fit_prior``), ``compare`` / ``judge`` with re-measures (numpy, scipy); ``check_floor``
+  against a published floor is in :mod:`.floors`.
 * :mod:`.levels`      -- the run judged at the end: class offsets, op bands, case residuals (``judge_run``).
-* :mod:`.store`       -- the baseline file: schema, read and validate, resolve NAME|PATH|auto, merge a run
-  in under a lock, write atomically (jsonschema, filelock).
-* :mod:`.tails`       -- the TAIL verdict: a case's one-op tail against the baseline's.
+* :mod:`.store`       -- the baseline file: read and validate, merge a run in under a lock, write
+  atomically (jsonschema, filelock); its schema and the checks beyond it in :mod:`.schema`, a case's key and
+  record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names`.
+* :mod:`.tails`       -- the TAIL rule: a case's one-op tail against the baseline's (the histograms and
+  sketches it reads in :mod:`.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
 * :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).
-* :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``).
+* :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``; prune and
+  merge in :mod:`.keep_prune` and :mod:`.keep_merge`, what they share in :mod:`.keep_files`).
 * :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults.
 * what changed in the environment since the baseline was recorded is :mod:`pytest_gpucomm.env.fingerprint`'s.
 * :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
-  and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`).
+  and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`); what it fits of
+  a baseline once per session in :mod:`.baseline_fit`.
 
 Importing this package, building a ``Gate`` and asking ``.active`` / ``.loaded`` is cheap: the decision
 and store names are resolved on first use (module ``__getattr__``), so numpy, scipy, jsonschema and
@@ -32,12 +36,15 @@ from .verdicts import Gate, GateSettings, GateUsageError, Verdict
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
                      "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
-                     "Common", "common_spread", "run_offsets", "FloorCheck", "check_floor",
                      "corrected_alpha"],
                     "decision"),
-    **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError", "BaselineNotFound", "Baseline",
-                     "CaseEntry", "CaseRecord", "CaseRun", "RunRecord", "case_key", "baseline_name_for_model",
-                     "available_baselines", "resolve_baseline", "load_baseline", "save_run", "new_document",
+    **dict.fromkeys(["Common", "common_spread", "run_offsets"], "levels"),
+    **dict.fromkeys(["FloorCheck", "check_floor"], "floors"),
+    **dict.fromkeys(["SCHEMA_ID", "SCHEMA_VERSION", "JSON_SCHEMA", "BaselineError"], "schema"),
+    **dict.fromkeys(["BaselineNotFound", "baseline_name_for_model", "available_baselines", "resolve_baseline"],
+                    "names"),
+    **dict.fromkeys(["CaseRecord", "case_key"], "cases"),
+    **dict.fromkeys(["Baseline", "CaseEntry", "CaseRun", "RunRecord", "load_baseline", "save_run", "new_document",
                      "dumps_document", "write_document"], "store"),
 }
 
@@ -52,14 +59,10 @@ if TYPE_CHECKING:
     from .decision import (  # noqa: F401
         DECISION_RULE,
         CaseModel,
-        Common,
         Comparison,
-        FloorCheck,
         Prior,
         RunLocation,
         Spread,
-        check_floor,
-        common_spread,
         compare,
         corrected_alpha,
         detectable_drop,
@@ -69,26 +72,20 @@ if TYPE_CHECKING:
         prediction,
         prior_class,
         run_location,
-        run_offsets,
     )
+    from .cases import CaseRecord, case_key  # noqa: F401
+    from .names import BaselineNotFound, available_baselines, baseline_name_for_model, resolve_baseline  # noqa: F401
+    from .schema import JSON_SCHEMA, SCHEMA_ID, SCHEMA_VERSION, BaselineError  # noqa: F401
+    from .floors import FloorCheck, check_floor  # noqa: F401
+    from .levels import Common, common_spread, run_offsets  # noqa: F401
     from .store import (  # noqa: F401
-        JSON_SCHEMA,
-        SCHEMA_ID,
-        SCHEMA_VERSION,
         Baseline,
-        BaselineError,
-        BaselineNotFound,
         CaseEntry,
-        CaseRecord,
         CaseRun,
         RunRecord,
-        available_baselines,
-        baseline_name_for_model,
-        case_key,
         dumps_document,
         load_baseline,
         new_document,
-        resolve_baseline,
         save_run,
         write_document,
     )

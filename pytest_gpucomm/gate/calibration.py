@@ -306,7 +306,8 @@ def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
     ``decision.fit_case`` on every run, and per group the spread of a run's common offset."""
     import numpy as np
 
-    from .decision import prediction, run_offsets
+    from .decision import prediction
+    from .levels import run_offsets
 
     models = _models(cases, {c.key: list(c.runs) for c in cases}, session)
     per_case = {}
@@ -474,7 +475,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--folds {args.folds}: expected a whole number from 1 to {MAX_FOLDS}")
     if args.per_case_every < 0:
         p.error(f"--per-case-every {args.per_case_every}: expected 0 or more")
-    from .store import BaselineError
+    from .schema import BaselineError
 
     try:
         cases, dates, labels = load_cases(args.baseline)

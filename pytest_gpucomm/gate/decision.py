@@ -3,7 +3,9 @@
 Nothing here imports torch or touches a device, and nothing here knows about files or pytest; every
 function takes plain numbers.  The statuses are the decision's own lower-case words ("ok", "regression",
 "improved", "not gated"); :mod:`pytest_gpucomm.gate.verdicts` turns them into
-:class:`pytest_gpucomm.vocab.Status`.  This module imports numpy and scipy: import it only when judging.
+:class:`pytest_gpucomm.vocab.Status`.  The class offsets of step 6 (the runs' common offset) are in
+:mod:`pytest_gpucomm.gate.levels`, a published floor's check in :mod:`pytest_gpucomm.gate.floors`.  This module
+imports numpy and scipy: import it only when judging.
 """
 
 from __future__ import annotations
@@ -35,11 +37,6 @@ __all__ = [
     "compare",
     "judge",
     "detectable_drop",
-    "Common",
-    "run_offsets",
-    "common_spread",
-    "FloorCheck",
-    "check_floor",
     "corrected_alpha",
     "DECISION_RULE",
     "DETECTION_POWER",
@@ -546,89 +543,3 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
         fresh.append(bool(is_fresh))
         c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
     return Judged(c, runs, k0)
-
-
-# ------------------------------------------------------------------------------------------------
-# the common offset of a run (the class offsets of step 6)
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Common:
-    """How far a group's common offset moves between the baseline's runs (DECISION_RULE step 6): the
-    prediction spread of a new run's offset, from the runs' offsets grouped by session like a case's."""
-
-    sd: float
-    df: float
-    runs: int
-    sessions: int
-
-
-def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> dict[str, float]:
-    """Per baseline run id, the common offset of a group: the median over the group's cases of the run's
-    location less the case's centre.  ``case_runs``: per case, run id -> location."""
-    devs: dict[str, list[float]] = {}
-    for runs, c in zip(case_runs, centers):
-        for rid, loc in runs.items():
-            devs.setdefault(rid, []).append(loc - c)
-    return {rid: float(np.median(v)) for rid, v in devs.items()}
-
-
-def common_spread(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
-                  session_of: dict[str, Optional[str]]) -> Optional[Common]:
-    """The baseline runs' common offsets (``run_offsets``) fitted as one case (``fit_case`` and
-    ``prediction`` for one new run).  None without a run."""
-    offsets = run_offsets(case_runs, centers)
-    if not offsets:
-        return None
-    ids = sorted(offsets)
-    model = fit_case([RunLocation(offsets[r], 0.0, 1) for r in ids], [session_of.get(r) for r in ids])
-    sp = prediction(model, NO_PRIOR, 1, 0.0)
-    return Common(sd=sp.sd, df=sp.df, runs=model.runs, sessions=model.sessions)
-
-
-# ------------------------------------------------------------------------------------------------
-# published floors
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FloorCheck:
-    """The verdict on a case that only has a published floor (no measured baseline runs)."""
-
-    status: str  # "ok" | "regression"
-    current_median_gbps: float
-    floor_gbps: float
-    ratio: float  # current median / floor (pooled over the re-measures)
-    tolerance: float
-    runs_now: int
-    reason: str
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "regression"
-
-
-def check_floor(first: RunLocation, floor_gbps: float,
-                measure_again: Optional[Callable[[], tuple[RunLocation, bool]]] = None,
-                *, tolerance: float = DEFAULT_TOLERANCE, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> FloorCheck:
-    """A case with a published floor: "regression" when the median bandwidth is below floor * (1 - t),
-    after the same re-measures as a measured case (pooled: the mean of the runs' log medians)."""
-    tolerance = check_tolerance(tolerance)
-    floor = float(floor_gbps)
-    if not math.isfinite(floor) or floor <= 0:
-        raise ValueError(f"floor_gbps must be a positive number, got {floor_gbps!r}")
-    limit = math.log(floor * (1.0 - tolerance))
-    runs = [first]
-    while measure_again is not None and len(runs) <= max_remeasures and sum(r.loc for r in runs) / len(runs) < limit:
-        runs.append(measure_again()[0])
-    loc = sum(r.loc for r in runs) / len(runs)
-    med = math.exp(loc)
-    ratio = med / floor
-    where = (f"{ratio - 1:+.1%} from the published floor {floor:.4g} GB/s" if ratio < 1 else
-             f"{ratio - 1:.1%} above the published floor {floor:.4g} GB/s")
-    of = f"median {med:.4g} GB/s" + (f" (mean of {len(runs)} runs)" if len(runs) > 1 else "")
-    if loc < limit:
-        status = "regression"
-        reason = f"{of} is {where}, beyond the {tolerance:.0%} tolerance"
-    else:
-        status = "ok"
-        reason = f"{of} is {where}" + (f", within the {tolerance:.0%} tolerance" if ratio < 1 else "")
-    return FloorCheck(status=status, current_median_gbps=med, floor_gbps=floor, ratio=ratio, tolerance=tolerance,
-                      runs_now=len(runs), reason=reason)

@@ -16,10 +16,11 @@ import numpy as np
 from ..units import format_size, plural
 from ..vocab import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORMAL, GATED_DROP_FACTOR, MIN_SPREAD,
-                       NO_PRIOR, Common, Prior, bounded_exp, check_tolerance, common_spread, prior_of_variances,
-                       t_quantile)
+                       NO_PRIOR, Prior, RunLocation, bounded_exp, check_tolerance, fit_case, prediction,
+                       prior_of_variances, t_quantile)
 
-__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "FOLDED_CLASSES", "Member", "member", "case_class", "residuals", "Residual",
+__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "FOLDED_CLASSES", "Common", "run_offsets", "common_spread",
+           "Member", "member", "case_class", "residuals", "Residual",
            "fit_residual", "residual_spread", "within_share", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels",
            "judge_run"]
 
@@ -49,6 +50,43 @@ _KIND_LABEL = {"collective": "collectives", "peer": "copies between GPUs", "host
 def case_class(kind: str, size_bytes: int) -> str:
     """The class of a case: its kind ("collective", "peer" or "host") and whether it is up to 1 MiB."""
     return f"{_KIND_LABEL.get(kind, kind)} {'<=' if size_bytes <= SMALL_BYTES else '>'} 1 MiB"
+
+
+# ------------------------------------------------------------------------------------------------
+# the common offset of a run (the class offsets of step 6)
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Common:
+    """How far a group's common offset moves between the baseline's runs (DECISION_RULE step 6): the
+    prediction spread of a new run's offset, from the runs' offsets grouped by session like a case's."""
+
+    sd: float
+    df: float
+    runs: int
+    sessions: int
+
+
+def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> dict[str, float]:
+    """Per baseline run id, the common offset of a group: the median over the group's cases of the run's
+    location less the case's centre.  ``case_runs``: per case, run id -> location."""
+    devs: dict[str, list[float]] = {}
+    for runs, c in zip(case_runs, centers):
+        for rid, loc in runs.items():
+            devs.setdefault(rid, []).append(loc - c)
+    return {rid: float(np.median(v)) for rid, v in devs.items()}
+
+
+def common_spread(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
+                  session_of: dict[str, Optional[str]]) -> Optional[Common]:
+    """The baseline runs' common offsets (``run_offsets``) fitted as one case (``fit_case`` and
+    ``prediction`` for one new run).  None without a run."""
+    offsets = run_offsets(case_runs, centers)
+    if not offsets:
+        return None
+    ids = sorted(offsets)
+    model = fit_case([RunLocation(offsets[r], 0.0, 1) for r in ids], [session_of.get(r) for r in ids])
+    sp = prediction(model, NO_PRIOR, 1, 0.0)
+    return Common(sd=sp.sd, df=sp.df, runs=model.runs, sessions=model.sessions)
 
 
 @dataclass(frozen=True)

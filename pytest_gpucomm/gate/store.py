@@ -1,8 +1,8 @@
 """The baseline store: the raw bandwidth samples of the last K runs of each benchmark case, per hardware.
 
 A baseline is one JSON file, ``<NAME>.json`` (``h200.json``, ``mi300x.json``, ...), written and read only
-through this module.  Format (``schema_version`` 2, checked with :data:`JSON_SCHEMA` via ``jsonschema``; a file
-of version 1 is upgraded on read, :mod:`pytest_gpucomm.files.formats`, and a save writes it back as 2)::
+through this module.  Format (``schema_version`` 2, checked with :data:`.schema.JSON_SCHEMA` via ``jsonschema``; a
+file of version 1 is upgraded on read, :mod:`pytest_gpucomm.files.formats`, and a save writes it back as 2)::
 
     {
       "schema": "pytest-gpucomm-baseline",   # fixed identifier: anything else is not a baseline file
@@ -30,7 +30,7 @@ of version 1 is upgraded on read, :mod:`pytest_gpucomm.files.formats`, and a sav
              "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
              "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50},
              "tail": {"n": 9800, "p50_us": 20.1,           # optional: the run's single ops, each timed on
-                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.tails.TailSketch:
+                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.sketches.TailSketch:
                       "max_ratio": 2.9}}                    # quantile / median per level, slowest op / median)
           ],
           "floor_gbps": 44.0                 # optional; published cases: the minimum acceptable median
@@ -65,45 +65,43 @@ socket is refused before it is opened, and the open cannot block), at most :data
 nested at most :data:`MAX_NESTING` deep; anything else is a :class:`BaselineError` that names the file.
 
 This module imports ``jsonschema`` and ``filelock``: :mod:`pytest_gpucomm.gate` imports it only on use.
+The file's pieces live beside this module: what a valid document is (the JSON schema and the checks beyond it,
+:mod:`.schema`), which file a NAME or ``auto`` means (:mod:`.names`), and a case's key and its record in the
+run being saved (:mod:`.cases`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import jsonschema
 from filelock import FileLock, Timeout
 
 from ..files.atomic import remove_stale_temp_files, write_atomic
-from ..files.formats import BASELINE_SCHEMA, BASELINE_VERSION, upgrade_baseline
+from ..files.formats import upgrade_baseline
 from ..files.jsontext import json_path
 from ..vocab import DEFAULT_MAX_RUNS
+from .cases import CaseRecord
+from .schema import (MAX_NESTING, SCHEMA_ID, SCHEMA_VALIDATOR, SCHEMA_VERSION, BaselineError, check_finite,
+                     check_samples, check_tails, describe_error, nesting_depth_exceeds, tail_sketch, too_deep)
+
+if TYPE_CHECKING:
+    from .sketches import TailSketch
 
 __all__ = [
-    "SCHEMA_ID",
-    "SCHEMA_VERSION",
-    "JSON_SCHEMA",
+    "LOCK_TIMEOUT_S",
     "MAX_BASELINE_BYTES",
-    "MAX_NESTING",
-    "BaselineError",
-    "BaselineNotFound",
-    "CaseRecord",
     "CaseRun",
     "CaseEntry",
     "RunRecord",
     "Baseline",
-    "case_key",
     "RunToSave",
     "save_runs",
-    "baseline_name_for_model",
-    "available_baselines",
-    "resolve_baseline",
     "load_baseline",
     "save_run",
     "new_document",
@@ -112,203 +110,27 @@ __all__ = [
     "update_document",
     "read_document",
     "to_baseline",
-    "SCHEMA_VALIDATOR",
-    "check_tails",
     "merge_run",
+    "run_group",
 ]
 
-SCHEMA_ID, SCHEMA_VERSION = BASELINE_SCHEMA, BASELINE_VERSION  # written today; an earlier version is upgraded on read
 LOCK_TIMEOUT_S = 120.0
 #: the largest baseline file read (the shipped h200.json, 19 runs x 169 cases, is 6.6 MB); a larger one is refused
 MAX_BASELINE_BYTES = 256 * 1024 * 1024
-#: the deepest nesting of JSON arrays/objects read (a baseline needs 6; fingerprints add a few more)
-MAX_NESTING = 64
-
-_POSITIVE_NUMBER = {"type": "number", "exclusiveMinimum": 0}
-
-JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": f"https://pytest-gpucomm/schemas/baseline-{SCHEMA_VERSION}.json",
-    "title": f"pytest-gpucomm baseline file, schema_version {SCHEMA_VERSION}",
-    "type": "object",
-    "required": ["schema", "schema_version", "name", "source", "max_runs", "runs", "cases"],
-    "properties": {
-        "schema": {"const": SCHEMA_ID},
-        "schema_version": {"type": "integer", "minimum": 1},
-        "name": {"type": "string", "minLength": 1},
-        "source": {"enum": ["measured", "published"]},
-        "source_detail": {"type": "string"},
-        "max_runs": {"type": "integer", "minimum": 1},
-        "runs": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["run_id", "date"],
-                "properties": {
-                    "run_id": {"type": "string", "minLength": 1},
-                    "date": {"type": "string"},
-                    "session": {"type": "string", "minLength": 1},
-                    "node": {"type": "integer", "minimum": 0},
-                    "host": {"type": "string"},
-                    "fingerprint": {"type": "object"},
-                },
-            },
-        },
-        "cases": {
-            "type": "object",
-            "additionalProperties": {
-                "type": "object",
-                "required": ["test_id", "op", "size_bytes", "world_size", "runs"],
-                "properties": {
-                    "test_id": {"type": "string"},
-                    "op": {"type": "string", "minLength": 1},
-                    "size_bytes": {"type": "integer", "minimum": 0},
-                    "world_size": {"type": "integer", "minimum": 1},
-                    "dtype": {"type": ["string", "null"]},
-                    "devices": {"type": "array", "items": {"type": "string"}},
-                    "layout": {"type": "string", "pattern": "^[1-9][0-9]*x[1-9][0-9]*$"},
-                    "floor_gbps": _POSITIVE_NUMBER,
-                    "runs": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["run_id", "samples_gbps"],
-                            "properties": {
-                                "run_id": {"type": "string", "minLength": 1},
-                                "samples_gbps": {"type": "array", "minItems": 1, "items": _POSITIVE_NUMBER},
-                                "summary": {
-                                    "type": "object",
-                                    "properties": {
-                                        "median_gbps": {"type": "number"},
-                                        "p50_us": {"type": "number"},
-                                        "p99_us": {"type": "number"},
-                                        "cv": {"type": "number"},
-                                        "n": {"type": "integer", "minimum": 0},
-                                    },
-                                },
-                                "tail": {
-                                    "type": "object",
-                                    "required": ["n", "p50_us", "ratios", "max_ratio"],
-                                    "properties": {
-                                        "n": {"type": "integer", "minimum": 1},
-                                        "p50_us": _POSITIVE_NUMBER,
-                                        "ratios": {"type": "object", "additionalProperties": {"type": "number",
-                                                                                             "minimum": 1}},
-                                        "max_ratio": {"type": "number", "minimum": 1},
-                                    },
-                                },
-                            },
-                        },
-                    },
-                },
-                # a case without measured runs is only meaningful with a published floor
-                "if": {"properties": {"runs": {"maxItems": 0}}},
-                "then": {"required": ["floor_gbps"]},
-            },
-        },
-    },
-}
-
-
-def _structure_schema() -> dict[str, Any]:
-    """JSON_SCHEMA without the per-sample rule: _check_samples checks the samples (finite, > 0) in one
-    plain loop, which is about ten times faster on a file of 5 runs x 169 cases than the validator."""
-    schema = json.loads(json.dumps(JSON_SCHEMA))
-    run = schema["properties"]["cases"]["additionalProperties"]["properties"]["runs"]["items"]
-    del run["properties"]["samples_gbps"]["items"]
-    return schema
-
-
-SCHEMA_VALIDATOR = jsonschema.Draft202012Validator(_structure_schema())
-
-
-class BaselineError(Exception):
-    """A baseline that cannot be used; the message names the file and exactly what is wrong."""
-
-
-class BaselineNotFound(BaselineError):
-    """No baseline of that name; the message lists the baselines that are available."""
 
 
 # ------------------------------------------------------------------------------------------------
-# Records
+# What a file holds, read
 # ------------------------------------------------------------------------------------------------
-
-
-def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
-             layout: str = "") -> str:
-    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``, and
-    ``|<layout>`` for a job across nodes (launched mode), ``<nodes>x<ranks per node>`` (e.g. ``2x8``).
-
-    Every part is kept verbatim, so the key is stable across runs and readable in the file; e.g.
-    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.  A job on one host
-    has no layout part: its keys are those of the rank pool.
-    """
-    if layout and not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", layout):
-        raise ValueError(f"layout must be '<nodes>x<ranks per node>' (e.g. '2x8'), got {layout!r}")
-    if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
-        raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
-    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
-    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}" + (f"|{layout}" if layout else "")
-
-
-@dataclass
-class CaseRecord:
-    """One case's result in the run being saved: metadata, raw samples (GB/s) and a summary."""
-
-    test_id: str
-    op: str
-    size_bytes: int
-    world_size: int
-    samples_gbps: Sequence[float]
-    dtype: Optional[str] = None
-    devices: Sequence[str] = ()
-    summary: Mapping[str, Any] = field(default_factory=dict)
-    layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes (case_key), "" on one host
-    tail: Optional[Mapping[str, Any]] = None  # the single ops' TailSketch.to_dict(), where it has single ops
-
-    @property
-    def key(self) -> str:
-        return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size, self.layout)
-
-    @classmethod
-    def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
-        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side); a measurement
-        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.gate.tails.TailSketch`."""
-        samples = [float(v) for v in measurement.samples_gbps]
-        tail = None
-        info = getattr(measurement, "info", None) or {}
-        if isinstance(info.get("tail"), dict) and info["tail"].get("hist"):
-            from .tails import TailSketch
-
-            tail = TailSketch.from_info(info["tail"], f"{test_id}: info['tail']").to_dict()
-        summary = {
-            "median_gbps": float(measurement.gbps),
-            "p50_us": float(measurement.p50_us),
-            "p99_us": float(measurement.summary.p99_s * 1e6),
-            "cv": float(measurement.summary.cv),
-            "n": int(measurement.summary.n),
-        }
-        return cls(
-            test_id=test_id,
-            op=measurement.op,
-            size_bytes=int(measurement.size_bytes),
-            world_size=int(measurement.world_size),
-            samples_gbps=samples,
-            dtype=measurement.dtype,
-            devices=tuple(measurement.devices),
-            summary=summary,
-            layout=layout,
-            tail=tail,
-        )
 
 
 @dataclass(frozen=True)
 class RunRecord:
+    """A run of the file's ``runs``: its id, date, the environment's fingerprint, and where it was recorded."""
+
     run_id: str
     date: str
-    fingerprint: dict
+    fingerprint: dict[str, Any]
     session: Optional[str] = None  # runs of one session are one session's evidence (gate.decision.fit_case)
     node: Optional[int] = None  # a job across nodes: the node whose measurements this run holds (host below)
     host: Optional[str] = None
@@ -316,22 +138,26 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class CaseRun:
+    """One run of a case: its samples (GB/s), their summary, and the sketch of its single ops."""
+
     run_id: str
-    samples_gbps: list
-    summary: dict
-    tail: Optional[Any] = None  # gate.tails.TailSketch of the run's single ops, None where it has none
+    samples_gbps: list[float]
+    summary: dict[str, Any]
+    tail: Optional[TailSketch] = None  # the run's single ops, None where it has none
 
 
 @dataclass
 class CaseEntry:
+    """A case of the file (its key, what it measures) with its runs, oldest first, and its published floor."""
+
     key: str
     test_id: str
     op: str
     size_bytes: int
     world_size: int
     dtype: Optional[str]
-    devices: list
-    runs: list  # list[CaseRun], oldest first
+    devices: list[str]
+    runs: list[CaseRun]  # oldest first
     floor_gbps: Optional[float] = None
     layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes, "" on one host
 
@@ -346,151 +172,34 @@ class CaseEntry:
 
     @property
     def floor_only(self) -> bool:
-        """A published case without measured runs: checked with ``decision.check_floor``."""
+        """A published case without measured runs: checked with ``floors.check_floor``."""
         return not self.runs and self.floor_gbps is not None
 
 
 @dataclass
 class Baseline:
+    """A baseline file read (:func:`load_baseline`): its name, source, ``max_runs``, runs and cases."""
+
     path: Path
     name: str
     source: str
     source_detail: str
     max_runs: int
-    runs: list  # list[RunRecord], oldest first
-    cases: dict  # key -> CaseEntry
+    runs: list[RunRecord]  # oldest first
+    cases: dict[str, CaseEntry]  # case key -> its entry
     schema_version: int = SCHEMA_VERSION
     #: the document as read (the curves and plots read the file's layout); None for a Baseline made otherwise
-    doc: Optional[dict] = field(default=None, repr=False, compare=False)
+    doc: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
 
-    def latest_fingerprint(self) -> Optional[dict]:
+    def latest_fingerprint(self) -> Optional[dict[str, Any]]:
         """The fingerprint of the newest run recorded in the file, or None when there is none."""
         return dict(self.runs[-1].fingerprint) if self.runs else None
 
-
-# ------------------------------------------------------------------------------------------------
-# Model names and resolving a --gpu-baseline spec
-# ------------------------------------------------------------------------------------------------
-
-# Longer names first where one is a prefix of another (mi250x before mi250, l40s before l40).
-_MODEL_TOKENS = [
-    "gb200", "gh200", "b200", "b100", "h200", "h100", "h800", "h20",
-    "a100", "a800", "a40", "a30", "a10g", "a10", "l40s", "l40", "l4", "v100", "t4",
-    "mi355x", "mi325x", "mi300x", "mi300a", "mi250x", "mi250", "mi210", "mi100",
-]  # fmt: skip
-_MODEL_RE = re.compile(r"(?<![a-z0-9])(" + "|".join(_MODEL_TOKENS) + r")(?![a-z0-9])")
-
-
-def baseline_name_for_model(model: str) -> Optional[str]:
-    """The baseline name for a device model string, or None if the model is not known.
-
-    "NVIDIA H200" and "NVIDIA H200 NVL" -> "h200", "NVIDIA H100 80GB HBM3" -> "h100",
-    "NVIDIA A100-SXM4-80GB" -> "a100", "AMD Instinct MI300X" -> "mi300x", "AMD Instinct MI250X" -> "mi250x".
-    Form factors and memory sizes are not told apart: one baseline per chip.
-    """
-    if not model:
-        return None
-    m = _MODEL_RE.search(str(model).lower())
-    return m.group(1) if m else None
-
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-
-
-def available_baselines(search_dirs: Iterable[Path]) -> list[str]:
-    """Names of the baseline files (``*.json``) in the directories, sorted, each once."""
-    names: set[str] = set()
-    for d in search_dirs:
-        d = Path(d)
-        if d.is_dir():
-            names.update(p.stem for p in d.glob("*.json") if p.is_file() and not p.name.startswith("."))
-    return sorted(names)
-
-
-def resolve_baseline(
-    spec: str,
-    *,
-    search_dirs: Sequence[Path],
-    detected_model: Optional[str],
-    must_exist: bool = True,
-) -> Path:
-    """Turn a ``--gpu-baseline`` value into a file path.
-
-    * ``"auto"``: the name for ``detected_model`` (see :func:`baseline_name_for_model`), then as NAME.
-    * a value with a path separator or ending in ``.json``: that file (it may not exist yet: saving).
-    * NAME: the first ``<dir>/<NAME>.json`` in ``search_dirs``.  If there is none: with ``must_exist``
-      :class:`BaselineNotFound` listing the available names; without it, ``<search_dirs[0]>/<NAME>.json``
-      (where a first ``--gpu-baseline-save`` creates it).
-    """
-    spec = (spec or "").strip()
-    dirs = [Path(d) for d in search_dirs]
-    if not spec:
-        raise BaselineError("empty baseline name: give a name (e.g. h200), a path to a .json file, or 'auto'")
-    if spec == "auto":
-        if not detected_model:
-            raise BaselineError(
-                "--gpu-baseline=auto: no GPU model was detected; give the baseline name or path explicitly"
-            )
-        name = baseline_name_for_model(detected_model)
-        if name is None:
-            raise BaselineError(
-                f"--gpu-baseline=auto: the detected model {detected_model!r} is not one this plugin "
-                f"knows a baseline name for; give the baseline name or path explicitly"
-            )
-        return _resolve_name(name, dirs, must_exist, how=f"auto, from the detected model {detected_model!r}")
-    if os.sep in spec or "/" in spec or (os.altsep and os.altsep in spec) or spec.endswith(".json"):
-        return Path(spec).expanduser()
-    if not _NAME_RE.match(spec):
-        raise BaselineError(
-            f"invalid baseline name {spec!r}: use letters, digits, '.', '_', '-' (or give a path to a .json file)"
-        )
-    return _resolve_name(spec, dirs, must_exist, how="")
-
-
-def _resolve_name(name: str, dirs: list[Path], must_exist: bool, how: str) -> Path:
-    for d in dirs:
-        p = d / f"{name}.json"
-        if p.is_file():
-            return p
-    if not must_exist and dirs:
-        return dirs[0] / f"{name}.json"
-    avail = available_baselines(dirs)
-    where = ", ".join(str(d) for d in dirs) or "(no directories configured)"
-    listed = ", ".join(avail) if avail else "none"
-    origin = f" ({how})" if how else ""
-    raise BaselineNotFound(
-        f"no baseline named {name!r}{origin} in {where}; available baselines: {listed}"
-    )
 
 
 # ------------------------------------------------------------------------------------------------
 # Reading
 # ------------------------------------------------------------------------------------------------
-
-
-def _nesting_depth_exceeds(doc: Any, limit: int) -> bool:
-    """Whether arrays/objects in ``doc`` nest deeper than ``limit`` levels (the top level is level 1).
-    Iterative: a document of any depth is checked without recursion."""
-    stack: list[tuple[Any, int]] = [(doc, 1)]
-    while stack:
-        obj, depth = stack.pop()
-        if isinstance(obj, Mapping):
-            children: Iterable[Any] = obj.values()
-        elif isinstance(obj, (list, tuple)):
-            children = obj
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (Mapping, list, tuple)))
-    return False
-
-
-def _too_deep(path: Path) -> BaselineError:
-    return BaselineError(
-        f"{path}: the JSON is nested deeper than {MAX_NESTING} levels, the most a baseline file may "
-        "use: not a baseline file"
-    )
 
 
 def read_document(path: Path) -> dict:
@@ -502,9 +211,9 @@ def read_document(path: Path) -> dict:
                             limit_name="pytest_gpucomm.gate.store.MAX_BASELINE_BYTES", error=BaselineError)
     from ..files.jsontext import parse_json_bytes
 
-    doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: _too_deep(path))
-    if _nesting_depth_exceeds(doc, MAX_NESTING):
-        raise _too_deep(path)
+    doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: too_deep(path))
+    if nesting_depth_exceeds(doc, MAX_NESTING):
+        raise too_deep(path)
     if not isinstance(doc, dict):
         raise BaselineError(f"{path}: not a pytest-gpucomm baseline: the top level is a {type(doc).__name__}, "
                             f"expected an object")
@@ -519,87 +228,11 @@ def read_document(path: Path) -> dict:
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-        raise BaselineError(f"{path}: invalid baseline: at {json_path(err.absolute_path)}: {_describe(err)}{more}")
-    _check_samples(path, doc)
+        raise BaselineError(f"{path}: invalid baseline: at {json_path(err.absolute_path)}: {describe_error(err)}{more}")
+    check_samples(path, doc)
     check_tails(path, doc)
-    _check_finite(path, doc)
+    check_finite(path, doc)
     return doc
-
-
-def _check_finite(path: Path, doc: Any) -> None:
-    """Refuse a NaN or an infinity anywhere (Python's json reads them, but they are not JSON: a file that held
-    one in a fingerprint loaded, and then the next run could not be saved to it); the schema has already
-    named those in the samples and the figures it knows (the samples, most of a file, are left out here)."""
-    from ..files.jsontext import first_non_finite
-
-    found = first_non_finite(doc, skip=("samples_gbps",))
-    if found:
-        raise BaselineError(f"{path}: invalid baseline: at {found[0]}: {found[1]!r} is not a finite "
-                            "number (a baseline holds finite numbers only)")
-
-
-def _describe(err: "jsonschema.exceptions.ValidationError") -> str:
-    if err.validator == "required":
-        return err.message.replace("is a required property", "is missing (a required field)")
-    if err.validator == "then":
-        return "a case without runs needs a 'floor_gbps' (a published figure)"
-    return err.message
-
-
-def _finite(v: Any) -> bool:
-    """A number that is finite as a float (an integer too large for a float is not)."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-def _check_samples(path: Path, doc: dict) -> None:
-    """Samples and floors are positive finite numbers (JSON has no NaN/Infinity, but Python's json module
-    reads them)."""
-    for key, case in doc["cases"].items():
-        floor = case.get("floor_gbps")
-        if floor is not None and not _finite(floor):
-            raise BaselineError(f"{path}: invalid baseline: at {json_path(['cases', key, 'floor_gbps'])}: "
-                                f"{floor!r} is not finite")
-        for i, run in enumerate(case["runs"]):
-            for j, v in enumerate(run["samples_gbps"]):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (_finite(v) and v > 0):
-                    raise BaselineError(
-                        f"{path}: invalid baseline: at "
-                        f"{json_path(['cases', key, 'runs', i, 'samples_gbps', j])}: {v!r} is not a positive "
-                        "finite number"
-                    )
-
-
-def check_tails(path: Path, doc: dict) -> None:
-    """Each run's ``tail`` (optional) is a tail sketch: its levels in (0, 1), its ratios in [1, max_ratio]."""
-    for key, case in doc["cases"].items():
-        for i, run in enumerate(case["runs"]):
-            if "tail" in run:
-                _sketch(path, run["tail"], ["cases", key, "runs", i, "tail"])
-
-
-def _sketch(path: Path, d: Any, where: list[Any]) -> Any:
-    """The :class:`~pytest_gpucomm.gate.tails.TailSketch` of a run's ``tail``, or a BaselineError naming the file
-    and the place."""
-    from .tails import TailSketch
-
-    at = f"{path}: invalid baseline: at {json_path(where)}"
-    bad = [q for q in (d.get("ratios") or {}) if not _level(q)] if isinstance(d, dict) else []
-    if bad:
-        raise BaselineError(f"{at}: {bad[0]!r} is not a level between 0 and 1 (a ratio's key is its quantile)")
-    try:
-        return TailSketch.from_dict(d, at)
-    except ValueError as e:
-        raise BaselineError(str(e)) from None
-
-
-def _level(q: Any) -> bool:
-    try:
-        return 0 < float(q) < 1
-    except (TypeError, ValueError):
-        return False
 
 
 def to_baseline(path: Path, doc: dict) -> Baseline:
@@ -616,7 +249,7 @@ def to_baseline(path: Path, doc: dict) -> Baseline:
             dtype=c.get("dtype"),
             devices=list(c.get("devices") or []),
             runs=[CaseRun(r["run_id"], [float(v) for v in r["samples_gbps"]], dict(r.get("summary") or {}),
-                          _sketch(path, r["tail"], ["cases", key, "runs", i, "tail"]) if "tail" in r else None)
+                          tail_sketch(path, r["tail"], ["cases", key, "runs", i, "tail"]) if "tail" in r else None)
                   for i, r in enumerate(c["runs"])],
             floor_gbps=float(c["floor_gbps"]) if c.get("floor_gbps") is not None else None,
             layout=str(c.get("layout") or ""),
@@ -801,7 +434,7 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             raise ValueError("run_id must be a non-empty string")
         if not isinstance(run.fingerprint, Mapping):
             raise ValueError(f"fingerprint must be a mapping, got {type(run.fingerprint).__name__}")
-        if _nesting_depth_exceeds(run.fingerprint, MAX_NESTING - 3):  # it sits at $.runs[i].fingerprint
+        if nesting_depth_exceeds(run.fingerprint, MAX_NESTING - 3):  # it sits at $.runs[i].fingerprint
             raise ValueError(f"fingerprint is nested deeper than {MAX_NESTING - 3} levels: a baseline file nests "
                              f"at most {MAX_NESTING} deep")
         for key, rec in run.cases.items():
@@ -826,7 +459,7 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
                                     f"at {json_path(e.absolute_path)}: {e.message}")
             try:
                 check_tails(path, doc)
-                _check_finite(path, doc)
+                check_finite(path, doc)
             except BaselineError as e:
                 raise BaselineError(f"refusing to write: {e}") from None
             write_atomic(path, dumps_document(doc))
@@ -846,7 +479,7 @@ def write_document(path: Path, doc: dict[str, Any]) -> None:
     into a shared one (:func:`save_run` does that).
     """
     path = Path(path)
-    if _nesting_depth_exceeds(doc, MAX_NESTING):
+    if nesting_depth_exceeds(doc, MAX_NESTING):
         raise BaselineError(f"{path}: refusing to write an invalid baseline: it is nested deeper than "
                             f"{MAX_NESTING} levels")
 
@@ -898,7 +531,7 @@ def _check_to_write(path: Path, doc: Any) -> None:
     """What :func:`read_document` checks of a file, on a document about to be written: BaselineError
     ("refusing to write an invalid baseline") naming ``path`` and the first problem."""
     at = f"{path}: refusing to write an invalid baseline"
-    if _nesting_depth_exceeds(doc, MAX_NESTING):
+    if nesting_depth_exceeds(doc, MAX_NESTING):
         raise BaselineError(f"{at}: it is nested deeper than {MAX_NESTING} levels")
     if not isinstance(doc, dict):
         raise BaselineError(f"{at}: the document is a {type(doc).__name__}, not an object")
@@ -909,10 +542,10 @@ def _check_to_write(path: Path, doc: Any) -> None:
     errors = sorted(SCHEMA_VALIDATOR.iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         err = jsonschema.exceptions.best_match(errors) or errors[0]
-        raise BaselineError(f"{at}: at {json_path(err.absolute_path)}: {_describe(err)}")
+        raise BaselineError(f"{at}: at {json_path(err.absolute_path)}: {describe_error(err)}")
     try:
-        _check_samples(path, doc)
+        check_samples(path, doc)
         check_tails(path, doc)
-        _check_finite(path, doc)
+        check_finite(path, doc)
     except BaselineError as e:
         raise BaselineError(f"refusing to write: {e}") from None

@@ -35,21 +35,22 @@ nor filelock.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..units import describe_size, plural
+from ..units import describe_size, describe_us, plural
 from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE,
                      DEFAULT_TOLERANCE, Status)
 
 if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
-    from .decision import CaseModel, Prior
-    from .store import Baseline, CaseEntry
+    from .decision import CaseModel, Prior, RunLocation
+    from .levels import RunLevels
+    from .store import Baseline
+    from .tails import TailSpread
 
 __all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "verdict_status", "case_group", "case_kind"]
 
@@ -124,39 +125,6 @@ class Verdict:
         }
 
 
-def _us(x: Optional[float]) -> str:
-    """A time in microseconds, as the messages give it: 8.12 us, 41.2 us, 1.24 ms, 1.50 s; "n/a" for None."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f} s"
-    if x >= 1e3:
-        return f"{x / 1e3:.2f} ms"
-    return f"{x:.2f} us" if x < 10 else f"{x:.1f} us"
-
-
-def _figures_now(info: dict[str, Any], merged: Any) -> dict[str, Any]:
-    """Today's single-op figures (us): the measurement's own, or those of its runs' pooled histogram."""
-    if merged is None:
-        return {k: info.get(k) for k in ("n", "p50_us", "p99_us", "p999_us", "max_us", "jitter")}
-    q = {k: merged.quantile(p) * 1e6 for k, p in (("p50_us", 0.5), ("p99_us", 0.99), ("max_us", 1.0))}
-    q["p999_us"] = merged.quantile(0.999) * 1e6 if merged.n >= 1000 else None
-    return {"n": merged.n, **q, "jitter": q["p99_us"] / q["p50_us"]}
-
-
-def _figures_baseline(sketches: list[Any]) -> dict[str, Any]:
-    """The baseline's single-op figures (us): per figure the median over the runs that resolve it."""
-    import statistics
-
-    def med(values: list[float]) -> Optional[float]:
-        return statistics.median(values) * 1e6 if values else None
-
-    return {"p50_us": med([s.p50_s for s in sketches]),
-            "p99_us": med([s.ratios[0.99] * s.p50_s for s in sketches if 0.99 in s.ratios]),
-            "p999_us": med([s.ratios[0.999] * s.p50_s for s in sketches if 0.999 in s.ratios]),
-            "max_us": med([s.max_ratio * s.p50_s for s in sketches]), "runs": len(sketches),
-            "n": [s.n for s in sketches]}
-
 
 def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
     """What the change costs a training step, for a measurement that gives its time per step
@@ -170,8 +138,8 @@ def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
     now = float(step) * first_gbps / now_gbps
     base = now * ratio
     label = info.get("step_label") or m.op
-    return (f"{label} takes {_us(now * 1e6)} instead of {_us(base * 1e6)} ({now / base - 1:+.1%}) per training "
-            "step")
+    return (f"{label} takes {describe_us(now * 1e6)} instead of {describe_us(base * 1e6)} ({now / base - 1:+.1%}) "
+            "per training step")
 
 
 def case_group(op: str) -> str:
@@ -199,7 +167,7 @@ class Gate:
         self.baseline: Optional[Baseline] = None  # None also when the file does not exist yet (saving)
         self.n_comparisons = 1
         self.n_tail_comparisons = 0  # of n_comparisons, the tails tested (cases whose baseline runs have sketches)
-        self._tail_spread: Any = None
+        self._tail_spread: Optional[TailSpread] = None
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
@@ -228,7 +196,9 @@ class Gate:
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
-        from .store import BaselineError, load_baseline, resolve_baseline
+        from .names import resolve_baseline
+        from .schema import BaselineError
+        from .store import load_baseline
 
         spec = self.settings.spec
         if spec is None:
@@ -263,7 +233,9 @@ class Gate:
     def _find_spreads(self, model: str) -> None:
         """For a baseline with cases of one session: the file of the same hardware (``<model name>.json`` in
         the search folders), when it is another file with runs in two sessions or more (``use_spreads_of``)."""
-        from .store import BaselineError, baseline_name_for_model, load_baseline
+        from .names import baseline_name_for_model
+        from .schema import BaselineError
+        from .store import load_baseline
 
         b = self.baseline
         name = baseline_name_for_model(model) if model else None
@@ -291,73 +263,18 @@ class Gate:
         median of its class's (DECISION_RULE step 2).  ``why`` names the file for the header."""
         self._spread_source, self.spread_note, self._models = source, why, None
 
-    def _borrowed(self, fitted: dict[str, tuple["CaseModel", str]]) -> dict[str, "Prior"]:
-        """The priors of the one-session cases, from the spread source (see ``use_spreads_of``)."""
-        from .decision import FALLBACK_DF, Prior, fit_case, fit_prior, prediction, prior_class, run_location
-
-        src = self._spread_source
-        one = [k for k, (m, _) in fitted.items() if m.sessions == 1]
-        if src is None or not one:
-            return {}
-        session_of = {r.run_id: r.session for r in src.runs}
-        models: dict[str, tuple[CaseModel, str]] = {}
-        for key, e in src.cases.items():
-            if e.runs:
-                runs = [run_location(r.samples_gbps, f"{src.path}: case {key!r}") for r in e.runs]
-                models[key] = (fit_case(runs, [session_of.get(r.run_id) for r in e.runs]),
-                               prior_class(case_group(e.op) == "collective", e.size_bytes))
-        priors = {c: fit_prior(m for m, cc in models.values() if cc == c) for c in {cc for _, cc in models.values()}}
-        figures: dict[str, tuple[float, float, float, float]] = {}
-        for key, (m, c) in models.items():
-            if m.sessions >= 2:
-                sp = prediction(m, priors[c], 1, m.mean_se2)
-                df_b = m.sessions - 1 + (priors[c].df if math.isfinite(priors[c].df) else 1000.0)
-                figures[key] = (sp.session_sd ** 2, df_b, sp.run_sd ** 2, float(max(m.within_df, 1)))
-        out: dict[str, Prior] = {}
-        for key in one:
-            if key in figures:
-                s2, d, r2, rd = figures[key]
-            else:
-                same = [figures[k] for k, (_, c) in models.items() if c == fitted[key][1] and k in figures]
-                if not same:
-                    continue
-                s2, r2 = sorted(f[0] for f in same)[len(same) // 2], sorted(f[2] for f in same)[len(same) // 2]
-                d = rd = FALLBACK_DF
-            out[key] = Prior(s2, d, run_s2=r2, run_df=rd)
-        return out
-
     def _fit(self) -> dict[str, tuple["CaseModel", "Prior"]]:
         """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
-        if self._models is not None:
-            return self._models
-        from .decision import common_spread, fit_case, fit_prior, prior_class, run_location
+        if self._models is None:
+            from .baseline_fit import fit_baseline
 
-        assert self.baseline is not None
-        session_of = {r.run_id: r.session for r in self.baseline.runs}
-        fitted: dict[str, tuple[CaseModel, str]] = {}
-        locs: dict[str, dict[str, dict[str, float]]] = {}
-        centers: dict[str, list[float]] = {}
-        for key, e in self.baseline.cases.items():
-            if not e.runs:
-                continue
-            runs = [run_location(r.samples_gbps, f"{self.path}: case {key!r}, run {r.run_id}") for r in e.runs]
-            model = fit_case(runs, [session_of.get(r.run_id) for r in e.runs])
-            group = case_group(e.op)
-            fitted[key] = (model, prior_class(group == "collective", e.size_bytes))
-            locs.setdefault(group, {})[key] = {r.run_id: x.loc for r, x in zip(e.runs, runs)}
-            centers.setdefault(group, []).append(model.center)
-        priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
-        borrowed = self._borrowed(fitted)
-        self._models = {key: (m, borrowed.get(key, priors[c])) for key, (m, c) in fitted.items()}
-        self._locs = {key: runs for v in locs.values() for key, runs in v.items()}
-        for g, v in locs.items():
-            common = common_spread(list(v.values()), centers[g], session_of)
-            if common is not None:
-                self._commons[g] = dataclasses.asdict(common)
+            assert self.baseline is not None
+            fit = fit_baseline(self.baseline, self.path, self._spread_source)
+            self._models, self._locs, self._commons = fit.models, fit.locs, fit.commons
         return self._models
 
     def commons(self) -> dict[str, dict[str, Any]]:
-        """Per group, how far the baseline runs' common offset moves (``decision.Common`` as a dict, what the
+        """Per group, how far the baseline runs' common offset moves (``levels.Common`` as a dict, what the
         session's shift is judged against)."""
         if self.baseline is None:
             return {}
@@ -419,9 +336,11 @@ class Gate:
         measures the case in its i-th other process group (None: no more): a case of a folded class
         (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
         them (the tail verdict reads the first run and the re-measures only)."""
-        from .decision import CASE_ALPHA_SHARE, check_floor, judge, run_location
+        from .decision import CASE_ALPHA_SHARE, judge, run_location
+        from .tail_verdict import judge_tail
+        from .floors import check_floor
         from ..env.fingerprint import format_fingerprint_diff
-        from .store import case_key
+        from .cases import case_key
 
         if self.baseline is None:
             return Verdict(Status.NEW, message="no baseline yet")
@@ -435,9 +354,9 @@ class Gate:
         tol = self.settings.tolerance if tolerance is None else tolerance
         first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
         again_log: list[dict[str, Any]] = []
-        again_ms: list[Any] = []  # the re-measured measurements (the tail verdict pools their single ops)
+        again_ms: list[Measurement] = []  # the re-measured measurements (the tail verdict pools their single ops)
 
-        def measure_again() -> tuple[Any, bool]:
+        def measure_again() -> tuple[RunLocation, bool]:
             assert remeasure is not None
             r = remeasure()
             loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
@@ -449,7 +368,7 @@ class Gate:
             return loc, r.fresh
 
         again = measure_again if remeasure is not None else None
-        if entry.floor_only:
+        if entry.floor_only and entry.floor_gbps is not None:  # floor_only: no run, a floor
             fc = check_floor(first, entry.floor_gbps, again, tolerance=tol, max_remeasures=self.settings.max_remeasures)
             v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps, ratio=fc.ratio,
                         remeasured=fc.runs_now - 1, details={"tolerance": tol, "remeasures": again_log})
@@ -497,8 +416,10 @@ class Gate:
         median_done = len(again_ms)
         tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
         looks = max(1, self.settings.max_remeasures) if remeasure is not None else 1  # the median verdict's
-        tail = self._judge_tail(nodeid, entry, m, again_ms, again if v.status is not Status.REGRESSION else None,
-                                tol_tail, looks)
+        tail = judge_tail(nodeid, entry, m, again_ms, again if v.status is not Status.REGRESSION else None,
+                          tolerance=tol_tail, looks=looks, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
+                          n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures,
+                          spread=self._spread, baseline_name=self.baseline.name)
         if tail is None:
             return v
         t, text = tail
@@ -518,13 +439,13 @@ class Gate:
         return v
 
     def _folds(self, nodeid: str, m: Measurement, fold: Optional[Callable[[int], Optional[Measurement]]]
-               ) -> tuple[list[dict[str, Any]], list[Any]]:
+               ) -> tuple[list[dict[str, Any]], list[RunLocation]]:
         """The case's folds (see :meth:`judge`): each one's record for the report and its run location."""
         from .decision import run_location
         from .levels import FOLDED_CLASSES, case_class
 
         log: list[dict[str, Any]] = []
-        locs: list[Any] = []
+        locs: list[RunLocation] = []
         if fold is None or case_class(case_kind(m.op), m.size_bytes) not in FOLDED_CLASSES:
             return log, locs
         for i in range(1, self.settings.folds):
@@ -536,109 +457,17 @@ class Gate:
             log.append({"median_gbps": loc.gbps, "measurement": fm.to_dict(with_samples=True)})
         return log, locs
 
-    def _judge_tail(self, nodeid: str, entry: "CaseEntry", m: Measurement, again_ms: list[Any],
-                    again: Optional[Callable[[], tuple[Any, bool]]], tolerance: float, looks: int
-                    ) -> Optional[tuple[dict[str, Any], str]]:
-        """The tail verdict of a case (``gate.tails.tail_test``) and the TAIL message's text, or None where
-        today's measurement has no single ops.  ``again_ms``: the re-measures made so far (the median
-        verdict's), which a flagged first run pools, and to which ``again`` (None: no more re-measures, as
-        when the median already failed) adds more while the pooled share is still above the allowed one."""
-        info = getattr(m, "info", None)
-        info = info.get("tail") if isinstance(info, dict) else None
-        if not isinstance(info, dict) or not info.get("hist"):
-            return None
-        sketches = [r.tail for r in entry.runs if r.tail is not None and r.tail.p99_s is not None]
-        if not sketches:
-            return ({"status": "untested", "why": "no baseline run of this case keeps single-op figures (recorded "
-                     "without them, or with fewer than 100 single ops); record runs with --gpu-baseline-save"}, "")
-        from .decision import CASE_ALPHA_SHARE
-        from .tails import Histogram, tail_test
 
-        def hist_of(x: Any, where: str) -> Optional[Histogram]:
-            t = x.info.get("tail") if isinstance(getattr(x, "info", None), dict) else None
-            return Histogram.from_dict(t["hist"], where) if isinstance(t, dict) and t.get("hist") else None
-
-        kw: dict[str, Any] = dict(tolerance=tolerance, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
-                                  n_comparisons=self.n_comparisons, looks=looks, spread=self._spread())
-        steps = [float(info.get("resolution_us") or 0.0) * 1e-6]
-        hists: list[Histogram] = [Histogram.from_dict(info["hist"], f"{nodeid}: info['tail']['hist']")]
-        first = t = tail_test(sketches, hists[0], today_p50_s=float(info["p50_us"]) * 1e-6,
-                              resolution_s=steps[0], **kw)
-        used = 0
-
-        def pool() -> Any:
-            nonlocal used
-            for k, x in enumerate(again_ms[used:], used + 1):
-                h = hist_of(x, f"{nodeid}: re-measure {k}: info['tail']['hist']")
-                if h is not None:
-                    hists.append(h)
-                    steps.append(float(x.info["tail"].get("resolution_us") or 0.0) * 1e-6)
-            used = len(again_ms)
-            # the runs pooled are each a run of their own: today's rate is their mean (today_runs)
-            return tail_test(sketches, Histogram.merged(hists), today_runs=len(hists), resolution_s=max(steps),
-                             **kw) if len(hists) > 1 else t
-
-        if first.share > first.allowed_share:  # flagged: never TAIL on one run where it can be measured again
-            t = pool()
-            while (again is not None and len(again_ms) < self.settings.max_remeasures and t.share > t.allowed_share
-                   and (len(hists) == 1 or not t.tail)):
-                again()
-                t = pool()
-        if not first.levels:
-            return ({"status": "untested", "why": first.unresolved, "text": first.text()}, "")
-        # a heavier tail must show in the re-measures too: pooled with a glitch, a normal re-measure would
-        # still carry the glitch's share (a one-off never fails alone)
-        unconfirmed = [k for k, h in enumerate(hists[1:], 1)
-                       if tail_test(sketches, h, resolution_s=steps[k], **kw).share <= t.allowed_share]
-        if t.tail and unconfirmed:
-            t = dataclasses.replace(t, tail=False)
-        runs_now = len(hists)
-        merged = Histogram.merged(hists) if runs_now > 1 else None
-        now = _figures_now(info, merged)
-        base = _figures_baseline(sketches)
-        d: dict[str, Any] = {
-            "status": Status.TAIL.value if t.tail else Status.OK.value,
-            "now": now, "baseline": base, "n": t.n, "exceed": t.exceed, "share": t.share,
-            "allowed_share": t.allowed_share, "baseline_share": t.baseline_share, "quantile": t.quantile,
-            "rate_sd": t.rate_sd, "threshold_us": t.threshold_s * 1e6, "baseline_ratio": t.baseline_ratio,
-            "p_value": t.p_value, "level": t.level, "tolerance": tolerance, "runs_pooled": runs_now,
-            "baseline_runs": len(sketches), "text": t.text(),
-        }
-        if runs_now > 1:
-            d["first"] = {"n": first.n, "exceed": first.exceed, "share": first.share, "p_value": first.p_value}
-            d["unconfirmed"] = unconfirmed  # the re-measures (1, 2, ...) within the allowed share
-            if unconfirmed:
-                d["text"] += (f"; the first run's share was not confirmed: re-measure "
-                              f"{', '.join(map(str, unconfirmed))} within the allowed share")
-        text = (
-            f"p99 {_us(now['p99_us'])} now vs {_us(base['p99_us'])} "
-            f"in baseline {self.baseline.name if self.baseline else ''} "
-            f"(p50 {_us(now['p50_us'])} vs {_us(base['p50_us'])}, p99.9 {_us(now['p999_us'])} vs "
-            f"{_us(base['p999_us'])}, max {_us(now['max_us'])} vs {_us(base['max_us'])}; median over "
-            f"{plural(len(sketches), 'baseline run')}); {t.share:.2%} of {t.n:,} single ops slower than the baseline's "
-            f"p{t.quantile * 100:g} scaled to today's median "
-            f"({_us(t.threshold_s * 1e6)} = {t.baseline_ratio:.2f} x p50), "
-            f"baseline {t.baseline_share:.2%}, {t.allowed_share:.2%} allowed (tail tolerance {tolerance:g}), "
-            f"p = {t.p_value:.2g} (level {t.level:.2g})"
-        )
-        if runs_now > 1:
-            text += (f"; {plural(runs_now, 'run')} pooled (the first alone: {first.share:.1%} of {first.n:,}, "
-                     f"p = {first.p_value:.2g})")
-        return d, text
-
-    def _spread(self) -> Any:
+    def _spread(self) -> TailSpread:
         """The run-to-run spread of the share of slow ops, fitted once per gate over every case's sketches."""
         if self._tail_spread is None:
-            from .tails import fit_spread
+            from .baseline_fit import fit_tail_spread
 
             assert self.baseline is not None
-            # runs of fewer than 100 single ops keep a sketch without a p99: the rule reads none of them
-            cases = [[r.tail for r in e.runs if r.tail is not None and r.tail.p99_s is not None]
-                     for e in self.baseline.cases.values()]
-            self._tail_spread = fit_spread([c for c in cases if c])
+            self._tail_spread = fit_tail_spread(self.baseline)
         return self._tail_spread
 
-    def levels(self, verdicts: list[dict[str, Any]]) -> Optional[Any]:
+    def levels(self, verdicts: list[dict[str, Any]]) -> Optional[RunLevels]:
         """The run judged at the three levels (``gate.levels.judge_run``) from the verdicts' dicts
         (``to_dict``, also those an xdist worker sent): their cases, log ratios (the runs each pooled) and
         prediction spreads; None where no verdict compared with measured runs."""
@@ -681,7 +510,9 @@ class Gate:
         the measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
         new node's figure is judged against the spread between nodes as well as between sessions."""
         from ..env.hardware import session_label
-        from .store import BaselineError, CaseRecord, RunToSave, save_runs
+        from .cases import CaseRecord
+        from .schema import BaselineError
+        from .store import RunToSave, save_runs
 
         if self.path is None:
             raise RuntimeError("Gate.save: no baseline file was resolved (call Gate.load first)")

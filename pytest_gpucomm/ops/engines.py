@@ -66,7 +66,10 @@ import ctypes
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ..measurement import MeasurementInfo
 
 __all__ = ["CopyError", "EngineError", "EntryPoints", "Function", "CUDA", "HIP", "TABLES", "ENGINE_TORCH",
            "ENV_ENGINE", "ENV_HIP_LIBRARY", "CHOICES", "Engine", "Selection", "select", "current",
@@ -211,7 +214,7 @@ class Selection:
     def label(self) -> str:
         return self.engine.label if self.engine is not None else ENGINE_TORCH
 
-    def info(self) -> dict[str, str]:
+    def info(self) -> MeasurementInfo:
         """The measurement's ``info`` entries: ``engine``, and ``engine_note`` where there is one."""
         return {"engine": self.label, **({"engine_note": self.note} if self.note else {})}
 

@@ -24,12 +24,15 @@ Imports no torch: the task imports it when it runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from ..measurement import Measurement
+from ..measurement import Measurement, MeasurementInfo
 from ..units import describe_size
-from ..vocab import DEFAULT_MIN_TIME_S, DTYPES
+from ..vocab import DEFAULT_DTYPE, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S, DTYPES, RANK_WARMUP_MIN_S
 from .specs import COLLECTIVE, OpSpec
+
+if TYPE_CHECKING:
+    from ..ranks.context import RankContext
 
 __all__ = ["OP", "PhaseResult", "exchange", "to_measurements", "phase_kwargs"]
 
@@ -116,8 +119,8 @@ class PhaseExchange:
         return n_bad, int(got.numel()), first
 
 
-def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: str = "float32",
-             min_time_s: float = DEFAULT_MIN_TIME_S, max_samples: int = 1000) -> list[PhaseResult]:
+def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, dtype: str = DEFAULT_DTYPE,
+             min_time_s: float = DEFAULT_MIN_TIME_S, max_samples: int = DEFAULT_MAX_SAMPLES) -> list[PhaseResult]:
     """Per-rank task, on every rank of the job (the default group; ``ctx.rank`` is the global rank): for each
     phase in order, time this rank's sends and receives of ``size_bytes`` (the ranks of other pairs wait, but
     agree on the plan and meet at the barriers), then check what it received.  One :class:`PhaseResult` per
@@ -126,7 +129,8 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     import torch.distributed as dist
 
     from .timing import TimingSettings, measure
-    from .collectives import TimedLoop, agreement
+    from .across_ranks import agreement
+    from .timed_case import TimedLoop
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
@@ -135,7 +139,7 @@ def exchange(ctx: Any, phases: list[list[list[int]]], size_bytes: int, dtype: st
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
     count = max(1, size_bytes // DTYPES[dtype])
-    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
+    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=RANK_WARMUP_MIN_S)
     agree = agreement(torch, dist, ctx.device)
 
     # a collective of the whole group first: on NCCL the first call on a communicator must be made by all of
@@ -197,8 +201,8 @@ def to_measurements(results: Sequence[Sequence[PhaseResult]], phases: Sequence[A
             mine = [results[r][i] for r in pair.ranks]
             k = min(len(p.samples_s) for p in mine)
             samples = [max(p.samples_s[j] for p in mine) for j in range(k)]
-            info: dict[str, Any] = {"backend": backend, "pattern": pattern, "batch": mine[0].batch, "graph": False,
-                                    "timer": "device events" if backend != "gloo" else "host clock", **pair.info()}
+            info: MeasurementInfo = {"backend": backend, "pattern": pattern, "batch": mine[0].batch, "graph": False,
+                                     "timer": "device events" if backend != "gloo" else "host clock", **pair.info()}
             if count * DTYPES[dtype] != size_bytes:
                 info["requested_bytes"] = size_bytes
             out.append(Measurement(op=OP, size_bytes=count * DTYPES[dtype], samples_s=samples,

@@ -47,8 +47,8 @@ with each other (the overlap pattern's iteration is the overlapped one).  ``info
 pattern and shape in plain words ("the data-parallel gradient sync of the llama3-8b shape on 8 ranks").
 
 After the timed samples every pattern times single iterations one by one, as the collectives time single
-ops (:func:`.collectives.single_op_phase`: a budget of ``tail_time_s``, default 3 x ``min_time_s``, the same
-count on every rank), and ``info["tail"]`` holds their figures (:func:`.collectives.tail_info`).
+ops (:func:`.single_op_timing.single_op_phase`: a budget of ``tail_time_s``, default 3 x ``min_time_s``, the same
+count on every rank), and ``info["tail"]`` holds their figures (:func:`.collective_results.tail_info`).
 
 ``scale`` divides the element counts, so that the CPU variant (gloo) stays quick: the DP gradient, and the
 hidden size of the other patterns (the token counts, the routing and the number of layers stay).  A scaled
@@ -57,30 +57,37 @@ buckets (40 instead of 614 for llama3-8b; ``info["buckets"]``), as gloo takes ab
 all-reduce however small; the overlap's tensor-parallel part likewise has 1/16 of the layers
 (``info["overlap_layers"]``).  On GPU the scale is 1.
 
-This module holds what a pattern is (:data:`MODELS`, :func:`plan`: the plan of a pattern for a shape,
-world and scale, with its bytes, factor and per-step count), the per-rank task :func:`run_pattern` (timed
-with :func:`pytest_gpucomm.ops.timing.measure`, the plan agreed by every rank, each iteration launched eagerly,
-the results checked after timing, who waited for whom as :func:`.collectives.iteration_stats` finds it) and
-:func:`to_measurement` (the ranks' results -> one :class:`Measurement`, or :class:`WrongResult`).
+This module holds what each pattern is, all of it, so that a new pattern is added here alone: its name and
+words (:data:`PATTERNS`, its spec in :data:`SPECS`), its plan (:func:`plan`: the plan of a pattern for a shape,
+world and scale, with its bytes, factor and per-step count), its buffers on a rank (one case class each) and
+their dispatch in the per-rank task :func:`run_pattern`, and :func:`to_measurement` (the ranks' results -> one
+:class:`Measurement`, or :class:`WrongResult`).  What the patterns share naming none is
+:mod:`.pattern_runs`' (a case timed with :func:`pytest_gpucomm.ops.timing.measure`, the plan agreed by every
+rank, each iteration launched eagerly, the results checked after timing, who waited for whom as
+:func:`.across_ranks.iteration_stats` finds it), and the model shapes are :mod:`.model_shapes`'
+(:data:`MODELS`).
 
 Imports no torch: the task imports it when it runs.
 """
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
-from ..measurement import Measurement
+from ..measurement import Measurement, MeasurementInfo, OverlapInfo
 from ..units import describe_duration, format_size
-from ..vocab import DEFAULT_MIN_TIME_S, TAIL_TIME_FACTOR
+from ..vocab import DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S
+from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
+from .model_shapes import MODELS, ModelShape
+from .pattern_runs import PatternPlan, PatternResult, check_results, check_rows, merge_checks, run_case, sub_group
 from .specs import COLLECTIVE, OpSpec
-from .collectives import BenchResult, WrongResult, ranks_info, tail_info
 
-__all__ = ["PATTERNS", "MODELS", "ModelShape", "PatternPlan", "PatternResult", "CPU_SCALE", "SCALED_BUCKETS_FEWER",
-           "DDP_FIRST_BUCKET_BYTES", "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern",
-           "to_measurement", "check_rows", "WrongResult"]
+if TYPE_CHECKING:
+    from ..ranks.context import RankContext
+
+#: ``MODELS``, ``ModelShape`` (:mod:`.model_shapes`) and ``WrongResult`` named here too: test files add to MODELS
+__all__ = ["PATTERNS", "MODELS", "ModelShape", "CPU_SCALE", "SCALED_BUCKETS_FEWER", "DDP_FIRST_BUCKET_BYTES",
+           "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern", "to_measurement", "WrongResult"]
 
 DP, MOE, TP, PP, OVERLAP = "dp_grad_sync", "moe_all_to_all", "tp_layer", "pp_send_recv", "overlap_dp_tp"
 #: the patterns, in the suite's order
@@ -102,58 +109,6 @@ CPU_SCALE = 4096
 SCALED_BUCKETS_FEWER = 16
 
 BF16 = 2  # bytes per element
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers of a model that set its training traffic (see the suite for the sources)."""
-
-    name: str
-    params: float  # parameters in the data-parallel gradient of one rank (see ``dp_note``)
-    hidden: int
-    layers: int
-    seq: int = 8192  # tokens per sequence
-    micro_batch: int = 1  # sequences per micro-batch
-    micro_batches: int = 8  # micro-batches per step (pipeline parallel)
-    experts: int = 0  # routed experts (0: dense)
-    top_k: int = 0  # experts per token
-    moe_layers: int = 0
-    zipf: float = 0.6  # skew of the expert load (weights 1 / k**zipf)
-    seed: int = 0
-    dp_note: str = ""
-
-    @property
-    def moe(self) -> bool:
-        return self.experts > 0
-
-
-#: The model shapes of the suite, by name (sources in ``suites/test_training_traffic.py``).
-MODELS: dict[str, ModelShape] = {m.name: m for m in (
-    ModelShape("llama3-8b", params=8.03e9, hidden=4096, layers=32),
-    # 70.6e9 parameters: a 141 GB bf16 gradient, more than one GPU holds; 70B trains with tensor parallelism of 8
-    # inside a node, and data parallelism all-reduces the gradient of one tensor-parallel rank, 1/8 of the model
-    ModelShape("llama3-70b", params=70.6e9 / 8, hidden=8192, layers=80,
-               dp_note="the gradient of one tensor-parallel rank of 8 (70.6e9 / 8 parameters)"),
-    ModelShape("deepseek-v2-moe", params=0.0, hidden=5120, layers=60, seq=4096, experts=160, top_k=6,
-               moe_layers=59),
-)}
-
-
-@dataclass(frozen=True)
-class PatternPlan:
-    """A pattern's plan for one shape, world and scale: what the ranks get (``spec``), and the figures."""
-
-    pattern: str
-    model: str
-    world: int
-    scale: int
-    spec: dict[str, Any]  # the per-rank task's argument
-    bytes_per_iter: int
-    busbw_factor: float
-    per_step: int  # iterations per training step
-    iteration: str  # one iteration, in words
-    info: dict[str, Any] = field(default_factory=dict)
-
 
 def ddp_buckets(total: int, first: int, cap: int) -> list[int]:
     """The sizes of DDP's buckets (elements) of a gradient of ``total`` elements: ``first``, then ``cap``
@@ -223,7 +178,7 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         raise ValueError(f"{pattern} needs 2 ranks or more, got a world of {world}")
     width = max(1, model.hidden // scale)
     act = model.seq * model.micro_batch * width  # elements of one activation
-    info: dict[str, Any] = {"model": model.name, "pattern": pattern, "scale": scale}
+    info: MeasurementInfo = {"model": model.name, "pattern": pattern, "scale": scale}
     if pattern == OVERLAP:
         dp = plan(DP, model, world, scale)
         tp = plan(TP, model, world, scale, tp_groups=tp_groups)
@@ -231,9 +186,10 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         layers = -(-model.layers // fewer)
         dp_bytes, tp_bytes = dp.bytes_per_iter, tp.bytes_per_iter * layers
         factor = (dp_bytes * dp.busbw_factor + tp_bytes * tp.busbw_factor) / (dp_bytes + tp_bytes)
-        info.update({k: v for k, v in dp.info.items() if k not in info}, tp=tp.info["tp"],
-                    tp_groups=tp.info["tp_groups"], layers=model.layers, overlap_layers=layers,
-                    activation_bytes=tp.info["activation_bytes"], dp_bytes=dp_bytes, tp_bytes=tp_bytes)
+        info.update(cast(MeasurementInfo, {k: v for k, v in dp.info.items() if k not in info}))
+        info.update({"tp": tp.info["tp"], "tp_groups": tp.info["tp_groups"], "layers": model.layers,
+                     "overlap_layers": layers, "activation_bytes": tp.info["activation_bytes"], "dp_bytes": dp_bytes,
+                     "tp_bytes": tp_bytes})
         return PatternPlan(OVERLAP, model.name, world, scale, {"dp": dp.spec, "tp": tp.spec, "layers": layers},
                            dp_bytes + tp_bytes, factor, 1,
                            f"the gradient sync of {format_size(dp_bytes)} in {dp.info['buckets']} buckets while "
@@ -246,8 +202,8 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         first = max(1, DDP_FIRST_BUCKET_BYTES // BF16 // bucket_scale)
         cap = max(1, DDP_BUCKET_BYTES // BF16 // bucket_scale)
         buckets = ddp_buckets(total, first, cap)
-        info.update(buckets=len(buckets), params=model.params, bucket_bytes=cap * BF16,
-                    first_bucket_bytes=first * BF16)
+        info.update({"buckets": len(buckets), "params": model.params, "bucket_bytes": cap * BF16,
+                     "first_bucket_bytes": first * BF16})
         if model.dp_note:
             info["gradient"] = model.dp_note
         return PatternPlan(DP, model.name, world, scale, {"total": total, "first": first, "cap": cap},
@@ -263,13 +219,13 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         rows = sum(sent)
         off = rows - sum(counts[i][i] for i in range(world))
         mean_rows = rows / world
-        info.update(experts=model.experts, top_k=model.top_k, tokens_per_rank=tokens, moe_layers=model.moe_layers,
-                    zipf=model.zipf, seed=model.seed,
-                    expert_imbalance=max(load) / (sum(load) / len(load)),
-                    rank_imbalance=max(received) / mean_rows,
-                    imbalance=(f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
-                               f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
-                               f"(weights 1/k^{model.zipf:g}, seed {model.seed})"))
+        info.update({"experts": model.experts, "top_k": model.top_k, "tokens_per_rank": tokens,
+                     "moe_layers": model.moe_layers, "zipf": model.zipf, "seed": model.seed,
+                     "expert_imbalance": max(load) / (sum(load) / len(load)),
+                     "rank_imbalance": max(received) / mean_rows,
+                     "imbalance": (f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
+                                   f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
+                                   f"(weights 1/k^{model.zipf:g}, seed {model.seed})")})
         return PatternPlan(MOE, model.name, world, scale, {"counts": counts, "width": width},
                            int(round(2 * mean_rows * width * BF16)), off / rows if rows else 0.0,
                            2 * model.moe_layers,
@@ -278,7 +234,7 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         groups = _tp_groups(world, tp_groups)
         t = len(groups[0])
         count = max(t, act // t * t)
-        info.update(tp=t, tp_groups=groups, layers=model.layers, activation_bytes=count * BF16)
+        info.update({"tp": t, "tp_groups": groups, "layers": model.layers, "activation_bytes": count * BF16})
         return PatternPlan(TP, model.name, world, scale, {"groups": groups, "count": count},
                            4 * count * BF16, (t - 1) / t, 2 * model.layers,
                            "one layer's forward: 2 all-gathers and 2 reduce-scatters of the activation", info)
@@ -286,39 +242,13 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
     if len(st) < 2 or len({len(s) for s in st}) != 1 or sorted(r for s in st for r in s) != list(range(world)):
         raise ValueError(f"pipeline stages {stages!r}: 2 stages or more of one size, each rank 0..{world - 1} once")
     fwd = [[a[k], b[k]] for a, b in zip(st, st[1:]) for k in range(len(a))]
-    info.update(stages=len(st), micro_batches=model.micro_batches, activation_bytes=act * BF16)
+    info.update({"stages": len(st), "micro_batches": model.micro_batches, "activation_bytes": act * BF16})
     return PatternPlan(PP, model.name, world, scale, {"forward": fwd, "count": act},
                        2 * act * BF16, 1.0, model.micro_batches,
                        "one micro-batch: its activation to the next stage, its gradient back", info)
 
 
 # -- per-rank side --------------------------------------------------------------------------------
-
-def check_rows(torch: Any, got: Any, exp: Any) -> tuple[int, int, Optional[tuple[int, float, float]]]:
-    """(wrong, checked, first wrong (flat index, got, expected)) of ``got`` against ``exp`` (exact small
-    integers in bf16; 1% relative tolerance where a sum over many ranks rounds)."""
-    got = got.reshape(-1).to(torch.float64)
-    exp = exp.reshape(-1).to(torch.float64)
-    if got.numel() != exp.numel():
-        return max(got.numel(), exp.numel()), max(got.numel(), exp.numel()), (0, float(got.numel()),
-                                                                            float(exp.numel()))
-    bad = (got - exp).abs() > 1e-2 * exp.abs()
-    n_bad = int(bad.sum().item())
-    first = None
-    if n_bad:
-        i = int(bad.nonzero()[0].item())
-        first = (i, float(got[i].item()), float(exp[i].item()))
-    return n_bad, int(got.numel()), first
-
-
-def _merge(acc: list[Any], part: tuple[int, int, Optional[tuple[int, float, float]]], offset: int = 0) -> None:
-    """Add ``part`` (wrong, checked, first) to ``acc`` = [wrong, checked, first]; the first index shifted."""
-    wrong, checked, first = part
-    if wrong and acc[2] is None and first is not None:
-        acc[2] = (first[0] + offset, first[1], first[2])
-    acc[0] += wrong
-    acc[1] += checked
-
 
 class _DataParallel:
     """The gradient in one flat buffer; each iteration all-reduces its DDP buckets, launched back to back."""
@@ -359,7 +289,7 @@ class _DataParallel:
         step = 1 << 26
         for lo in range(0, self.grad.numel(), step):
             hi = min(lo + step, self.grad.numel())
-            _merge(acc, check_rows(self.torch, self.grad[lo:hi], self._pattern(lo, hi) * self.world), lo)
+            merge_checks(acc, check_rows(self.torch, self.grad[lo:hi], self._pattern(lo, hi) * self.world), lo)
         return acc[0], acc[1], acc[2]
 
 
@@ -410,28 +340,9 @@ class _Experts:
 
     def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
         acc: list[Any] = [0, 0, None]
-        _merge(acc, check_rows(self.torch, self.recv, self.expect_recv))
-        _merge(acc, check_rows(self.torch, self.back, self.sent), self.recv.numel())
+        merge_checks(acc, check_rows(self.torch, self.recv, self.expect_recv))
+        merge_checks(acc, check_rows(self.torch, self.back, self.sent), self.recv.numel())
         return acc[0], acc[1], acc[2]
-
-
-#: this process's sub-groups, made once per use ("tp", "dp") and set of groups (every rank creates every group,
-#: in order): the overlap's gradient sync gets a communicator of its own even where its ranks are a
-#: tensor-parallel group's (a world of 2)
-_GROUPS: dict[tuple[str, tuple[tuple[int, ...], ...]], Any] = {}
-
-
-def _tp_group(dist: Any, groups: Sequence[Sequence[int]], rank: int, backend: str,
-              use: str = "tp") -> tuple[Any, tuple[int, ...]]:
-    key = (use, tuple(tuple(g) for g in groups))
-    if key not in _GROUPS:
-        mine = None
-        for g in key[1]:  # every rank calls new_group for every group, in the same order
-            handle = dist.new_group(list(g), backend=backend)
-            if rank in g:
-                mine = (handle, g)
-        _GROUPS[key] = mine
-    return _GROUPS[key]
 
 
 class _TensorParallel:
@@ -440,10 +351,11 @@ class _TensorParallel:
 
     def __init__(self, torch: Any, dist: Any, device: str, rank: int, groups: Sequence[Sequence[int]],
                  count: int, backend: str) -> None:
-        from .collectives import OPS, CollectiveCase
+        from .collectives import OPS
+        from .timed_case import CollectiveCase
 
         self.torch = torch
-        handle, ranks = _tp_group(dist, groups, rank, backend)
+        handle, ranks = sub_group(dist, groups, rank, backend)
         t, me = len(ranks), ranks.index(rank)
         self.ag = CollectiveCase(torch, dist, OPS["all_gather"], count, me, t, device, torch.bfloat16, False,
                         group=handle, ranks=ranks)
@@ -467,8 +379,8 @@ class _TensorParallel:
 
     def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
         acc: list[Any] = [0, 0, None]
-        _merge(acc, check_rows(self.torch, self.ag.result(), self.ag.expected()))
-        _merge(acc, check_rows(self.torch, self.rs.result(), self.rs.expected()), self.ag.result().numel())
+        merge_checks(acc, check_rows(self.torch, self.ag.result(), self.ag.expected()))
+        merge_checks(acc, check_rows(self.torch, self.rs.result(), self.rs.expected()), self.ag.result().numel())
         return acc[0], acc[1], acc[2]
 
 
@@ -497,8 +409,8 @@ class _Pipeline:
 
     def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
         acc: list[Any] = [0, 0, None]
-        _merge(acc, self.fwd.check())
-        _merge(acc, self.bwd.check(), self.fwd.out.numel() if self.fwd.out is not None else 0)
+        merge_checks(acc, self.fwd.check())
+        merge_checks(acc, self.bwd.check(), self.fwd.out.numel() if self.fwd.out is not None else 0)
         return acc[0], acc[1], acc[2]
 
 
@@ -513,7 +425,7 @@ class _Overlap:
                  backend: str, gpu: bool) -> None:
         self.torch, self.gpu, self.layers = torch, gpu, int(spec["layers"])
         d, t = spec["dp"], spec["tp"]
-        dp_group, _ = _tp_group(dist, [list(range(world))], rank, backend, use="dp")
+        dp_group, _ = sub_group(dist, [list(range(world))], rank, backend, use="dp")
         self.dp = _DataParallel(torch, dist, device, world, d["total"], d["first"], d["cap"], group=dp_group)
         self.tp = _TensorParallel(torch, dist, device, rank, t["groups"], t["count"], backend)
         if gpu:
@@ -605,124 +517,42 @@ class _Overlap:
 
     def check(self) -> tuple[int, int, Optional[tuple[int, float, float]]]:
         acc: list[Any] = [0, 0, None]
-        _merge(acc, self.dp.check())
-        _merge(acc, self.tp.check(), self.dp.grad.numel())
+        merge_checks(acc, self.dp.check())
+        merge_checks(acc, self.tp.check(), self.dp.grad.numel())
         return acc[0], acc[1], acc[2]
 
 
-class _OverlapTimed:
-    """Adapter of :class:`_Overlap` for the timing engine: each sample ``batch`` iterations of the ``parts``
-    (dp, tp); a sample's mean part times are appended to ``split`` when the sample is read."""
-
-    def __init__(self, case: _Overlap, parts: tuple[bool, bool]) -> None:
-        self.case, self.parts = case, parts
-        self.split: list[tuple[float, float]] = []
-
-    def sample(self, batch: int) -> Any:
-        marks = [self.case.iteration(*self.parts) for _ in range(batch)]
-
-        def seconds() -> float:
-            times = [self.case.seconds(m) for m in marks]
-            self.split.append((sum(t[1] for t in times) / batch, sum(t[2] for t in times) / batch))
-            return sum(t[0] for t in times)
-
-        return seconds
-
-    def sync(self) -> None:
-        self.case.sync()
-
-
-@dataclass(frozen=True)
-class PatternResult(BenchResult):
-    """A rank's result of :func:`run_pattern`: a :class:`BenchResult`, and for the overlap (rank 0 only) the
-    medians of the slowest rank's time per iteration of each part alone and overlapped (``dp_alone_s``,
-    ``tp_alone_s``, ``dp_overlapped_s``, ``tp_overlapped_s``)."""
-
-    overlap: dict[str, float] = field(default_factory=dict)
-
-
-def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float = DEFAULT_MIN_TIME_S,
-                max_samples: int = 1000, tail_time_s: Optional[float] = None) -> PatternResult:
+def run_pattern(ctx: RankContext, pattern: str, spec: dict[str, Any], min_time_s: float = DEFAULT_MIN_TIME_S,
+                max_samples: int = DEFAULT_MAX_SAMPLES, tail_time_s: Optional[float] = None) -> PatternResult:
     """Per-rank task, on every rank of the job's default group: build the pattern's buffers from ``spec``
-    (:func:`plan`), time its iterations (warm-up, plan agreed by every rank; the overlap: each part alone,
-    then both), time single iterations one by one (:func:`.collectives.single_op_phase`: ``tail_time_s``, None:
-    3 x ``min_time_s``; 0 skips them), then run one more on fresh inputs and poisoned outputs and count the wrong
-    elements; last, with the other ranks, each iteration's time (the slowest rank's) and who arrived last
-    (:func:`.collectives.iteration_stats`)."""
-    import statistics
-
-    import torch
-    import torch.distributed as dist
-
-    from .timing import TimingSettings, measure
-    from .collectives import TimedLoop, agreement, iteration_stats, single_op_fields, single_op_phase
-
+    (:func:`plan`) and run them (:func:`.pattern_runs.run_case`): time its iterations (warm-up, plan agreed by
+    every rank; the overlap: each part alone, then both), time single iterations one by one
+    (:func:`.single_op_timing.single_op_phase`: ``tail_time_s``, None: 3 x ``min_time_s``; 0 skips them), then
+    run one more on fresh inputs and poisoned outputs and count the wrong elements; last, with the other ranks,
+    each iteration's time (the slowest rank's) and who arrived last (:func:`.across_ranks.iteration_stats`)."""
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
     if getattr(ctx, "group", None) is not None:
         raise ValueError(f"{pattern} runs over the job's default group, not a sub-group")
-    n, r, gpu = ctx.world_size, ctx.rank, ctx.device.startswith("cuda")
-    # a collective of the whole group first: on NCCL the first call on a communicator is made by all its ranks
-    dist.barrier()
-    if pattern == DP:
-        case: Any = _DataParallel(torch, dist, ctx.device, n, spec["total"], spec["first"], spec["cap"])
-    elif pattern == MOE:
-        case = _Experts(torch, dist, ctx.device, r, spec["counts"], spec["width"])
-    elif pattern == TP:
-        case = _TensorParallel(torch, dist, ctx.device, r, spec["groups"], spec["count"], ctx.backend)
-    elif pattern == PP:
-        case = _Pipeline(torch, dist, ctx.device, r, spec["forward"], spec["count"])
-    else:
-        case = _Overlap(torch, dist, ctx.device, r, n, spec, ctx.backend, gpu)
-    settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=0.02)
-    agree = agreement(torch, dist, ctx.device)
-    timed: Any = None  # the timed case, set below: prepare reads it when measure calls it
 
-    def prepare(p: Any) -> None:
-        timed.sync()
-        dist.barrier()
+    def make_case() -> Any:
+        import torch
+        import torch.distributed as dist
 
-    # the overlap: each part's time per iteration (from the start to the part's end), alone then overlapped
-    parts: dict[str, list[float]] = {}
-    if pattern == OVERLAP:  # each part alone first (each its own plan), then both: the measurement
-        for k, (key, on) in enumerate((("dp_alone_s", (True, False)), ("tp_alone_s", (False, True)))):
-            timed = _OverlapTimed(case, on)
-            alone, _ = measure(timed, settings, agree=agree, prepare=prepare)
-            parts[key] = [split[k] for split in timed.split[len(timed.split) - len(alone):]]
-        timed = _OverlapTimed(case, (True, True))
-    else:
-        timed = TimedLoop(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
-    samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare)
-    if pattern == OVERLAP:  # the samples are read last, in order: the last entries of split are theirs
-        both = timed.split[len(timed.split) - len(samples):]
-        parts["dp_overlapped_s"] = [d for d, _ in both]
-        parts["tp_overlapped_s"] = [t for _, t in both]
-    budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
-    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, launches=case.launches)
-    case.fill()
-    timed.sync()
-    dist.barrier()
-    case.run()
-    timed.sync()
-    wrong, checked, first = case.check()
-    del case
-    timed = None  # not del: prepare's closure holds the name; either way the buffers are freed here
-    if gpu:
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    its = iteration_stats(torch, dist, samples, r, n, ctx.device)
-    tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device)
-    overlap = {}
-    for key, own in parts.items():  # every rank, in the same order
-        overlap[key] = statistics.median(iteration_stats(torch, dist, own, r, n, ctx.device).times)
-    first_rank = r == 0
-    return PatternResult(
-        rank=r, in_place=False, samples_s=tuple(its.times) if first_rank else (), batch=timing_plan.batch, graph=0,
-        graph_error="", registered=False, register_note="", size_bytes=0, wrong=wrong, checked=checked,
-        first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
-        own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
-        straggled=its.straggled, host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device,
-        overlap=overlap if first_rank else {}, **tail)
+        n, r, gpu = ctx.world_size, ctx.rank, ctx.device.startswith("cuda")
+        if pattern == DP:
+            return _DataParallel(torch, dist, ctx.device, n, spec["total"], spec["first"], spec["cap"])
+        if pattern == MOE:
+            return _Experts(torch, dist, ctx.device, r, spec["counts"], spec["width"])
+        if pattern == TP:
+            return _TensorParallel(torch, dist, ctx.device, r, spec["groups"], spec["count"], ctx.backend)
+        if pattern == PP:
+            return _Pipeline(torch, dist, ctx.device, r, spec["forward"], spec["count"])
+        return _Overlap(torch, dist, ctx.device, r, n, spec, ctx.backend, gpu)
+
+    # the overlap: its two parts (the gradient sync, the tensor-parallel collectives) timed alone, then together
+    return run_case(ctx, make_case, min_time_s=min_time_s, max_samples=max_samples, tail_time_s=tail_time_s,
+                    parts=("dp", "tp") if pattern == OVERLAP else None)
 
 
 # -- the controller's side ------------------------------------------------------------------------
@@ -730,20 +560,11 @@ def run_pattern(ctx: Any, pattern: str, spec: dict[str, Any], min_time_s: float 
 def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: str) -> Measurement:
     """The measurement of the ranks' results (ordered by rank) for the plan ``p``; :class:`WrongResult`,
     naming every rank that saw a wrong element, if any did."""
-    bad = [r for r in results if r.wrong]
-    if bad:
-        lines = [f"{p.pattern} ({p.model}, scale 1/{p.scale}) produced a wrong result on {len(results)} ranks "
-                 f"({backend}):"]
-        for r in bad:
-            assert r.first_wrong is not None
-            i, got, exp = r.first_wrong
-            lines.append(f"  rank {r.rank}: {r.wrong} of {r.checked} elements wrong (first at index {i}: got {got:g}, "
-                         f"expected {exp:g})")
-        raise WrongResult("\n".join(lines), bad)
+    check_results(results, p, backend=backend)
     first = results[0]
     samples = list(first.samples_s)
-    info: dict[str, Any] = {"backend": backend, "batch": first.batch, "graph": False,
-                            "timer": "device events" if backend != "gloo" else "host clock", **p.info,
+    info: MeasurementInfo = {"backend": backend, "batch": first.batch, "graph": False,
+                             "timer": "device events" if backend != "gloo" else "host clock", **p.info,
                             "iteration": p.iteration, "per_step": p.per_step}
     m = Measurement(op=p.pattern, size_bytes=p.bytes_per_iter, samples_s=samples,
                     devices=tuple(f"rank{r.rank}" for r in results), busbw_factor=p.busbw_factor,
@@ -759,10 +580,10 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
                     f"busbw {m.busbw_gbps:.2f} GB/s")
     figures = getattr(first, "overlap", None)
     if p.pattern == OVERLAP and figures:
-        ov = dict(figures)
+        ov: dict[str, Any] = dict(figures)
         ov["dp_slowdown"] = ov["dp_overlapped_s"] / ov["dp_alone_s"] if ov["dp_alone_s"] > 0 else None
         ov["tp_slowdown"] = ov["tp_overlapped_s"] / ov["tp_alone_s"] if ov["tp_alone_s"] > 0 else None
-        info["overlap"] = ov
+        info["overlap"] = cast(OverlapInfo, ov)
 
         def part(name: str, key: str) -> str:
             alone, over, slow = ov[f"{key}_alone_s"], ov[f"{key}_overlapped_s"], ov[f"{key}_slowdown"]
@@ -775,3 +596,4 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
     if first.op_times_s:
         info["tail"] = tail_info(results)
     return m
+

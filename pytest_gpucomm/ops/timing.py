@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
-from ..vocab import DEFAULT_MIN_TIME_S
+from ..vocab import DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S
 
 __all__ = ["TimingSettings", "Timed", "measure", "Plan", "plan"]
 
@@ -33,7 +33,7 @@ class TimingSettings:
 
     min_time_s: float = DEFAULT_MIN_TIME_S
     min_samples: int = 10
-    max_samples: int = 1000
+    max_samples: int = DEFAULT_MAX_SAMPLES
     #: warm-up: this many iterations first (they pay for set-up), then more until about
     #: ``warmup_min_s`` of steady work has run (clocks, caches), at most ``max_warmup_iters``
     warmup_iters: int = 3

@@ -160,7 +160,8 @@ class Comm:
         ``only_node``, that node's alone (the other nodes' ranks wait).  Called by every rank at once."""
         import traceback
 
-        from ..ops.copies import CopyError, measure_spec, measuring_local_rank, node_measurements
+        from ..ops.copies import CopyError, measure_spec
+        from ..ops.node_copies import measuring_local_rank, node_measurements
         from ..ranks import RankFailure
 
         state, la, launched = self._state, self._state.launch, self._state.launched
@@ -348,7 +349,8 @@ class Comm:
     def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
                          dtype: str) -> "list[Measurement]":
         """One measurement of the group's world, or one per group of its kind (the groups' order)."""
-        from ..ops.collectives import WrongResult, to_measurement
+        from ..ops.collective_results import WrongResult
+        from ..ops.collectives import to_measurement
 
         results = group.run("pytest_gpucomm.ops.collectives:bench", kwargs, label=self._request.node.nodeid)
         subgroups = getattr(group.executor, "subgroups", ()) if group.kind != "world" else ()

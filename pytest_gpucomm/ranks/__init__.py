@@ -3,8 +3,8 @@
 Public API (imported lazily, so ``python -m pytest_gpucomm.ranks.worker`` stays light):
 
 * :class:`RankPool` -- :mod:`.pool` (the run loop; processes are started by :mod:`.spawn`,
-  failure messages written by :mod:`.report`, messages to and from the workers are the
-  dataclasses of :mod:`.protocol`)
+  stopped and reaped by :mod:`.processes`, failure messages written by :mod:`.report`,
+  messages to and from the workers are the dataclasses of :mod:`.protocol`)
 * :class:`InProcessExecutor` -- :mod:`.inprocess` (launched mode: the task runs in this
   pytest process, one rank of a job started by torchrun, srun or mpirun)
 * :class:`RankContext`, :func:`load_task` -- :mod:`.context`

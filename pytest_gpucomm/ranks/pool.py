@@ -33,16 +33,8 @@ from pytest_gpucomm.ranks.logdirs import remove_own_roots
 from pytest_gpucomm.ranks.errors import RankCrash, RankError, RankFailure, RankTimeout
 from pytest_gpucomm.ranks.protocol import Shutdown, Task, TaskError, TaskOk
 from pytest_gpucomm.vocab import RANK_START_TIMEOUT_S
-from pytest_gpucomm.ranks.spawn import (
-    POLL_INTERVAL_S,
-    RankProcess,
-    Zygote,
-    controller_sys_path,
-    dump_stacks,
-    kill_ranks,
-    release_ranks,
-    start_ranks,
-)
+from pytest_gpucomm.ranks.processes import RankProcess, dump_stacks, kill_ranks, release_ranks
+from pytest_gpucomm.ranks.spawn import POLL_INTERVAL_S, Zygote, controller_sys_path, start_ranks
 
 __all__ = ["RankPool"]
 

@@ -257,7 +257,8 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
     """Resolve ``spec`` -- a baseline NAME (looked up in ``search_dirs``, as ``--gpu-baseline``), ``auto`` (the
     name for ``detected_model``), or the path of a baseline file or of a saved report -- and read it.
     Raises ReportError or ``gate.store.BaselineError`` (both name the value and the file)."""
-    from ..gate.store import read_document, resolve_baseline
+    from ..gate.names import resolve_baseline
+    from ..gate.store import read_document
 
     spec = (spec or "").strip()
     if looks_like_path(spec):
@@ -286,7 +287,9 @@ def report_as_baseline(report: "ReportDocument", name: str, where: str = "") -> 
     them (``gate.store.CaseRecord.from_measurement``, the same keys; a node's rows of a job across nodes each
     in a run of their own is not reproduced: a second row of a key goes into a ``-partK`` run).  Validated as
     a baseline file is; ReportError when it cannot be."""
-    from ..gate.store import SCHEMA_VALIDATOR, CaseRecord, check_tails, merge_run, new_document
+    from ..gate.cases import CaseRecord
+    from ..gate.schema import SCHEMA_VALIDATOR, check_tails
+    from ..gate.store import merge_run, new_document
 
     rows = [(r.test, r.measurement) for r in report.rows]
     layout = report.layout

@@ -1,0 +1,106 @@
+"""What the gate fits of a baseline once per session (:class:`~pytest_gpucomm.gate.verdicts.Gate`): each measured
+case's model and its class's prior (DECISION_RULE steps 1-2, :mod:`.decision`), borrowing the session and run
+spreads of a file of the same hardware for the cases recorded in one session only; each case's run locations
+and, per group, how far the runs' common offset moves (step 6, :mod:`.levels`); and the run-to-run spread of
+the share of slow single ops (the tail rule, :mod:`.tails`).  numpy and scipy: imported on first use."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..ops.specs import op_group
+from .decision import (FALLBACK_DF, CaseModel, Prior, fit_case, fit_prior, prediction, prior_class,
+                       run_location)
+from .levels import common_spread
+from .tails import TailSpread, fit_spread
+
+if TYPE_CHECKING:
+    from .store import Baseline
+
+__all__ = ["BaselineFit", "fit_baseline", "borrowed_priors", "fit_tail_spread"]
+
+
+@dataclass(frozen=True)
+class BaselineFit:
+    """:func:`fit_baseline`'s result: per case key its model and prior, its run locations by run id, and per
+    group (``"collective"``, ``"copy"``) the common offset's spread (``levels.Common`` as a dict)."""
+
+    models: dict[str, tuple[CaseModel, Prior]]
+    locs: dict[str, dict[str, float]]
+    commons: dict[str, dict[str, Any]]
+
+
+def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Optional["Baseline"] = None
+                 ) -> BaselineFit:
+    """Every measured case's model and its class's prior (DECISION_RULE steps 1-2; the one-session cases' from
+    ``spread_source``, :func:`borrowed_priors`), each case's run locations, and per group the spread of the
+    runs' common offset; ``path`` names the file in errors."""
+    session_of = {r.run_id: r.session for r in baseline.runs}
+    fitted: dict[str, tuple[CaseModel, str]] = {}
+    locs: dict[str, dict[str, dict[str, float]]] = {}
+    centers: dict[str, list[float]] = {}
+    for key, e in baseline.cases.items():
+        if not e.runs:
+            continue
+        runs = [run_location(r.samples_gbps, f"{path}: case {key!r}, run {r.run_id}") for r in e.runs]
+        model = fit_case(runs, [session_of.get(r.run_id) for r in e.runs])
+        group = op_group(e.op)
+        fitted[key] = (model, prior_class(group == "collective", e.size_bytes))
+        locs.setdefault(group, {})[key] = {r.run_id: x.loc for r, x in zip(e.runs, runs)}
+        centers.setdefault(group, []).append(model.center)
+    priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
+    borrowed = borrowed_priors(fitted, spread_source)
+    commons: dict[str, dict[str, Any]] = {}
+    for g, v in locs.items():
+        common = common_spread(list(v.values()), centers[g], session_of)
+        if common is not None:
+            commons[g] = dataclasses.asdict(common)
+    return BaselineFit(models={key: (m, borrowed.get(key, priors[c])) for key, (m, c) in fitted.items()},
+                       locs={key: runs for v in locs.values() for key, runs in v.items()}, commons=commons)
+
+
+def borrowed_priors(fitted: dict[str, tuple[CaseModel, str]], src: Optional["Baseline"]) -> dict[str, Prior]:
+    """The priors of the one-session cases of ``fitted`` (case key -> its model and prior class), from the spread
+    source ``src`` (``Gate.use_spreads_of``: a file of the same hardware with runs in several sessions): the same
+    case's session and run spreads, else the median of its class's; {} without a source."""
+    one = [k for k, (m, _) in fitted.items() if m.sessions == 1]
+    if src is None or not one:
+        return {}
+    session_of = {r.run_id: r.session for r in src.runs}
+    models: dict[str, tuple[CaseModel, str]] = {}
+    for key, e in src.cases.items():
+        if e.runs:
+            runs = [run_location(r.samples_gbps, f"{src.path}: case {key!r}") for r in e.runs]
+            models[key] = (fit_case(runs, [session_of.get(r.run_id) for r in e.runs]),
+                           prior_class(op_group(e.op) == "collective", e.size_bytes))
+    priors = {c: fit_prior(m for m, cc in models.values() if cc == c) for c in {cc for _, cc in models.values()}}
+    figures: dict[str, tuple[float, float, float, float]] = {}
+    for key, (m, c) in models.items():
+        if m.sessions >= 2:
+            sp = prediction(m, priors[c], 1, m.mean_se2)
+            df_b = m.sessions - 1 + (priors[c].df if math.isfinite(priors[c].df) else 1000.0)
+            figures[key] = (sp.session_sd ** 2, df_b, sp.run_sd ** 2, float(max(m.within_df, 1)))
+    out: dict[str, Prior] = {}
+    for key in one:
+        if key in figures:
+            s2, d, r2, rd = figures[key]
+        else:
+            same = [figures[k] for k, (_, c) in models.items() if c == fitted[key][1] and k in figures]
+            if not same:
+                continue
+            s2, r2 = sorted(f[0] for f in same)[len(same) // 2], sorted(f[2] for f in same)[len(same) // 2]
+            d = rd = FALLBACK_DF
+        out[key] = Prior(s2, d, run_s2=r2, run_df=rd)
+    return out
+
+
+def fit_tail_spread(baseline: "Baseline") -> TailSpread:
+    """The run-to-run spread of the share of slow ops, fitted over every case's sketches."""
+    # runs of fewer than 100 single ops keep a sketch without a p99: the rule reads none of them
+    cases = [[r.tail for r in e.runs if r.tail is not None and r.tail.p99_s is not None]
+             for e in baseline.cases.values()]
+    return fit_spread([c for c in cases if c])

@@ -1,0 +1,80 @@
+"""A case of a baseline: its key (:func:`case_key`: test, op, size, dtype, world and layout), and its record in
+the run being saved (:class:`CaseRecord`, made from a measurement), which :func:`pytest_gpucomm.gate.store.save_run`
+merges into the file."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+__all__ = ["case_key", "CaseRecord"]
+
+
+def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
+             layout: str = "") -> str:
+    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``, and
+    ``|<layout>`` for a job across nodes (launched mode), ``<nodes>x<ranks per node>`` (e.g. ``2x8``).
+
+    Every part is kept verbatim, so the key is stable across runs and readable in the file; e.g.
+    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.  A job on one host
+    has no layout part: its keys are those of the rank pool.
+    """
+    if layout and not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", layout):
+        raise ValueError(f"layout must be '<nodes>x<ranks per node>' (e.g. '2x8'), got {layout!r}")
+    if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
+        raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}" + (f"|{layout}" if layout else "")
+
+
+@dataclass
+class CaseRecord:
+    """One case's result in the run being saved: metadata, raw samples (GB/s) and a summary."""
+
+    test_id: str
+    op: str
+    size_bytes: int
+    world_size: int
+    samples_gbps: Sequence[float]
+    dtype: Optional[str] = None
+    devices: Sequence[str] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes (case_key), "" on one host
+    tail: Optional[Mapping[str, Any]] = None  # the single ops' TailSketch.to_dict(), where it has single ops
+
+    @property
+    def key(self) -> str:
+        return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size, self.layout)
+
+    @classmethod
+    def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
+        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side); a measurement
+        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.gate.sketches.TailSketch`."""
+        samples = [float(v) for v in measurement.samples_gbps]
+        tail = None
+        info = getattr(measurement, "info", None) or {}
+        if isinstance(info.get("tail"), dict) and info["tail"].get("hist"):
+            from .sketches import TailSketch
+
+            tail = TailSketch.from_info(info["tail"], f"{test_id}: info['tail']").to_dict()
+        summary = {
+            "median_gbps": float(measurement.gbps),
+            "p50_us": float(measurement.p50_us),
+            "p99_us": float(measurement.summary.p99_s * 1e6),
+            "cv": float(measurement.summary.cv),
+            "n": int(measurement.summary.n),
+        }
+        return cls(
+            test_id=test_id,
+            op=measurement.op,
+            size_bytes=int(measurement.size_bytes),
+            world_size=int(measurement.world_size),
+            samples_gbps=samples,
+            dtype=measurement.dtype,
+            devices=tuple(measurement.devices),
+            summary=summary,
+            layout=layout,
+            tail=tail,
+        )

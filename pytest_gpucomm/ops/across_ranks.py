@@ -1,0 +1,101 @@
+"""What the ranks of a group work out together: the largest of a number over the ranks (:func:`agreement`: a
+timing plan, a pace), and per iteration the slowest rank's time and the rank the others waited for, with each
+rank's own summary (:func:`iteration_stats`).  Every rank of the group calls them, in the same order.
+
+Imports no torch: it is passed in.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+__all__ = ["agreement", "IterationStats", "iteration_stats"]
+
+
+def agreement(torch: Any, dist: Any, device: str, group: Any = None) -> Callable[[float], float]:
+    """``agree(x)``: the largest ``x`` over the ranks of ``group`` (None: the default group), on every rank --
+    how the ranks agree on a timing plan or a pace (every rank calls it, in the same order)."""
+    buf = torch.zeros(1, dtype=torch.float32 if device.startswith("cuda") else torch.float64, device=device)
+
+    def agree(x: float) -> float:
+        buf.fill_(x)
+        dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+        return float(buf.item())
+
+    return agree
+
+
+class IterationStats(NamedTuple):
+    """One rank's share of :func:`iteration_stats`."""
+
+    times: list[float]  # per iteration: the time of the slowest rank (the same on every rank)
+    straggler: list[int]  # per iteration: the rank that arrived last (the same on every rank)
+    own_median_s: float
+    lag_median_s: float
+    wait_median_s: float
+    straggled: int  # iterations in which this rank arrived last
+
+
+def iteration_stats(torch: Any, dist: Any, own: Sequence[float], rank: int, world: int, device: str,
+                    group: Any = None) -> IterationStats:
+    """Per iteration, the time of the slowest rank and the rank that the others waited for; and this
+    rank's summary.  Called by every rank of ``group`` (None: the default group) with its ``own`` sample
+    times, after the timed samples; ``rank`` and ``world`` are its rank in that group and the group's size.
+
+    Why these figures.  In a collective that synchronizes its ranks (all_reduce, all_gather,
+    reduce_scatter, all_to_all; the send/recv ring couples each rank to its neighbours) every rank
+    finishes an iteration at about the same moment, so the ranks' own times differ by when each rank
+    *started* it.  The rank that arrived last is the one the others waited for -- the iteration's
+    straggler -- and its own time is the shortest (it did not wait); the iteration's time, as nccl-tests
+    reports it and as the table shows it, is the longest own time (the maximum over the ranks), which
+    includes the wait.  Hence, per iteration i and rank r, from three all-reduces of the ranks' k times:
+
+    * ``max_i`` (MAX): the iteration's time;
+    * ``min_i`` (MIN): the straggler's own time; the straggler is the lowest rank whose own time is
+      ``min_i`` (MIN of ``rank if own == min_i else world``; exact, as ``min_i`` is one of the values);
+    * ``lag = max_i - own_r``: how much later than the first rank r arrived (the straggler's lag is the
+      largest; a rank that arrived first has 0); ``wait = own_r - min_i``: how long r waited for the
+      straggler (the straggler's is 0).
+
+    Each rank keeps the medians of its own time, lag and wait over the iterations, and how often it was
+    the straggler; every rank gets the k iteration times and straggler ids, and :func:`.collectives.bench` returns
+    them on rank 0 only, so that the results gathered at rank 0 grow as ranks + iterations, not ranks x
+    iterations.  The iteration times are exactly the per-iteration maximum that the controller used to
+    compute from every rank's samples (the same float64 values).
+
+    Where an op does not make every rank wait for every other (broadcast and reduce from a root, and
+    pairs that only wait for each other), the same figures are still defined -- the longest own time per
+    iteration, the rank with the shortest, the gaps to both -- but "arrived last" holds only among ranks
+    that wait for each other: the rank with the shortest time may simply have had less to wait for.
+
+    Raises ValueError, on every rank alike, when the ranks took different numbers of samples (the timing
+    plan is agreed, so they cannot, unless the ranks ran with different settings).
+    """
+    import statistics
+
+    k = len(own)
+    counts = torch.tensor([float(k), -float(k)], dtype=torch.float64, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
+    most, fewest = int(counts[0].item()), int(-counts[1].item())
+    if most != fewest:
+        raise ValueError(f"the ranks took different numbers of timed samples ({fewest} to {most}; rank {rank}: "
+                         f"{k}): the timing plan should have been agreed by every rank")
+    if k == 0:
+        return IterationStats([], [], 0.0, 0.0, 0.0, 0)
+    mine = torch.tensor([float(x) for x in own], dtype=torch.float64, device=device)
+    hi, lo = mine.clone(), mine.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group)
+    ids = torch.where(mine == lo, torch.full_like(mine, float(rank)), torch.full_like(mine, float(world)))
+    dist.all_reduce(ids, op=dist.ReduceOp.MIN, group=group)
+    times, low, who = hi.tolist(), lo.tolist(), [int(x) for x in ids.tolist()]
+    own = [float(x) for x in own]
+    return IterationStats(
+        times=times,
+        straggler=who,
+        own_median_s=statistics.median(own),
+        lag_median_s=statistics.median(t - o for t, o in zip(times, own)),
+        wait_median_s=statistics.median(o - m for o, m in zip(own, low)),
+        straggled=sum(1 for w in who if w == rank),
+    )
+
