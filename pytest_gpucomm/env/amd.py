@@ -68,6 +68,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from .amd_commands import from_amd_smi, from_rocm_smi
 from .amd_sources import Runner, SourceFailed, SourceUnavailable, error_text, rocm_version_file, run_command
+from .sources import first_answer
 from .amdsmi_reader import from_amdsmi
 
 __all__ = ["SOURCES", "read_amd", "pair_types"]
@@ -110,26 +111,13 @@ def read_amd(*, load_amdsmi: Callable[[], Any] = _import_amdsmi, run: Runner = r
     command, ``rocm_file`` reads the installed ROCm version: the defaults are the real ones, tests pass fakes.
     Never raises; with no source at all the reading has ``source`` None and empty fields.
     """
-    sources = {name: "not tried" for name in SOURCES}
-    readers: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+    used, sources, reading = first_answer([
         ("amdsmi", lambda: from_amdsmi(load_amdsmi(), rocm_file)),
         ("amd-smi", lambda: from_amd_smi(run, rocm_file)),
         ("rocm-smi", lambda: from_rocm_smi(run, rocm_file)),
-    ]
-    for name, reader in readers:
-        try:
-            reading = reader()
-        except SourceUnavailable as e:
-            sources[name] = f"unavailable: {e}"
-            continue
-        except SourceFailed as e:
-            sources[name] = f"failed: {e}"
-            continue
-        except Exception as e:  # noqa: BLE001 - a source's bug is named, never fatal to detection
-            sources[name] = f"failed: {error_text(e)}"
-            continue
-        sources[name] = "used"
-        return {"source": name, "sources": sources, **reading}
+    ])
+    if reading is not None:
+        return {"source": used, "sources": sources, **reading}
     return {"source": None, "sources": sources, "driver": None, "rocm": rocm_file(), "amdsmi_library": None,
             "gpus": [], "links": {}, "notes": []}
 

@@ -7,24 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from .sources import Calls, library_session
 from .amd_sources import (CLOCK_DOMAINS, SourceFailed, clock_entry, enum_name, error_text, firmware_versions, gts,
                           na, one_or_each, pcie_gen, rocm_version_file)
 
 __all__ = ["from_amdsmi"]
-
-
-class _Calls:
-    """Calls one library function after another; a failing one leaves its field out and is noted."""
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def __call__(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as e:  # noqa: BLE001 - any library error is a note, never fatal
-            self.notes.append(f"{what}: {error_text(e)}")
-            return None
 
 
 def from_amdsmi(smi: Any, rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, Any]:
@@ -34,12 +21,8 @@ def from_amdsmi(smi: Any, rocm_file: Callable[[], Optional[str]] = rocm_version_
     call that raises is a note.  ``amdsmi_shut_down`` is always called at the end, as the API reference's
     examples do (in ``finally``), even after a failed ``amdsmi_init``; its own failure is a note.
     """
-    call = _Calls()
-    try:
-        try:
-            smi.amdsmi_init()
-        except Exception as e:  # noqa: BLE001
-            raise SourceFailed(f"amdsmi_init: {error_text(e)}") from None
+    call = Calls()
+    with library_session(smi.amdsmi_init, smi.amdsmi_shut_down, ("amdsmi_init", "amdsmi_shut_down"), call):
         try:
             handles = list(smi.amdsmi_get_processor_handles())
         except Exception as e:  # noqa: BLE001
@@ -47,16 +30,11 @@ def from_amdsmi(smi: Any, rocm_file: Callable[[], Optional[str]] = rocm_version_
         if not handles:
             raise SourceFailed("amdsmi_get_processor_handles: no AMD GPU")
         reading = _read_amdsmi(smi, handles, call, rocm_file)
-    finally:
-        try:
-            smi.amdsmi_shut_down()
-        except Exception as e:  # noqa: BLE001
-            call.notes.append(f"amdsmi_shut_down: {error_text(e)}")
     reading["notes"] = call.notes
     return reading
 
 
-def _hip_ids(smi: Any, handles: list[Any], call: _Calls) -> list[int]:
+def _hip_ids(smi: Any, handles: list[Any], call: Calls) -> list[int]:
     """Each handle's HIP device number, or the handle order where the library has no enumeration info (or
     gives numbers that are not one per GPU)."""
     if not hasattr(smi, "amdsmi_get_gpu_enumeration_info"):
@@ -72,7 +50,7 @@ def _hip_ids(smi: Any, handles: list[Any], call: _Calls) -> list[int]:
     return known
 
 
-def _read_amdsmi(smi: Any, handles: list[Any], call: _Calls, rocm_file: Callable[[], Optional[str]]) -> dict:
+def _read_amdsmi(smi: Any, handles: list[Any], call: Calls, rocm_file: Callable[[], Optional[str]]) -> dict:
     link_enum = getattr(smi, "AmdSmiLinkType", None)
     clk_enum = getattr(smi, "AmdSmiClkType", None)
     fw_enum = getattr(smi, "AmdSmiFwBlock", None)
@@ -166,7 +144,7 @@ def _pcie_from_library(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _xgmi_from_library(smi: Any, h: Any, i: int, call: _Calls, link_enum: Any,
+def _xgmi_from_library(smi: Any, h: Any, i: int, call: Calls, link_enum: Any,
                        index_of_bdf: Mapping[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if hasattr(smi, "amdsmi_get_gpu_xgmi_link_status"):
@@ -196,7 +174,7 @@ def _xgmi_from_library(smi: Any, h: Any, i: int, call: _Calls, link_enum: Any,
     return out
 
 
-def _clocks_from_library(smi: Any, h: Any, i: int, call: _Calls, clk_enum: Any) -> dict[str, Any]:
+def _clocks_from_library(smi: Any, h: Any, i: int, call: Calls, clk_enum: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for domain in CLOCK_DOMAINS:
         kind = getattr(clk_enum, domain, None) if clk_enum is not None else None

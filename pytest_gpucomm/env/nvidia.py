@@ -39,7 +39,7 @@ import importlib
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .sources import Calls, Runner, SourceFailed, SourceUnavailable, error_text, run_command
+from .sources import Calls, Runner, SourceFailed, SourceUnavailable, first_answer, library_session, run_command
 
 __all__ = ["SOURCES", "NVLINK_MAX", "read_nvidia", "from_nvml", "from_nvidia_smi", "cpu_list", "link_findings",
            "pcie_text"]
@@ -90,11 +90,7 @@ def from_nvml(nvml: Any, bus_ids: Optional[Sequence[str]] = None) -> dict[str, A
     the PCI bus ids of the GPUs torch sees, in torch's order (``cuda:0`` first); None: NVML's order.
     SourceFailed when ``nvmlInit`` raises or finds no GPU; later failures are notes."""
     call = Calls(_quiet(nvml))
-    try:
-        try:
-            nvml.nvmlInit()
-        except Exception as e:  # noqa: BLE001
-            raise SourceFailed(f"nvmlInit: {error_text(e)}") from None
+    with library_session(nvml.nvmlInit, nvml.nvmlShutdown, ("nvmlInit", "nvmlShutdown"), call):
         if bus_ids is None:
             count = call("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount) or 0
             handles = [call(f"nvmlDeviceGetHandleByIndex({i})", nvml.nvmlDeviceGetHandleByIndex, i)
@@ -111,11 +107,6 @@ def from_nvml(nvml: Any, bus_ids: Optional[Sequence[str]] = None) -> dict[str, A
             "nvml_library": _text(call("nvmlSystemGetNVMLVersion", nvml.nvmlSystemGetNVMLVersion)),
             "gpus": [_gpu(nvml, h, i, call) for i, h in enumerate(handles) if h is not None],
         }
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception as e:  # noqa: BLE001
-            call.notes.append(f"nvmlShutdown: {error_text(e)}")
     reading["notes"] = call.notes
     return reading
 
@@ -258,22 +249,12 @@ def read_nvidia(*, bus_ids: Optional[Sequence[str]] = None, load_nvml: Callable[
                 run: Runner = run_command) -> dict[str, Any]:
     """The NVIDIA part of the fingerprint, from the first source that answers (see the module docstring).
     ``load_nvml`` gives the ``pynvml`` module and ``run`` runs a command: tests pass fakes.  Never raises."""
-    sources = {name: "not tried" for name in SOURCES}
-    readers: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+    used, sources, reading = first_answer([
         ("nvml", lambda: from_nvml(load_nvml(), bus_ids)),
         ("nvidia-smi", lambda: from_nvidia_smi(run, bus_ids)),
-    ]
-    for name, reader in readers:
-        try:
-            reading = reader()
-        except SourceUnavailable as e:
-            sources[name] = f"unavailable: {e}"
-            continue
-        except Exception as e:  # noqa: BLE001 - SourceFailed, or a source's bug: named, never fatal
-            sources[name] = f"failed: {e if isinstance(e, SourceFailed) else error_text(e)}"
-            continue
-        sources[name] = "used"
-        return {"source": name, "sources": sources, **reading}
+    ])
+    if reading is not None:
+        return {"source": used, "sources": sources, **reading}
     return {"source": None, "sources": sources, "driver": None, "cuda_driver": None, "nvml_library": None,
             "gpus": [], "notes": []}
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 __all__ = ["COMMAND_TIMEOUT_S", "MAX_ERROR", "Calls", "Runner", "SourceFailed", "SourceUnavailable", "error_text",
-           "run_command"]
+           "run_command", "library_session", "first_answer"]
 
 #: seconds one management command may take: ``amd-smi static`` on 8 GPUs takes a few
 COMMAND_TIMEOUT_S = 30.0
@@ -64,3 +65,45 @@ class Calls:
             if not self._quiet(e):
                 self.notes.append(f"{what}: {error_text(e)}")
             return None
+
+
+@contextmanager
+def library_session(start: Callable[[], Any], stop: Callable[[], Any], names: tuple[str, str],
+                    call: Calls) -> Iterator[None]:
+    """A management library's session: ``start()`` (its failure is SourceFailed naming ``names[0]``), the body,
+    and ``stop()`` always at the end, even after a failed start, as the vendors' examples do (its failure is a
+    note naming ``names[1]``)."""
+    try:
+        try:
+            start()
+        except Exception as e:  # noqa: BLE001
+            raise SourceFailed(f"{names[0]}: {error_text(e)}") from None
+        yield
+    finally:
+        try:
+            stop()
+        except Exception as e:  # noqa: BLE001
+            call.notes.append(f"{names[1]}: {error_text(e)}")
+
+
+def first_answer(readers: Sequence[tuple[str, Callable[[], dict[str, Any]]]]
+                 ) -> tuple[Optional[str], dict[str, str], Optional[dict[str, Any]]]:
+    """(the name of the first reader that answered, what became of each, its reading): a reader that raises
+    SourceUnavailable is "unavailable", SourceFailed or any other error "failed", both with the reason; the
+    readers after the one used are "not tried".  Never raises."""
+    sources = {name: "not tried" for name, _ in readers}
+    for name, reader in readers:
+        try:
+            reading = reader()
+        except SourceUnavailable as e:
+            sources[name] = f"unavailable: {e}"
+            continue
+        except SourceFailed as e:
+            sources[name] = f"failed: {e}"
+            continue
+        except Exception as e:  # noqa: BLE001 - a source's bug is named, never fatal to detection
+            sources[name] = f"failed: {error_text(e)}"
+            continue
+        sources[name] = "used"
+        return name, sources, reading
+    return None, sources, None
