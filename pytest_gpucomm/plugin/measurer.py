@@ -173,7 +173,7 @@ class Comm:
                 and (only_node is None or only_node == la.node_rank):
             try:
                 m = measure_spec(spec, state.settings.timing(), state.buffers)
-                m.info.update(node=la.node_rank, host=la.host, rank=la.rank)
+                m.info.update({"node": la.node_rank, "host": la.host, "rank": la.rank})
                 outcome = (la.node_rank, True, m.to_dict(with_samples=True))
             except Exception:  # every rank waits in the exchange below: it must hear of the failure
                 outcome = (la.node_rank, False, traceback.format_exc())
