@@ -28,8 +28,8 @@ class FakeNvml:
     NVMLError_NotSupported = NVMLError_NotSupported
     NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
 
-    def __init__(self, gpus=1, links=None, init_error=None, width=16):
-        self.gpus, self.links, self.init_error, self.width = gpus, links or {}, init_error, width
+    def __init__(self, gpus=1, links=None, init_error=None, width=16, remote="switch"):
+        self.gpus, self.links, self.init_error, self.width, self.remote = gpus, links or {}, init_error, width, remote
         self.calls = []
 
     def nvmlInit(self):
@@ -91,6 +91,17 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
         return 7 if counter == 0 else 0
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        return {"gpu": 0, "switch": 2}[self.remote]
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        class Pci:  # a direct link leads to the other GPU; a switch has a bus of its own
+            busId = (f"00000000:00:0{7 - h}.0" if self.remote == "gpu" else "00000000:c0:00.0").encode()
+        return Pci()
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 50  # NVML_TOPOLOGY_SYSTEM
 
     def nvmlDeviceGetEccMode(self, h):
         return [1, 1]
@@ -167,9 +178,19 @@ def test_nvidia_smi_xml_gives_the_same_reading_as_nvml_on_the_same_machine_but_f
 def test_nvlink_states_and_error_counts_are_read_per_link():
     r = read_nvidia(load_nvml=lambda: FakeNvml(gpus=2, links={0: True, 1: True, 2: False}))
     links = r["gpus"][1]["nvlink"]
-    assert links == {str(k): {"up": up, "version": 4, "error_counts": {"replay": 7, "recovery": 0, "crc_flit": 0,
-                                                                       "crc_data": 0}}
-                     for k, up in ((0, True), (1, True), (2, False))}
+    counts = {"replay": 7, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+    up = {"up": True, "version": 4, "remote": "00000000:c0:00.0", "remote_type": "switch", "error_counts": counts}
+    assert links == {"0": up, "1": up, "2": {"up": False, "version": 4, "remote": None, "remote_type": None,
+                                              "error_counts": counts}}
+
+
+def test_the_topology_is_read_from_nvml_not_from_nvidia_smis_text():
+    switched = read_nvidia(load_nvml=lambda: FakeNvml(gpus=2, links={k: True for k in range(18)}))
+    direct = read_nvidia(load_nvml=lambda: FakeNvml(gpus=2, links={0: True, 1: True, 2: False}, remote="gpu"))
+    pcie = read_nvidia(load_nvml=lambda: FakeNvml(gpus=2))
+    assert (switched["topology"], direct["topology"], pcie["topology"]) == ({"0-1": "NV18"}, {"0-1": "NV2"},
+                                                                             {"0-1": "SYS"})
+    assert read_nvidia(load_nvml=_no_nvml, run=_smi_runner)["topology"] is None  # the XML has no links
 
 
 def test_a_failing_nvml_init_is_named_and_nvidia_smi_is_tried_and_nothing_raises():

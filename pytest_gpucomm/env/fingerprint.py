@@ -31,10 +31,12 @@ ABSENT: Any = _Absent()
 #: (pytest_gpucomm.env.amd) adds four readings of the moment: a GPU's current clock ("current_mhz") and whether
 #: it sleeps ("deep_sleep") follow the load, and the xGMI links' accumulated traffic ("read_kb",
 #: "write_kb") grows with every copy; the clock limits, locks and the links' widths, speeds and states
-#: stay, so that a lower clock cap or a link trained down is reported.
+#: stay, so that a lower clock cap or a link trained down is reported.  The NVIDIA reading
+#: (pytest_gpucomm.env.nvidia) adds the NVLinks' error counters ("error_counts"), which accumulate from the
+#: driver's load; and a reading's "notes" (a call that failed) say how it was read, not what the machine is.
 VOLATILE_KEYS: frozenset[str] = frozenset(
     {"date", "run_id", "time", "timestamp", "start_time", "end_time", "pid", "uptime_s",
-     "current_mhz", "deep_sleep", "read_kb", "write_kb"}
+     "current_mhz", "deep_sleep", "read_kb", "write_kb", "error_counts", "notes"}
 )
 
 

@@ -20,7 +20,7 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from ..vocab import CPU_DEVICES_ENV, CPU_LOGICAL_DEVICES, MAX_CPU_DEVICES, MIN_CPU_DEVICES
 
@@ -30,29 +30,9 @@ __all__ = [
     "cpu_logical_devices",
     "detect",
     "fingerprint",
-    "COMM_ENV_PREFIXES",
     "parse_nvidia_topo",
     "parse_rocm_topo",
 ]
-
-
-#: Environment variables recorded in the fingerprint: everything that steers the communication stack.
-COMM_ENV_PREFIXES = (
-    "NCCL_",
-    "RCCL_",
-    "TORCH_NCCL_",
-    "HSA_",
-    "HIP_",
-    "ROCR_",
-    "GPU_",
-    "CUDA_",
-    "NVSHMEM_",
-    "TORCH_SYMM_MEM_",
-    "UCX_",
-    "FI_",
-    "GLOO_",
-    "OMP_NUM_THREADS",
-)
 
 
 @dataclass
@@ -136,6 +116,30 @@ def _nvidia_driver() -> str:
         pass
     out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     return out.splitlines()[0].strip() if out.strip() else "unknown"
+
+
+def torch_bus_ids() -> Optional[list[str]]:
+    """The PCI bus ids of the GPUs torch sees, in torch's order (``00000000:18:00.0``, NVML's form), or None
+    where torch does not give them: the management libraries number GPUs their own way."""
+    import torch
+
+    ids = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        bus, dev = getattr(p, "pci_bus_id", None), getattr(p, "pci_device_id", None)
+        if bus is None or dev is None:
+            return None
+        ids.append(f"{getattr(p, 'pci_domain_id', 0) or 0:08x}:{bus:02x}:{dev:02x}.0")
+    return ids
+
+
+@lru_cache(maxsize=1)
+def nvidia_reading() -> dict[str, Any]:
+    """This machine's NVIDIA reading (:func:`pytest_gpucomm.env.nvidia.read_nvidia`: NVML, else
+    ``nvidia-smi -q -x``) of the GPUs torch sees, read once per process: the fingerprint keeps all of it."""
+    from .nvidia import read_nvidia
+
+    return read_nvidia(bus_ids=torch_bus_ids())
 
 
 @lru_cache(maxsize=1)
@@ -320,18 +324,26 @@ def topology(info: DeviceInfo) -> dict[str, str]:
     if info.kind != "gpu" or info.count < 2:
         return {}
     if info.vendor == "NVIDIA":
-        return parse_nvidia_topo(_run(["nvidia-smi", "topo", "-m"]))
+        from_nvml = nvidia_reading().get("topology")
+        if isinstance(from_nvml, dict):
+            return dict(from_nvml)
+        return parse_nvidia_topo(_run(["nvidia-smi", "topo", "-m"]))  # the fallback where NVML is missing
     from .amd import pair_types
 
     return pair_types(amd_reading())
 
 
-def comm_environment() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(COMM_ENV_PREFIXES)}
+def comm_environment(extra: Sequence[str] = ()) -> dict[str, str]:
+    """The environment variables a run records (:func:`pytest_gpucomm.env.variables.recorded_environment`):
+    those that steer communication and the host threads, the names or patterns in ``extra``, never a secret."""
+    from .variables import recorded_environment
+
+    return recorded_environment(os.environ, extra)
 
 
-def fingerprint(info: DeviceInfo) -> dict[str, Any]:
-    """The environment of a run, recorded with every result and compared with the baseline's."""
+def fingerprint(info: DeviceInfo, env_names: Sequence[str] = ()) -> dict[str, Any]:
+    """The environment of a run, recorded with every result and compared with the baseline's; ``env_names``
+    are the variables the user adds to the recorded ones (``--gpucomm-env``)."""
     fp: dict[str, Any] = {
         "kind": info.kind,
         "vendor": info.vendor,
@@ -346,12 +358,15 @@ def fingerprint(info: DeviceInfo) -> dict[str, Any]:
         "cpu_cores": os.cpu_count() or 1,
         "host": socket.gethostname(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "env": comm_environment(),
+        "env": comm_environment(env_names),
     }
     if info.kind == "gpu":
         fp["memory_gib"] = round(info.memory_gib, 1)
         fp["peer_access"] = dict(info.peer_access)
         fp["topology"] = topology(info)
+        if info.vendor == "NVIDIA":
+            # per GPU: PCIe and NVLink state, VBIOS, ECC, remaps, modes, power limit, clocks, NUMA and CPU affinity
+            fp["nvidia"] = json.loads(json.dumps(nvidia_reading(), default=str))
         if info.vendor == "AMD":
             # driver, ROCm, xGMI links and their state, PCIe, firmware, clocks: see pytest_gpucomm.env.amd
             fp["amd"] = json.loads(json.dumps(amd_reading(), default=str))

@@ -19,12 +19,14 @@ raises.  The shape, whichever source gave it::
      "driver": "580.159.04", "cuda_driver": "13.0", "nvml_library": "13.580.159.04",
      "gpus": [{"device": "cuda:0", "bus_id": "00000000:18:00.0", "name": "NVIDIA H200", "vbios": "96.00.A5.00.01",
                "pcie": {"gen": 5, "width": 16, "gen_max": 5, "width_max": 16},
-               "nvlink": {"0": {"up": true, "version": 4, "error_counts": {"replay": 0, ...}}, ...},
+               "nvlink": {"0": {"up": true, "version": 4, "remote": "00000000:05:00.0", "remote_type": "switch",
+                                "error_counts": {"replay": 0, ...}}, ...},
                "ecc": {"current": "on", "pending": "on"}, "row_remap": {"pending": false, "failed": false},
                "persistence": "on", "compute_mode": "default", "mig": "off",
                "power_limit_w": 700.0, "power_default_w": 700.0,
                "application_clocks_mhz": {"sm": 1980, "mem": 3201}, "max_clocks_mhz": {"sm": 1980, "mem": 3201},
                "numa_node": 0, "cpu_affinity": "0-15"}],
+     "topology": {"0-1": "NV18"},  # None from nvidia-smi -q -x, which has no links: then `nvidia-smi topo -m` is read
      "notes": []}
 
 Error counters accumulate from the driver's load: they are recorded under ``error_counts``, which
@@ -49,6 +51,10 @@ SOURCES = ("nvml", "nvidia-smi")
 NVLINK_MAX = 18
 _ERROR_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
 _COMPUTE_MODES = {0: "default", 1: "exclusive thread", 2: "prohibited", 3: "exclusive process"}
+#: NVML's nvmlIntNvLinkDeviceType_t: what the far end of an NVLink is
+_REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
+#: NVML's nvmlGpuTopologyLevel_t as nvidia-smi topo -m writes it
+_TOPOLOGY_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
 def _import_pynvml() -> Any:
@@ -107,6 +113,7 @@ def from_nvml(nvml: Any, bus_ids: Optional[Sequence[str]] = None) -> dict[str, A
             "nvml_library": _text(call("nvmlSystemGetNVMLVersion", nvml.nvmlSystemGetNVMLVersion)),
             "gpus": [_gpu(nvml, h, i, call) for i, h in enumerate(handles) if h is not None],
         }
+        reading["topology"] = _topology(nvml, [h for h in handles if h is not None], reading["gpus"], call)
     reading["notes"] = call.notes
     return reading
 
@@ -129,7 +136,11 @@ def _gpu(nvml: Any, h: Any, i: int, call: Calls) -> dict[str, Any]:
         if state is None:
             continue
         counts = {name: get("nvmlDeviceGetNvLinkErrorCounter", link, c) for name, c in _ERROR_COUNTERS}
+        remote = get("nvmlDeviceGetNvLinkRemotePciInfo", link) if state else None
         links[str(link)] = {"up": bool(state), "version": get("nvmlDeviceGetNvLinkVersion", link),
+                            "remote": _text(getattr(remote, "busId", None)),
+                            "remote_type": _REMOTE_TYPES.get(get("nvmlDeviceGetNvLinkRemoteDeviceType", link))
+                            if state else None,
                             "error_counts": {k: v for k, v in counts.items() if v is not None}}
     g["nvlink"] = links
     ecc = get("nvmlDeviceGetEccMode")
@@ -155,6 +166,33 @@ def _gpu(nvml: Any, h: Any, i: int, call: Calls) -> dict[str, Any]:
     words = get("nvmlDeviceGetCpuAffinity", 16)
     g["cpu_affinity"] = cpu_list(words) if words else None
     return g
+
+
+def _topology(nvml: Any, handles: Sequence[Any], gpus: Sequence[Mapping[str, Any]], call: Calls) -> dict[str, str]:
+    """The link between each pair of GPUs as ``nvidia-smi topo -m`` writes it, from NVML: ``NV<k>`` for k NVLinks
+    between the two (direct, or both GPUs on NVSwitches: the fewer of their switch links), else the PCIe
+    path's level (PIX, PXB, PHB, NODE, SYS) from ``nvmlDeviceGetTopologyCommonAncestor``."""
+    def bus(b: Any) -> str:
+        return str(b or "").lower()[-12:]
+
+    out: dict[str, str] = {}
+    for i in range(len(gpus)):
+        for j in range(i + 1, len(gpus)):
+            links_i = [v for v in (gpus[i].get("nvlink") or {}).values() if v.get("up")]
+            links_j = [v for v in (gpus[j].get("nvlink") or {}).values() if v.get("up")]
+            direct = sum(1 for v in links_i if v.get("remote_type") == "gpu" and bus(v.get("remote")) ==
+                         bus(gpus[j].get("bus_id")))
+            switched = min(sum(1 for v in links_i if v.get("remote_type") == "switch"),
+                           sum(1 for v in links_j if v.get("remote_type") == "switch"))
+            if direct or switched:
+                out[f"{i}-{j}"] = f"NV{direct or switched}"
+                continue
+            ancestor = getattr(nvml, "nvmlDeviceGetTopologyCommonAncestor", None)
+            level = None if ancestor is None else call(f"nvmlDeviceGetTopologyCommonAncestor(cuda:{i}, cuda:{j})",
+                                                       ancestor, handles[i], handles[j])
+            if level is not None:
+                out[f"{i}-{j}"] = _TOPOLOGY_LEVELS.get(int(level), str(level))
+    return out
 
 
 # ----------------------------------------------------------------------------------------- nvidia-smi
@@ -201,7 +239,8 @@ def from_nvidia_smi(run: Runner, bus_ids: Optional[Sequence[str]] = None) -> dic
     if not gpus:
         raise SourceFailed("nvidia-smi -q -x lists no GPU")
     return {"driver": _xml_text(root, "driver_version"), "cuda_driver": _xml_text(root, "cuda_version"),
-            "nvml_library": None, "gpus": [_xml_gpu(g, i) for i, g in enumerate(gpus)], "notes": []}
+            "nvml_library": None, "gpus": [_xml_gpu(g, i) for i, g in enumerate(gpus)], "topology": None,
+            "notes": []}
 
 
 def _xml_gpu(g: ET.Element, i: int) -> dict[str, Any]:
@@ -256,7 +295,7 @@ def read_nvidia(*, bus_ids: Optional[Sequence[str]] = None, load_nvml: Callable[
     if reading is not None:
         return {"source": used, "sources": sources, **reading}
     return {"source": None, "sources": sources, "driver": None, "cuda_driver": None, "nvml_library": None,
-            "gpus": [], "notes": []}
+            "gpus": [], "topology": None, "notes": []}
 
 
 # ------------------------------------------------------------------------------------------ findings

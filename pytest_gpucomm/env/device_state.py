@@ -1,0 +1,135 @@
+"""What changed in the GPUs and their links since the baseline, said per device, and which cases it can slow.
+
+The fingerprint diff (:mod:`.fingerprint`) lists every leaf that changed; a verdict needs less and more: only
+the changes that can slow *its* case, each said as a person would ("cuda:0 PCIe link at Gen4 x8 (baseline:
+Gen5 x16)").  :func:`device_changes` compares the vendor readings of two fingerprints (``nvidia``:
+:mod:`.nvidia`; ``amd``: :mod:`.amd`) GPU by GPU, and :func:`affects` says whether a change can touch a case:
+
+* ``pcie``: the PCIe link of a GPU, and the CPUs it is near: the host<->device copies of that GPU;
+* ``links``: its NVLinks or xGMI links: the copies between GPUs that involve it, and every collective;
+* ``gpu``: the GPU itself (VBIOS, ECC, MIG, compute and persistence modes, the power limit, the clocks): every
+  case that uses it, and every collective.
+
+Collectives name their ranks, not their devices, so a change of any GPU counts for them.  Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+__all__ = ["DeviceChange", "device_changes", "affects"]
+
+
+@dataclass(frozen=True)
+class DeviceChange:
+    """One change of one device: its device name, its scope (``pcie``, ``links``, ``gpu``) and the phrase."""
+
+    device: str
+    scope: str
+    text: str
+
+
+def _gen_width(p: Any) -> Optional[str]:
+    if not isinstance(p, Mapping) or p.get("gen") is None and p.get("width") is None:
+        return None
+    return f"Gen{p.get('gen', '?')} x{p.get('width', '?')}"
+
+
+def _links_up(links: Any) -> Optional[str]:
+    if not isinstance(links, Mapping) or not links:
+        return None
+    up = sum(1 for v in links.values() if isinstance(v, Mapping) and v.get("up"))
+    return f"{up} of {len(links)} up"
+
+
+def _clocks(c: Any) -> Optional[str]:
+    if not isinstance(c, Mapping) or c.get("sm") is None and c.get("mem") is None:
+        return None
+    return f"SM {c.get('sm', '?')} MHz, memory {c.get('mem', '?')} MHz"
+
+
+def _watts(w: Any) -> Optional[str]:
+    return None if w is None else f"{w:g} W"
+
+
+def _plain(v: Any) -> Optional[str]:
+    return None if v is None else str(v)
+
+
+#: (scope, how the phrase starts, how a GPU's reading gives the value): NVIDIA's reading
+_NVIDIA: Sequence[tuple[str, str, Callable[[Mapping[str, Any]], Optional[str]]]] = (
+    ("pcie", "PCIe link at", lambda g: _gen_width(g.get("pcie"))),
+    ("pcie", "CPU affinity", lambda g: _plain(g.get("cpu_affinity"))),
+    ("pcie", "NUMA node", lambda g: _plain(g.get("numa_node"))),
+    ("links", "NVLinks", lambda g: _links_up(g.get("nvlink"))),
+    ("gpu", "VBIOS", lambda g: _plain(g.get("vbios"))),
+    ("gpu", "ECC", lambda g: _plain((g.get("ecc") or {}).get("current"))),
+    ("gpu", "MIG", lambda g: _plain(g.get("mig"))),
+    ("gpu", "compute mode", lambda g: _plain(g.get("compute_mode"))),
+    ("gpu", "persistence mode", lambda g: _plain(g.get("persistence"))),
+    ("gpu", "power limit", lambda g: _watts(g.get("power_limit_w"))),
+    ("gpu", "application clocks", lambda g: _clocks(g.get("application_clocks_mhz"))),
+    ("gpu", "row remaps pending", lambda g: _plain((g.get("row_remap") or {}).get("pending"))),
+)
+
+
+def _amd_pcie(g: Mapping[str, Any]) -> Optional[str]:
+    p = g.get("pcie")
+    if not isinstance(p, Mapping) or p.get("width") is None and p.get("speed_gts") is None:
+        return None
+    return f"x{p.get('width', '?')} at {p.get('speed_gts', '?')} GT/s"
+
+
+def _amd_xgmi(g: Mapping[str, Any]) -> Optional[str]:
+    status = (g.get("xgmi") or {}).get("status")
+    if not isinstance(status, list) or not status:
+        return None
+    return f"{sum(1 for s in status if s == 'U')} of {len(status)} up"
+
+
+#: AMD's reading (env/amd.py's shape)
+_AMD: Sequence[tuple[str, str, Callable[[Mapping[str, Any]], Optional[str]]]] = (
+    ("pcie", "PCIe link", _amd_pcie),
+    ("links", "xGMI links", _amd_xgmi),
+    ("gpu", "VBIOS", lambda g: _plain(g.get("vbios"))),
+)
+
+
+def _gpus(fp: Optional[Mapping[str, Any]], vendor: str) -> dict[str, Mapping[str, Any]]:
+    reading = (fp or {}).get(vendor)
+    gpus = reading.get("gpus") if isinstance(reading, Mapping) else None
+    out: dict[str, Mapping[str, Any]] = {}
+    for i, g in enumerate(gpus if isinstance(gpus, list) else []):
+        if isinstance(g, Mapping):
+            out[str(g.get("device") or f"cuda:{g.get('index', i)}")] = g
+    return out
+
+
+def device_changes(baseline: Optional[Mapping[str, Any]], now: Optional[Mapping[str, Any]]) -> list[DeviceChange]:
+    """Each field of each GPU that differs between the baseline's fingerprint and today's, as a phrase:
+    ``cuda:0 PCIe link at Gen4 x8 (baseline: Gen5 x16)``.  A GPU or a field that one side did not read is no
+    change (an older baseline has no ``nvidia`` part)."""
+    out: list[DeviceChange] = []
+    for vendor, fields in (("nvidia", _NVIDIA), ("amd", _AMD)):
+        old, new = _gpus(baseline, vendor), _gpus(now, vendor)
+        for device in sorted(set(old) & set(new)):
+            for scope, what, value in fields:
+                a, b = value(old[device]), value(new[device])
+                if a is not None and b is not None and a != b:
+                    out.append(DeviceChange(device, scope, f"{device} {what} {b} (baseline: {a})"))
+    return out
+
+
+def affects(change: DeviceChange, op: str, devices: Sequence[str], kind: str) -> bool:
+    """Whether ``change`` can slow a case of ``op`` on ``devices`` (a measurement's op, devices and kind)."""
+    if kind == "collective":
+        return change.scope in ("links", "gpu")
+    if change.device not in devices:
+        return False
+    host = any(not str(d).startswith(("cuda", "gpu")) for d in devices) or op in ("h2d", "d2h")
+    if change.scope == "pcie":
+        return host
+    if change.scope == "links":
+        return not host
+    return True

@@ -1,0 +1,68 @@
+"""env/device_state.py: the GPUs' changes since the baseline, per device, and the cases each can slow (issue 29)."""
+
+from __future__ import annotations
+
+import copy
+
+from pytest_gpucomm.env.device_state import DeviceChange, affects, device_changes
+
+
+def _gpu(i, **over):
+    g = {"device": f"cuda:{i}", "vbios": "96.00.A5.00.1A", "pcie": {"gen": 5, "width": 16, "gen_max": 5, "width_max": 16},
+         "nvlink": {str(k): {"up": True} for k in range(18)}, "ecc": {"current": "on", "pending": "on"},
+         "mig": "off", "compute_mode": "default", "persistence": "on", "power_limit_w": 700.0,
+         "application_clocks_mhz": {"sm": 1980, "mem": 3201}, "row_remap": {"pending": False, "failed": False},
+         "numa_node": 0, "cpu_affinity": "0-15"}
+    g.update(over)
+    return g
+
+
+BASELINE = {"driver": "580.159.04", "nvidia": {"gpus": [_gpu(0), _gpu(1)]}}
+
+
+def test_an_unchanged_machine_has_no_change():
+    assert device_changes(BASELINE, copy.deepcopy(BASELINE)) == []
+
+
+def test_each_changed_field_is_said_per_device_with_the_baselines_value():
+    now = copy.deepcopy(BASELINE)
+    g0, g1 = now["nvidia"]["gpus"]
+    g0["pcie"].update(gen=4, width=8)
+    g1["nvlink"]["3"]["up"] = False
+    g1["power_limit_w"] = 500.0
+    g1["application_clocks_mhz"] = {"sm": 1500, "mem": 3201}
+    assert device_changes(BASELINE, now) == [
+        DeviceChange("cuda:0", "pcie", "cuda:0 PCIe link at Gen4 x8 (baseline: Gen5 x16)"),
+        DeviceChange("cuda:1", "links", "cuda:1 NVLinks 17 of 18 up (baseline: 18 of 18 up)"),
+        DeviceChange("cuda:1", "gpu", "cuda:1 power limit 500 W (baseline: 700 W)"),
+        DeviceChange("cuda:1", "gpu", "cuda:1 application clocks SM 1500 MHz, memory 3201 MHz (baseline: SM 1980 MHz, "
+                                      "memory 3201 MHz)"),
+    ]
+
+
+def test_a_baseline_without_the_reading_or_a_gpu_read_on_one_side_only_is_no_change():
+    assert device_changes({"driver": "1"}, BASELINE) == []
+    one = {"nvidia": {"gpus": [_gpu(0, power_limit_w=300.0)]}}
+    assert [c.device for c in device_changes(BASELINE, one)] == ["cuda:0"]
+
+
+def test_amd_links_and_pcie_are_compared_too():
+    old = {"amd": {"gpus": [{"index": 0, "pcie": {"width": 16, "speed_gts": 32}, "xgmi": {"status": ["U"] * 7}}]}}
+    new = copy.deepcopy(old)
+    new["amd"]["gpus"][0]["pcie"]["width"] = 8
+    new["amd"]["gpus"][0]["xgmi"]["status"][2] = "D"
+    assert [c.text for c in device_changes(old, new)] == ["cuda:0 PCIe link x8 at 32 GT/s (baseline: x16 at 32 GT/s)",
+                                                          "cuda:0 xGMI links 6 of 7 up (baseline: 7 of 7 up)"]
+
+
+def test_a_pcie_change_touches_that_gpus_host_copies_a_link_change_its_peer_copies_and_every_collective():
+    pcie = DeviceChange("cuda:0", "pcie", "")
+    links = DeviceChange("cuda:0", "links", "")
+    gpu = DeviceChange("cuda:1", "gpu", "")
+    assert affects(pcie, "h2d", ("host", "cuda:0"), "copy") and not affects(pcie, "h2d", ("host", "cuda:1"), "copy")
+    assert not affects(pcie, "copy", ("cuda:0", "cuda:1"), "copy") and not affects(pcie, "all_reduce", ("rank0",),
+                                                                                     "collective")
+    assert affects(links, "copy", ("cuda:0", "cuda:1"), "copy") and not affects(links, "d2h", ("cuda:0", "host"), "copy")
+    assert affects(links, "all_reduce", ("rank0", "rank1"), "collective")
+    assert affects(gpu, "d2h", ("cuda:1", "host"), "copy") and not affects(gpu, "d2h", ("cuda:0", "host"), "copy")
+    assert affects(gpu, "broadcast", ("rank0", "rank1"), "collective")
