@@ -84,6 +84,7 @@ class MeasurementInfo(TypedDict, total=False):
     # how it was timed (every measurement)
     timer: str  # "device events", "host clock"
     batch: int  # iterations per timed sample
+    clocks: list[dict[str, Any]]  # per device read: ops.clocks.ClockSummary.to_dict() of the timed samples
     # a collective, a node pair or a training pattern (ops.collectives, ops.nodes, ops.patterns)
     backend: str  # "nccl", "gloo", ...
     in_place: bool  # the form the ranks ran

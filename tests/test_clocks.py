@@ -86,3 +86,37 @@ def test_the_cpu_reader_reads_the_mean_frequency_and_a_grown_thermal_counter_is_
 
 def test_the_cpu_reader_reads_nothing_where_the_kernel_exposes_neither(tmp_path):
     assert CpuFreqReader("cpu:0", root=str(tmp_path), cpus=[0]).read() is None
+
+
+def test_a_host_copy_measured_while_a_reader_says_throttled_keeps_the_clocks_in_its_info(monkeypatch):
+    """The CPU variant of the GPU path: the copy's measurement holds what its device's reader said during the
+    timed samples (here a reader that reports a power cap from its third reading on)."""
+    from pytest_gpucomm.ops import clocks, copies
+    from pytest_gpucomm.ops.timing import TimingSettings
+
+    reader = Script("cpu", [(3000.0, 0), (3000.0, 0), (2100.0, 0x4)])
+    monkeypatch.setattr(clocks, "_READERS", {"cpu": reader})
+    m = copies.measure_copy("cpu:0", "cpu:1", 1 << 20, TimingSettings(min_time_s=0.1, min_samples=5), copies.BufferPool())
+    (c,) = m.info["clocks"]
+    s = ClockSummary.from_dict(c)
+    assert s.device == "cpu" and s.readings == reader.n >= 3 and s.throttled and s.sm_mhz == (2100.0, 3000.0)
+
+
+def test_the_timing_engine_reads_the_clocks_only_while_the_timed_samples_run():
+    from pytest_gpucomm.ops.timing import TimingSettings, measure
+
+    class Op:
+        calls = []
+
+        def sample(self, batch):
+            Op.calls.append(("sample", s._thread is not None))
+            return lambda: 1e-4 * batch
+
+        def sync(self):
+            time.sleep(0.001)
+
+    s = Sampler([Script("cpu", [(3000.0, 0)])], interval_s=0.001)
+    measure(Op(), TimingSettings(min_time_s=0.01, min_samples=3, warmup_iters=2, warmup_min_s=0.0), clocks=s)
+    running = [on for _, on in Op.calls]
+    assert running[0] is False and running[-1] is True and s._thread is None  # warm-up unsampled, then stopped
+    assert s.summaries()[0].readings >= 2

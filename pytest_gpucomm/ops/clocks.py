@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
 __all__ = ["INTERVAL_S", "REASONS", "IDLE", "Reading", "Reader", "ClockSummary", "Sampler", "reason_names",
-           "summarize", "reader_for", "NvmlReader", "CpuFreqReader"]
+           "summarize", "reader_for", "sampler_for", "clock_info", "NvmlReader", "CpuFreqReader"]
 
 #: seconds between two readings of the sampling thread
 INTERVAL_S = 0.02
@@ -295,7 +295,7 @@ def reader_for(device: str, bus_id: Optional[str] = None,
     in NVML by its PCI ``bus_id`` (torch's numbering need not be NVML's) or, without one, by its number."""
     kind, _, index = device.partition(":")
     if kind == "cpu":
-        r = CpuFreqReader(device)
+        r = CpuFreqReader("cpu")
         return r if r.read() is not None else None
     if kind != "cuda":
         return None
@@ -310,3 +310,38 @@ def reader_for(device: str, bus_id: Optional[str] = None,
         return reader
     except Exception:  # noqa: BLE001
         return None
+
+
+_READERS: dict[str, Optional[Reader]] = {}
+
+
+def sampler_for(devices: Iterable[str]) -> Sampler:
+    """A sampler of the devices a measurement uses: a CUDA device by NVML (found by torch's PCI bus id), the
+    host's CPUs once for every ``cpu:N`` and ``host`` (the CPU variants' logical devices share them).  Readers
+    are made once per process; a device nothing can be read of is left out."""
+    readers: list[Reader] = []
+    for name in dict.fromkeys("cpu" if d.startswith("cpu") or d == "host" else d for d in devices):
+        if name not in _READERS:
+            _READERS[name] = reader_for(name, _bus_id(name))
+        r = _READERS[name]
+        if r is not None and r not in readers:
+            readers.append(r)
+    return Sampler(readers)
+
+
+def _bus_id(device: str) -> Optional[str]:
+    if not device.startswith("cuda:"):
+        return None
+    from ..env.hardware import torch_bus_ids
+
+    try:
+        ids = torch_bus_ids()
+        return ids[int(device.split(":")[1])] if ids else None
+    except Exception:  # noqa: BLE001 - no bus id: NVML's own numbering
+        return None
+
+
+def clock_info(sampler: Sampler) -> list[dict[str, Any]]:
+    """What a measurement keeps of its sampler (``Measurement.info["clocks"]``): the summary of each device
+    that gave a reading."""
+    return [s.to_dict() for s in sampler.summaries() if s.readings]

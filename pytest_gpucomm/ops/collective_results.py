@@ -8,11 +8,11 @@ Stdlib only: a result crosses from the rank to the controller pickled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..measurement import RanksInfo, TailInfo
 
-__all__ = ["BenchResult", "WrongResult", "ranks_info", "tail_info"]
+__all__ = ["ranks_clocks", "BenchResult", "WrongResult", "ranks_info", "tail_info"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class BenchResult:
     host: str = ""  # where the rank ran: host, node index, device
     node: int = 0
     device: str = ""
+    clocks: tuple[dict[str, Any], ...] = ()  # this rank's device clocks during the timed samples (ops.clocks)
     # -- single operations, each timed on its own (see :func:`.single_op_timing.single_ops`); per-op data on rank 0 only
     op_times_s: tuple[float, ...] = ()  # rank 0: per single op, the slowest rank's time; else ()
     op_own_p50_s: float = 0.0  # this rank's own single-op times: median and 99th percentile
@@ -58,6 +59,20 @@ class WrongResult(Exception):
     def __init__(self, message: str, bad: Sequence[BenchResult]) -> None:
         super().__init__(message)
         self.bad = tuple(bad)
+
+
+def ranks_clocks(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
+    """The clocks each rank read of its device during the timed samples, once per device of a host (gloo ranks
+    on one host read the same CPUs)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for r in results:
+        for c in r.clocks:
+            key = (r.host, str(c.get("device")))
+            if key not in seen:
+                seen.add(key)
+                out.append(dict(c))
+    return out
 
 
 def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:

@@ -45,7 +45,7 @@ from ..vocab import (DEFAULT_DTYPE, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S, DTY
                      TAIL_TIME_FACTOR)
 from .across_ranks import agreement, iteration_stats
 from .collective_op import IN_PLACE, OUT_OF_PLACE, CollectiveOp, Shape, small_pattern, triangular
-from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
+from .collective_results import BenchResult, WrongResult, ranks_clocks, ranks_info, tail_info
 from .single_op_timing import single_op_fields, single_op_phase
 from .specs import COLLECTIVE, OpSpec
 from .timed_case import (GRAPH_OPS, GRAPH_REPLAYS, REGISTER_MIN_BYTES, CollectiveCase, TimedLoop, graph_shape,
@@ -279,6 +279,9 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
     info["ranks"] = ranks_info(results)
     if first.op_times_s:
         info["tail"] = tail_info(results)
+    read = ranks_clocks(results)
+    if read:
+        info["clocks"] = read
     return Measurement(
         op=op,
         size_bytes=first.size_bytes,
@@ -352,6 +355,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
     import torch
     import torch.distributed as dist
 
+    from .clocks import clock_info, sampler_for
     from .timing import TimingSettings, measure
 
     if op not in OPS:
@@ -413,7 +417,8 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
         t.sync()
         dist.barrier(group=group)
 
-    samples, plan = measure(timed, settings, agree=agree, prepare=prepare)
+    clocks = sampler_for((ctx.device,))
+    samples, plan = measure(timed, settings, agree=agree, prepare=prepare, clocks=clocks)
     budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
     singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, group=group)
     # the timed samples replayed a graph if the graph of their shape was captured
@@ -487,6 +492,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
         host=ctx.host or socket.gethostname(),
         node=ctx.node_rank,
         device=ctx.device,
+        clocks=tuple(clock_info(clocks)),
         **tail,
     )
 

@@ -48,6 +48,7 @@ from .copy_timing import (CudaCopy, CudaPattern, HostCopy, HostPattern, device_i
                           verify_copies)
 from .engines import CopyError
 from .specs import COPY, HOST_KIND, PEER_KIND, OpSpec
+from .clocks import Sampler, clock_info, sampler_for
 from .timing import TimingSettings, measure
 
 if TYPE_CHECKING:
@@ -146,10 +147,12 @@ def measure_copy(
     else:
         timed = HostCopy(pairs)
         info["timer"] = "host clock"
+    clocks = sampler_for((src_dev, dst_dev))
     with single_threaded(not src_dev.startswith("cuda")):
-        samples, p = measure(timed, settings)
+        samples, p = measure(timed, settings, clocks=clocks)
     verify_copies(timed, pairs, what)
     info["batch"] = p.batch
+    _keep_clocks(info, clocks)
     return Measurement(
         op=op,
         size_bytes=size,
@@ -176,16 +179,26 @@ def measure_host_device(device: str, size: int, direction: str, settings: Timing
     i = device_index(device)
     what = f"{direction} {device} ({size} bytes)"
     timed = CudaCopy([(src, dst)], [(torch.cuda.Stream(device=i), None)], latch_device=i, what=what)
-    samples, p = measure(timed, gpu_batches(settings))
+    clocks = sampler_for((device,))
+    samples, p = measure(timed, gpu_batches(settings), clocks=clocks)
     verify_copies(timed, [(src, dst)], what)
+    info: MeasurementInfo = {"timer": "device events", **timed.engine_info, "pinned": True, "batch": p.batch}
+    _keep_clocks(info, clocks)
     return Measurement(
         op=direction,
         size_bytes=size,
         samples_s=samples,
         devices=("host", device) if direction == "h2d" else (device, "host"),
         kind="copy",
-        info={"timer": "device events", **timed.engine_info, "pinned": True, "batch": p.batch},
+        info=info,
     )
+
+
+def _keep_clocks(info: MeasurementInfo, clocks: Sampler) -> None:
+    """The clocks and throttle reasons read during the timed samples (``info["clocks"]``), where any were."""
+    read = clock_info(clocks)
+    if read:
+        info["clocks"] = read
 
 
 # -- a copy as plain data: measured here, or in a new process ----------------------------------------
@@ -358,11 +371,13 @@ def measure_pattern(copy: str, devices: Sequence[str], size: int, settings: Timi
         timed = HostPattern(pairs)
         info["timer"] = "host clock"
         info["link_timer"] = "host clock of each pair's thread, from the common start to its end"
+    clocks = sampler_for(str(d) for d in devices)
     with single_threaded(not on_gpu):
-        samples, p = measure(timed, settings)
+        samples, p = measure(timed, settings, clocks=clocks)
     read = timed.link_times[-len(samples):]  # the timed samples' are the last read
     verify_copies(timed, pairs, what)
     info["batch"] = p.batch
+    _keep_clocks(info, clocks)
     m = Measurement(op=op, size_bytes=size, bytes_per_iter=size * len(links), samples_s=samples,
                     devices=tuple(str(d) for d in devices), kind="copy", info=info)
     own = {_link_id(s, d): statistics.median(size * batch / max(t[k], 1e-12) / 1e9 for batch, t in read)

@@ -15,9 +15,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 from ..vocab import DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S
+
+if TYPE_CHECKING:
+    from .clocks import Sampler
 
 __all__ = ["TimingSettings", "Timed", "measure", "Plan", "plan"]
 
@@ -106,11 +109,14 @@ def measure(
     *,
     agree: Optional[Callable[[float], float]] = None,
     prepare: Optional[Callable[[Plan], None]] = None,
+    clocks: Optional["Sampler"] = None,
 ) -> tuple[list[float], Plan]:
     """Warm up, estimate, plan, and take the samples.  Returns per-iteration seconds and the plan.
 
     ``agree`` maps a local value to the maximum over all participants (identity for a single process).
     ``prepare`` is called with the plan before the timed samples (a collective captures its graph there).
+    ``clocks`` reads the devices' clocks and throttle reasons while the timed samples run
+    (:class:`pytest_gpucomm.ops.clocks.Sampler`: from the first timed batch to the end of the last).
     """
     agree = agree or _identity
     # Warm-up: first calls pay for allocation, peer-access set-up, communicator creation, caches; then
@@ -149,9 +155,15 @@ def measure(
     per_sample = max(final.batch * final.estimate_s, 1e-9)
     chunk = max(1, min(final.samples, int(settings.max_enqueue_s / per_sample),
                        settings.max_inflight_iters // final.batch))
-    while len(samples) < final.samples:
-        k = min(chunk, final.samples - len(samples))
-        getters = [op.sample(final.batch) for _ in range(k)]
-        op.sync()
-        samples.extend(g() / final.batch for g in getters)
+    if clocks is not None:
+        clocks.start()
+    try:
+        while len(samples) < final.samples:
+            k = min(chunk, final.samples - len(samples))
+            getters = [op.sample(final.batch) for _ in range(k)]
+            op.sync()
+            samples.extend(g() / final.batch for g in getters)
+    finally:
+        if clocks is not None:
+            clocks.stop()
     return samples, final
