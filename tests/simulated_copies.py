@@ -39,7 +39,7 @@ def simulated_timing(monkeypatch, request):
     slow_case = os.environ.get("SIM_SLOW_CASE")
     slower = float(os.environ.get("SIM_SLOWER", "1")) if slow_case and slow_case in request.node.nodeid else 1.0
 
-    def fake_measure(op, settings, agree=None, prepare=None):
+    def fake_measure(op, settings, agree=None, prepare=None, clocks=None):
         src = op.pairs[0][0]
         size = src.numel() * src.element_size()
         t = (LATENCY_S + size / BYTES_PER_S) * slower * np.exp(offset + rng.normal(0, 0.03, 50))

@@ -60,7 +60,7 @@ def simulated_timing(monkeypatch, request):
     rng = np.random.default_rng(1000 * run + case)
     offset = rng.normal(0, 0.01)
 
-    def fake_measure(op, settings, agree=None, prepare=None):
+    def fake_measure(op, settings, agree=None, prepare=None, clocks=None):
         t = 5e-6 * float(os.environ.get("SIM_SLOWER", "1")) * np.exp(offset + rng.normal(0, 0.03, 50))
         t[rng.random(50) < 0.03] *= 1.4
         return [float(x) for x in t], Plan(batch=1, samples=50, estimate_s=5e-6)
