@@ -346,3 +346,6 @@ class Record:
     #: the same measurement in the session's i-th other process group (``fold(i)``, i >= 1), which the gate
     #: asks for before judging a case of a folded class (``--gpucomm-folds``); None: it cannot be had
     fold: Optional[Callable[[int], "Measurement"]] = None
+    #: the same measurement in a fresh process (group) whose environment has these variables set (a name mapped
+    #: to None: unset): the cause test's (:mod:`pytest_gpucomm.gate.cause`); None: it cannot be had
+    with_env: Optional[Callable[[Mapping[str, Optional[str]]], "Measurement"]] = None

@@ -29,6 +29,8 @@ __all__ = [
     "DEFAULT_MAX_REMEASURES",
     "DEFAULT_FOLDS",
     "MAX_FOLDS",
+    "DEFAULT_CAUSE_CASES",
+    "MAX_CAUSE_CASES",
     "DEFAULT_TAIL_TOLERANCE",
     "MAX_TAIL_TOLERANCE",
     "DEFAULT_DTYPE",
@@ -129,6 +131,9 @@ DEFAULT_MAX_REMEASURES = 1
 DEFAULT_FOLDS = 2
 #: the most folds accepted (each a process group kept for the session)
 MAX_FOLDS = 8
+#: the cases of a session whose REGRESSION the cause test explains (--gpucomm-cause), and its ceiling
+DEFAULT_CAUSE_CASES = 4
+MAX_CAUSE_CASES = 1000
 
 #: In CPU mode the suites see this many logical "devices" (host buffers), so that pair tests and
 #: two-rank collectives have something real to measure.

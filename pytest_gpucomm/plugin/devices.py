@@ -74,7 +74,7 @@ class Devices:
         if self._fingerprint is None:
             from ..env.hardware import fingerprint
 
-            self._fingerprint = fingerprint(self.info)
+            self._fingerprint = fingerprint(self.info, self.settings.env_names)
         return self._fingerprint
 
     @fingerprint.setter

@@ -62,6 +62,7 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
             state.notes.append(f"gpucomm: the levels were not judged: {e}")
         if not state.settings.baseline_save:
             apply_levels(state.records, state.levels)
+            state.notes += state.judging.causes.explain_levels(state.gate, state.records, state.levels)
     if state.records and writes:  # before the run is saved into the baseline
         from .reporting import baseline_document, curves_of
 

@@ -15,6 +15,7 @@ import pytest
 
 from ..measurement import Record
 from ..vocab import DEFAULT_BASELINE_DIR, Status
+from .cause import CauseTests
 from .devices import Devices
 from .markers import check_thresholds, marks_of
 from .settings import Settings
@@ -35,6 +36,7 @@ class Judging:
         self.settings = settings
         self.devices = devices
         self._gate: Optional["Gate"] = None
+        self.causes = CauseTests(settings)  # why a REGRESSION got slower, where the environment changed
 
     @property
     def gate(self) -> "Gate":
@@ -97,10 +99,11 @@ class Judging:
         for r, redo in zip(records, redos):
             v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo, tail_tolerance, r.fold)
             r.baseline = v.to_dict()
+            self.causes.explain(self.gate, r, r.baseline)  # adds its line to the message
             if r.status is not Status.FAILED:
                 r.status = v.status
             if v.failed and not self.settings.baseline_save:
-                failures.append(v.message)
+                failures.append(str(r.baseline["message"]))
         return failures
 
 

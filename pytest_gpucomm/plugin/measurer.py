@@ -15,7 +15,7 @@ inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import pytest
 
@@ -81,7 +81,8 @@ class Comm:
         )
 
     def _record(self, m: Measurement, fresh: Optional[Callable[[], Measurement]], same: Callable[[], Measurement],
-                fresh_how: str, same_how: str, fold: Optional[Callable[[int], Measurement]] = None) -> Measurement:
+                fresh_how: str, same_how: str, fold: Optional[Callable[[int], Measurement]] = None,
+                with_env: Optional[Callable[[Mapping[str, Optional[str]]], Measurement]] = None) -> Measurement:
         """Keep ``m``; the gate may call the record's ``redo`` to measure once more: ``fresh`` measures in a
         new process state (a new process group, a new process), so that a per-session condition -- an
         algorithm or a buffer placement chosen at set-up -- does not decide the verdict twice; ``same``
@@ -98,7 +99,8 @@ class Comm:
                 return Remeasure(same(), fresh=False, how=same_how)
             return self._state.remeasures.remeasure(fresh, same, fresh_how, same_how)
 
-        self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo, fold=fold))
+        self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo, fold=fold,
+                                          with_env=with_env))
         return m
 
     def _copy(self, spec: dict[str, Any]) -> Measurement:
@@ -122,7 +124,12 @@ class Comm:
             state.buffers.clear()
             return here()
 
-        return self._record(here(), fresh, same, "in a new process", "in the same process")
+        def with_env(env: Mapping[str, Optional[str]]) -> Measurement:
+            state.buffers.clear()
+            return state.remeasures.copy_in_new_process(spec, label=f"{self._request.node.nodeid} (cause test)",
+                                                        env=env)
+
+        return self._record(here(), fresh, same, "in a new process", "in the same process", with_env=with_env)
 
     def _copy_on_every_node(self, spec: dict[str, Any]) -> Measurement:
         """Launched mode: the copy ``spec`` between the devices of each node, on every node at once.
@@ -318,11 +325,21 @@ class Comm:
                                          n, dtype)
             return m
 
+        def with_env(env: Mapping[str, Optional[str]]) -> Measurement:  # a group of new processes
+            pool = self._state.pools.new_pool(group.world_size, env)
+            try:
+                g = ProcessGroup(pool, group.backend, group.timeout_s, f"{group.label} (cause test)")
+                (m,) = self._collective_once(op, g, dict(kwargs, tail_time_s=0.0), n, dtype)
+                return m
+            finally:
+                pool.close()
+
         if not group.restartable:  # launched mode: the job's process group lives as long as the session
             return self._record(run(), None, run, "",
                                 "in the same process group: the job's process group (launched mode) cannot be "
                                 "restarted")
-        return self._record(run(), fresh, run, "in a new process group", "in the same process group", fold)
+        return self._record(run(), fresh, run, "in a new process group", "in the same process group", fold,
+                            with_env)
 
     def _group_of_kind(self, group: ProcessGroup, kind: str) -> ProcessGroup:
         """The job's groups of ``kind``, for a test that was given ``group`` (skipped where there are none)."""

@@ -9,7 +9,7 @@ group.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
 
 import pytest
 
@@ -101,15 +101,17 @@ class RankPools:
             self.fold_pools[key] = self.new_pool(group.world_size)
         return ProcessGroup(self.fold_pools[key], group.backend, group.timeout_s, f"{group.label} (fold {i + 1})")
 
-    def new_pool(self, world: int) -> Any:
+    def new_pool(self, world: int, env: Optional[Mapping[str, Optional[str]]] = None) -> Any:
         """A ranks.RankPool of ``world`` workers with the session's backend, device type and worker
-        environment (not started yet)."""
+        environment (not started yet); ``env`` changes that environment (a name mapped to None is unset), and
+        then the workers are new processes, never forks of the zygote, whose torch read the session's."""
         from ..ops.collectives import worker_env
         from ..ranks import RankPool
 
         info = self.devices.info
-        return RankPool(world, backend=info.backend, device=info.torch_device_type, env=worker_env(info.backend),
-                        start_timeout_s=self._start_timeout_s, zygote=self.session_zygote())
+        workers: dict[str, Optional[str]] = {**worker_env(info.backend), **(env or {})}
+        return RankPool(world, backend=info.backend, device=info.torch_device_type, env=workers,
+                        start_timeout_s=self._start_timeout_s, zygote=None if env else self.session_zygote())
 
     @property
     def _start_timeout_s(self) -> float:

@@ -4,7 +4,7 @@ fresh re-measure runs in a new process of its own."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .. import vocab
 from .devices import Devices
@@ -41,18 +41,20 @@ class Remeasures:
         return Remeasure(same(), fresh=False,
                          how=f"{same_how}: the session's {limit} fresh re-measures were used up")
 
-    def copy_in_new_process(self, spec: dict[str, Any], label: str = "") -> "Measurement":
+    def copy_in_new_process(self, spec: dict[str, Any], label: str = "",
+                            env: Optional[Mapping[str, Optional[str]]] = None) -> "Measurement":
         """Measure the copy ``spec`` (``ops.copies.copy_spec``) in a new process -- new streams, buffers and
         timing state -- started for it as a one-rank pool (the session's backend, device type and worker
-        environment) and closed right after.  Its rank 0 selects device 0, and the copy addresses its
-        devices by index, so a copy between any two devices works.  A failing, hanging or dying process
-        fails the test as a failing rank of a collective does (with its traceback, stack or exit code)."""
+        environment, changed by ``env``: the cause test's) and closed right after.  Its rank 0 selects device
+        0, and the copy addresses its devices by index, so a copy between any two devices works.  A failing,
+        hanging or dying process fails the test as a failing rank of a collective does (with its traceback,
+        stack or exit code)."""
         import dataclasses
 
         from .group import ProcessGroup
         from ..measurement import Measurement
 
-        pool = self.pools.new_pool(1)
+        pool = self.pools.new_pool(1, env)
         what = f"{label}: fresh re-measure of {spec['copy']} copy {'->'.join(spec['devices'])}"
         try:
             kwargs = dict(spec, timing=dataclasses.asdict(self.settings.timing()))

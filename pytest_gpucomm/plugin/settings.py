@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 import pytest
 
+from ..gate.cause import DEFAULT_BUDGET as DEFAULT_CAUSE_BUDGET
 from ..units import SizeError, describe_size, parse_size
 from ..vocab import (
     TAIL_TIME_FACTOR,
     DEFAULT_ALPHA,
+    DEFAULT_CAUSE_CASES,
     DEFAULT_CPU_MAX_SIZE,
     DEFAULT_DTYPE,
     DEFAULT_FOLDS,
@@ -29,6 +31,7 @@ from ..vocab import (
     DTYPE_ALIASES,
     DTYPES,
     MAX_BASELINE_RUNS,
+    MAX_CAUSE_CASES,
     MAX_FOLDS,
     MAX_MIN_TIME_S,
     MAX_TAIL_TOLERANCE,
@@ -71,6 +74,16 @@ _OPTIONS = [
      f"With a baseline, each collective up to 1 MiB is measured in K process groups (kept for the session) and "
      f"judged on the K runs pooled; 1: once, as every other case. Not in launched jobs. Default: {DEFAULT_FOLDS}.",
      "K"),
+    ("--gpucomm-cause", "gpucomm_cause", "gpucomm_cause", "GPUCOMM_CAUSE",
+     f"With a baseline: for the first N cases of the session that fail as REGRESSION while the recorded environment "
+     f"differs from the baseline's, measure the case again in a fresh process (group) with the differing "
+     f"variables set back, all at once and then one at a time (at most {DEFAULT_CAUSE_BUDGET} re-measures a case), "
+     f"and name the one that brings it back; 0: never. Default: {DEFAULT_CAUSE_CASES}.", "N"),
+    ("--gpucomm-env", "gpucomm_env", "gpucomm_env", "GPUCOMM_ENV",
+     "More environment variables to record with every run (and to compare with the baseline's, and to set back "
+     "in the cause test), beside the communication libraries', the GPU runtimes' and the thread counts': names "
+     "or shell patterns, comma-separated (MY_FABRIC_*). A name that looks like a secret (TOKEN, SECRET, "
+     "PASSWORD, ...KEY) is never recorded. Default: none.", "NAME[,NAME]"),
     ("--gpucomm-device", "gpucomm_device", "gpucomm_device", "GPUCOMM_DEVICE",
      "Where to measure: 'auto' (GPUs when torch sees one, else the CPU variants), 'gpu' (error without one) "
      "or 'cpu' (host memory copies, gloo). Default: auto.", "auto|gpu|cpu"),
@@ -145,13 +158,16 @@ class Settings:
     plots_format: str = "png"
     pairs: Optional[str] = None  # --gpucomm-pairs; None: the default for the device count (parametrize.pair_choice)
     folds: int = DEFAULT_FOLDS
+    cause_cases: int = DEFAULT_CAUSE_CASES
+    env_names: tuple[str, ...] = ()  # --gpucomm-env: more variables recorded (names or patterns)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
                 "alpha": self.alpha, "strict": self.baseline_strict, "dtypes": list(self.dtypes),
-                "tail_tolerance": self.tail_tolerance, "folds": self.folds,
+                "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
+                "env_names": list(self.env_names),
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -377,6 +393,28 @@ def _parse_folds(value: str, name: str, origin: str) -> int:
     return k
 
 
+def _parse_cause(value: str, name: str, origin: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        k = -1
+    if not 0 <= k <= MAX_CAUSE_CASES:
+        raise pytest.UsageError(
+            f"invalid {name} {value!r} (from {origin}): expected a whole number of cases from 0 (no cause test) to "
+            f"{MAX_CAUSE_CASES}"
+        )
+    return k
+
+
+def _parse_env_names(value: str, name: str, origin: str) -> tuple[str, ...]:
+    from ..env.variables import EnvNamesError, parse_env_names
+
+    try:
+        return parse_env_names(value, f"{name} from {origin}")
+    except EnvNamesError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 def read_settings(config: pytest.Config) -> Settings:
     _check_cpu_devices()
     return Settings(
@@ -407,6 +445,8 @@ def read_settings(config: pytest.Config) -> Settings:
                          None),
         pairs=_get(config, "--gpucomm-pairs", _parse_pairs, None),
         folds=_get(config, "--gpucomm-folds", _parse_folds, DEFAULT_FOLDS),
+        cause_cases=_get(config, "--gpucomm-cause", _parse_cause, DEFAULT_CAUSE_CASES),
+        env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
     )
 
 

@@ -66,7 +66,7 @@ class RankPool:
         device: ``"cpu"`` or ``"cuda"``; with ``"cuda"`` rank *r* uses GPU *r*.
         start_timeout_s: seconds to wait for every rank to initialise its process
             group; also the process group's own timeout.
-        env: environment overrides for the workers (on top of ``os.environ``).
+        env: environment overrides for the workers (on top of ``os.environ``; None unsets a variable).
         error_grace_s: after a rank raised, seconds the other ranks get to answer
             before the pool is torn down.
         shutdown_grace_s: seconds :meth:`close` waits for a graceful exit before
@@ -105,7 +105,7 @@ class RankPool:
         device: str = "cpu",
         *,
         start_timeout_s: float = RANK_START_TIMEOUT_S,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, "str | None"] | None = None,
         error_grace_s: float = 3.0,
         shutdown_grace_s: float = 5.0,
         zygote: Zygote | None = None,
@@ -120,7 +120,7 @@ class RankPool:
         self.backend = backend
         self.device = device
         self.start_timeout_s = float(start_timeout_s)
-        self.env: dict[str, str] = dict(env or {})
+        self.env: dict[str, "str | None"] = dict(env or {})
         self.error_grace_s = float(error_grace_s)
         self.shutdown_grace_s = float(shutdown_grace_s)
         self.zygote = zygote

@@ -134,9 +134,14 @@ def accept_authenticated(listener: socket.socket, authkey: bytes) -> Connection 
 # --------------------------------------------------------------------------- start
 
 
-def _worker_env(env: Mapping[str, str], backend: str) -> dict[str, str]:
+def _worker_env(env: Mapping[str, "str | None"], backend: str) -> dict[str, str]:
+    """The workers' environment: this process's, with ``env`` on top (a name mapped to None is unset)."""
     out = dict(os.environ)
-    out.update(env)
+    for k, v in env.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
     path = os.pathsep.join(controller_sys_path())
     user_path = env.get("PYTHONPATH")
     out["PYTHONPATH"] = path + (os.pathsep + user_path if user_path else "")
@@ -154,7 +159,7 @@ def start_ranks(
     device: str,
     *,
     start_timeout_s: float,
-    env: Mapping[str, str],
+    env: Mapping[str, "str | None"],
     log_dir: Path,
     label: str = "",
     zygote: "Zygote | None" = None,

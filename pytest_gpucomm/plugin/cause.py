@@ -1,0 +1,115 @@
+"""The session's cause tests: why a case that failed as REGRESSION got slower, when the environment changed.
+
+For the first ``--gpucomm-cause`` regressions of the session (default ``vocab.DEFAULT_CAUSE_CASES``) while the
+recorded environment differs from the baseline's (``Gate.env_diff``), the search of :mod:`pytest_gpucomm.gate.cause`
+measures a case again in a fresh process (a copy) or a fresh process group (a collective) with the differing
+variables set back (``Record.with_env``), and the verdict gains a line: the variable that brought it back, or
+that none did.  The verdict itself does not change.  Two moments:
+
+* at a test, a case whose own verdict is REGRESSION (:meth:`CauseTests.explain`);
+* at the session's end, each level that failed (a class offset, an op band, a case residual: a change of the
+  environment most often moves a whole class, and then no case alone fails) and that no case it covers
+  explained already: its most slowed case is tested, and the level's line and every covered case's message
+  gain the cause (:meth:`CauseTests.explain_levels`).
+
+A recording run (``--gpu-baseline-save``) makes no cause tests: its verdicts do not fail.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+from ..vocab import Status
+
+if TYPE_CHECKING:
+    from ..gate import Gate
+    from ..gate.cause import CauseResult
+    from ..gate.levels import RunLevels
+    from ..measurement import Record
+    from .settings import Settings
+
+__all__ = ["CauseTests"]
+
+
+class CauseTests:
+    """The session's budget of cause tests and how each is run."""
+
+    def __init__(self, settings: "Settings") -> None:
+        self.settings = settings
+        self.left = settings.cause_cases
+        self.ran = 0
+
+    def explain(self, gate: "Gate", record: "Record", verdict: dict[str, Any]) -> Optional["CauseResult"]:
+        """The cause test of ``record`` whose verdict (``Verdict.to_dict``) is ``verdict``, when it is due
+        (a REGRESSION, a changed environment, a way to measure with it, budget left); its line is added to
+        the verdict's message and the result kept in ``verdict["cause"]``.  None when no test was due."""
+        from ..env.fingerprint import ABSENT
+        from ..gate.cause import CauseResult, env_changes, find_cause
+
+        if verdict.get("status") != Status.REGRESSION.value or self.settings.baseline_save:
+            return None
+        changes = env_changes(gate.env_diff, absent=ABSENT)
+        if not changes or record.with_env is None:
+            return None
+        if self.left <= 0:
+            result = CauseResult(changes=tuple(changes), skipped=(
+                f"the session's {self.settings.cause_cases} cause tests were used (--gpucomm-cause)"))
+        else:
+            self.left -= 1
+            self.ran += 1
+            base = verdict.get("baseline_gbps")
+            measure = record.with_env
+
+            def ratio(env: Mapping[str, Optional[str]]) -> float:
+                m = measure(env)
+                return m.gbps / float(base) if base else float("nan")
+
+            result = find_cause(changes, ratio, tolerance=float(verdict.get("tolerance") or
+                                                                self.settings.tolerance))
+        verdict["cause"] = result.to_dict()
+        verdict["message"] = f"{verdict.get('message', '')}\n  {result.text()}"
+        return result
+
+    def explain_levels(self, gate: "Gate", records: Sequence["Record"], levels: Optional["RunLevels"]) -> list[str]:
+        """The cause of each failing level (class offsets first, then bands, then case residuals) that no case it
+        covers has explained: its most slowed case measured as :meth:`explain` does, within the budget.  Each
+        covered case's message gains the line; returns one summary line per level tested."""
+        if levels is None or self.settings.baseline_save:
+            return []
+        by_key = {str(r.baseline["case"]): r for r in records if r.baseline and r.baseline.get("case")}
+        order = {"class": 0, "band": 1, "case": 2}
+        lines, untested = [], 0
+        for level in sorted(levels.failed, key=lambda v: order.get(v.level, 3)):
+            covered = [by_key[k] for k in level.keys if k in by_key]
+            if not covered or any(_explained(r) for r in covered):
+                continue
+            tried = [r for r in covered if r.with_env is not None and r.baseline is not None]
+            if not tried:
+                continue
+            worst = min(tried, key=lambda r: float((r.baseline or {}).get("ratio") or 1.0))
+            verdict = dict(worst.baseline or {}, status=Status.REGRESSION.value)
+            result = self.explain(gate, worst, verdict)
+            if result is None:
+                continue
+            text = result.text()
+            for r in covered:
+                if r.baseline is None:
+                    continue
+                r.baseline["cause"] = dict(result.to_dict(), level=level.name, measured=worst.nodeid)
+                r.baseline["message"] = f"{r.baseline.get('message', '')}\n  {text} (the {level.level_name} " \
+                                        f"{level.name}, tested on {worst.nodeid})"
+            if result.skipped:
+                untested += 1
+            else:
+                found = text[len("cause: "):] if text.startswith("cause: ") else text
+                lines.append(f"gpucomm cause of the REGRESSION ({level.level_name}) {level.name}: {found}")
+        if untested:
+            lines.append(f"gpucomm: {untested} more regression{'s' if untested > 1 else ''} at the levels not tested "
+                         f"for a cause: the session's {self.settings.cause_cases} cause tests were used "
+                         "(--gpucomm-cause)")
+        return lines
+
+
+def _explained(r: "Record") -> bool:
+    cause = (r.baseline or {}).get("cause")
+    return isinstance(cause, Mapping) and not cause.get("skipped")
