@@ -66,3 +66,15 @@ def test_a_pcie_change_touches_that_gpus_host_copies_a_link_change_its_peer_copi
     assert affects(links, "all_reduce", ("rank0", "rank1"), "collective")
     assert affects(gpu, "d2h", ("cuda:1", "host"), "copy") and not affects(gpu, "d2h", ("cuda:0", "host"), "copy")
     assert affects(gpu, "broadcast", ("rank0", "rank1"), "collective")
+
+
+def test_the_findings_of_a_fingerprint_name_links_down_on_nvidia_and_amd_whatever_the_baseline():
+    from pytest_gpucomm.env.device_state import link_findings
+
+    nv = copy.deepcopy(BASELINE)
+    nv["nvidia"]["gpus"][1]["nvlink"]["5"]["up"] = False
+    amd = {"amd": {"gpus": [{"index": 0, "pcie": {"width": 8, "max_width": 16}, "xgmi": {"status": ["U", "D", "U"]}}]}}
+    assert link_findings(nv) == ["cuda:1: NVLink 5 down (17 of 18 up)"]
+    assert link_findings(amd, gpu_count=8) == ["cuda:0: xGMI link 1 down (2 of 3 up)",
+                                               "cuda:0: PCIe link at x8 (capable of x16)"]
+    assert link_findings(BASELINE) == [] and link_findings({"driver": "1"}) == []

@@ -10,7 +10,9 @@ Gen5 x16)").  :func:`device_changes` compares the vendor readings of two fingerp
 * ``gpu``: the GPU itself (VBIOS, ECC, MIG, compute and persistence modes, the power limit, the clocks): every
   case that uses it, and every collective.
 
-Collectives name their ranks, not their devices, so a change of any GPU counts for them.  Standard library only.
+Collectives name their ranks, not their devices, so a change of any GPU counts for them.  :func:`link_findings`
+says, whatever the baseline, what is wrong with the links of one fingerprint (a link down, a PCIe link narrower
+than it can be, pending remaps).  Standard library only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-__all__ = ["DeviceChange", "device_changes", "affects"]
+__all__ = ["DeviceChange", "device_changes", "affects", "link_findings"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +135,26 @@ def affects(change: DeviceChange, op: str, devices: Sequence[str], kind: str) ->
     if change.scope == "links":
         return not host
     return True
+
+
+def link_findings(fp: Optional[Mapping[str, Any]], gpu_count: Optional[int] = None) -> list[str]:
+    """What is wrong with the GPUs' links and memory in the fingerprint ``fp`` (its ``nvidia`` or ``amd``
+    reading), whatever the baseline: NVIDIA's from :func:`pytest_gpucomm.env.nvidia.link_findings`; on AMD an
+    xGMI link down (``D``) on a machine of several GPUs and a PCIe link narrower than it can be."""
+    from .nvidia import link_findings as nvidia_findings
+
+    out: list[str] = []
+    nvidia = (fp or {}).get("nvidia")
+    if isinstance(nvidia, Mapping):
+        out += nvidia_findings(nvidia, gpu_count=gpu_count)
+    gpus = _gpus(fp, "amd")
+    several = (gpu_count if gpu_count is not None else len(gpus)) > 1
+    for device, g in gpus.items():
+        status = (g.get("xgmi") or {}).get("status") or []
+        down = [str(i) for i, v in enumerate(status) if v == "D"]
+        if down and several:
+            out.append(f"{device}: xGMI link {', '.join(down)} down ({len(status) - len(down)} of {len(status)} up)")
+        p = g.get("pcie") or {}
+        if isinstance(p.get("width"), int) and isinstance(p.get("max_width"), int) and p["width"] < p["max_width"]:
+            out.append(f"{device}: PCIe link at x{p['width']} (capable of x{p['max_width']})")
+    return out

@@ -384,6 +384,11 @@ def device_summary_lines(info: DeviceInfo) -> list[str]:
             )
         else:
             lines.append("gpucomm peer access: on for every pair")
+    if info.kind == "gpu":
+        from .device_state import link_findings
+
+        reading = {"nvidia": nvidia_reading()} if info.vendor == "NVIDIA" else {"amd": amd_reading()}
+        lines += [f"gpucomm WARNING: {f}" for f in link_findings(reading, info.count)]
     return lines
 
 
