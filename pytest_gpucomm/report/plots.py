@@ -40,6 +40,8 @@ figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it)
   per-iteration (batch) times, drawn with today's batch times for a like-for-like look.
 
 Titles name the hardware (the report's fingerprint), the run's date and the baseline (its name and runs).
+Every text that comes from data (a test id, a device, the fingerprint's model or host, a baseline's name) is
+drawn as written, never read as mathtext or TeX: a ``$`` in a host name is a dollar sign.
 Artists carry a ``gid`` (``today``, ``today-spread``, ``baseline``, ``baseline-band``, ``marked-<STATUS>``,
 ``crossing-0.8``, ...) so that callers and tests can find them.
 """
@@ -91,6 +93,10 @@ MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")
 FORMATS = ("png", "svg")
 
 _TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
+#: the text properties of every text drawn from data (a test id, a device, the fingerprint's model or host, a
+#: baseline's name): drawn as it is, never as mathtext or TeX -- a ``$x^$`` in a host name would otherwise fail
+#: the figure, and a ``$x^2$`` be drawn as a formula (matplotlib >= 3.5: ``Text.set_parse_math``)
+_LITERAL: dict[str, Any] = {"parse_math": False, "usetex": False}
 
 
 class PlotsUnavailable(ImportError):
@@ -235,7 +241,7 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
         _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
         if rax is not None:
             ax.tick_params(labelbottom=False)
-        fig.suptitle(f"{sweep.label}\n{context}", fontsize=9)
+        fig.suptitle(f"{sweep.label}\n{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"sweep-{_slug(sweep.key[0])}" if sweep.key[0] else f"sweep-{_slug(sweep.label)}")
         figs.append(fig)
     return figs
@@ -287,7 +293,7 @@ def _draw_crossings(ax: Any, sweep: Sweep, color: str, who: str, gid_prefix: str
     if notes and who == "today":
         text = "\n".join(f"{' and '.join(shares)} of peak: {why}" for why, shares in notes.items())
         ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                color="dimgrey", wrap=True, gid="crossing-notes")
+                color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
 def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: Any) -> None:
@@ -350,7 +356,7 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
                 half = max(0.05, float(spread))
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
                         1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
-        fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9)
+        fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)
     return figs
@@ -364,8 +370,8 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
     data = np.ma.masked_invalid(values)
     im = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     im.set_gid(gid)
-    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8, **_LITERAL)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8, **_LITERAL)
     ax.set_xlabel("destination", fontsize=8)
     ax.set_ylabel("source", fontsize=8)
     ax.set_title(title, fontsize=9)
@@ -484,7 +490,7 @@ def latency_figures(report: ReportLike, baseline: BaselineLike = None, *,
         where = f"{m.world_size} ranks" if m.world_size > 1 else "->".join(m.devices)
         fig.suptitle(f"{m.op} {format_size(m.size_bytes)}, {where}: single-op latency"
                      f"{f' (today {p})' if p else ''}\n"
-                     f"{context}", fontsize=9)
+                     f"{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"latency-{_slug(test or m.op)}")
         figs.append(fig)
     return figs
