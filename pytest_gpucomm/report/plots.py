@@ -79,6 +79,7 @@ __all__ = [
     "copy_matrix_figures",
     "latency_figures",
     "all_figures",
+    "file_names",
     "save_all",
     "hardware_line",
     "context_line",
@@ -506,17 +507,20 @@ def all_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Figu
     return sweep_figures(doc, figures) + copy_matrix_figures(doc, figures) + latency_figures(doc, figures)
 
 
-def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png") -> list[Path]:
-    """Write each figure to ``directory`` (made if missing) as ``<label>.<fmt>``, the label made safe
-    (letters, digits, ``._-``; at most 120 characters; a repeated name gets ``-2``, ``-3`` ...); returns
-    the paths in order.  ``fmt``: "png" (150 dpi) or "svg"."""
+def _format(fmt: str) -> str:
     fmt = str(fmt).lower().lstrip(".")
     if fmt not in FORMATS:
         raise ValueError(f"invalid plot format {fmt!r}: one of {', '.join(FORMATS)}")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    return fmt
+
+
+def file_names(figs: Sequence["Figure"], fmt: str = "png") -> list[str]:
+    """The file name :func:`save_all` gives each figure, in order: ``<label>.<fmt>``, the label made safe
+    (letters, digits, ``._-``; at most 120 characters; a repeated name, in any case, gets ``-2``, ``-3``
+    ...)."""
+    fmt = _format(fmt)
     used: set[str] = set()
-    paths = []
+    names = []
     for i, fig in enumerate(figs):
         stem = _slug(str(fig.get_label() or f"figure-{i + 1}"))
         name, n = stem, 1
@@ -524,7 +528,26 @@ def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png"
             n += 1
             name = f"{stem}-{n}"
         used.add(name.lower())
-        path = out / f"{name}.{fmt}"
-        fig.savefig(path, format=fmt, dpi=150 if fmt == "png" else None)
-        paths.append(path)
+        names.append(f"{name}.{fmt}")
+    return names
+
+
+def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png", *,
+             replace: bool = True) -> list[Path]:
+    """Write each figure to ``directory`` (made if missing) as its :func:`file_names` name, each file
+    atomically (``atomic.write_atomic``; ``replace=False``: never over an existing file, FileExistsError
+    naming it); returns the paths in order.  ``fmt``: "png" (150 dpi) or "svg"."""
+    import io
+
+    from ..files.atomic import write_atomic
+
+    figs, fmt = list(figs), _format(fmt)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fig, name in zip(figs, file_names(figs, fmt)):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=150 if fmt == "png" else None)
+        write_atomic(out / name, buf.getvalue(), replace=replace)
+        paths.append(out / name)
     return paths
