@@ -255,11 +255,11 @@ def test_compare_settings_override_the_runs_tolerance_and_strictness(runs, tmp_p
     # the cases the baseline's three runs cannot gate)
     gone = "test_sim.py::test_copy[4KiB-1->0]"
     missing = scaled_baseline(runs, tmp_path, 1.0, drop=short(gone))
-    code, text = gpucomm("compare", missing, runs.clean, "--json", out, "--no-curves")
+    code, text = gpucomm("compare", missing, runs.clean, "--json", out, "--force", "--no-curves")
     statuses = {r["test"]: r["status"] for r in load(out)["rows"]}
     assert code == 0 and statuses[gone] == "new"
     assert {s for t, s in statuses.items() if t != gone} <= {"ok", "not gated", "improved"}
-    code, text = gpucomm("compare", missing, runs.clean, "--strict", "--json", out, "--no-curves")
+    code, text = gpucomm("compare", missing, runs.clean, "--strict", "--json", out, "--force", "--no-curves")
     strict = {r["test"]: r["status"] for r in load(out)["rows"]}
     assert code == 1 and strict[gone] == "NEW"
     assert {t: s for t, s in strict.items() if t != gone} == \
@@ -348,7 +348,7 @@ def test_html_writes_one_page_holding_the_verdicts_and_the_plots(runs, tmp_path)
         assert row["test"] in cells or short(row["test"]) in cells
     assert cells.count("REGRESSION") == 1 and cells.count("not gated") == 5
     assert body.count('src="data:image/png;base64,') == 3
-    code, _ = gpucomm("html", runs.slow, "-o", page, "--no-plots")
+    code, _ = gpucomm("html", runs.slow, "-o", page, "--no-plots", "--force")
     assert code == 0 and "data:image" not in page.read_text(encoding="utf-8")
 
 

@@ -248,6 +248,18 @@ def test_every_text_is_escaped(report):
     assert [_text(td) for td in root.findall(".//table[@id='environment-table']/tbody/tr/td")] == ["<k>", "a&b", '"q"']
 
 
+def test_a_dollar_in_the_fingerprint_leaves_the_page_and_its_plots_whole(report, baseline):
+    """A host name or model holding ``$x^$`` made matplotlib's mathtext fail the plots, and with them the page
+    (test_plots.py checks that the figures draw such a text as written)."""
+    pytest.importorskip("matplotlib")
+    text = "$x^$ and an unbalanced $"
+    report["fingerprint"].update(cpu=text, host=text)
+    root = _parse(htmlpage.html_page(report, baseline))
+    assert f"CPU {text}, " in _text(root.find("body/header")) and f"host {text}; " in _text(root.find("body/header"))
+    imgs = root.findall(".//section[@id='plots']//img")
+    assert len(imgs) == 5 and all(img.get("src").startswith("data:image/png;base64,") for img in imgs)
+
+
 def test_without_matplotlib_the_page_is_written_with_a_note_naming_the_extra(report, baseline, monkeypatch):
     def unavailable():
         raise plots.PlotsUnavailable(f"the gpucomm plots need matplotlib, which cannot be imported (test): "

@@ -214,6 +214,39 @@ def test_titles_name_the_hardware_the_date_and_the_baseline(report, baseline):
     assert plots.hardware_line(gpu) == "8 x NVIDIA H200, nccl 2.28.9, driver 570.1, host h0"
 
 
+def _svg_texts(fig) -> list[str]:
+    """The texts of ``fig`` as its SVG holds them, each text a <text> element (``svg.fonttype`` none): a text
+    drawn as mathtext would be glyphs, not its string."""
+    import io
+    from html import unescape
+
+    import matplotlib
+
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg")
+    return [unescape(t) for t in re.findall(r"<text\b[^>]*>([^<]*)</text>", buf.getvalue().decode("utf-8"))]
+
+
+@pytest.mark.parametrize("text", ["$x^2$", "$x^$", "an unbalanced $"])
+def test_a_dollar_in_the_fingerprint_or_a_device_is_drawn_as_written(report, baseline, text):
+    """matplotlib reads the text between two ``$`` as mathtext: a host name or a CPU or GPU model holding ``$x^$``
+    failed every figure (and the HTML page), ``$x^2$`` was drawn as a formula, and an unbalanced ``$`` in both the
+    model and the host name made what lies between them one."""
+    report["fingerprint"].update(cpu=f"cpu {text}", host=f"host-{text}")
+    for r in report["rows"]:
+        r["devices"] = [f"{d} {text}" if d.startswith("cpu:") else d for d in r["devices"]]
+    figs = plots.all_figures(report, baseline)
+    assert len(figs) == 5
+    for fig in figs:
+        texts = _svg_texts(fig)
+        title = [t for t in texts if t.startswith(f"CPU cpu {text}, ")]
+        assert title == [f"CPU cpu {text}, {report['fingerprint']['cpu_cores']} cores, gloo, host host-{text}; "
+                         f"{title[0].split('; ')[1]}; baseline cpu (2 runs)"], (fig.get_label(), texts)
+    matrix = _figure(figs, "matrix-test_copy-copy")
+    assert {f"cpu:0 {text}", f"cpu:1 {text}"} <= set(_svg_texts(matrix))
+
+
 # -- the copy matrices ---------------------------------------------------------------------------------
 
 

@@ -270,3 +270,37 @@ def test_a_majority_that_chance_explains_or_a_lag_of_microseconds_is_not_a_clear
     # the same count far behind is still chance; 10 of 10 far behind is not
     assert not case_ranks(collective([0.0, 15 * MS], straggler=(1,) * 8 + (0,) * 4)).clear
     assert case_ranks(collective([0.0, 15 * MS])).clear
+
+
+def _exact_chance_of_at_least(k: int, n: int, world: int) -> float:
+    """P(X >= k), X ~ Binomial(n, 1 / world), in integers: sum of comb(n, i) (world - 1)^(n - i) over world^n."""
+    from fractions import Fraction
+
+    total, coefficient, power = 0, 1, 1  # comb(n, i) and (world - 1)^(n - i), from i = n down to k
+    for i in range(n, k - 1, -1):
+        total += coefficient * power
+        coefficient, power = coefficient * i // (n - i + 1), power * (world - 1)
+    return float(Fraction(total, world ** n))
+
+
+#: P(X >= k) for X ~ Binomial(100,000, 1 / world), computed once as _exact_chance_of_at_least computes it (in
+#: integers, then rounded once to a float: seconds for world 2, minutes for world 8)
+EXACT_100K = {(50_000, 2): 0.5012615631070984, (50_500, 2): 0.0007911799394257978, (12_700, 8): 0.028425356954825655}
+
+
+@pytest.mark.parametrize("k, n, world", [(5_000, 10_000, 2), (6_700, 10_000, 2), (1_300, 10_000, 4),
+                                         (50_000, 100_000, 2), (50_500, 100_000, 2), (12_700, 100_000, 8)])
+def test_the_chance_of_a_majority_is_right_for_any_count_of_iterations(k, n, world):
+    """It summed comb(n, i) p^i (1-p)^(n-i), whose coefficients overflow a float from about 1,030 trials: a
+    case of 10,000 iterations raised OverflowError."""
+    want = EXACT_100K[(k, world)] if n == 100_000 else _exact_chance_of_at_least(k, n, world)
+    assert chance_of_at_least(k, n, 1 / world) == pytest.approx(want, rel=1e-8, abs=0)
+    assert chance_of_at_least(0, n, 1 / world) == 1.0 and chance_of_at_least(n + 1, n, 1 / world) == 0.0
+
+
+def test_a_slowest_rank_over_10000_iterations_is_judged_without_overflow():
+    chance = collective([0.0, 15 * MS], straggler=(1,) * 5_050 + (0,) * 4_950)  # 50.5 %: chance
+    clear = collective([0.0, 15 * MS], straggler=(1,) * 7_000 + (0,) * 3_000)
+    assert (case_ranks(chance).n, case_ranks(clear).n) == (10_000, 10_000)
+    assert not case_ranks(chance).clear and case_ranks(clear).clear
+    assert case_ranks(clear).to_dict()["clear"] is True

@@ -67,8 +67,16 @@ NOTABLE_SPREAD = 0.25
 
 
 def chance_of_at_least(k: int, n: int, p: float) -> float:
-    """The binomial chance of ``k`` or more successes in ``n`` trials of probability ``p``."""
-    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(max(k, 0), n + 1))
+    """The binomial chance of ``k`` or more successes in ``n`` trials of probability ``p``, for any ``n``:
+    scipy's binomial tail (the regularized incomplete beta function), not a sum of ``comb(n, i) p^i ...``
+    terms, whose binomial coefficients overflow a float from about 1,030 trials."""
+    from scipy.special import bdtrc  # P(X > j), X ~ Binomial(n, p)
+
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return float(bdtrc(k - 1, n, p))
 
 
 def modified_z(values: Sequence[float], floor: float = 0.0) -> list[float]:

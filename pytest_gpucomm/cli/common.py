@@ -1,10 +1,14 @@
 """What the ``gpucomm`` subcommands share: the error that exits 2, reading a saved report into its document
-and what it is compared with, the baseline folder, and the sections ``show`` and ``compare`` both print."""
+and what it is compared with, the baseline folder, the checks of an output path (:func:`checked_output`:
+never one of the command's inputs, an existing file only with ``--force``), and the sections ``show`` and
+``compare`` both print."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -17,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "report_parser", "add_baseline_dir",
            "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
-           "matrix_lines", "checked_statuses"]
+           "matrix_lines", "checked_statuses", "add_force", "Output", "same_file", "not_an_input",
+           "checked_output", "inputs_of"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -66,6 +71,85 @@ def load_reference(spec: str, args: argparse.Namespace, doc: Optional["ReportDoc
 
     model = (doc.fingerprint or {}).get("model") if doc is not None and spec.strip() == "auto" else None
     return load(spec, search_dirs=baseline_dirs(args), detected_model=model)
+
+
+# -- outputs -------------------------------------------------------------------------------------------
+
+
+def add_force(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--force", action="store_true",
+                   help=f"replace {what} that exists already (never a file the command reads)")
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output file the command may write (:func:`checked_output`): ``replace`` is ``--force`` (an existing
+    file is replaced only then, and one made by another process while the command ran is not replaced
+    without it: ``write_atomic(..., replace=False)``); ``existed``: it is there now, and will be replaced."""
+
+    path: Path
+    replace: bool
+    existed: bool
+
+    def wrote(self) -> str:
+        """What the command says after writing it: ``out.html`` or ``out.html (replaced the file that was
+        there: --force)``."""
+        return f"{self.path}" + (" (replaced the file that was there: --force)" if self.existed else "")
+
+
+def same_file(a: "str | os.PathLike[str]", b: "str | os.PathLike[str]") -> bool:
+    """Whether two paths name one file: the same path once resolved (``./x``, ``d/../x``, a symlink), or the
+    same file on disk (a hard link: ``os.path.samefile``)."""
+    try:
+        if Path(a).resolve() == Path(b).resolve():
+            return True
+    except (OSError, RuntimeError):  # a symlink loop
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (or cannot be looked at): not the other
+        return False
+
+
+def not_an_input(path: "str | os.PathLike[str]", option: str,
+                 inputs: Sequence[tuple[str, "str | os.PathLike[str]"]]) -> None:
+    """CommandError where ``path`` is one of the command's ``inputs`` ((what, path) pairs), naming both: a
+    command never writes onto what it reads, not even with ``--force``."""
+    for what, given in inputs:
+        if same_file(path, given):
+            raise CommandError(f"{option} {path}: is {what} ({given}), which this command reads: a command never "
+                               "writes onto its own input, not even with --force; write to another file")
+
+
+def checked_output(given: str, option: str, inputs: Sequence[tuple[str, "str | os.PathLike[str]"]],
+                   force: bool) -> Output:
+    """The file ``given`` (the value of ``option``) as an :class:`Output`, or CommandError (exit 2) where it is
+    one of ``inputs`` (:func:`not_an_input`), a folder or another non-regular file, or an existing file and
+    ``force`` is not given.  Checked before the command does its work; the write itself then refuses a file
+    that appeared meanwhile (``Output.replace``)."""
+    not_an_input(given, option, inputs)
+    path = Path(given)
+    if not os.path.lexists(path):
+        return Output(path, replace=force, existed=False)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # a dangling symlink: the write replaces the link, not what it named
+        mode = stat.S_IFREG
+    if stat.S_ISDIR(mode):
+        raise CommandError(f"{option} {given}: is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        raise CommandError(f"{option} {given}: is not a regular file (a FIFO, socket or device): not replaced")
+    if not force:
+        raise CommandError(f"{option} {given}: the file exists: give --force to replace it, or write to another file")
+    return Output(path, replace=True, existed=True)
+
+
+def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[tuple[str, "str | os.PathLike[str]"]]:
+    """The files a command that read ``args.report`` and ``ref`` reads, as :func:`not_an_input` takes them."""
+    found: list[tuple[str, "str | os.PathLike[str]"]] = [("the report", args.report)]
+    if ref is not None:
+        found.append(("the baseline" if ref.kind == "baseline" else "the report taken as the baseline", ref.path))
+    return found
 
 
 def checked_statuses(doc: "ReportDocument", where: str) -> None:

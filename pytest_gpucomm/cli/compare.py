@@ -1,15 +1,20 @@
-"""``gpucomm compare BASELINE REPORT [--json OUT]``: the gate on a saved report (``gate.regate``), which
-makes the report's document again with its new verdicts (``ReportDocument.rejudged``); that document is
-printed as ``show`` prints one, with what changed since the run, and written with ``--json``.  Exit 1 on a
-failing verdict or a regression at a level."""
+"""``gpucomm compare BASELINE REPORT [--json OUT [--force]]``: the gate on a saved report (``gate.regate``),
+which makes the report's document again with its new verdicts (``ReportDocument.rejudged``); that document is
+printed as ``show`` prints one, with what changed since the run, and written with ``--json`` (never onto the
+report or the baseline it read; over an existing file only with ``--force``: ``common.checked_output``).
+Exit 1 on a failing verdict or a regression at a level."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, baseline_dirs, hardware_line,
-                     load_document, load_reference, matrix_lines)
+from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, add_force, baseline_dirs,
+                     checked_output, hardware_line, inputs_of, load_document, load_reference, matrix_lines)
+
+if TYPE_CHECKING:
+    from ..report.document import ReportDocument
+    from ..report.saved import Reference
 
 __all__ = ["add_parser", "run"]
 
@@ -22,7 +27,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tail-tolerance", type=float, help="override the run's --gpu-tail-tolerance (every row)")
     p.add_argument("--alpha", type=float, help="override the run's --gpu-alpha")
     p.add_argument("--strict", action="store_true", help="NEW and NOT GATED fail, as --gpu-baseline-strict")
-    p.add_argument("--json", metavar="OUT", help="write the report with these verdicts to OUT")
+    p.add_argument("--json", metavar="OUT", help="write the report with these verdicts to OUT (a new file)")
+    add_force(p, "the --json file")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
     add_baseline_dir(p)
     p.set_defaults(func=run)
@@ -37,6 +43,19 @@ def _check(args: argparse.Namespace) -> None:
         raise CommandError(f"invalid --tail-tolerance {args.tail_tolerance!r}: expected a number >= 0")
 
 
+def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -> list[tuple[str, Any]]:
+    """What compare reads: the report, the baseline, and the baseline file of the report's hardware in the
+    baseline folder, where cases of one session borrow their spreads from (``Gate._find_spreads``)."""
+    from ..gate.store import baseline_name_for_model
+
+    found = inputs_of(args, ref)
+    name = baseline_name_for_model(str((doc.fingerprint or {}).get("model") or ""))
+    if name:
+        found += [("the baseline of the report's hardware that the gate may borrow spreads from", path)
+                  for path in (d / f"{name}.json" for d in baseline_dirs(args)) if path.is_file()]
+    return found
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..gate.regate import regate
     from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
@@ -46,6 +65,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     doc = load_document(args.report)
     ref = load_reference(args.baseline, args, doc)
     _check(args)
+    json_out = checked_output(args.json, "--json", _inputs(args, ref, doc), args.force) if args.json else None
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
                tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))
     new = doc.rejudged([r.verdict.to_dict() for r in g.rows], {
@@ -73,11 +93,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     lines += matrix_lines(new, figures)
     if not args.no_curves:
         lines += curve_section(new, figures)
-    if args.json:
+    if json_out is not None:
         from ..report.exports import write_json
 
-        write_json(args.json, new)
-        lines.append(f"wrote the verdicts to {args.json}")
+        write_json(json_out.path, new, replace=json_out.replace)
+        lines.append(f"wrote the verdicts to {json_out.wrote()}")
     lines.append("gpucomm compare: " + ("FAILED" if g.failed else "passed")
                  + f" ({len(failed)} failing verdicts of {len(new.rows)} rows"
                  + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")")

@@ -1,12 +1,14 @@
-"""``gpucomm html REPORT [--baseline B] -o FILE [--no-plots]``: one self-contained HTML page of a saved
-report (``report.html``)."""
+"""``gpucomm html REPORT [--baseline B] -o FILE [--force] [--no-plots]``: one self-contained HTML page of a
+saved report (``report.html``), never written onto the report or the baseline it reads, over an existing file
+only with ``--force`` (``common.checked_output``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any, TextIO
 
-from .common import EXIT_OK, add_baseline_dir, load_report_and_baseline, report_parser
+from .common import (EXIT_OK, add_baseline_dir, add_force, checked_output, inputs_of, load_report_and_baseline,
+                     report_parser)
 
 __all__ = ["add_parser", "run"]
 
@@ -14,7 +16,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: Any) -> None:
     p = report_parser(sub, "html", "one self-contained HTML page of a saved report",
                       "draw and compare against this baseline (NAME, file or report)")
-    p.add_argument("-o", "--output", metavar="FILE", required=True, help="the HTML file to write")
+    p.add_argument("-o", "--output", metavar="FILE", required=True, help="the HTML file to write (a new file)")
+    add_force(p, "the -o file")
     p.add_argument("--no-plots", action="store_true", help="leave the plots out (no matplotlib needed)")
     add_baseline_dir(p)
     p.set_defaults(func=run)
@@ -24,6 +27,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.html import write_html
 
     doc, ref = load_report_and_baseline(args)
-    path = write_html(args.output, doc, ref.figures if ref is not None else None, with_plots=not args.no_plots)
-    out.write(f"wrote {path}\n")
+    page = checked_output(args.output, "-o", inputs_of(args, ref), args.force)
+    write_html(page.path, doc, ref.figures if ref is not None else None, replace=page.replace,
+               with_plots=not args.no_plots)
+    out.write(f"wrote {page.wrote()}\n")
     return EXIT_OK

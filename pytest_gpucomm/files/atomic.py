@@ -1,7 +1,9 @@
 """Write a file so that readers see the old content or the new, never half of it.
 
 The new text goes to a temporary file beside the target, ``.<name>.XXXXXXXX.tmp`` (eight characters of
-``a-z0-9_``, the form :func:`tempfile.mkstemp` uses), which is renamed over the target.  A writer holds an
+``a-z0-9_``, the form :func:`tempfile.mkstemp` uses), which is renamed over the target; or, where an existing
+file must not be replaced (``replace=False``), linked to the target's name, which fails if that name exists
+by then, so a file another process created meanwhile is never replaced.  A writer holds an
 exclusive ``flock`` on its temporary file for as long as the file is its own, so a crashed writer's
 leftover (the lock dies with the process) can be told from a live writer's file:
 :func:`remove_stale_temp_files` removes only the former.
@@ -9,6 +11,7 @@ leftover (the lock dies with the process) can be told from a live writer's file:
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -62,15 +65,19 @@ def _create_temp(path: Path) -> tuple[int, Path]:
     raise FileExistsError(f"{path}: could not create a temporary file beside it after {_TEMP_ATTEMPTS} attempts")
 
 
-def write_atomic(path: Path, text: str, check: Optional[Callable[[Path], None]] = None) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync it, let ``check`` inspect it (an exception
-    there keeps the old file), then rename it over ``path`` and fsync the folder."""
+def write_atomic(path: Path, text: "str | bytes", check: Optional[Callable[[Path], None]] = None, *,
+                 replace: bool = True) -> None:
+    """Write ``text`` (UTF-8; or ``bytes`` as they are) to a temp file beside ``path``, fsync it, let ``check``
+    inspect it (an exception there keeps the old file), then rename it over ``path`` and fsync the folder.
+
+    ``replace=False``: ``path`` must not exist when the new file takes its name; if it does (another process
+    made it while this one wrote), FileExistsError naming it, and nothing is replaced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as f:
-            f.write(text)
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -78,7 +85,10 @@ def write_atomic(path: Path, text: str, check: Optional[Callable[[Path], None]] 
         os.chmod(tmp, 0o666 & ~umask)  # created 0600; give the file the usual mode
         if check is not None:
             check(Path(tmp))
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _place_new(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)  # while the liveness lock is still held
@@ -97,6 +107,23 @@ def write_atomic(path: Path, text: str, check: Optional[Callable[[Path], None]] 
         pass
     finally:
         os.close(dfd)
+
+
+def _place_new(tmp: Path, path: Path) -> None:
+    """Give the written ``tmp`` the name ``path`` only where no file has it: a hard link fails when the name
+    exists, so the check and the naming are one step; where the file system has no hard links, checked, then
+    renamed."""
+    taken = FileExistsError(errno.EEXIST, "exists: it was created while this was written; not replaced", str(path))
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise taken from None
+    except OSError:  # no hard links here (some network and FAT file systems)
+        if os.path.lexists(path):
+            raise taken from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 def remove_stale_temp_files(path: Path) -> list[Path]:

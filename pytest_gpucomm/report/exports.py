@@ -14,10 +14,11 @@ from .document import ReportDocument
 __all__ = ["write_json", "benchmark_document"]
 
 
-def write_json(path: "str | Path", doc: "ReportDocument | Mapping[str, Any]") -> None:
-    """Write a document's JSON (or a JSON document) atomically: a temp file in the same folder, then rename."""
+def write_json(path: "str | Path", doc: "ReportDocument | Mapping[str, Any]", *, replace: bool = True) -> None:
+    """Write a document's JSON (or a JSON document) atomically: a temp file in the same folder, then rename;
+    ``replace=False``: never over an existing file (``atomic.write_atomic``)."""
     data = doc.to_json() if isinstance(doc, ReportDocument) else doc
-    write_atomic(Path(path), json.dumps(data, indent=1) + "\n")
+    write_atomic(Path(path), json.dumps(data, indent=1) + "\n", replace=replace)
 
 
 def benchmark_document(doc: ReportDocument, date: str) -> dict[str, Any]:

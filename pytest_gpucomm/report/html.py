@@ -330,13 +330,14 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
 
 
 def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping[str, Any]",
-               baseline: "BaselineFigures | Mapping[str, Any] | None" = None, **kw: Any) -> Path:
+               baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *, replace: bool = True,
+               **kw: Any) -> Path:
     """Write :func:`html_page` to ``path`` atomically (``atomic.write_atomic``: readers see the old page or
-    the new one); returns the path."""
+    the new one; ``replace=False``: never over an existing file); returns the path."""
     from ..files.atomic import write_atomic
 
     target = Path(path)
-    write_atomic(target, html_page(report, baseline, **kw))
+    write_atomic(target, html_page(report, baseline, **kw), replace=replace)
     return target
 
 

@@ -40,6 +40,8 @@ figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it)
   per-iteration (batch) times, drawn with today's batch times for a like-for-like look.
 
 Titles name the hardware (the report's fingerprint), the run's date and the baseline (its name and runs).
+Every text that comes from data (a test id, a device, the fingerprint's model or host, a baseline's name) is
+drawn as written, never read as mathtext or TeX: a ``$`` in a host name is a dollar sign.
 Artists carry a ``gid`` (``today``, ``today-spread``, ``baseline``, ``baseline-band``, ``marked-<STATUS>``,
 ``crossing-0.8``, ...) so that callers and tests can find them.
 """
@@ -77,6 +79,7 @@ __all__ = [
     "copy_matrix_figures",
     "latency_figures",
     "all_figures",
+    "file_names",
     "save_all",
     "hardware_line",
     "context_line",
@@ -91,6 +94,10 @@ MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")
 FORMATS = ("png", "svg")
 
 _TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
+#: the text properties of every text drawn from data (a test id, a device, the fingerprint's model or host, a
+#: baseline's name): drawn as it is, never as mathtext or TeX -- a ``$x^$`` in a host name would otherwise fail
+#: the figure, and a ``$x^2$`` be drawn as a formula (matplotlib >= 3.5: ``Text.set_parse_math``)
+_LITERAL: dict[str, Any] = {"parse_math": False, "usetex": False}
 
 
 class PlotsUnavailable(ImportError):
@@ -235,7 +242,7 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
         _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
         if rax is not None:
             ax.tick_params(labelbottom=False)
-        fig.suptitle(f"{sweep.label}\n{context}", fontsize=9)
+        fig.suptitle(f"{sweep.label}\n{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"sweep-{_slug(sweep.key[0])}" if sweep.key[0] else f"sweep-{_slug(sweep.label)}")
         figs.append(fig)
     return figs
@@ -287,7 +294,7 @@ def _draw_crossings(ax: Any, sweep: Sweep, color: str, who: str, gid_prefix: str
     if notes and who == "today":
         text = "\n".join(f"{' and '.join(shares)} of peak: {why}" for why, shares in notes.items())
         ax.text(0.99, 0.02, text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                color="dimgrey", wrap=True, gid="crossing-notes")
+                color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
 def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: Any) -> None:
@@ -350,7 +357,7 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
                 half = max(0.05, float(spread))
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
                         1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
-        fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9)
+        fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)
     return figs
@@ -364,8 +371,8 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
     data = np.ma.masked_invalid(values)
     im = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     im.set_gid(gid)
-    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8, **_LITERAL)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8, **_LITERAL)
     ax.set_xlabel("destination", fontsize=8)
     ax.set_ylabel("source", fontsize=8)
     ax.set_title(title, fontsize=9)
@@ -484,7 +491,7 @@ def latency_figures(report: ReportLike, baseline: BaselineLike = None, *,
         where = f"{m.world_size} ranks" if m.world_size > 1 else "->".join(m.devices)
         fig.suptitle(f"{m.op} {format_size(m.size_bytes)}, {where}: single-op latency"
                      f"{f' (today {p})' if p else ''}\n"
-                     f"{context}", fontsize=9)
+                     f"{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"latency-{_slug(test or m.op)}")
         figs.append(fig)
     return figs
@@ -500,17 +507,20 @@ def all_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Figu
     return sweep_figures(doc, figures) + copy_matrix_figures(doc, figures) + latency_figures(doc, figures)
 
 
-def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png") -> list[Path]:
-    """Write each figure to ``directory`` (made if missing) as ``<label>.<fmt>``, the label made safe
-    (letters, digits, ``._-``; at most 120 characters; a repeated name gets ``-2``, ``-3`` ...); returns
-    the paths in order.  ``fmt``: "png" (150 dpi) or "svg"."""
+def _format(fmt: str) -> str:
     fmt = str(fmt).lower().lstrip(".")
     if fmt not in FORMATS:
         raise ValueError(f"invalid plot format {fmt!r}: one of {', '.join(FORMATS)}")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    return fmt
+
+
+def file_names(figs: Sequence["Figure"], fmt: str = "png") -> list[str]:
+    """The file name :func:`save_all` gives each figure, in order: ``<label>.<fmt>``, the label made safe
+    (letters, digits, ``._-``; at most 120 characters; a repeated name, in any case, gets ``-2``, ``-3``
+    ...)."""
+    fmt = _format(fmt)
     used: set[str] = set()
-    paths = []
+    names = []
     for i, fig in enumerate(figs):
         stem = _slug(str(fig.get_label() or f"figure-{i + 1}"))
         name, n = stem, 1
@@ -518,7 +528,26 @@ def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png"
             n += 1
             name = f"{stem}-{n}"
         used.add(name.lower())
-        path = out / f"{name}.{fmt}"
-        fig.savefig(path, format=fmt, dpi=150 if fmt == "png" else None)
-        paths.append(path)
+        names.append(f"{name}.{fmt}")
+    return names
+
+
+def save_all(figs: Iterable["Figure"], directory: "str | Path", fmt: str = "png", *,
+             replace: bool = True) -> list[Path]:
+    """Write each figure to ``directory`` (made if missing) as its :func:`file_names` name, each file
+    atomically (``atomic.write_atomic``; ``replace=False``: never over an existing file, FileExistsError
+    naming it); returns the paths in order.  ``fmt``: "png" (150 dpi) or "svg"."""
+    import io
+
+    from ..files.atomic import write_atomic
+
+    figs, fmt = list(figs), _format(fmt)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fig, name in zip(figs, file_names(figs, fmt)):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=150 if fmt == "png" else None)
+        write_atomic(out / name, buf.getvalue(), replace=replace)
+        paths.append(out / name)
     return paths
