@@ -46,7 +46,7 @@ def _check(args: argparse.Namespace) -> None:
 def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -> list[tuple[str, Any]]:
     """What compare reads: the report, the baseline, and the baseline file of the report's hardware in the
     baseline folder, where cases of one session borrow their spreads from (``Gate._find_spreads``)."""
-    from ..gate.store import baseline_name_for_model
+    from ..gate.names import baseline_name_for_model
 
     found = inputs_of(args, ref)
     name = baseline_name_for_model(str((doc.fingerprint or {}).get("model") or ""))
