@@ -258,3 +258,17 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
     plain = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--html=plain.html", "--self-contained-html")
     plain.assert_outcomes(passed=6)
     assert "gpucomm plots" not in (sim.path / "plain.html").read_text(encoding="utf-8")
+
+
+def test_a_report_that_replaces_a_file_says_so(pytester):
+    """Issue 27: an output is replaced only with --force or saying so; a run writes its reports where it is told
+    every run, so it says when it replaced one."""
+    pytester.makepyfile("""
+        def test_copy(gpu_pair, comm):
+            comm.copy(gpu_pair, "4KiB")
+    """)
+    (pytester.path / "r.json").write_text("{}")
+    result = pytester.runpytest("--gpucomm-device=cpu", "--gpucomm-min-time=0.01", "--gpucomm-json=r.json",
+                                "--gpucomm-benchmark-json=b.json")
+    result.stdout.fnmatch_lines(["gpucomm: wrote 2 measurements to r.json (replacing the file that was there)",
+                                 "gpucomm: wrote the pytest-benchmark export to b.json"])

@@ -12,6 +12,7 @@ stash), and every view renders it: the JSON report, the plots, the pytest-benchm
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -129,6 +130,12 @@ def session_report(state: "State") -> SessionReport:
     return stash[REPORT_KEY]
 
 
+def _replaces(path: str) -> str:
+    """What the note of a report written to ``path`` adds when it replaces a file: a run writes its reports
+    where it is told, every run (a CI job's reports/gpucomm.json), and says so rather than asking --force."""
+    return " (replacing the file that was there)" if os.path.lexists(path) else ""
+
+
 def _launch_dict(state: "State") -> Optional[dict[str, Any]]:
     shape = state.launch_extra()
     return shape.to_dict() if shape is not None else None
@@ -209,8 +216,9 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
             from ..report.exports import write_json
 
             doc = session_report(state).document
+            replaced = _replaces(json_path)
             write_json(json_path, doc)
-            state.notes.append(f"gpucomm: wrote {len(doc.rows)} measurements to {json_path}")
+            state.notes.append(f"gpucomm: wrote {len(doc.rows)} measurements to {json_path}{replaced}")
 
         attempt(f"the JSON report {s.json_path}", json_report)
     if s.plots_dir:
@@ -232,7 +240,8 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
         def benchmark_report() -> None:
             from ..report.exports import benchmark_document, write_json
 
+            replaced = _replaces(benchmark_json)
             write_json(benchmark_json, benchmark_document(session_report(state).document, date))
-            state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {benchmark_json}")
+            state.notes.append(f"gpucomm: wrote the pytest-benchmark export to {benchmark_json}{replaced}")
 
         attempt(f"the pytest-benchmark export {s.benchmark_json}", benchmark_report)
