@@ -210,8 +210,8 @@ def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional
     if env in os.environ:
         return os.environ[env], f"the {env} environment variable"
     iv = config.getini(ini)
-    if iv not in (None, "", []):
-        return str(iv), f"the ini key {ini}"
+    if iv is not None:  # the key is in the ini file, empty too: an empty value is an error, not "unset"
+        return str(iv), f"the ini key {ini} in {config.inipath}" if config.inipath else f"the ini key {ini}"
     return None, "the default"
 
 
