@@ -630,6 +630,7 @@ def test_a_rank_that_dies_is_named_dead_with_how_it_ended_at_once(tmp_path: Path
                                  "cannot go on: the session stops here"), line
     assert "did not finish" not in text, text
     assert results[1][0] == code, results[1]  # the supervising parent ends as the rank did
+    assert ("gpucomm rank deaths: no supervising parent (GPUCOMM_SUPERVISE=0)" in text) == (supervise == "0"), text
 
 
 KILLED_ON_RANK_3 = '''

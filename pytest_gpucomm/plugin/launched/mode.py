@@ -26,6 +26,7 @@ from .agreement import agree_on_collection, agree_on_exit_status, agree_on_outco
 from .gate import JobJudging
 from .job import JobGroups, LaunchedSession
 from .logs import header_lines
+from .supervise import why_unsupervised
 
 if TYPE_CHECKING:
     from ..state import State
@@ -81,7 +82,12 @@ class LaunchedMode:
             config.option.xmlpath = None
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return [f"gpucomm launch: {self.launch.describe()}", *header_lines(config, self.launch)]
+        lines = [f"gpucomm launch: {self.launch.describe()}", *header_lines(config, self.launch)]
+        why = why_unsupervised()
+        if why:
+            lines.append(f"gpucomm rank deaths: no supervising parent ({why}): a rank that dies is named without "
+                         "how it ended, and only by the ranks on its machine")
+        return lines
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:

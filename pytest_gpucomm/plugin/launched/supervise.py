@@ -142,7 +142,7 @@ def supervise(world_size: int, first: bool) -> None:
     ``first``: this is the first pytest session of this process."""
     why = _cannot(world_size, first)
     if why:
-        _Child.why_not = why
+        _Child.why_not = why if first and world_size > 1 else ""  # worth saying in a job's first session
         return
     for stream in (sys.stdout, sys.stderr):
         try:
