@@ -92,6 +92,8 @@ def run_all(cmds: list[list[str]], envs: list[dict[str, str]], cwd: Path,
     in ``ends`` the seconds each took.  Fails the test if one does not end within LIMIT_S or leaves a process
     behind."""
     start = time.monotonic()
+    (cwd / "temproot").mkdir(exist_ok=True)  # the quiet ranks' default log folders: here, not in /tmp
+    envs = [{"PYTEST_DEBUG_TEMPROOT": str(cwd / "temproot"), **e} for e in envs]
     procs = [subprocess.Popen(c, env=e, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True) for c, e in zip(cmds, envs)]
     done: list[Any] = [None] * len(procs)
