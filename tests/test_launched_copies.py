@@ -90,7 +90,7 @@ def test_two_nodes_measure_their_copies_at_once_one_row_per_node(tmp_path: Path)
     results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
     assert [code for code, _ in results] == [0] * 4, results
     text = "\n".join(t for _, t in results)
-    assert text.count("5 passed") == 4, text  # every rank
+    assert text.count("5 passed") == 1, text  # rank 0 speaks, for every rank (each test's outcome is agreed)
     assert text.count("= gpucomm results =") == 1 and text.count("gpucomm: wrote 8 measurements to") == 1, text
     table = results[0][1][results[0][1].index("= gpucomm results ="):]
     for node in (0, 1):

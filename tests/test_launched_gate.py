@@ -27,7 +27,7 @@ BASELINE_ARGS = ["--gpu-baseline-dir=baselines", "-k", "all_reduce", "--gpucomm-
 
 def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", ""), ranks: int = 2) -> list[tuple[int, str]]:
     """Two simulated nodes of ``ranks`` ranks each, started as srun would (its variables set by hand), so that
-    each rank's own exit code is seen; ``per_node`` is each node's PYTEST_ADDOPTS.  A check that needs no
+    each rank's own exit code and output are seen; ``per_node`` is each node's PYTEST_ADDOPTS.  A check that needs no
     node of several ranks takes ``ranks=1``: half the processes."""
     port = free_port()
     cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, "--gpucomm-launch=slurm", *args]
@@ -35,7 +35,8 @@ def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", ""), ranks
     for rank in range(2 * ranks):
         env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(2 * ranks), SLURM_LOCALID=str(rank % ranks),
                         SLURM_NTASKS_PER_NODE=str(ranks), SLURM_NODEID=str(rank // ranks), SLURM_NNODES="2",
-                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                        GPUCOMM_RANK_LOG="console")  # every rank's output, to check what each says
         if per_node[rank // ranks]:
             env["PYTEST_ADDOPTS"] = per_node[rank // ranks]
         envs.append(env)

@@ -50,7 +50,7 @@ def test_collectives_over_each_group_kind_and_node_pairs_on_two_nodes_of_two_ran
     results = run_all([cmd] * 4, [slurm_2x2_env(r, port) for r in range(4)], tmp_path)
     assert [code for code, _ in results] == [0] * 4, results
     text = "\n".join(t for _, t in results)
-    assert text.count("11 passed") == 4, text  # every rank ran every test
+    assert text.count("11 passed") == 1, text  # rank 0 speaks, for every rank (each test's outcome is agreed)
     for kind in ("world", "intra-node", "inter-node"):
         assert f"test_collective[{kind}-4KiB-broadcast] PASSED" in text, text
     assert "test_node_pairs[4KiB-ring] PASSED" in text and "test_node_pairs[4KiB-pairwise] PASSED" in text, text

@@ -82,7 +82,7 @@ def test_gpu_pair_runs_every_ordered_pair_with_readable_ids(pytester):
     [
         (["--gpucomm-min-time=abc"], {}, "", "invalid --gpucomm-min-time 'abc' (from the command line)*"),
         ([], {"GPUCOMM_MIN_TIME": "-1"}, "", "invalid --gpucomm-min-time '-1' (from the GPUCOMM_MIN_TIME environment variable)*"),
-        ([], {}, "gpucomm_min_time = soon", "invalid --gpucomm-min-time 'soon' (from the ini key gpucomm_min_time)*"),
+        ([], {}, "gpucomm_min_time = soon", "invalid --gpucomm-min-time 'soon' (from the ini key gpucomm_min_time in *tox.ini)*"),
         (["--gpucomm-max-size=16XB"], {}, "", "invalid size '16XB' (from --gpucomm-max-size from the command line)*"),
         (["--gpucomm-device=tpu"], {}, "", "invalid --gpucomm-device 'tpu' (from the command line)*"),
         (["--gpucomm-timeout=0"], {}, "", "invalid --gpucomm-timeout '0' (from the command line)*positive*"),
@@ -90,7 +90,7 @@ def test_gpu_pair_runs_every_ordered_pair_with_readable_ids(pytester):
         (["--gpucomm-pairs=ring"], {}, "", "invalid --gpucomm-pairs 'ring' (from the command line): expected all, "
                                            "neighbours, from0 or auto"),
         ([], {"GPUCOMM_PAIRS": "some"}, "", "invalid --gpucomm-pairs 'some' (from the GPUCOMM_PAIRS environment variable)*"),
-        ([], {}, "gpucomm_pairs = 0", "invalid --gpucomm-pairs '0' (from the ini key gpucomm_pairs)*"),
+        ([], {}, "gpucomm_pairs = 0", "invalid --gpucomm-pairs '0' (from the ini key gpucomm_pairs in *tox.ini)*"),
         ([], {"GPUCOMM_CPU_DEVICES": "1"}, "", "invalid GPUCOMM_CPU_DEVICES '1' (from the GPUCOMM_CPU_DEVICES environment "
                                                "variable): *a whole number from 2 to 64*"),
         ([], {"GPUCOMM_CPU_DEVICES": str(MAX_CPU_DEVICES + 1)}, "", "invalid GPUCOMM_CPU_DEVICES '65'*"),

@@ -30,7 +30,7 @@ from .devices import check_requirements
 from .finish import finish_session, write_summary
 from .judging import check_test, live_status
 from .markers import MARKER_LINES, uses_gpucomm
-from .session import collected, collection_lines, open_session, start_rank_log
+from .session import collected, collection_lines, open_session, start_rank
 from .settings import add_options
 from .sigterm import install, restore
 from .state import STATE_KEY, state_of
@@ -42,9 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """--gpucomm-rank-log in launched mode: a rank other than global rank 0 sends its output (from here on,
-    the report header included) to DIR/rank-<R>.log; rank 0 checks that DIR can be made."""
-    start_rank_log(config)
+    """Launched mode, before anything is printed: the rank's supervising parent forked, and a rank other than
+    global rank 0 sends its output (from here on, the report header included) to its rank log."""
+    start_rank(config)
 
 
 @pytest.hookimpl(tryfirst=True)

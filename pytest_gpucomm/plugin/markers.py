@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import pytest
 
 from ..units import SizeError, describe_size, parse_size, size_token
-from ..vocab import FIXTURE_NAMES, MARKER_NAMES, MAX_SWEEP_SIZES, MAX_TAIL_TOLERANCE, MAX_TIMEOUT_S, Status
+from ..vocab import (
+    DEFAULT_TAIL_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    FIXTURE_NAMES,
+    MARKER_NAMES,
+    MAX_SWEEP_SIZES,
+    MAX_TAIL_TOLERANCE,
+    MAX_TIMEOUT_S,
+    Status,
+)
 
 if TYPE_CHECKING:
     from ..measurement import Record
@@ -50,8 +59,8 @@ __all__ = [
 _MARKER_HELP = {
     "bandwidth": "bandwidth(min_gbps=None, size=None, tolerance=None, tail_tolerance=None): the measured median "
     "bandwidth in GB/s (busbw for collectives) must be at least min_gbps; size is the default message size of the "
-    "test's measurements; tolerance overrides the baseline tolerance (default 0.05) for this test, tail_tolerance "
-    "the tail verdict's (default 1.0).",
+    f"test's measurements; tolerance overrides the baseline tolerance (default {DEFAULT_TOLERANCE:g}) for this test, "
+    f"tail_tolerance the tail verdict's (default {DEFAULT_TAIL_TOLERANCE:g}).",
     "latency": "latency(max_us=None, size=None, percentile=50): the given percentile of latency in microseconds must "
     "be at most max_us (percentile=99 for tail latency): of the single ops, each timed on its own, where the "
     "measurement has them (collectives), else of the per-iteration samples.",

@@ -38,6 +38,13 @@ def _check_plots(config: pytest.Config, folder: str) -> None:
 
         raise pytest.UsageError(f"--gpucomm-plots={folder} (from {where}): the plots need matplotlib, which cannot be "
                                 f"imported ({e}): install the plots extra, {EXTRA}") from None
+    except ValueError as e:  # matplotlib refuses an unknown backend as it is imported
+        backend = os.environ.get("MPLBACKEND")
+        if backend is None:
+            raise
+        raise pytest.UsageError(f"invalid environment: MPLBACKEND={backend!r} (read by matplotlib for --gpucomm-plots="
+                                f"{folder}): {e}; set it to a backend matplotlib knows (agg draws to files) or unset "
+                                "it") from None
     check_output_folder(os.path.abspath(folder), f"--gpucomm-plots={folder} (from {where})")
 
 

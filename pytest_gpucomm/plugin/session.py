@@ -1,6 +1,6 @@
 """The session's start, as the generic hooks hand it over: the settings read and checked, the launcher
 found, the :class:`~.state.State` made and the modes registered as plugins (launched mode, the pytest-xdist
-controller or worker, :func:`open_session`); the rank logs of a launched job (:func:`start_rank_log`); the
+controller or worker, :func:`open_session`); a launched rank's supervisor and log (:func:`start_rank`); the
 collected tests seen by the gate (:func:`collected`) and the lines the report shows of them
 (:func:`collection_lines`).
 """
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Optional
 import pytest
 
 from .markers import uses_gpucomm
-from .settings import origin, read_settings
+from .settings import origin, read_launch_options, read_settings
 from .state import STATE_KEY, State
 from .xdist import check_controller, is_controller, worker_id
 
 if TYPE_CHECKING:
     from ..env.launch import Launch
 
-__all__ = ["open_session", "resolve_launch", "start_rank_log", "collected", "collection_lines"]
+__all__ = ["open_session", "resolve_launch", "start_rank", "collected", "collection_lines"]
 
 
 def open_session(config: pytest.Config) -> State:
@@ -36,6 +36,9 @@ def open_session(config: pytest.Config) -> State:
     _check_environment()
     if settings.baseline_save and not settings.baseline:
         raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
+    if settings.baseline_strict and not settings.baseline:
+        raise pytest.UsageError("--gpu-baseline-strict needs --gpu-baseline=NAME|PATH|auto: without a baseline "
+                                "nothing is gated, so nothing could fail as new or not gated")
     if controller:
         check_controller(settings)
     writes = (launch is None or launch.is_first) and worker is None and not config.getoption("help")
@@ -99,24 +102,28 @@ def resolve_launch(choice: str) -> tuple[Optional["Launch"], Optional[str]]:
         return None, message + " (--gpucomm-launch=pool ignores the launcher)"
 
 
-def start_rank_log(config: pytest.Config) -> None:
-    """--gpucomm-rank-log in launched mode, before anything is printed: a rank other than global rank 0 sends
-    its output (from here on, the report header included) to DIR/rank-<R>.log; rank 0 checks that DIR can be
-    made."""
+#: pytest sessions started in this process: only the first forks a rank's supervisor or, by default, sends a
+#: rank's output to its log (pytester's in-process runs are sessions in the test's process)
+_SESSIONS = [0]
+
+
+def start_rank(config: pytest.Config) -> None:
+    """A rank of a launched job, before anything is printed: fork its supervising parent
+    (:mod:`.launched.supervise`), then, on a rank other than global rank 0, send its output (from here on,
+    the report header included) to its rank log (:mod:`.launched.logs`)."""
+    _SESSIONS[0] += 1
     if config.option.help or config.option.version:
         return
-    if not (config.getoption("gpucomm_rank_log") or os.environ.get("GPUCOMM_RANK_LOG")
-            or config.getini("gpucomm_rank_log")):
-        return  # the usual run: the options are read (and checked) in pytest_configure
-    settings = read_settings(config)
-    if not settings.rank_log:
-        return
-    launch, _ = resolve_launch(settings.launch)
+    choice, rank_log = read_launch_options(config)
+    launch, _ = resolve_launch(choice)
     if launch is None:
         return
-    from .launched.mode import open_rank_log
+    from .launched.logs import start_logs
+    from .launched.supervise import supervise
 
-    open_rank_log(config, settings.rank_log, launch, origin(config, "--gpucomm-rank-log"))
+    first = _SESSIONS[0] == 1
+    supervise(launch.world_size, first)
+    start_logs(config, launch, rank_log, origin(config, "--gpucomm-rank-log"), first)
 
 
 def collected(session: pytest.Session, state: State) -> None:

@@ -43,7 +43,7 @@ from ..vocab import (
 if TYPE_CHECKING:
     from ..ops.timing import TimingSettings
 
-__all__ = ["Settings", "add_options", "read_settings", "parse_seconds", "origin"]
+__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "parse_seconds", "origin"]
 
 T = TypeVar("T")
 
@@ -127,8 +127,10 @@ _OPTIONS = [
      "be set). Default: auto.", "auto|pool|torchrun|slurm|mpi"),
     ("--gpucomm-rank-log", "gpucomm_rank_log", "gpucomm_rank_log", "GPUCOMM_RANK_LOG",
      "Launched mode: each rank other than global rank 0 writes everything it prints (pytest's output and the "
-     "C-level output of NCCL/gloo) to DIR/rank-<R>.log instead of its standard output and error; DIR is created. "
-     "Global rank 0 prints as usual. Default: every rank prints to its own standard output.", "DIR"),
+     "C-level output of NCCL/gloo) to DIR/rank-<R>.log instead of its standard output and error (DIR is created), "
+     "or with 'console' to its own standard output and error. Global rank 0 prints as usual and names the folder in "
+     "its header. Default: a folder of the job under pytest's temporary root, "
+     "/tmp/pytest-of-<user>/gpucomm-<launcher>-<job>/.", "DIR|console"),
 ]
 
 
@@ -226,8 +228,8 @@ def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional
     if env in os.environ:
         return os.environ[env], f"the {env} environment variable"
     iv = config.getini(ini)
-    if iv not in (None, "", []):
-        return str(iv), f"the ini key {ini}"
+    if iv is not None:  # the key is in the ini file, empty too: an empty value is an error, not "unset"
+        return str(iv), f"the ini key {ini} in {config.inipath}" if config.inipath else f"the ini key {ini}"
     return None, "the default"
 
 
@@ -448,6 +450,13 @@ def read_settings(config: pytest.Config) -> Settings:
         cause_cases=_get(config, "--gpucomm-cause", _parse_cause, DEFAULT_CAUSE_CASES),
         env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
     )
+
+
+def read_launch_options(config: pytest.Config) -> tuple[str, Optional[str]]:
+    """--gpucomm-launch and --gpucomm-rank-log alone, read before the session's settings (at
+    ``pytest_cmdline_main``, where a launched rank is set up)."""
+    return (_get(config, "--gpucomm-launch", _parse_launch, "auto"),
+            _get(config, "--gpucomm-rank-log", lambda v, n, o: v, None))
 
 
 def _env_flag(name: str) -> bool:

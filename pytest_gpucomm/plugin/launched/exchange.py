@@ -4,14 +4,21 @@ control group, with a deadline, and a rank that does not arrive named.
 Every control exchange (a task's outcomes, a test's outcome, the exit status, the collected tests, and
 :meth:`JobExchange.allgather` for any other control message) goes through :meth:`JobExchange.exchange`:
 
-* each rank announces its arrival in the job's c10d store (the default group's store, under the prefix
-  ``gpucomm/``): it sets ``arrive/<seq>/<rank>``, adds 1 to ``arrive/<seq>``, and the rank whose add makes
-  the count the world size sets ``done/<seq>``; every rank waits for ``done/<seq>`` until the deadline (a
+* each rank announces its arrival in the job's c10d store (the TCPStore of the rendezvous, under the job's
+  own prefix ``gpucomm/<token>``, the token drawn by rank 0 when the job is joined): it sets
+  ``arrive/<seq>/<rank>``, adds 1 to ``arrive/<seq>``, and the rank whose add makes the count the world size
+  sets ``done/<seq>``; every rank waits for ``done/<seq>`` until the deadline (a
   task's ``timeout_s``, from ``@rank_timeout`` or ``--gpucomm-timeout``; ``--gpucomm-timeout`` for the
   others), then exchanges the data over the gloo control group.  ``seq`` counts the exchanges, alike on
   every rank; only the counter is waited on, and the per-rank keys are read only when the wait fails (by
   halves, ``check`` of many keys at once).  Each rank deletes its key of two exchanges back, rank 0 the
-  counter and ``done`` key, so the store does not grow with the session;
+  counter and ``done`` key, so the store does not grow with the session.  The ranks gather ``what`` with
+  their objects: ranks out of step (one interrupted between two exchanges) break the session, named;
+* a rank that dies is announced in the store by its supervising parent or a rank on its machine
+  (:mod:`.deaths`, :mod:`.supervise`), which wakes every rank's watcher (below): the watcher sets the
+  ``done`` key of the exchange its rank waits in, and the woken ranks, finding fewer arrivals than the
+  world, name the dead ranks and how they ended (``rank 3 (hostB, cuda:1) died: killed by SIGKILL``) and
+  break the session at once, without blaming the ranks that had not arrived yet;
 * on a timeout (or a store that went away) the waiting ranks raise :class:`JobBroken`, which names the ranks
   that did not arrive with their host and device, fails the test, and marks the session broken: no further
   collective exchange (later phases and the exit status are not agreed, ``close`` skips its barrier and
@@ -40,6 +47,8 @@ from typing import Any, Optional, Sequence
 
 from ...env.launch import Launch
 from ...ranks.errors import JobBroken
+from .deaths import DEAD, PeerWatch, dead_ranks, describe_deaths
+from .supervise import left
 
 __all__ = ["JobExchange", "Watchdog", "GRACE_S", "END_S"]
 
@@ -50,6 +59,8 @@ GRACE_S = 10.0
 END_S = 60.0
 #: a watcher's wait for its abort key is renewed this often (a store wait needs a timeout)
 _WATCH_S = 24 * 3600.0
+#: when the control group fails in an exchange (a rank gone), how long to wait for the news of a death
+DEATH_NEWS_S = 5.0
 
 
 class Watchdog:
@@ -118,6 +129,7 @@ class Watchdog:
         """Write ``why`` and every thread's stack to ``fd``, then end the process with status 1."""
         if not self._firing.acquire(blocking=False):
             return
+        left()  # this end is the watchdog's, not a death for the supervising parent to announce
         try:
             os.write(self.fd, f"\n{why}\nPython stacks of every thread (pid {os.getpid()}):\n".encode(errors="replace"))
             faulthandler.dump_traceback(file=self.fd, all_threads=True)
@@ -145,7 +157,11 @@ class JobExchange:
         self._closing = False
         self._store: Any = None
         self._watcher: Optional[threading.Thread] = None
+        self._peers: Optional[PeerWatch] = None
         self._seq = 0
+        self._waiting: Optional[int] = None  # the exchange whose ``done`` key this rank waits for
+        #: another rank died (its death announced, :mod:`.deaths`): no exchange waits any more
+        self.death_seen = False
         try:  # the stderr of the session's start (pytest's capture is suspended now): a hung rank writes there
             fd = os.dup(2)
         except OSError:  # pragma: no cover - no stderr at all
@@ -183,7 +199,9 @@ class JobExchange:
     def _watch(self) -> None:
         """Start this rank's watcher: a thread blocked on ``abort/<rank>`` over a store connection of its own.
         Woken with a message (the other ranks named this rank as hung), it has the watchdog end this process
-        GRACE_S later; woken with an empty value (this rank's own close), it ends; if the store goes away
+        GRACE_S later; woken by another rank's death (``dead <rank>``, :mod:`.deaths`), it wakes the exchange
+        this rank waits in (which then names the dead); woken with an empty value (this rank's own close), it
+        ends; if the store goes away
         while the session runs, the job is over: the watchdog ends this rank if it has not ended within the
         timeout."""
         clone = getattr(self._store, "clone", None)
@@ -210,7 +228,9 @@ class JobExchange:
                             f"the session ran ({type(e).__name__}: {e}); the job is over, and this rank did not "
                             f"end within {self.timeout_s + GRACE_S:g} s: it exits (status 1)")
                     return
-                if message:
+                if message.startswith(DEAD):
+                    self._on_death(store)
+                elif message:
                     self.watchdog.final(
                         time.monotonic() + GRACE_S,
                         f"{message}\ngpucomm: this is {self._me()}, named by the other ranks: it did not end "
@@ -220,11 +240,34 @@ class JobExchange:
         self._watcher = threading.Thread(target=watch, name="gpucomm-abort-watcher", daemon=True)
         self._watcher.start()
 
+    def _on_death(self, store: Any) -> None:
+        """Another rank died: no exchange waits for it any more (the one under way is woken: its ``done`` key
+        set), and this rank ends within the timeout and END_S if the session does not end first."""
+        self.death_seen = True
+        seq = self._waiting  # read after death_seen is set; the exchange sets it before it reads death_seen
+        if seq is not None:
+            try:
+                store.set(f"done/{seq}", "dead")
+            except Exception:  # the store gone: the wait fails by itself
+                pass
+        self.watchdog.final(time.monotonic() + self.timeout_s + END_S,
+                            f"gpucomm: {self._me()}: a rank of the job died, and this rank did not end within "
+                            f"{self.timeout_s + END_S:g} s: it exits (status 1)")
+
+    def watch_peers(self, idents: Sequence[Any]) -> None:
+        """Watch the processes of the ranks on this machine (``idents``: every rank's
+        :func:`.deaths.ident`): one that is gone is announced as dead (:class:`~.deaths.PeerWatch`)."""
+        clone = getattr(self._store, "clone", None)
+        if clone is not None:
+            self._peers = PeerWatch(self.launch.rank, idents, clone)
+
     def stop_watching(self) -> None:
         """Wake this rank's watcher (an empty ``abort/<rank>``) and wait for it to end: a thread still blocked
         in the store when the interpreter finalizes, and woken then (the store's host ending), would abort the
         process (C++ unwinding through a thread that Python ends)."""
         self._closing = True
+        if self._peers is not None:
+            self._peers.stop()
         if self._watcher is None:
             return
         try:
@@ -254,8 +297,10 @@ class JobExchange:
 
     def _arrive(self, seq: int, deadline: float, what: str, timeout_s: float) -> None:
         """Announce this rank at exchange ``seq`` and wait until every rank has, or raise :class:`JobBroken`
-        naming the ranks that did not arrive by ``deadline``."""
+        naming the ranks that died (at once, when their death is announced) or that did not arrive by
+        ``deadline``."""
         store, rank, world = self._store, self.launch.rank, self.launch.world_size
+        error = "a rank of the job died"
         try:
             if seq >= 2:  # every rank is past exchange seq - 2: its keys are not needed any more
                 store.delete_key(f"arrive/{seq - 2}/{rank}")
@@ -266,12 +311,21 @@ class JobExchange:
             if store.add(f"arrive/{seq}", 1) >= world:
                 store.set(f"done/{seq}", "1")
                 return
-            store.wait([f"done/{seq}"], datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
-            return
+            self._waiting = seq  # before death_seen is read: the watcher reads them the other way round
+            try:
+                if not self.death_seen:
+                    store.wait([f"done/{seq}"], datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            finally:
+                self._waiting = None
+            if store.add(f"arrive/{seq}", 0) >= world:  # not woken by a death
+                return
         except Exception as e:
             error = f"{type(e).__name__}: {e}"
+        deaths = self._deaths()
+        if deaths:
+            raise self._break(self._died(deaths, what), what, timeout_s, list(deaths))
         try:
-            if store.check([f"done/{seq}"]):  # the last rank arrived as the wait gave up
+            if store.add(f"arrive/{seq}", 0) >= world:  # the last rank arrived as the wait gave up
                 return
             missing: Optional[list[int]] = self._missing(seq, list(range(world)))
         except Exception as e:
@@ -293,12 +347,29 @@ class JobExchange:
             message = f"gpucomm: the ranks could not meet to exchange {what} ({error}); {tail}"
         raise self._break(message, what, timeout_s, missing or ())
 
+    def _deaths(self, wait_s: float = 0.0) -> dict[int, str]:
+        """The ranks announced as dead (:mod:`.deaths`), waiting up to ``wait_s`` for the news of one."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                deaths = dead_ranks(self._store)
+            except Exception:  # the store gone
+                return {}
+            if deaths or time.monotonic() >= end:
+                return deaths
+            time.sleep(0.2)
+
+    def _died(self, deaths: dict[int, str], what: str) -> str:
+        return (f"gpucomm: {describe_deaths(deaths, lambda r: self._ranks([r]))} (the other ranks were at {what}); "
+                "a job with a dead rank cannot go on: the session stops here")
+
     def exchange(self, obj: Any, *, what: str, timeout_s: Optional[float] = None,
                  deadline: Optional[float] = None) -> list[Any]:
         """Every rank's ``obj`` (picklable), ordered by rank, once every rank has arrived; ``what`` names
         what a rank that does not arrive by ``deadline`` (``time.monotonic()``; default: ``timeout_s`` from
-        now, ``--gpucomm-timeout`` by default) did not finish.  Raises :class:`JobBroken` then, and at once
-        when the session is already broken."""
+        now, ``--gpucomm-timeout`` by default) did not finish, and must be the same on every rank (ranks out
+        of step, say one stopped by a signal between two exchanges, break the session, named).  Raises
+        :class:`JobBroken` then, and at once when the session is already broken."""
         import torch.distributed as dist
 
         timeout = self.timeout_s if timeout_s is None else timeout_s
@@ -313,12 +384,19 @@ class JobExchange:
             self._arrive(seq, deadline, what, timeout)
             out: list[Any] = [None] * self.launch.world_size
             try:
-                dist.all_gather_object(out, obj, group=self.control)
+                dist.all_gather_object(out, (what, obj), group=self.control)
             except Exception as e:
-                raise self._break(f"gpucomm: the control group failed while the ranks exchanged {what} "
-                                  f"({type(e).__name__}: {e}); a rank has probably ended; a hung communicator "
-                                  "cannot be recovered: the session stops here", what, timeout) from None
-            return out
+                deaths = self._deaths(DEATH_NEWS_S)  # a rank that died in the gather: its news takes a moment
+                raise self._break(self._died(deaths, what) if deaths else (
+                    f"gpucomm: the control group failed while the ranks exchanged {what} ({type(e).__name__}: "
+                    f"{e}); a rank has probably ended; a hung communicator cannot be recovered: the session "
+                    "stops here"), what, timeout, list(deaths)) from None
+            apart = [r for r, (w, _) in enumerate(out) if w != what]
+            if apart:
+                raise self._break(f"gpucomm: the ranks fell out of step: {self._ranks(apart)} exchanged "
+                                  f"{out[apart[0]][0]} where {self._me()} exchanged {what}; the session stops here",
+                                  what, timeout, apart)
+            return [o for _, o in out]
         finally:
             self.watchdog.disarm()
 
@@ -352,6 +430,7 @@ class JobExchange:
         the watchdog's END_S bound stays."""
         import torch.distributed as dist
 
+        left()  # from here this rank's end is no death (its supervising parent announces none)
         self.stop_watching()
         if self.broken is not None:
             return False

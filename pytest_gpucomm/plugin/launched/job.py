@@ -3,15 +3,19 @@
 :class:`LaunchedSession` holds what the session shares with the other ranks:
 
 * one default process group for the session (NCCL/RCCL bound to the GPU of the local rank on GPU, gloo on
-  CPU) and a gloo group for control messages, created when first needed (after collection) and destroyed
-  at the end of the session; their timeout, which bounds the rendezvous, is ``--gpucomm-timeout`` but at
-  least :data:`JOIN_MIN_S` (launchers start ranks unevenly); what bounds a hung rank is the deadline of each
-  exchange (:mod:`.exchange`, the session's ``channel``);
+  CPU; gloo without touching a device where no gpucomm test is collected, for the agreements alone) and a
+  gloo group for control messages, created once the tests are collected and destroyed at the end of the
+  session (every rank then ignores SIGTERM to its end: the launcher that stops a node's ranks as soon as one
+  exits would otherwise end them with another status than the job's); their timeout, which bounds the
+  rendezvous, is ``--gpucomm-timeout`` but at least :data:`JOIN_MIN_S` (launchers start ranks unevenly); what
+  bounds a hung rank is the deadline of each exchange (:mod:`.exchange`, the session's ``channel``);
 * the executor of the ``process_group`` fixture (:class:`~pytest_gpucomm.ranks.inprocess.InProcessExecutor`);
 * the job's layout (the node and local rank of every rank, :meth:`LaunchedSession.layout`) and the sub-groups
   of the topology-aware suites (one per node, one per local rank across the nodes:
   :meth:`LaunchedSession.group_executor`), made by every rank on first use;
-* every node's fingerprint (:meth:`LaunchedSession.join`).
+* every node's fingerprint (:meth:`LaunchedSession.join`);
+* what the other ranks need to learn of this rank's death: the process that stands for it, watched by the
+  ranks on its machine, and where its supervising parent writes (:mod:`.deaths`, :mod:`.supervise`).
 
 :class:`JobGroups` hands the ``process_group`` fixture the job's groups; :class:`LaunchShape` is the job's
 section of the JSON report.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import secrets
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -28,7 +33,10 @@ import pytest
 
 from ...env.launch import Launch
 from ...vocab import RANK_START_TIMEOUT_S
+from ..sigterm import ignore_from_now
+from .deaths import ident
 from .exchange import JobExchange
+from .supervise import joined
 
 if TYPE_CHECKING:
     from ...env.hardware import DeviceInfo
@@ -67,10 +75,11 @@ class LaunchedSession:
     def started(self) -> bool:
         return self._started
 
-    def start(self, info: "DeviceInfo") -> None:
-        """Join the job's process groups (once per session).  Raises pytest.UsageError when this rank cannot
-        (its GPU is missing, or a process group already exists in this process), :class:`JobBroken` when a
-        rank does not arrive."""
+    def start(self, info: Optional["DeviceInfo"]) -> None:
+        """Join the job's process groups (once per session); ``info`` None (no gpucomm test collected): the
+        control group alone, gloo, with no device touched, for the agreements on the tests' outcomes.  Raises
+        pytest.UsageError when this rank cannot (its GPU is missing, or a process group already exists in this
+        process), :class:`JobBroken` when a rank does not arrive."""
         if self._started:
             return
         import torch
@@ -83,7 +92,9 @@ class LaunchedSession:
                 "gpucomm: launched mode: a torch.distributed process group already exists in this process "
                 "(made by a conftest or another plugin); gpucomm makes the session's own, so leave it out or "
                 "run with --gpucomm-launch=pool")
-        if info.kind == "gpu":
+        if info is None:
+            self.backend, channel.device = "gloo", f"local rank {la.local_rank}"
+        elif info.kind == "gpu":
             if la.local_rank >= info.count:
                 raise pytest.UsageError(
                     f"gpucomm: {la.launcher} local rank {la.local_rank} on {la.host} has no GPU of its own: "
@@ -106,13 +117,21 @@ class LaunchedSession:
             kwargs["device_id"] = torch.device(channel.device)  # bind the communicator to this rank's GPU
         dist.init_process_group(**kwargs)
         self._owns_default = True
-        # control messages in a gloo group of their own (on CPU too): they never queue behind a test's ops
-        channel.connect(dist.new_group(backend="gloo", timeout=timeout),
-                        dist.PrefixStore("gpucomm/", _get_default_store()))
+        # control messages in a gloo group of their own (on CPU too): they never queue behind a test's ops; their
+        # keys under the job's own prefix in the rendezvous' store, where a rank's supervising parent finds them
+        store = _get_default_store()
+        if la.is_first:
+            store.set("gpucomm/namespace", f"gpucomm/{secrets.token_hex(6)}")
+        namespace = store.get("gpucomm/namespace").decode()
+        raw = _innermost(store)
+        channel.connect(dist.new_group(backend="gloo", timeout=timeout), dist.PrefixStore(namespace, raw))
         self._started = True
-        every = channel.exchange((la.host, channel.device), what="joining the job", timeout_s=join_s)
-        channel.hosts = tuple(h for h, _ in every)
-        channel.devices = tuple(d for _, d in every)
+        every = channel.exchange((la.host, channel.device, ident()), what="joining the job", timeout_s=join_s)
+        channel.hosts = tuple(h for h, _, _ in every)
+        channel.devices = tuple(d for _, d, _ in every)
+        channel.watch_peers([i for _, _, i in every])
+        if getattr(raw, "host", None) and getattr(raw, "port", None):
+            joined(raw.host, int(raw.port), namespace, la.rank, la.world_size)
 
     def join(self, fingerprint: Callable[[], dict[str, Any]]) -> dict[int, tuple[str, dict[str, Any]]]:
         """Read every node's fingerprint into :attr:`nodes` (node -> (host, fingerprint)) and return them, each
@@ -236,11 +255,22 @@ class LaunchedSession:
                 except Exception:  # pragma: no cover - an older torch, or already torn down
                     pass
             return
+        ignore_from_now()  # every rank has its status: the launcher's SIGTERM to a node's ranks is not theirs
         if self._owns_default and dist.is_initialized():
             try:
                 dist.destroy_process_group()
             except Exception:  # pragma: no cover - best effort at the end of the session
                 pass
+
+
+def _innermost(store: Any) -> Any:
+    """The store under a chain of PrefixStores (the rendezvous' TCPStore)."""
+    for _ in range(16):
+        under = getattr(store, "underlying_store", None)
+        if under is None:
+            break
+        store = under
+    return store
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,17 @@ process as one rank of a job (every rank runs pytest, the same tests in the same
 
 :class:`LaunchedMode` puts the job's parts into the session's state -- the job (:class:`~.job.LaunchedSession`),
 its process groups (:class:`~.job.JobGroups`), the gate on rank 0 that the others follow
-(:class:`~.gate.JobJudging`) -- and has its own hooks: the header line, joining the job once gpucomm tests are
-collected, each test's outcome and the exit status agreed by every rank (:mod:`.agreement`), a quiet rank's
-notes, and leaving the job at the end.  Only global rank 0 speaks: it prints the table and writes the reports,
-the baseline and --junitxml.
+(:class:`~.gate.JobJudging`) -- and has its own hooks: the header lines, joining the job once any test is
+collected (its control group alone where no gpucomm test is), each test's outcome and the exit status
+agreed by every rank (:mod:`.agreement`), the notes on the exit status, and leaving the job at the end.  Only
+global rank 0 speaks: it prints the table and writes the reports, the baseline and --junitxml; the others
+write to their rank logs (:mod:`.logs`).
 
-:func:`diverging_options` names the options that would make the ranks run different tests;
-:func:`open_rank_log` sends a quiet rank's output to its ``--gpucomm-rank-log`` file.
+:func:`diverging_options` names the options that would make the ranks run different tests.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, Any, Generator
 
@@ -26,11 +25,13 @@ from ..markers import uses_gpucomm
 from .agreement import agree_on_collection, agree_on_exit_status, agree_on_outcome
 from .gate import JobJudging
 from .job import JobGroups, LaunchedSession
+from .logs import header_lines
+from .supervise import why_unsupervised
 
 if TYPE_CHECKING:
     from ..state import State
 
-__all__ = ["LaunchedMode", "XDIST_REFUSAL", "diverging_options", "open_rank_log", "redirect_output", "refuse_xdist"]
+__all__ = ["LaunchedMode", "XDIST_REFUSAL", "diverging_options", "refuse_xdist"]
 
 XDIST_REFUSAL = ("-n/--dist (pytest-xdist): a rank's tests would run in worker processes that are not ranks of "
                  "the job")
@@ -71,7 +72,8 @@ class LaunchedMode:
         self.state = state
         self.launch = state.launch
         self.session = LaunchedSession(self.launch, state.settings.timeout_s)
-        #: on a quiet rank: why its exit status is the job's, printed at the end of its output
+        #: why this rank's exit status is the job's, printed at the end of its output (on rank 0 only where the
+        #: job's differs from its own)
         self.notes: list[str] = []
         state.launched = self.session
         state.groups = JobGroups(self.session, state.devices, state.settings)
@@ -80,30 +82,38 @@ class LaunchedMode:
             config.option.xmlpath = None
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        la, rank_log = self.launch, self.state.settings.rank_log
-        lines = [f"gpucomm launch: {la.describe()}"]
-        if rank_log and la.world_size > 1:
-            lines.append(f"gpucomm rank logs: ranks 1-{la.world_size - 1} write their output to "
-                         f"{os.path.join(rank_log, 'rank-<R>.log')}")
+        lines = [f"gpucomm launch: {self.launch.describe()}", *header_lines(config, self.launch)]
+        why = why_unsupervised()
+        if why:
+            lines.append(f"gpucomm rank deaths: no supervising parent ({why}): a rank that dies is named without "
+                         "how it ended, and only by the ranks on its machine")
         return lines
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Once gpucomm tests are collected (before the gate reads the baseline: the generic hook, also
-        ``tryfirst``, registered earlier): refuse the options that make ranks diverge, join the job's process
-        groups, check that every rank collected the same tests (else a usage error), and read every node's
-        fingerprint."""
-        if not any(uses_gpucomm(i) for i in session.items):
+        """Once any test is collected (before the gate reads the baseline: the generic hook, also ``tryfirst``,
+        registered earlier): refuse the options that make ranks diverge, join the job -- its process groups
+        where gpucomm tests are collected, else its control group alone, so that every test's outcome is
+        agreed whatever fixtures it uses --, check that every rank collected the same tests (else a usage
+        error), and read every node's fingerprint where gpucomm tests are collected."""
+        if not session.items:
             return
+        measures = any(uses_gpucomm(i) for i in session.items)
         refused = diverging_options(session.config)
         if refused:
             raise pytest.UsageError(
                 f"gpucomm: refused in launched mode ({self.launch.launcher}), where every "
                 "rank must run the same tests in the same order:\n  " + "\n  ".join(refused))
+        if not measures and _foreign_group():
+            self.notes.append(
+                "gpucomm: launched mode: a torch.distributed process group made by a conftest or another plugin "
+                "exists, so the ranks did not agree on each test's outcome: each rank's own is its own")
+            return
         try:
-            self.session.start(self.state.devices.info)
+            self.session.start(self.state.devices.info if measures else None)
             agree_on_collection(self.session.channel, [i.nodeid for i in session.items])
-            self._join_nodes()
+            if measures:
+                self._join_nodes()
         except JobBroken as e:  # a rank hung or gone: no test can run; the session ends failed (exit status 1)
             session.shouldfail = str(e)
             raise session.Failed(str(e)) from None
@@ -138,15 +148,16 @@ class LaunchedMode:
         if not self.session.started:
             return
         agreed, notes = agree_on_exit_status(self.session.channel, int(session.exitstatus))
-        self.notes += notes
+        if agreed != session.exitstatus or not self.state.speaks:
+            self.notes += notes
         if agreed != session.exitstatus:
             session.exitstatus = agreed
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """A quiet rank of a launched job: only why its exit status is the job's."""
-        if not self.state.speaks:
-            for line in self.notes:
-                terminalreporter.write_line(line)
+        """Why this rank's exit status is the job's (on rank 0 where it is another rank's), and what the mode
+        could not do."""
+        for line in self.notes:
+            terminalreporter.write_line(line)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """Leave the job: close() waits for every rank, so that no rank exits before rank 0 has printed and
@@ -156,42 +167,7 @@ class LaunchedMode:
         self.session.close()
 
 
-def open_rank_log(config: pytest.Config, directory: str, launch: Launch, where: str) -> None:
-    """--gpucomm-rank-log (``where``: where it was given): a rank other than global rank 0 sends its output to
-    ``directory/rank-<R>.log`` (:func:`redirect_output`); rank 0 checks that ``directory`` can be made."""
-    if launch.is_first:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as e:
-            raise pytest.UsageError(f"invalid --gpucomm-rank-log {directory!r} (from {where}): cannot "
-                                    f"create the folder: {e.strerror or e}") from None
-        return
-    redirect_output(config, directory, launch.rank, where)
-
-
-def redirect_output(config: pytest.Config, directory: str, rank: int, origin: str) -> str:
-    """Send everything this process prints from now on -- pytest's output, and what C libraries (NCCL, gloo)
-    write to file descriptors 1 and 2 -- to ``directory/rank-<rank>.log`` (created, truncated); return its
-    path.  pytest's output capture keeps its own copies of descriptors 1 and 2 and puts them back after each
-    test; they are redirected too.  Raises pytest.UsageError naming the option and the path when the folder
-    or the file cannot be made."""
-    path = os.path.join(directory, f"rank-{rank}.log")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as e:
-        raise pytest.UsageError(f"invalid --gpucomm-rank-log {directory!r} (from {origin}): rank {rank} cannot "
-                                f"write its log {path}: {e.strerror or e}") from None
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    capman = config.pluginmanager.getplugin("capturemanager")
-    capturing = getattr(capman, "_global_capturing", None)
-    saved = [getattr(getattr(capturing, name, None), "targetfd_save", None) for name in ("out", "err")]
-    for target in (1, 2, *(s for s in saved if isinstance(s, int))):
-        os.dup2(fd, target)
-    os.close(fd)
-    return path
-
+def _foreign_group() -> bool:
+    """Whether a torch.distributed process group that gpucomm did not make exists in this process."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and bool(getattr(dist, "is_available", lambda: False)()) and dist.is_initialized()

@@ -1,0 +1,303 @@
+"""A rank's supervising parent: how the other ranks of a launched job learn that a rank died, and of what.
+
+How a process ended -- the signal that killed it, or its exit code -- is seen only by its parent, and the
+parent of a rank is its launcher (torchrun's agent, slurmstepd, orted or Hydra's proxy), which tells the
+other nodes nothing.  So in launched mode pytest forks once, in ``pytest_cmdline_main`` (:func:`supervise`,
+before the session starts, before the plugin imports torch or opens a GPU): the child runs the session as
+the rank, and the parent -- the process the launcher started and watches -- only waits for it.  Once the
+child has joined the job it tells the parent where the job's store is (:func:`joined`), and when it leaves
+the job at the session's end it says so (:func:`left`).  If the child ends in between -- killed by a signal,
+SIGKILL included, or exiting on its own -- the parent writes how into the job's store and wakes every rank
+(:func:`~.deaths.announce`): the others say ``rank 3 (hostB, cuda:1) died: killed by SIGKILL`` at once,
+instead of waiting out their deadline to say it "did not finish".  Then the parent ends as its child did
+(the same signal, no core file of its own, or the same exit code), so the launcher sees what it would have
+seen without it.
+
+Signals: the parent passes on to the child SIGTERM and SIGHUP, which launchers and schedulers send to end a
+rank (the child, in the same process group, usually gets them from the same ``killpg`` too: the plugin's
+SIGTERM handler takes two within a second as one, :mod:`..sigterm`); it ignores the other signals that would
+end it (SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM), which terminals and launchers send to the
+process group, so the child gets them.  The child dies with the parent (``PR_SET_PDEATHSIG``): a parent
+killed by SIGKILL takes the child along, and then the ranks on the same host find its process gone
+(:mod:`.deaths`).
+
+Designs weighed: a handler in the rank itself (for SIGTERM, SIGABRT, SIGSEGV) sees nothing of SIGKILL (the
+OOM killer, a scheduler's ``kill -9``) and runs, for a Python handler, only between bytecodes -- not while
+the rank is blocked in a collective or a store wait; the ranks on one host checking whether a missing rank's
+process exists learn that it is gone, not of what, and only on that host (kept as the fallback,
+:mod:`.deaths`); the launcher's own report (torchrun's failure table) comes on that node only, after the
+job.  The parent sees every end, at the cost of one fork per rank (copy-on-write: the parent keeps the
+pages of pytest as it was before the session, tens of MB) and, on a death only, of importing torch in the
+parent to reach the store (a second or two).
+
+No supervision (the fallback alone then names a dead rank, without its signal) where a fork is not safe or
+not wanted: ``GPUCOMM_SUPERVISE=0``; not Linux; a second pytest session in one process (pytester's
+in-process runs); a job of one rank; more than one thread running already, or a GPU driver already open in
+this process (a conftest that touched CUDA: a forked child could not use it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import threading
+from typing import Any, Optional
+
+__all__ = ["supervise", "joined", "left", "supervisor_pid", "why_unsupervised", "describe_end"]
+
+#: the signals the parent passes on to the child
+FORWARDED = ("SIGTERM", "SIGHUP")
+#: the signals the parent ignores (their default would end it): the child gets them from the process group
+IGNORED = ("SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGALRM")
+#: how long the parent may take to write a death into the job's store
+REPORT_S = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+class _Child:
+    """The child's side: the pipe to its parent."""
+
+    fd: Optional[int] = None
+    parent: Optional[int] = None
+    why_not: str = ""  # why this rank is not supervised
+
+
+def _tell(line: str) -> None:
+    fd = _Child.fd
+    if fd is None:
+        return
+    try:
+        os.write(fd, (line + "\n").encode())
+    except OSError:  # the parent is gone
+        _Child.fd = None
+
+
+def joined(host: str, port: int, namespace: str, rank: int, world_size: int) -> None:
+    """The child joined the job: where its store is (a TCPStore at ``host:port``), the job's key prefix."""
+    _tell("J\t" + json.dumps({"host": host, "port": port, "ns": namespace, "rank": rank, "world": world_size}))
+
+
+def left() -> None:
+    """The child leaves the job (the session's end, or its watchdog ending it): its end is no death."""
+    _tell("L")
+
+
+def supervisor_pid() -> Optional[int]:
+    """The supervising parent's pid in a supervised rank, else None."""
+    return _Child.parent if _Child.fd is not None else None
+
+
+def why_unsupervised() -> str:
+    """Why this rank has no supervising parent ("" when it has one or is no rank)."""
+    return _Child.why_not
+
+
+def _cannot(world_size: int, first: bool) -> str:
+    """Why this process must not fork a supervising parent, or ""."""
+    raw = os.environ.get("GPUCOMM_SUPERVISE", "").strip().lower()
+    if raw in ("0", "no", "off", "false"):
+        return f"GPUCOMM_SUPERVISE={raw}"
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return "not Linux"
+    if not first:
+        return "not the first pytest session of this process"
+    if world_size < 2:
+        return "a job of one rank"
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return "a pytest-xdist worker"
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = threading.active_count()
+    if threads > 1:
+        return f"{threads} threads running before the session (a fork would copy one)"
+    gpu = _open_gpu_device()
+    if gpu:
+        return f"a GPU device ({gpu}) already open in this process"
+    return ""
+
+
+def _open_gpu_device() -> str:
+    """A GPU device file this process has open (a driver initialised before the fork), or ""."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return ""
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(("/dev/nvidia", "/dev/kfd", "/dev/dri/")):
+            return target
+    return ""
+
+
+def supervise(world_size: int, first: bool) -> None:
+    """In a rank of a launched job: fork; the child returns (and runs the session), the parent supervises it
+    and never returns.  Does nothing, saying why in :func:`why_unsupervised`, where a fork is not safe;
+    ``first``: this is the first pytest session of this process."""
+    why = _cannot(world_size, first)
+    if why:
+        _Child.why_not = why if first and world_size > 1 else ""  # worth saying in a job's first session
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    read_fd, write_fd = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: the rank
+        os.close(read_fd)
+        _die_with(parent)
+        _Child.fd, _Child.parent = write_fd, parent
+        return
+    os.close(write_fd)
+    code = 70  # EX_SOFTWARE, if the parent itself fails
+    try:
+        code = _Parent(pid, read_fd).run()
+    finally:
+        os._exit(code)
+
+
+def _die_with(parent: int) -> None:
+    """The child gets SIGKILL when its parent ends (Linux's PR_SET_PDEATHSIG), so that no rank is left behind
+    by a supervisor killed with SIGKILL."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except Exception:  # pragma: no cover - no prctl: the launcher's own kill still reaches the group
+        pass
+    if os.getppid() != parent:  # the parent ended before the call
+        os._exit(1)
+
+
+def describe_end(status: int, sent: list[int]) -> str:
+    """How a process ended, from its wait status: ``killed by SIGKILL``, ``exit code 7``, with the signals it
+    was sent (``exit code 2, after it was sent SIGTERM``)."""
+    from ...ranks.report import describe_returncode
+
+    code = os.waitstatus_to_exitcode(status)
+    text = describe_returncode(code)
+    if code < 0 and os.WCOREDUMP(status):
+        text += " (core dumped)"
+    others = [_name(s) for s in dict.fromkeys(sent) if s != -code]
+    if others:
+        text += f", after it was sent {' and '.join(others)}"
+    return text
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class _Parent:
+    """The supervising parent: waits for the child, reads its messages, reports its death, ends as it did."""
+
+    def __init__(self, child: int, read_fd: int) -> None:
+        self.child = child
+        self.fd: Optional[int] = read_fd
+        self.buffer = b""
+        self.job: Optional[dict[str, Any]] = None  # where the child joined, until it left
+        self.sent: list[int] = []
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        self.sent.append(signum)
+        try:
+            os.kill(self.child, signum)
+        except OSError:
+            pass
+
+    def run(self) -> int:
+        for name in FORWARDED:
+            signal.signal(getattr(signal, name), self._forward)
+        for name in IGNORED:
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        status = self._wait()
+        self._drain()
+        if self.job is not None:
+            self._report(describe_end(status, self.sent))
+        return self._mirror(status)
+
+    def _wait(self) -> int:
+        while True:
+            if self.fd is not None:
+                ready, _, _ = select.select([self.fd], [], [], 0.5)
+                if ready:
+                    self._read()
+            pid, status = os.waitpid(self.child, os.WNOHANG if self.fd is not None else 0)
+            if pid:
+                return status
+
+    def _read(self) -> None:
+        assert self.fd is not None
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:
+            data = b""
+        if not data:  # every writer closed: only the exit is left to wait for
+            os.close(self.fd)
+            self.fd = None
+            return
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            kind, _, rest = line.decode(errors="replace").partition("\t")
+            if kind == "J":
+                try:
+                    self.job = json.loads(rest)
+                except ValueError:
+                    self.job = None
+            elif kind == "L":
+                self.job = None
+
+    def _drain(self) -> None:
+        """What the child wrote just before it ended."""
+        while self.fd is not None and select.select([self.fd], [], [], 0)[0]:
+            self._read()
+
+    def _report(self, how: str) -> None:
+        """Write ``how`` the child ended into the job's store, and wake every rank."""
+        job = self.job
+        assert job is not None
+        try:
+            import datetime
+
+            import torch.distributed as dist
+
+            from .deaths import announce
+
+            store = dist.TCPStore(str(job["host"]), int(job["port"]), is_master=False,
+                                  timeout=datetime.timedelta(seconds=REPORT_S))
+            announce(dist.PrefixStore(str(job["ns"]), store), int(job["rank"]), int(job["world"]), how)
+        except Exception:  # the store gone (the job over), or torch unusable here: the others time out
+            pass
+
+    def _mirror(self, status: int) -> int:
+        """End as the child did: its signal (without a core file of this process), else its exit code."""
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            try:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            except (ImportError, ValueError, OSError):
+                pass
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+            except (OSError, ValueError):
+                pass
+            os.kill(os.getpid(), sig)
+            return 128 + sig
+        return os.waitstatus_to_exitcode(status) & 0xFF
