@@ -162,3 +162,49 @@ def test_a_re_measure_that_raises_on_every_rank_fails_the_test_everywhere_with_t
     for _, text in results:
         assert "INTERNALERROR" not in text, text
         assert "re-measure broke" in text and "1 failed" in text, text
+
+
+CAUSE_CONFTEST = '''
+import dataclasses
+import os
+
+from pytest_gpucomm.ops import collectives
+
+_bench = collectives.bench
+
+
+def _bench_env(ctx, **kwargs):  # with SIM_CAUSE=1 a rank's samples are two million times shorter: at least what
+    result = _bench(ctx, **kwargs)  # was recorded (a million times), whatever the load of a shared machine
+    if os.environ.get("SIM_CAUSE") == "1":
+        open(f"cause-rank{ctx.rank}.txt", "w").write("restored")
+        result = dataclasses.replace(result, samples_s=tuple(t * 0.5e-6 for t in result.samples_s))
+    return result
+
+
+collectives.bench = _bench_env
+'''
+
+
+def test_a_cause_test_in_a_job_sets_the_variable_back_on_every_rank_together(
+        recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) -> None:
+    """Issue 29: the baseline was recorded with SIM_CAUSE=1, which made every op a million times faster (the
+    conftest's stand-in for a variable that matters); without it every case is a REGRESSION, and rank 0's cause
+    test has every rank set it back in a new process group of the job, which brings the case back."""
+    path = from_recorded(recorded, tmp_path)
+    doc = json.loads(path.read_text())
+    for case in doc["cases"].values():
+        for run in case["runs"]:
+            run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
+    for run in doc["runs"]:
+        run.setdefault("fingerprint", {}).setdefault("env", {})["SIM_CAUSE"] = "1"
+    path.write_text(json.dumps(doc))
+    (tmp_path / "conftest.py").write_text(CAUSE_CONFTEST)
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpucomm-env=SIM_CAUSE", "--gpucomm-cause=1",
+                        "--gpucomm-json=r.json", *BASELINE_ARGS)
+    assert [code for code, _ in results] == [1] * 4, results
+    assert sorted(p.name for p in tmp_path.glob("cause-rank*.txt")) == [f"cause-rank{r}.txt" for r in range(4)]
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    tested = [r for r in rows if r["baseline"].get("cause") and not r["baseline"]["cause"]["skipped"]]
+    assert len(tested) == 1, rows
+    assert tested[0]["baseline"]["cause"]["text"].startswith("cause: SIM_CAUSE unset (restored to 1: ")
+    assert "cause: SIM_CAUSE unset (restored to 1: " in results[0][1]

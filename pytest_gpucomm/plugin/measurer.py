@@ -335,9 +335,14 @@ class Comm:
                 pool.close()
 
         if not group.restartable:  # launched mode: the job's process group lives as long as the session
+            def in_job_with_env(env: Mapping[str, Optional[str]]) -> Measurement:  # every rank, a new group
+                with self._state.groups.group_with_env(group, env) as g:  # type: ignore[attr-defined]
+                    (m,) = self._collective_once(op, g, dict(kwargs, tail_time_s=0.0), n, dtype)
+                    return m
+
             return self._record(run(), None, run, "",
                                 "in the same process group: the job's process group (launched mode) cannot be "
-                                "restarted")
+                                "restarted", with_env=in_job_with_env)
         return self._record(run(), fresh, run, "in a new process group", "in the same process group", fold,
                             with_env)
 

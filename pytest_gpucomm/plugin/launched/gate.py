@@ -3,7 +3,7 @@ messages, re-measuring when it says so (every rank measures again together) and 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 import pytest
 
@@ -17,7 +17,7 @@ from .exchange import JobExchange
 from .job import LaunchedSession
 
 if TYPE_CHECKING:
-    from ...measurement import Remeasure
+    from ...measurement import Measurement, Remeasure
 
 __all__ = ["JobJudging"]
 
@@ -79,6 +79,16 @@ class JobJudging(Judging):
                 return redo()
             return again
 
+        def leading_env(i: int, with_env: Callable[[Mapping[str, Optional[str]]], "Measurement"]
+                        ) -> Callable[[Mapping[str, Optional[str]]], "Measurement"]:
+            def again(env: Mapping[str, Optional[str]]) -> "Measurement":  # every rank sets them back together
+                channel.broadcast(("env", i, dict(env)))
+                return with_env(env)
+            return again
+
+        for i, r in enumerate(records):
+            if r.with_env is not None:
+                r.with_env = leading_env(i, r.with_env)
         try:
             failures = self.judge_with(records, tolerance,
                                        [None if r.redo is None else leading(i, r.redo) for i, r in enumerate(records)],
@@ -95,9 +105,13 @@ def _follow(channel: JobExchange, records: list[Record]) -> list[str]:
     own: Optional[BaseException] = None  # a re-measure that failed here: raised once rank 0 has spoken
     while True:
         message = channel.broadcast()
-        if message[0] == "redo":
+        if message[0] in ("redo", "env"):
             try:
-                records[message[1]].redo()
+                record = records[message[1]]
+                if message[0] == "redo":
+                    record.redo()
+                elif record.with_env is not None:
+                    record.with_env(message[2])
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as e:  # pytest.fail's too; on every rank alike (a task's error is every

@@ -23,11 +23,13 @@ section of the JSON report.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import os
 import secrets
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
 import pytest
 
@@ -155,6 +157,31 @@ class LaunchedSession:
                               node_rank=la.node_rank, n_nodes=la.n_nodes)
             self._executor = InProcessExecutor(ctx, self.channel, self.channel.hosts)
         return self._executor
+
+    @contextlib.contextmanager
+    def environment_executor(self, info: "DeviceInfo", env: Mapping[str, Optional[str]]
+                             ) -> Iterator["InProcessExecutor"]:
+        """An executor over a new process group of the whole job, made after this rank's environment took
+        ``env`` (a name mapped to None is unset): the cause test's re-measure, where every rank sets the
+        variables back together.  The communication libraries read their variables when a communicator is
+        made, which the new group does at its first collective.  Every rank enters it at the same point; the
+        group is destroyed and the environment restored on the way out."""
+        import torch.distributed as dist
+
+        from ...ranks.inprocess import InProcessExecutor
+
+        base = self.executor(info)
+        saved = {k: os.environ.get(k) for k in env}
+        _apply(env)
+        group = None
+        try:
+            group = dist.new_group(ranks=list(range(self.launch.world_size)), backend=self.backend)
+            ctx = dataclasses.replace(base.ctx, group=group, group_ranks=tuple(range(self.launch.world_size)))
+            yield InProcessExecutor(ctx, self.channel, self.channel.hosts)
+        finally:
+            if group is not None:
+                dist.destroy_process_group(group)
+            _apply(saved)
 
     def layout(self, info: "DeviceInfo") -> "Layout":
         """The node index and local rank of every rank (gathered from every rank once per session: the
@@ -302,6 +329,14 @@ class LaunchShape:
         return asdict(self)
 
 
+def _apply(env: Mapping[str, Optional[str]]) -> None:
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 class JobGroups:
     """Launched mode's process groups for the ``process_group`` fixture: the job's world, or in a job of
     several nodes its groups of a kind (``"intra-node"``, ``"inter-node"``), each rank in its own (see
@@ -343,3 +378,12 @@ class JobGroups:
         info = self.devices.info
         executor = self.session.executor(info) if kind == "world" else self.session.group_executor(info, kind)
         return ProcessGroup(executor, executor.backend, timeout_s or self.settings.timeout_s, label)
+
+    @contextlib.contextmanager
+    def group_with_env(self, group: "ProcessGroup", env: Mapping[str, Optional[str]]) -> Iterator["ProcessGroup"]:
+        """``group``'s world in a new process group whose ranks took ``env`` (the cause test's: every rank sets
+        the variables back together; :meth:`LaunchedSession.environment_executor`)."""
+        from ..group import ProcessGroup
+
+        with self.session.environment_executor(self.devices.info, env) as executor:
+            yield ProcessGroup(executor, executor.backend, group.timeout_s, f"{group.label} (cause test)")
