@@ -63,7 +63,7 @@ class WrongResult(Exception):
 
 def ranks_clocks(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
     """The clocks each rank read of its device during the timed samples, once per device of a host (gloo ranks
-    on one host read the same CPUs)."""
+    on one host read the same CPUs): ``info["clocks"]`` of the measurement, where any were read."""
     seen: set[tuple[str, str]] = set()
     out = []
     for r in results:

@@ -279,9 +279,7 @@ def to_measurement(results: Sequence[BenchResult], *, op: str, backend: str, dty
     info["ranks"] = ranks_info(results)
     if first.op_times_s:
         info["tail"] = tail_info(results)
-    read = ranks_clocks(results)
-    if read:
-        info["clocks"] = read
+    info.update({"clocks": ranks_clocks(results)} if any(r.clocks for r in results) else {})
     return Measurement(
         op=op,
         size_bytes=first.size_bytes,

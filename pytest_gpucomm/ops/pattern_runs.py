@@ -138,6 +138,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     import torch.distributed as dist
 
     from .across_ranks import agreement, iteration_stats
+    from .clocks import clock_info, sampler_for
     from .single_op_timing import single_op_fields, single_op_phase
     from .timed_case import TimedLoop
     from .timing import TimingSettings, measure
@@ -165,7 +166,8 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         timed = PartsTimed(case, (True, True))
     else:
         timed = TimedLoop(torch, case, gpu, use_graph=False, eager_calls=settings.warmup_iters)
-    samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare)
+    clocks = sampler_for((ctx.device,))
+    samples, timing_plan = measure(timed, settings, agree=agree, prepare=prepare, clocks=clocks)
     if parts is not None:  # the samples are read last, in order: the last entries of split are theirs
         both = timed.split[len(timed.split) - len(samples):]
         times[f"{parts[0]}_overlapped_s"] = [d for d, _ in both]
@@ -195,7 +197,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
         own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
         straggled=its.straggled, host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device,
-        overlap=overlap if first_rank else {}, **tail)
+        clocks=tuple(clock_info(clocks)), overlap=overlap if first_rank else {}, **tail)
 
 
 def check_results(results: Sequence[BenchResult], p: PatternPlan, *, backend: str) -> None:

@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 from ..measurement import Measurement, MeasurementInfo, OverlapInfo
 from ..units import describe_duration, format_size
 from ..vocab import DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S
-from .collective_results import BenchResult, WrongResult, ranks_info, tail_info
+from .collective_results import BenchResult, WrongResult, ranks_clocks, ranks_info, tail_info
 from .model_shapes import MODELS, ModelShape
 from .pattern_runs import PatternPlan, PatternResult, check_results, check_rows, merge_checks, run_case, sub_group
 from .specs import COLLECTIVE, OpSpec
@@ -595,5 +595,6 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
     info["ranks"] = ranks_info(results)
     if first.op_times_s:
         info["tail"] = tail_info(results)
+    info.update({"clocks": ranks_clocks(results)} if any(r.clocks for r in results) else {})
     return m
 
