@@ -77,6 +77,13 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     return collection_lines(state_of(config), items)
 
 
+def pytest_pycollect_makemodule(module_path: Any, parent: pytest.Collector) -> Optional[pytest.Module]:
+    """A file of the shipped suites has the same test ids wherever it is collected from (:mod:`.suites`)."""
+    from .suites import suite_module
+
+    return suite_module(module_path, parent)
+
+
 #: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone
 _PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "group_kind"})
 
