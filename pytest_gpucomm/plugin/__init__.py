@@ -6,8 +6,8 @@ device parametrization (:mod:`.parametrize`), the fixtures (:mod:`.fixtures`, wh
 its state (:mod:`.state`, composing the devices (:mod:`.devices`), the rank pools (:mod:`.pools`), the
 re-measures (:mod:`.remeasures`) and the gate (:mod:`.judging`, driving :mod:`pytest_gpucomm.gate`)), the
 session's end (:mod:`.finish`) and reports (:mod:`.reporting`, rendered by :mod:`pytest_gpucomm.report`),
-the files checked before the run (:mod:`.outputs`), SIGTERM (:mod:`.sigterm`) and the pytest-html hook
-(:mod:`.html_plots`).
+the files checked before the run (:mod:`.outputs`), SIGTERM (:mod:`.sigterm`), the pytest-html hook
+(:mod:`.html_plots`) and the shipped suites' test ids (:mod:`.suites`).
 
 The modes are plugins of their own, registered at configure with their own hooks, as pytest-xdist's are:
 launched mode (:mod:`.launched`: torchrun, srun or mpirun started every rank's pytest) and the pytest-xdist
