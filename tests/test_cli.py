@@ -32,6 +32,7 @@ from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 from pytest_gpucomm import cli
 from pytest_gpucomm.analysis.curves import CURVES_HEADING
 from pytest_gpucomm.gate.regate import OFFLINE_NOTE
+from pytest_gpucomm.report import plots
 from pytest_gpucomm.report.saved import REPORT_VERSION
 
 REPLAYED = " (replayed from the report)"
@@ -376,7 +377,8 @@ BAD = [
      lambda r, t: f"{t / 'newer.json'}: report version 99 is newer than this pytest-gpucomm reads ({REPORT_VERSION})"),
     ("cut-report", lambda r, t: ["compare", r.baseline, _not_json(r, t)], lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
     ("unknown-name", lambda r, t: ["compare", "mi301", r.slow, "--baseline-dir", r.baseline.parent],
-     lambda r, t: f"no baseline named 'mi301' in {r.baseline.parent}; available baselines: cpu"),
+     lambda r, t: f"no baseline named 'mi301' in {r.baseline.parent}, {SHIPPED}; available baselines: cpu, h200, "
+                  "mi300x"),
     ("missing-baseline", lambda r, t: ["plot", r.slow, "--baseline", t / "gone.json", "-o", t / "figs"],
      lambda r, t: f"{t / 'gone.json'}: baseline or report file does not exist"),
     ("cut-baseline", lambda r, t: ["html", r.slow, "--baseline", _not_json(r, t), "-o", t / "p.html"],
@@ -446,10 +448,11 @@ def test_plot_without_matplotlib_exits_2_naming_the_extra(runs, tmp_path, capsys
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     code, _ = gpucomm("plot", runs.slow, "-o", tmp_path / "figs")
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("gpucomm: error: ") and "pip install 'pytest-gpucomm[plots]'" in err
+    # the extra, as pytest-gpucomm was installed here (a checkout's: pip install -e '<checkout>[plots]')
+    assert code == 2 and err.startswith("gpucomm: error: ") and plots.EXTRA in err and "[plots]" in plots.EXTRA
     # the page is still written, with a note instead of the plots
     code, _ = gpucomm("html", runs.slow, "-o", tmp_path / "p.html")
-    assert code == 0 and "pytest-gpucomm[plots]" in (tmp_path / "p.html").read_text(encoding="utf-8")
+    assert code == 0 and "[plots]" in (tmp_path / "p.html").read_text(encoding="utf-8")
 
 
 # -- the command itself ----------------------------------------------------------------------------------
@@ -527,7 +530,7 @@ def _slowed_report(src: Path, dst: Path, factor: float) -> Path:
 
 
 def test_two_single_reports_borrow_the_shipped_files_spreads_pass_an_a_a_and_fail_a_uniform_10_percent_drop(
-        tmp_path):
+        tmp_path, monkeypatch):
     before = H200_REPORTS / "h200_1gpu_boot1_run1_report.json"
     after = H200_REPORTS / "h200_1gpu_boot1_run2_report.json"
     code, text = gpucomm("compare", before, after, "--baseline-dir", SHIPPED, "--no-curves")
@@ -539,7 +542,11 @@ def test_two_single_reports_borrow_the_shipped_files_spreads_pass_an_a_a_and_fai
     code, text = gpucomm("compare", before, _slowed_report(after, tmp_path / "slow.json", 0.9), "--baseline-dir",
                          SHIPPED, "--no-curves")
     assert code == 1 and "REGRESSION" in text, text
+    # the shipped file is found after the user's folder, which has none
+    code, text = gpucomm("compare", before, after, "--baseline-dir", tmp_path, "--no-curves")
+    assert code == 0 and f"borrow their spreads from {SHIPPED / 'h200.json'}" in text, text
     # without the same hardware's file the spreads are the documented defaults, and the header says so
+    monkeypatch.setattr("pytest_gpucomm.gate.shipped.shipped_folder", lambda part: None)
     code, text = gpucomm("compare", before, after, "--baseline-dir", tmp_path, "--no-curves")
     assert code == 0 and "the spread between sessions is assumed (0.5%)" in text
 

@@ -112,7 +112,7 @@ def test_without_matplotlib_the_module_imports_and_drawing_raises_plots_unavaila
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     doc = {"format": "pytest-gpucomm-report", "version": 1, "rows": []}
     for draw in (plots.sweep_figures, plots.copy_matrix_figures, plots.latency_figures, plots.all_figures):
-        with pytest.raises(plots.PlotsUnavailable, match=re.escape("pip install 'pytest-gpucomm[plots]'")):
+        with pytest.raises(plots.PlotsUnavailable, match=re.escape(plots.EXTRA)):
             draw(doc)
     assert issubclass(plots.PlotsUnavailable, ImportError)
 

@@ -15,7 +15,7 @@ from pytest_gpucomm.gate import decision, store  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "baselines" / "mi300x.json"
-GENERATOR = ROOT / "baselines" / "make_published.py"
+GENERATOR = ROOT / "benchmarks" / "make_published.py"
 FAST = ["--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
 
 MiB = 1024**2

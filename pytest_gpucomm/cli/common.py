@@ -43,12 +43,17 @@ def report_parser(sub: Any, name: str, help: str, baseline_help: str,
 
 def add_baseline_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-dir", metavar="DIR",
-                   help="where baseline NAMEs are looked up (default: $GPUCOMM_BASELINE_DIR, else ./baselines)")
+                   help="where baseline NAMEs are looked up, before the baselines shipped with pytest-gpucomm "
+                        "(default: $GPUCOMM_BASELINE_DIR, else ./baselines)")
 
 
 def baseline_dirs(args: argparse.Namespace) -> list[Path]:
+    """The folders a baseline NAME is looked up in: the user's, then the shipped baselines' (as the plugin's)."""
+    from ..gate.shipped import shipped_folder
+
     d = getattr(args, "baseline_dir", None) or os.environ.get("GPUCOMM_BASELINE_DIR") or DEFAULT_BASELINE_DIR
-    return [Path(d)]
+    shipped = shipped_folder("baselines")
+    return [Path(d)] + ([shipped] if shipped is not None else [])
 
 
 def load_document(path: str) -> "ReportDocument":

@@ -6,7 +6,8 @@
 * :mod:`.levels`      -- the run judged at the end: class offsets, op bands, case residuals (``judge_run``).
 * :mod:`.store`       -- the baseline file: read and validate, merge a run in under a lock, write
   atomically (jsonschema, filelock); its schema and the checks beyond it in :mod:`.schema`, a case's key and
-  record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names`.
+  record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names` (the user's folder, then the
+  baselines shipped with the package: :mod:`.shipped`), a file's runs of this machine in :mod:`.machines`.
 * :mod:`.tails`       -- the TAIL rule: a case's one-op tail against the baseline's (the histograms and
   sketches it reads in :mod:`.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
 * :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).

@@ -103,7 +103,8 @@ def add_baselines_parser(subparsers: Any) -> None:
     bp = subparsers.add_parser("baselines", help="List, show, prune and merge baseline files.",
                                description="Keep baseline files by hand (exit 0 done, 2 bad input).")
     sub = bp.add_subparsers(dest="baselines_action", metavar="ACTION", required=True)
-    p = sub.add_parser("list", parents=[_common()], help="One line per baseline file of the directory.")
+    p = sub.add_parser("list", parents=[_common()],
+                       help="One line per baseline file of the directory, then of the shipped ones.")
     p.set_defaults(func=run_baselines)
     p = sub.add_parser("show", parents=[_common()], help="A baseline's runs and cases.")
     p.add_argument("name", metavar="NAME", help="Baseline name or path to a .json file.")
@@ -209,36 +210,60 @@ def _runs_text(runs: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _list(args: Any, out: TextIO, err: TextIO) -> int:
-    from tabulate import tabulate
+    """The baseline directory's files, then those shipped with the package (marked so; one the directory has
+    a file of the same name for is marked as not taken)."""
+    from .shipped import SHIPPED, shipped_folder
 
     d = baseline_dir(args)
-    if not d.is_dir():
-        raise KeepError(f"baseline directory {d} ({baseline_dir_source(args)}) does not exist or is not a directory")
-    files = sorted(p for p in d.glob("*.json") if p.is_file() and not p.name.startswith("."))
-    if not files:
-        print(f"no baselines in {d}", file=out)
-        return 0
-    rows: list[list[Any]] = []
+    shipped = shipped_folder("baselines")
+    if shipped is not None and d.is_dir() and d.resolve() == shipped.resolve():
+        shipped = None  # a checkout's own baselines/: listed once, as the directory
+    given = bool(getattr(args, "baseline_dir", None) or os.environ.get(BASELINE_DIR_ENV, "").strip())
     bad: list[str] = []
+    if d.is_dir():
+        files = _files(d)
+        print(f"baselines in {d}:" if files else f"no baselines in {d}", file=out)
+        if files:
+            print(_table(files, bad, set()), file=out)
+    elif given or shipped is None:
+        raise KeepError(f"baseline directory {d} ({baseline_dir_source(args)}) does not exist or is not a directory")
+    else:
+        print(f"no baselines in {d} (it does not exist)", file=out)
+    if shipped is not None and _files(shipped):
+        mine = {p.stem for p in _files(d)} if d.is_dir() else set()
+        print(f"baselines {SHIPPED} ({shipped}), taken when {d} has none of the name:", file=out)
+        print(_table(_files(shipped), bad, mine), file=out)
+    for message in bad:
+        print(f"gpucomm: error: {message}", file=err)
+    return 2 if bad else 0
+
+
+def _files(d: Path) -> list[Path]:
+    return sorted(p for p in d.glob("*.json") if p.is_file() and not p.name.startswith("."))
+
+
+def _table(files: list[Path], bad: list[str], shadowed: set[str]) -> str:
+    """One row per file (``bad`` gets the message of each that cannot be read); a name in ``shadowed`` is
+    marked as not taken (a file of the baseline directory has it)."""
+    from tabulate import tabulate
+
+    rows: list[list[Any]] = []
     for p in files:
+        name = p.stem + (" (not taken: yours is)" if p.stem in shadowed else "")
         try:
             doc = read_baseline(p)
         except _bad_input_types() as e:
             bad.append(str(e))
-            rows.append([p.stem, "unreadable", "", "", "", "", "", "see below"])
+            rows.append([name, "unreadable", "", "", "", "", "", "see below"])
             continue
         runs = doc["runs"]
         hw = list(dict.fromkeys(hardware_of(r.get("fingerprint")) for r in reversed(runs)))  # newest first
-        rows.append([doc["name"] if doc["name"] == p.stem else f"{p.stem} (name {doc['name']})", doc["source"],
+        rows.append([name if doc["name"] == p.stem else f"{name} (name {doc['name']})", doc["source"],
                      len(doc["cases"]), _runs_text(runs), sessions(runs) if runs else 0,
                      _day(runs[0]["date"]) if runs else "-", _day(runs[-1]["date"]) if runs else "-",
                      "; ".join(hw) or "-"])
-    print(f"baselines in {d}:", file=out)
-    print(tabulate(rows, headers=["name", "source", "cases", "runs", "sessions", "first", "last", "hardware"],
-                   tablefmt="simple", disable_numparse=True), file=out)
-    for message in bad:
-        print(f"gpucomm: error: {message}", file=err)
-    return 2 if bad else 0
+    return tabulate(rows, headers=["name", "source", "cases", "runs", "sessions", "first", "last", "hardware"],
+                    tablefmt="simple", disable_numparse=True)
 
 
 def _show(args: Any, out: TextIO) -> int:
@@ -353,7 +378,10 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
         from ..report.saved import load_reference
 
         try:
-            ref = load_reference(args.baseline, search_dirs=[baseline_dir(args)], detected_model=info.model)
+            from .shipped import shipped_folder
+
+            dirs = [baseline_dir(args)] + [d for d in [shipped_folder("baselines")] if d is not None]
+            ref = load_reference(args.baseline, search_dirs=dirs, detected_model=info.model)
         except _bad_input_types() as e:
             return _error(err, f"--baseline {args.baseline}: {e}")
         runs = ref.doc["runs"]

@@ -38,8 +38,11 @@ def baseline_dir_source(args: Any) -> str:
     return f"the default, ./{DEFAULT_BASELINE_DIR}"
 
 
-def resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
-    from .names import BaselineNotFound, resolve_baseline
+def resolve(spec: str, args: Any, *, must_exist: bool = True, writes: bool = False) -> Path:
+    """The file a NAME, PATH or ``auto`` means: a NAME in the baseline directory, then among the shipped
+    baselines, unless the command ``writes`` the file (a shipped file is never written: KeepError)."""
+    from .names import BaselineNotFound, locate_baseline
+    from .shipped import in_installed_package, shipped_folder
 
     model = None
     if (spec or "").strip() == "auto":
@@ -47,9 +50,15 @@ def resolve(spec: str, args: Any, *, must_exist: bool = True) -> Path:
 
         model = detect().model
     try:
-        return resolve_baseline(spec, search_dirs=[baseline_dir(args)], detected_model=model, must_exist=must_exist)
+        found = locate_baseline(spec, search_dirs=[baseline_dir(args)], detected_model=model, must_exist=must_exist,
+                                shipped_dir=shipped_folder("baselines"))
     except BaselineNotFound as e:
         raise BaselineNotFound(f"{e} (the baseline directory: {baseline_dir_source(args)})") from None
+    if writes and (found.origin == "shipped" or in_installed_package(found.path)):
+        raise KeepError(f"{spec}: {found.path} is a baseline shipped with pytest-gpucomm, inside the installed "
+                        f"package, which is never written: keep your own in {baseline_dir(args)} "
+                        f"({baseline_dir_source(args)})")
+    return found.path
 
 
 def read_baseline(path: Path) -> dict[str, Any]:

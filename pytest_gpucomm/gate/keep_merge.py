@@ -94,7 +94,7 @@ def run_merge(args: Any, out: TextIO) -> int:
 
     timeout = lock_timeout(args)
     pa, pb = resolve(args.a, args), resolve(args.b, args)
-    pc = resolve(args.output, args, must_exist=False)
+    pc = resolve(args.output, args, must_exist=False, writes=True)
     if _same_file(pa, pb):
         raise KeepError(f"A and B are the same file ({pa}): nothing to merge")
     if pc.suffix != ".json":

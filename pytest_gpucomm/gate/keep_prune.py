@@ -69,7 +69,7 @@ def run_prune(args: Any, out: TextIO) -> int:
     from .store import update_document
 
     timeout = lock_timeout(args)
-    path = resolve(args.name, args)
+    path = resolve(args.name, args, writes=True)
     if args.keep is not None:
         how: dict[str, Any] = {"keep": _parse_keep(args.keep)}
         said = f"--keep {how['keep']}"

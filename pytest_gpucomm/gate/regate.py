@@ -168,6 +168,6 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
                                                              r.verdict.message)
             r.verdict.details.update(extra)
             r.verdict.status = Status(status)
-    settings = {k: v for k, v in dataclasses.asdict(gs).items() if k != "search_dirs"}
+    settings = {k: v for k, v in dataclasses.asdict(gs).items() if k not in ("search_dirs", "shipped_dir")}
     return Regated(rows=out, levels=levels, header=gate.header_lines(), settings=settings,
                    reference=reference, notes=notes)

@@ -55,7 +55,7 @@ merges this run in, and replaces the file atomically (temporary file in the same
 shared directory) lose nothing and a crash never leaves a half-written baseline; the temporary files of a
 saver killed mid-write are removed by the next save (under the lock, and only if no live writer holds
 them).  A corrupt existing file is never overwritten: fix or remove it by hand.  A whole document built
-elsewhere (a published baseline: ``baselines/make_published.py``) starts from :func:`new_document` and is
+elsewhere (a published baseline: ``benchmarks/make_published.py``) starts from :func:`new_document` and is
 written with :func:`write_document`, which checks it as :func:`load_baseline` would before it replaces
 anything.  Any other change of an existing file (``gpucomm baselines prune``/``merge``) goes through
 :func:`update_document`: the same lock, re-read and atomic write as :func:`save_run`, for an arbitrary change.
@@ -421,9 +421,11 @@ def save_run(
 
 
 def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int = DEFAULT_MAX_RUNS,
-              lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
+              lock_timeout_s: float = LOCK_TIMEOUT_S, start: Optional[Mapping[str, Any]] = None) -> None:
     """:func:`save_run` for several runs at once (a job across nodes saves one run per node), under one lock
-    and in one atomic write: either every run is saved or none is."""
+    and in one atomic write: either every run is saved or none is.  A file not there yet starts from ``start``
+    (a document without runs: the published floors of a shipped file, ``gate.machines.start_document``), else
+    empty."""
     path = Path(path)
     if isinstance(max_runs, bool) or int(max_runs) != max_runs or max_runs < 1:
         raise ValueError(f"max_runs must be a whole number >= 1, got {max_runs!r}")
@@ -447,7 +449,10 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
             # Holding the lock, no other saver is writing: temporary files of this baseline left beside it
             # are a killed saver's (a live write_document's are locked and kept).
             remove_stale_temp_files(path)
-            doc = read_document(path) if path.exists() else new_document(name, int(max_runs))
+            if path.exists():
+                doc = read_document(path)
+            else:
+                doc = {**start, "max_runs": int(max_runs)} if start else new_document(name, int(max_runs))
             for run in runs:
                 doc = merge_run(doc, run_id=run.run_id, date=run.date, fingerprint=run.fingerprint,
                                 cases=run.cases, max_runs=int(max_runs), session=run.session, node=run.node,

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
     from .decision import CaseModel, Prior, RunLocation
     from .levels import RunLevels
+    from .machines import MachineFit
+    from .names import Located
     from .store import Baseline
     from .tails import TailSpread
 
@@ -80,11 +82,13 @@ class GateUsageError(Exception):
 @dataclass(frozen=True)
 class GateSettings:
     """What the gate needs from the options: ``spec`` is the ``--gpu-baseline`` value (NAME | PATH |
-    auto; None: no baseline, the gate is off), ``save`` is ``--gpu-baseline-save``."""
+    auto; None: no baseline, the gate is off), ``save`` is ``--gpu-baseline-save``; a NAME is looked up in
+    ``search_dirs`` (the user's), then in ``shipped_dir`` (the baselines shipped with the package)."""
 
     spec: Optional[str]
     save: bool = False
     search_dirs: tuple[Path, ...] = ()
+    shipped_dir: Optional[Path] = None
     max_runs: int = DEFAULT_MAX_RUNS
     tolerance: float = DEFAULT_TOLERANCE
     alpha: float = DEFAULT_ALPHA
@@ -178,6 +182,8 @@ class Gate:
         #: where a baseline of one session takes its spreads from (use_spreads_of), and what it says of that
         self._spread_source: Optional[Baseline] = None
         self.spread_note = ""
+        self.located: Optional[Located] = None  # where the file was found (load)
+        self.machine: Optional[MachineFit] = None  # the file's runs of this machine (use; gate.machines)
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -196,7 +202,8 @@ class Gate:
     # -- set-up, after collection ------------------------------------------------------------------
     def load(self, detected_model: Optional[str], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Resolve and read the baseline; errors become usage errors that name the file."""
-        from .names import resolve_baseline
+        from .machines import auto_refusal, fit_machine
+        from .names import locate_baseline
         from .schema import BaselineError
         from .store import load_baseline
 
@@ -204,20 +211,29 @@ class Gate:
         if spec is None:
             raise RuntimeError("Gate.load: no baseline was asked for (GateSettings.spec is None)")
         try:
-            path = resolve_baseline(spec, search_dirs=list(self.settings.search_dirs),
-                                    detected_model=detected_model, must_exist=not self.settings.save)
-            baseline = load_baseline(path) if path.exists() or not self.settings.save else None
+            found = locate_baseline(spec, search_dirs=list(self.settings.search_dirs), detected_model=detected_model,
+                                    must_exist=not self.settings.save, shipped_dir=self.settings.shipped_dir)
+            baseline = load_baseline(found.path) if found.path.exists() or not self.settings.save else None
+            if found.origin == "shipped" and found.auto and baseline is not None:
+                fit = fit_machine(baseline, fingerprint)  # auto takes a shipped file of this machine only
+                if not fit.matches:
+                    raise BaselineError(auto_refusal(found, fit))
+            self.located = found
+            self.use(found.path, baseline, fingerprint, nodeids)
         except BaselineError as e:
             raise GateUsageError(f"--gpu-baseline={spec}: {e}") from None
-        self.use(path, baseline, fingerprint, nodeids)
 
     def use(self, path: Path, baseline: Optional["Baseline"], fingerprint: dict[str, Any], nodeids: set[str]) -> None:
         """Judge against ``baseline`` (read from ``path``; None: it does not exist yet), for a run of the tests
         ``nodeids`` in the environment ``fingerprint``: what :meth:`load` does once it has read the file, and
-        what ``gpucomm compare`` does with a baseline or a report it read itself."""
+        what ``gpucomm compare`` does with a baseline or a report it read itself.  Only the file's runs of this
+        machine are used, and a file of the other kind is refused (``gate.machines.MATCH_RULE``:
+        :class:`~.machines.MachineMismatch`)."""
         from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints
+        from .machines import fit_machine
 
-        self.path, self.baseline = Path(path), baseline
+        self.machine = fit_machine(baseline, fingerprint) if baseline is not None else None
+        self.path, self.baseline = Path(path), self.machine.baseline if self.machine is not None else None
         self._models, self._commons, self._tail_spread = None, {}, None
         if self.baseline is not None:
             # floor-only cases are checked against their floor, not tested: they spend no alpha
@@ -228,11 +244,12 @@ class Gate:
             # another host of the same kind (a CI runner pool) is not an environment change
             self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
                                               ignore=VOLATILE_KEYS | {"host"})
-            self._find_spreads(str((fingerprint or {}).get("model") or ""))
+            self._find_spreads(str((fingerprint or {}).get("model") or ""), fingerprint)
 
-    def _find_spreads(self, model: str) -> None:
+    def _find_spreads(self, model: str, fingerprint: dict[str, Any]) -> None:
         """For a baseline with cases of one session: the file of the same hardware (``<model name>.json`` in
         the search folders), when it is another file with runs in two sessions or more (``use_spreads_of``)."""
+        from .machines import fit_machine
         from .names import baseline_name_for_model
         from .schema import BaselineError
         from .store import load_baseline
@@ -244,12 +261,13 @@ class Gate:
         session_of = {r.run_id: r.session or r.run_id for r in b.runs}
         if not any(len({session_of.get(r.run_id, r.run_id) for r in e.runs}) == 1 for e in b.cases.values() if e.runs):
             return
-        for d in self.settings.search_dirs:
+        shipped = (self.settings.shipped_dir,) if self.settings.shipped_dir is not None else ()
+        for d in self.settings.search_dirs + shipped:
             path = Path(d) / f"{name}.json"
             if not path.is_file() or (self.path is not None and path.resolve() == self.path.resolve()):
                 continue
             try:
-                src = load_baseline(path)
+                src = fit_machine(load_baseline(path), fingerprint).baseline  # its runs of this machine, if any
             except BaselineError:
                 return
             if len({r.session or r.run_id for r in src.runs}) >= 2:
@@ -287,8 +305,12 @@ class Gate:
 
         if not self.active or self.path is None:
             return []
+        start = self._start() if self.baseline is None else None
+        found = [self.located.header_line(len(start["cases"]) if start else 0)] if self.located else []
+        found = [line for line in found if line]
         if self.baseline is None:
-            return [f"gpucomm baseline: {self.path} does not exist yet; this run will create it (--gpu-baseline-save)"]
+            return [f"gpucomm baseline: {self.path} does not exist yet; this run will create it (--gpu-baseline-save)",
+                    *found]
         b = self.baseline
         last = b.runs[-1].date if b.runs else "never"
         runs = plural(len(b.runs), "run")
@@ -303,7 +325,8 @@ class Gate:
             f"{last}); {self.n_comparisons} gated comparisons"
             + (f" ({self.n_tail_comparisons} of them tails)" if self.n_tail_comparisons else "")
             + f", alpha {self.settings.alpha:g} (Bonferroni), tolerance {self.settings.tolerance:.0%}"
-            + (f", tail tolerance {self.settings.tail_tolerance:g}" if self.n_tail_comparisons else "")
+            + (f", tail tolerance {self.settings.tail_tolerance:g}" if self.n_tail_comparisons else ""),
+            *found, *(self.machine.header_lines() if self.machine is not None else []),
         ]
         if b.source == "published":
             lines.append(f"gpucomm baseline source: {b.source_detail}")
@@ -501,6 +524,13 @@ class Gate:
         return f"{m.op} on {m.where} at {describe_size(m.size_bytes)}"
 
     # -- saving ------------------------------------------------------------------------------------
+    def _start(self) -> Optional[dict[str, Any]]:
+        """What a new file of the user's starts from: the published floors of the shipped file of its name, no
+        run of it (``gate.machines.start_document``); None for a file that exists."""
+        from .machines import start_document
+
+        return start_document(self.path, self.settings.shipped_dir)
+
     def save(self, records: list[Any], fingerprint: dict[str, Any], date: str) -> tuple[Path, int]:
         """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
         file; returns the file and the number of case measurements saved.
@@ -541,7 +571,7 @@ class Gate:
             runs.append(RunToSave(run_id, date, fingerprint, cases, session, node, host or None))
         name = self.baseline.name if self.baseline is not None else self.path.stem
         try:
-            save_runs(self.path, name=name, runs=runs, max_runs=self.settings.max_runs)
+            save_runs(self.path, name=name, runs=runs, max_runs=self.settings.max_runs, start=self._start())
         except BaselineError as e:
             raise GateUsageError(f"--gpu-baseline-save: {e}") from None
         return self.path, sum(len(c) for c in parts.values())

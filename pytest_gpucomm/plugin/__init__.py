@@ -6,8 +6,8 @@ device parametrization (:mod:`.parametrize`), the fixtures (:mod:`.fixtures`, wh
 its state (:mod:`.state`, composing the devices (:mod:`.devices`), the rank pools (:mod:`.pools`), the
 re-measures (:mod:`.remeasures`) and the gate (:mod:`.judging`, driving :mod:`pytest_gpucomm.gate`)), the
 session's end (:mod:`.finish`) and reports (:mod:`.reporting`, rendered by :mod:`pytest_gpucomm.report`),
-the files checked before the run (:mod:`.outputs`), SIGTERM (:mod:`.sigterm`) and the pytest-html hook
-(:mod:`.html_plots`).
+the files checked before the run (:mod:`.outputs`), SIGTERM (:mod:`.sigterm`), the pytest-html hook
+(:mod:`.html_plots`) and the shipped suites' test ids (:mod:`.suites`).
 
 The modes are plugins of their own, registered at configure with their own hooks, as pytest-xdist's are:
 launched mode (:mod:`.launched`: torchrun, srun or mpirun started every rank's pytest) and the pytest-xdist
@@ -75,6 +75,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
     return collection_lines(state_of(config), items)
+
+
+def pytest_pycollect_makemodule(module_path: Any, parent: pytest.Collector) -> Optional[pytest.Module]:
+    """A file of the shipped suites has the same test ids wherever it is collected from (:mod:`.suites`)."""
+    from .suites import suite_module
+
+    return suite_module(module_path, parent)
 
 
 #: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from ..measurement import Record
-from ..vocab import DEFAULT_BASELINE_DIR, Status
+from ..vocab import Status
 from .cause import CauseTests
 from .devices import Devices
 from .markers import check_thresholds, marks_of
@@ -43,11 +43,14 @@ class Judging:
         """The regression gate of the session (inactive without --gpu-baseline), made at first use."""
         if self._gate is None:
             from ..gate import Gate, GateSettings
+            from ..gate.shipped import default_baseline_dir, shipped_folder
 
             s = self.settings
-            base_dir = Path(s.baseline_dir) if s.baseline_dir else Path(self.config.rootpath) / DEFAULT_BASELINE_DIR
+            base_dir = (Path(s.baseline_dir) if s.baseline_dir
+                        else default_baseline_dir(self.config.rootpath, self.config.invocation_params.dir))
             self._gate = Gate(GateSettings(
-                spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,), max_runs=s.baseline_runs,
+                spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,),
+                shipped_dir=shipped_folder("baselines"), max_runs=s.baseline_runs,
                 tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict, tail_tolerance=s.tail_tolerance,
                 folds=s.folds,
             ))

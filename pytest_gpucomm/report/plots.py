@@ -59,6 +59,7 @@ from ..analysis.baseline_figures import BaselineFigures, CaseFigures, as_figures
 from ..analysis.curve_fit import curve_model
 from ..analysis.sweeps import Sweep, sweep_key, sweeps
 from ..analysis.matrices import copy_matrices
+from ..gate.shipped import install_command
 from ..units import GB, describe_duration, format_size, plural
 from .document import ReportDocument, Row, as_document
 
@@ -85,8 +86,8 @@ __all__ = [
     "context_line",
 ]
 
-#: how to install what the plots need
-EXTRA = "pip install 'pytest-gpucomm[plots]'"
+#: how to install what the plots need, as pytest-gpucomm was installed (from a wheel, a checkout, an index)
+EXTRA = install_command("plots")
 #: the verdicts a sweep plot marks at their size (the gate's regressions, tail and floor failures, a missed
 #: threshold)
 MARKED_STATUSES = ("REGRESSION", "TAIL", "FLOOR", "FAIL")

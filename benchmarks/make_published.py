@@ -1,7 +1,10 @@
 """Write baselines/mi300x.json: a published (floor-only) baseline for 8 x AMD Instinct MI300X.
 
-    python baselines/make_published.py              # writes baselines/mi300x.json next to this script
-    python baselines/make_published.py -o OUT.json  # writes elsewhere (the tests compare the two)
+    python benchmarks/make_published.py              # writes baselines/mi300x.json of this checkout
+    python benchmarks/make_published.py -o OUT.json  # writes elsewhere (the tests compare the two)
+
+A maintainer's script beside the other tools of the baselines (``merge_baselines.py``), not in ``baselines/``:
+that folder is package data of the wheel (``pytest_gpucomm.baselines``), and holds only the baseline files.
 
 The floors come only from published figures (SOURCES, written into the file's ``source_detail``); nothing
 here was measured.  They are a placeholder until a measured baseline is recorded on real MI300X with
@@ -167,8 +170,9 @@ def write(path: Path) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", type=Path, default=Path(__file__).resolve().parent / f"{NAME}.json",
-                        help="where to write (default: mi300x.json next to this script)")
+    parser.add_argument("-o", "--output", type=Path,
+                        default=Path(__file__).resolve().parent.parent / "baselines" / f"{NAME}.json",
+                        help="where to write (default: baselines/mi300x.json of this checkout)")
     args = parser.parse_args(argv)
     try:
         n = write(args.output)
