@@ -134,25 +134,23 @@ def _launch_dict(state: "State") -> Optional[dict[str, Any]]:
     return shape.to_dict() if shape is not None else None
 
 
-def summary_lines(state: "State") -> list[str]:
+def summary_lines(state: "State", width: int = 120, full: bool = False) -> list[str]:
     """The "gpucomm results" section of the terminal summary (``report.terminal.summary_lines`` of the
-    session's document), with the session's own lines: the hardware, the gate's header, the notes."""
+    session's document, fitted to ``width``; ``full``: every column of the table), with the session's own
+    lines: the hardware and the gate's header where the session's header did not print them (a pytest-xdist
+    controller prints its workers'), the notes.  Nothing the header printed is printed again."""
     from ..report.terminal import summary_lines as render
 
     report = session_report(state)
-    header: list[str] = []
-    if report.document.gated:
-        if state.from_workers.gate_header:
-            header = list(state.from_workers.gate_header)
-        elif state.settings.baseline and state.gate.loaded:
-            header = state.gate.header_lines()[1:]
+    # a pytest-xdist controller's header has neither the hardware nor the baseline: its workers' are printed
+    header = list(state.from_workers.gate_header) if report.document.gated else []
     notes: list[str] = []
     workers = state.from_workers.workers
     if workers > 1:
         notes.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
                      "slowed each other (compare with a run without -n)")
-    return render(report.document, report.baseline, headline=state.headline(), gate_header=header,
-                  notes=notes + state.notes)
+    return render(report.document, report.baseline, headline=state.from_workers.headline, gate_header=header,
+                  notes=notes + state.notes, width=width, full=full)
 
 
 def _save_baseline(state: "State", finished: bool, date: str) -> None:

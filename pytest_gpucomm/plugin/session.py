@@ -138,9 +138,11 @@ def collection_lines(state: State, items: list[pytest.Item]) -> list[str]:
     if not any(uses_gpucomm(i) for i in items) or not state.speaks:
         return []
     from ..env.hardware import device_summary_lines
-    from .parametrize import pairs_lines
+    from ..report.text import fit
+    from .finish import terminal_width
+    from .parametrize import max_size_lines, pairs_lines
 
-    return (device_summary_lines(state.devices.info) + pairs_lines(state)
-            + (state.launched.node_lines() if state.launched is not None else [])
-            + (state.judging.gate.header_lines() if state.settings.baseline else []))
+    return fit(device_summary_lines(state.devices.info) + max_size_lines(state) + pairs_lines(state)
+               + (state.launched.node_lines() if state.launched is not None else [])
+               + (state.judging.gate.header_lines() if state.settings.baseline else []), terminal_width(state.config))
 

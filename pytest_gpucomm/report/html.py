@@ -224,7 +224,7 @@ def _matrices(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[
     from ..analysis.matrices import MATRIX_NOTE
     from .terminal import matrix_section
 
-    lines = matrix_section(doc, baseline)
+    lines = matrix_section(doc, baseline, width=1 << 30)  # as "gpucomm show" prints them, unwrapped
     if not lines:
         return []
     return ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{_e(MATRIX_NOTE)}</p>",
