@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .state import State
 
 __all__ = ["SessionReport", "baseline_document", "baseline_extra", "baseline_figures", "curves_of",
-           "session_levels", "session_report", "summary_lines", "write_reports"]
+           "session_levels", "session_report", "run_document", "summary_lines", "write_reports"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,12 @@ def session_report(state: "State") -> SessionReport:
                                     baseline=baseline_extra(state), launch=_launch_dict(state), curves=state.curves)
         stash[REPORT_KEY] = SessionReport(doc, baseline_figures(state))
     return stash[REPORT_KEY]
+
+
+def run_document(state: "State") -> Optional["ReportDocument"]:
+    """The run's document (:func:`session_report`), None where the run measured nothing: what pytest-html's
+    summary renders."""
+    return session_report(state).document if state.records else None
 
 
 def _launch_dict(state: "State") -> Optional[dict[str, Any]]:

@@ -45,9 +45,11 @@ def open_session(config: pytest.Config) -> State:
         check_outputs(config, settings)
     config.stash[STATE_KEY] = state = State(config, settings, launch, worker, launch_error)
     if writes and settings.plots_dir and getattr(config.option, "htmlpath", None):
-        from .html_plots import PytestHtmlPlots  # pytest-html: the plots go into its report too
+        from .html_plots import PytestHtmlPlots  # pytest-html: the page, with the plots, goes into its report too
+        from .reporting import run_document
 
-        config.pluginmanager.register(PytestHtmlPlots(lambda: state.plot_paths), "gpucomm-html-plots")
+        config.pluginmanager.register(PytestHtmlPlots(lambda: state.plot_paths, lambda: run_document(state)),
+                                      "gpucomm-html-plots")
     _register_modes(config, state)
     return state
 
