@@ -379,8 +379,8 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     _scale(pytester.path / "baselines" / "cpu.json", 1e6)  # far beyond any CPU noise, even on a loaded runner (one baseline run)
     result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-tail-time=0", *FAST)
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*first run * GB/s, measured again: "
-                                 "* GB/s *"])
+    result.stdout.fnmatch_lines(["REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB: *",
+                                 "  first run * GB/s, measured again: * GB/s *"])
     first, second = json.loads((pytester.path / "pids.json").read_text())
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
 

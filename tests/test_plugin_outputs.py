@@ -252,7 +252,7 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
                                       "--self-contained-html")
     result.assert_outcomes(passed=6)
     page = (sim.path / "report.html").read_text(encoding="utf-8")
-    assert page.count("<h2>gpucomm plots</h2>") == 1
+    assert page.count("<h2>gpucomm results</h2>") == 1  # the run's page, its plots the files it drew
     files = sorted((sim.path / "figs").iterdir())
     assert [p.stem for p in files] == sorted(FIGURES)
     for p in files:
@@ -261,4 +261,4 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
     # without --gpucomm-plots, nothing is added to pytest-html's report
     plain = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--html=plain.html", "--self-contained-html")
     plain.assert_outcomes(passed=6)
-    assert "gpucomm plots" not in (sim.path / "plain.html").read_text(encoding="utf-8")
+    assert "gpucomm results" not in (sim.path / "plain.html").read_text(encoding="utf-8")
