@@ -75,6 +75,7 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
     """What is known of one sweep's curve (an entry of the curves section), by column: "sweep", "floor",
     "peak", "90%", "fit", "vs baseline"; "" where it is not known (a peak still rising has no 90 % point, a
     sweep that one latency and one bandwidth do not describe has no fit) or cannot be read."""
+    entry = entry if isinstance(entry, Mapping) else {}
     model: Mapping[str, Any] = entry["model"] if isinstance(entry.get("model"), Mapping) else {}
     cells = {"sweep": str(entry.get("label") or entry.get("sweep") or ""), "floor": "", "peak": "", "90%": "",
              "fit": "", "vs baseline": ""}
@@ -98,7 +99,8 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
         cells["fit"] = f"bandwidth {fmt_gbps(bw)} GB/s"
     c = entry.get("comparison")
     if isinstance(c, Mapping) and c:
-        ratios = [(_number(r[0]), _number(r[1])) for r in c.get("ratios") or [] if isinstance(r, list) and len(r) == 2]
+        listed: list[Any] = c["ratios"] if isinstance(c.get("ratios"), list) else []
+        ratios = [(_number(r[0]), _number(r[1])) for r in listed if isinstance(r, list) and len(r) == 2]
         known = [(s, r) for s, r in ratios if s is not None and r is not None]
         parts = [f"{name} {x:.2f}x" for name, x in (("peak", _number(c.get("peak_ratio"))),
                                                      ("floor", _number(c.get("latency_ratio")))) if x is not None]
