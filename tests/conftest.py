@@ -10,6 +10,11 @@
   installed (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` with ``PYTEST_PLUGINS``): a GPU machine's pytest-timeout,
   pytest-cov, anyio or jaxtyping plugins would change the output and the modules a run imports.  A test
   that needs pytest-html asks for it (:data:`HTML_PLUGINS`).
+* **One terminal width.** The pytest runs a test starts print as on a terminal :data:`COLUMNS` wide, so wide
+  that the plugin wraps none of its lines: a test matches a line whole, whatever terminal (or pytest-xdist
+  worker, which sets ``COLUMNS`` to 80) runs the suite; a module's fixture runs its pytest with the same
+  width (``tests/inprocess.py``, which holds :data:`COLUMNS`).  The tests of the plugin's fitting to a terminal
+  (``tests/test_terminal_width.py``) set their own width.
 * **GPU tests** (``@pytest.mark.gpu``) keep the machine's device and are skipped, with the reason, where torch
   sees no GPU.
 """
@@ -26,6 +31,8 @@ import torch
 import pytest_gpucomm.gate.decision  # noqa: F401
 import pytest_gpucomm.gate.store  # noqa: F401
 import pytest
+
+from inprocess import COLUMNS
 
 pytest_plugins = ["pytester"]
 
@@ -67,6 +74,8 @@ def _cpu_contract_of_fixtures() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _cpu_contract(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     _set_contract(monkeypatch)
+    monkeypatch.setenv("COLUMNS", COLUMNS)  # a test's runs (not the session's own output: its fixtures' runs
+    # set it themselves, tests/inprocess.py)
     marker = request.node.get_closest_marker("gpu")
     if marker is None:
         return

@@ -21,6 +21,11 @@ import pytest
 from _pytest.pytester import SysModulesSnapshot, SysPathsSnapshot
 
 
+#: the terminal width of the pytest runs the tests start: so wide that the plugin wraps none of its lines
+#: (tests/conftest.py)
+COLUMNS = "1000"
+
+
 @dataclass(frozen=True)
 class Run:
     """What :func:`subprocess.run` would give for the run: its exit code and its output."""
@@ -33,7 +38,8 @@ class Run:
 def run_inprocess(folder: Path, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
                   drop: Sequence[str] = ()) -> Run:
     """``pytest *args`` in ``folder``, with ``env`` set and the variables that start with one of ``drop``
-    removed for the run."""
+    removed for the run; printed as on a terminal :data:`COLUMNS` wide unless ``env`` sets ``COLUMNS``."""
+    env = {"COLUMNS": COLUMNS, **(env or {})}
     out, err = io.StringIO(), io.StringIO()
     modules, paths = SysModulesSnapshot(), SysPathsSnapshot()
     with pytest.MonkeyPatch.context() as mp:

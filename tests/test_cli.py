@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 
 from pytest_gpucomm import cli
-from pytest_gpucomm.analysis.curves import CURVES_HEADING
+from pytest_gpucomm.report.terminal import CURVES_HEADING, curve_line
 from pytest_gpucomm.gate.regate import OFFLINE_NOTE
 from pytest_gpucomm.report import plots
 from pytest_gpucomm.report.saved import REPORT_VERSION
@@ -188,8 +188,11 @@ def test_compare_where_the_gate_wants_re_measures_the_report_lacks_judges_on_wha
     assert all(r["baseline"]["remeasured"] == 0 for r in rows)  # the unchanged run re-measured nothing
     notes = text.split("notes:\n", 1)[1].splitlines()[:len(rows)]
     assert notes == [f"  {r['test']}: {OFFLINE_NOTE}" for r in rows]
-    assert [f"FAILED {r['test']}: {r['baseline']['message'].splitlines()[0]}" for r in rows] == \
-        [line for line in text.splitlines() if line.startswith("FAILED ")]
+    lines = text.splitlines()
+    failed = [i for i, line in enumerate(lines) if line.startswith("FAILED ")]
+    # the test, then its message: the first line (what, where, how much), then the detail, indented
+    assert [lines[i] for i in failed] == [f"FAILED {r['test']}:" for r in rows]
+    assert [lines[i + 1] for i in failed] == [f"  {r['baseline']['message'].splitlines()[0]}" for r in rows]
 
 
 def test_compare_against_another_report_takes_it_as_a_one_run_baseline(runs, tmp_path):
@@ -208,7 +211,7 @@ def test_compare_against_another_report_takes_it_as_a_one_run_baseline(runs, tmp
     assert doc["rows"][[r["test"] for r in doc["rows"]].index(slowed)]["baseline"]["ratio"] > 1.3
     # the other way round, the slowed case is a regression against the unchanged run
     code, text = gpucomm("compare", runs.clean, runs.slow, "--no-curves")
-    assert code == 1 and f"FAILED {slowed}: REGRESSION" in text
+    assert code == 1 and f"FAILED {slowed}:\n  REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: " in text
 
 
 def test_a_report_taken_as_a_baseline_leaves_out_rows_of_figure_0_and_says_how_many(runs, tmp_path):
@@ -265,15 +268,15 @@ def test_compare_settings_override_the_runs_tolerance_and_strictness(runs, tmp_p
     assert code == 1 and strict[gone] == "NEW"
     assert {t: s for t, s in strict.items() if t != gone} == \
         {t: s.upper() if s == "not gated" else s for t, s in statuses.items() if t != gone}
-    assert f"FAILED {gone}: NEW (--gpu-baseline-strict): no entry for {gone}|copy|4096B|-|ws1 in {missing}" \
-        in text.splitlines()
+    assert f"FAILED {gone}:\n  NEW (--gpu-baseline-strict): copy on cpu:1->cpu:0 at 4 KiB: not in the baseline\n" \
+        f"    no entry for {gone}|copy|4096B|-|ws1 in {missing}\n" in text
 
 
 def test_compare_shows_the_curves_against_the_baseline_unless_told_not_to(runs):
     code, text = gpucomm("compare", runs.baseline, runs.slow)
     sweeps = load(runs.slow)["curves"]
     assert CURVES_HEADING in text.splitlines()
-    assert text.count("    vs baseline: peak ") == len(sweeps) == 2
+    assert text.count("; vs baseline: peak ") == len(sweeps) == 2
     code, text = gpucomm("compare", runs.baseline, runs.slow, "--no-curves")
     assert CURVES_HEADING not in text and "vs baseline" not in text
 
@@ -283,13 +286,17 @@ def test_compare_shows_the_curves_against_the_baseline_unless_told_not_to(runs):
 
 def test_show_prints_the_table_the_counts_the_run_and_the_curves(runs):
     report = load(runs.slow)
-    code, text = gpucomm("show", runs.slow)
+    code, text = gpucomm("show", runs.slow, "-v")
     assert code == 0
     lines = text.splitlines()
     assert lines[0] == f"report: {runs.slow}"
-    for row in report["rows"]:  # one table line per row, with its verdict
+    for row in report["rows"]:  # -v: one table line per row, with its test id and verdict
         [line] = [ln for ln in lines if f" {short(row['test'])} " in f" {ln} "]
         assert line.rstrip().endswith(row["status"])
+    compact = gpucomm("show", runs.slow)[1].splitlines()
+    for sweep in ("copy, cpu:0->cpu:1 (test_copy[0->1])", "copy, cpu:1->cpu:0 (test_copy[1->0])"):
+        i = compact.index(sweep)  # the sweep's heading, then its sizes in order, each with its verdict
+        assert [ln.split()[:2] for ln in compact[i + 1:i + 4]] == [["4", "KiB"], ["16", "KiB"], ["64", "KiB"]]
     counts = Counter(r["status"] for r in report["rows"])
     assert "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) in lines
     assert f"judged in the run against {runs.baseline} (6 comparisons)" in lines
@@ -298,15 +305,14 @@ def test_show_prints_the_table_the_counts_the_run_and_the_curves(runs):
     heading = lines.index(CURVES_HEADING)
     assert heading > max(i for i, ln in enumerate(lines) if short(report["rows"][-1]["test"]) in ln)
     for entry in report["curves"]:  # the report's own section, with the comparison the run made
-        assert f"  {entry['model']['text'].splitlines()[0].strip()}" in lines[heading:]
-        assert f"    vs baseline: {entry['comparison']['text_short']}" in lines[heading:]
+        assert f"  {curve_line(entry)}" in lines[heading:] and "; vs baseline: peak " in curve_line(entry)
 
 
 def test_show_with_a_baseline_compares_the_curves_with_it_and_no_curves_leaves_them_out(runs, tmp_path):
     half = scaled_baseline(runs, tmp_path, 0.5)
     code, text = gpucomm("show", runs.slow, "--baseline", half)
     assert code == 0
-    peaks = re.findall(r"^    vs baseline: peak ([0-9.]+)x", text, re.M)
+    peaks = re.findall(r"; vs baseline: peak ([0-9.]+)x", text)
     assert len(peaks) == 2 and all(1.3 < float(p) < 2.7 for p in peaks)  # about twice the half baseline
     code, text = gpucomm("show", runs.slow, "--no-curves")
     assert code == 0 and CURVES_HEADING not in text and "vs baseline" not in text

@@ -95,7 +95,7 @@ def test_gloo_worlds_of_2_and_4_run_every_collective_and_report_busbw(pytester):
             assert m.world_size == 4 and m.busbw_gbps > 0
         """
     )
-    result = pytester.runpytest(*FAST, "--gpucomm-json=report.json")
+    result = pytester.runpytest(*FAST, "--gpucomm-json=report.json", "-v")  # -v: the full table
     result.assert_outcomes(passed=2 * len(OPS))
     result.stdout.fnmatch_lines(["*= gpucomm results =*", "*devices / world*GB/s*"])
 

@@ -17,9 +17,7 @@ from pytest_gpucomm.analysis.curves import (
     STILL_RISING,
     Sweep,
     SweepPoint,
-    CURVES_HEADING,
     compare_curves,
-    curve_lines,
     curve_model,
     curve_report,
     fit_latency_bandwidth,
@@ -30,6 +28,7 @@ from pytest_gpucomm.analysis.curves import (
     sweeps_from_report,
 )
 from pytest_gpucomm.measurement import Measurement
+from pytest_gpucomm.report.terminal import CURVES_HEADING, curve_lines
 from pytest_gpucomm.units import GB, describe_size, format_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -383,15 +382,30 @@ def test_curve_report_without_a_common_size_says_why_instead_of_a_comparison():
     assert entries[0]["comparison"]["text"].startswith("not compared with the baseline: no size in common")
 
 
-def test_curve_lines_give_the_heading_each_model_its_comparison_and_count_the_rest():
+def test_curve_lines_give_the_heading_a_short_line_per_sweep_and_count_the_rest():
     now = [lb_sweep(5e-6, 50e9), lb_sweep(5e-6, 100e9, where="cuda:1->cuda:0"), lb_sweep(5e-6, 1e11, where="x")]
-    lines = curve_lines(curve_report(now, [lb_sweep(5e-6, 100e9)]), limit=2)
-    assert lines[0] == CURVES_HEADING
-    assert lines[1].startswith("  copy, cuda:0->cuda:1: latency floor") and lines[2].startswith("    latency-bandwidth")
-    assert lines[3].startswith("    vs baseline: peak 0.50x")
-    assert lines[4].startswith("  copy, cuda:1->cuda:0:") and not any("vs baseline" in x for x in lines[4:6])
+    lines = curve_lines(curve_report(now, [lb_sweep(5e-6, 100e9)]), limit=2, width=1000)
+    assert lines[0] == CURVES_HEADING and len(lines) == 4
+    # one line per sweep: what is known of its curve (the fit where one line fits), then against the baseline
+    assert lines[1].startswith("  copy, cuda:0->cuda:1: floor 5.02 us, peak 49.99 GB/s at 1 GiB, 90% at 2740 KB, fit "
+                               "5 us + size / 50.00 GB/s; vs baseline"), lines[1]
+    assert lines[1].endswith("; vs baseline: peak 0.50x, floor 1.00x, worst 1 GiB 0.50x"), lines[1]
+    assert lines[2].startswith("  copy, cuda:1->cuda:0:") and "vs baseline" not in lines[2]
     assert lines[-1] == '  ... and 1 more sweeps (the JSON report\'s "curves" has every one)'
     assert curve_lines([]) == []
+
+
+def test_a_curve_line_says_only_what_is_known_and_fits_the_width():
+    rising = lb_sweep(5e-6, 1e11, sizes=BY4[:4])  # 1 KiB .. 64 KiB: still rising, no 90 % point, no bandwidth
+    noisy = lb_sweep(5e-6, 1e11, noise=0.3, seed=3)  # one line does not fit it: no fit
+    assert curve_model(noisy).fit.latency_s is None and curve_model(rising).still_rising
+    _, first, second = curve_lines(curve_report([rising, noisy]), width=1000)
+    assert first.endswith("peak 11.59 GB/s at 64 KiB, still rising, fit latency 5 us"), first
+    assert "90%" in second and "fit" not in second
+    lines = curve_lines(curve_report([rising, noisy]), width=80)
+    assert all(len(x) <= 80 for x in lines) and not any("cannot tell" in x or "not known" in x for x in lines)
+    wide = curve_lines(curve_report([rising, noisy]), width=1000)
+    assert " ".join(x.strip() for x in lines) == " ".join(x.strip() for x in wide)  # wrapped, nothing cut
 
 
 def test_a_collective_on_one_rank_whose_busbw_is_zero_makes_no_sweep_and_no_error():

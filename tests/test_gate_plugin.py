@@ -102,7 +102,7 @@ def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytes
             "gpucomm baseline: *cpu.json (measured, 3 runs in 3 sessions, 2 cases, last recorded *); 2 gated "
             "comparisons, alpha 0.01 (Bonferroni), tolerance 5%",
             "gpucomm environment: same as when the baseline was recorded",
-            "*test*baseline GB/s*ratio*status",
+            "*size*base GB/s*ratio*status",
             "gpucomm verdicts: *",
         ]
     )
@@ -131,7 +131,8 @@ def test_a_simulated_drop_beyond_the_tolerance_fails_and_one_within_it_passes(py
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=failed, passed=2 - failed)
     if failed:  # the first run below 1 - tolerance is measured again before the verdict
-        result.stdout.fnmatch_lines(["REGRESSION: copy on *first run * GB/s, measured again: * GB/s *"])
+        result.stdout.fnmatch_lines(["REGRESSION: copy on *", "  beyond the 5% tolerance of baseline cpu: *",
+                                     "  first run * GB/s, measured again: * GB/s *"])
 
 
 def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_message(pytester, monkeypatch):
@@ -147,10 +148,12 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
     result.stdout.fnmatch_lines(
         [
             "gpucomm environment changed since the baseline: env.NCCL_PROTO (absent) -> Simple",
-            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): * GB/s now vs * GB/s in baseline cpu: "
-            "drop *% > tolerance 5%; bandwidth is *x [[]*, *[]] 95% PI of the baseline (* now, 3 baseline runs "
-            "in 3 sessions); even its upper bound *x at level 0.0005 (alpha over cases and looks; quantile *, * df) "
-            "is below the 5% tolerance limit 0.95x; first run * GB/s, measured again: * GB/s *.",
+            # what, where and how much first; the evidence below it, indented
+            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 6?.?% drop, * vs * GB/s",
+            "  beyond the 5% tolerance of baseline cpu: bandwidth is *x [[]*, *[]] 95% PI of the baseline (* now, 3 "
+            "baseline runs in 3 sessions); even its upper bound *x at level 0.0005 (alpha over cases and looks; "
+            "quantile *, * df) is below the 5% tolerance limit 0.95x",
+            "  first run * GB/s, measured again: * GB/s *",
             "  changed since the baseline was recorded: env.NCCL_PROTO (absent) -> Simple",
         ]
     )
@@ -180,7 +183,8 @@ def test_a_baseline_claiming_one_and_a_half_times_the_bandwidth_is_a_regression(
     monkeypatch.setenv("SIM_RUN", "5")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 64 KiB (65,536 bytes): *0.6*x [[]*95% PI*"])
+    result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 3?.?% drop, * vs * GB/s",
+                                 "  beyond the 5% tolerance of baseline cpu: bandwidth is 0.6*x [[]*95% PI*"])
     # a one-session baseline gates neither case, but a case decided as a regression is not listed as not gated
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 REGRESSION", "gpucomm sensitivity: 0 of 2 cases *"])
     result.stdout.no_fnmatch_line("  not gated: *")
@@ -193,7 +197,8 @@ def test_a_baseline_claiming_half_the_bandwidth_reports_improved_and_passes(pyte
     monkeypatch.setenv("SIM_RUN", "6")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*test_copy[[]64KiB-0->1[]]*improved", "gpucomm verdicts: 2 improved"])
+    result.stdout.fnmatch_lines(["copy, cpu:0->cpu:1 (test_copy[[]0->1[]])", "  64 KiB*improved",
+                                 "gpucomm verdicts: 2 improved"])
 
 
 def test_the_tolerance_keyword_of_the_bandwidth_marker_overrides_the_default(pytester):
@@ -224,7 +229,8 @@ def test_a_case_missing_from_the_baseline_is_new_and_fails_only_when_strict(pyte
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 new"])
     result = pytester.runpytest("test_other.py", "--gpu-baseline=cpu", "--gpu-baseline-strict", *FAST)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*NEW (--gpu-baseline-strict): no entry for test_other.py::test_more*in *cpu.json*"])
+    result.stdout.fnmatch_lines(["NEW (--gpu-baseline-strict): copy on cpu:0->cpu:1 at 4 KiB: not in the baseline",
+                                 "  no entry for test_other.py::test_more*in *cpu.json*"])
 
 
 def test_saving_keeps_cases_not_run_and_at_most_k_runs(pytester):
@@ -373,8 +379,8 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     _scale(pytester.path / "baselines" / "cpu.json", 1e6)  # far beyond any CPU noise, even on a loaded runner (one baseline run)
     result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-tail-time=0", *FAST)
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB*first run * GB/s, measured again: "
-                                 "* GB/s *"])
+    result.stdout.fnmatch_lines(["REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB: *",
+                                 "  first run * GB/s, measured again: * GB/s *"])
     first, second = json.loads((pytester.path / "pids.json").read_text())
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
 
@@ -442,7 +448,8 @@ def test_a_baseline_whose_runs_differ_widely_is_not_gated_and_fails_as_NOT_GATED
     result.assert_outcomes(passed=2)
     assert result.ret == 0
     result.stdout.fnmatch_lines([
-        "*test_copy[[]64KiB-0->1[]]*not gated",
+        "copy, cpu:0->cpu:1 (test_copy[[]0->1[]])",
+        "  64 KiB*not gated",
         "gpucomm verdicts: 2 not gated",
         "gpucomm sensitivity: 0 of 2 cases catch a drop of twice their tolerance (99% of the time)*",
         "  not gated: test_*.py::test_copy[[]64KiB-0->1[]]: catches drops of *% or more (3 baseline runs in 3 "
@@ -451,8 +458,9 @@ def test_a_baseline_whose_runs_differ_widely_is_not_gated_and_fails_as_NOT_GATED
     ])
     strict = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-strict", *FAST)
     strict.assert_outcomes(failed=2)
-    strict.stdout.fnmatch_lines(["*NOT GATED (--gpu-baseline-strict): copy on cpu:0->cpu:1 at 64 KiB*only catches "
-                                 "drops of *% or more*", "gpucomm verdicts: 2 NOT GATED"])
+    strict.stdout.fnmatch_lines(["NOT GATED (--gpu-baseline-strict): copy on cpu:0->cpu:1 at 64 KiB: catches only "
+                                 "drops of *% or more", "  bandwidth is *only catches drops of *% or more*",
+                                 "gpucomm verdicts: 2 NOT GATED"])
 
 
 # Eight cases whose own tolerance (50 %) no common drift crosses: only the session's shift can fail the run.

@@ -169,12 +169,14 @@ def test_a_heavier_tail_with_the_median_unchanged_is_TAIL_after_a_re_measure_poo
     assert t["allowed_share"] == pytest.approx(t["baseline_share"] * (1 + tails.DEFAULT_TAIL_TOLERANCE))
     assert t["p_value"] < t["level"] and t["first"]["n"] == 10_000
     assert t["now"]["p99_us"] > 2 * t["baseline"]["p99_us"]  # 3 x slow ops above the 99th percentile now
-    first, *rest = v.message.splitlines()
-    assert first.startswith("TAIL: all_reduce on 2 ranks (gloo) at 64 KiB (65,536 bytes): p99 ") and " now vs " in first
-    assert " in baseline cpu (p50 20." in first and "p99.9 " in first and "max " in first
-    assert "of 20,000 single ops slower than the baseline's p99" in first and "scaled to today's median" in first
-    assert "% allowed (tail tolerance 0.5), p = " in first and "(level " in first
-    assert "2 runs pooled (the first alone: " in first
+    first, detail, *rest = v.message.splitlines()
+    # the first line says what, where and how much, in about 100 characters; the detail is below it
+    assert first.startswith("TAIL: all_reduce on 2 ranks (gloo) at 64 KiB: p99 ") and " us vs " in first
+    assert first.endswith("% of ops slow (" + f"{t['allowed_share']:.2%} allowed)") and len(first) <= 105
+    assert detail.startswith("  in baseline cpu: p50 20.") and "p99.9 " in detail and "max " in detail
+    assert "of 20,000 single ops slower than the baseline's p99" in detail and "scaled to today's median" in detail
+    assert "% allowed (tail tolerance 0.5), p = " in detail and "(level " in detail
+    assert "2 runs pooled (the first alone: " in detail
     assert any(line.startswith("  the median: bandwidth is ") for line in rest)
     assert "  changed since the baseline was recorded: nothing in the fingerprint" in rest
     assert json.loads(json.dumps(v.to_dict()))["status"] == "TAIL"
@@ -443,7 +445,7 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
     b = row["baseline"]
     assert row["status"] == "TAIL" and b["status"] == "TAIL" and b["tail"]["status"] == "TAIL", json.dumps(b["tail"])
     assert code == 1, text
-    assert "TAIL: all_reduce on 2 ranks (gloo) at 4 KiB (4,096 bytes): p99 " in text, text
+    assert "TAIL: all_reduce on 2 ranks (gloo) at 4 KiB: p99 " in text, text
     assert "single ops slower than the baseline's p99 scaled to today's median" in text
     assert b["remeasured"] >= 1 and b["tail"]["runs_pooled"] == 2  # every rank measured again, then pooled
     assert "cannot be restarted" in b["remeasures"][0]["how"]

@@ -25,9 +25,9 @@ import pytest
 from conftest import HTML_PLUGINS
 from inprocess import run_inprocess
 
-from pytest_gpucomm.report import html as htmlpage, plots
+from pytest_gpucomm.report import html as htmlpage, html_parts as htmlpage_parts, plots
 from pytest_gpucomm.plugin.html_plots import PytestHtmlPlots
-from pytest_gpucomm.analysis.curves import compare_curves, curve_model, sweeps_from_baseline, sweeps_from_report
+from pytest_gpucomm.analysis.curves import sweeps_from_report
 from pytest_gpucomm.report.saved import REPORT_VERSION, ReportError
 from small_suite import SMALL_SUITE  # noqa: E402
 
@@ -78,14 +78,26 @@ def _text(el: ET.Element) -> str:
 
 
 def _body_rows(root: ET.Element) -> list[ET.Element]:
-    return root.findall(".//table[@id='verdicts-table']/tbody/tr")
+    """The table's rows of the report's rows (not the sweeps' heading rows)."""
+    return root.findall(".//table[@id='verdicts-table']/tbody/tr[@data-status]")
+
+
+def _by_test(root: ET.Element) -> dict[str, ET.Element]:
+    """The table's rows by their test id (the test cell's title; it shows the id without its file)."""
+    return {tr.find("td[@class='test']").get("title"): tr for tr in _body_rows(root)}
+
+
+def _verdict(tr: ET.Element) -> str:
+    """The verdict cell's whole message: the folded part where it is folded, else the cell."""
+    detail = tr.find("td[@class='message']/details/div")
+    return _text(detail if detail is not None else tr.find("td[@class='message']"))
 
 
 def _cells(tr: ET.Element) -> list[ET.Element]:
     return tr.findall("td")
 
 
-HEADERS = list(htmlpage._HEADERS)
+HEADERS = list(htmlpage_parts.HEADERS)
 
 
 # -- the page's content --------------------------------------------------------------------------------
@@ -112,17 +124,18 @@ def test_the_header_names_the_hardware_the_date_and_the_baseline(recorded, page)
 
 
 def test_the_table_has_a_row_per_report_row_with_its_test_id_figures_status_and_verdict(recorded, page):
-    report, _ = recorded
-    rows = _body_rows(_parse(page))
-    assert len(rows) == len(report["rows"]) == 9
-    for tr, row in zip(rows, report["rows"]):
+    report, baseline = recorded
+    root = _parse(htmlpage.html_page(report, with_plots=False))  # the run's own verdicts and figures
+    rows = _by_test(root)
+    assert len(rows) == len(report["rows"]) == 9 and len(_body_rows(root)) == 9
+    for row in report["rows"]:
+        tr = rows[row["test"]]
         cells = {h: _text(td) for h, td in zip(HEADERS, _cells(tr))}
-        assert cells["test"] == row["test"]
-        assert cells["op"] == row["op"]
+        assert cells["test"] == row["test"].split("::")[-1]
         assert cells["status"] == tr.get("data-status") == row["status"]
         verdict = row["baseline"]
         flat = " ".join(verdict["message"].split())  # a REGRESSION's message has lines; XML attributes fold them
-        assert " ".join(cells["verdict"].split()) == flat != ""
+        assert " ".join(_verdict(tr).split()) == flat != ""
         assert " ".join(tr.find("td[@class='status']").get("title").split()) == flat
         assert cells["ratio"] == f"{verdict['ratio']:.3f}"
         assert float(cells["baseline GB/s"]) == pytest.approx(verdict["baseline_gbps"], rel=0.01)
@@ -131,8 +144,13 @@ def test_the_table_has_a_row_per_report_row_with_its_test_id_figures_status_and_
         assert float(cells["p99 us"]) == pytest.approx(row["p99_us"], rel=0.01)
         # the single ops' tail where the row has them (the collectives), empty for a copy
         assert cells["1-op tail"].startswith("p99 ") == (row["kind"] == "collective"), cells["1-op tail"]
-        assert cells["devices / world"] == ("2 ranks (gloo)" if row["kind"] == "collective"
-                                            else "->".join(row["devices"]))
+    # grouped by sweep: a heading row (op, devices or world, test) before the sizes of each sweep, in size order
+    groups = [(_text(tb.find("tr[@class='sweep']/th")), [_cells(tr)[1].text for tr in tb.findall("tr[@data-status]")])
+              for tb in root.findall(".//table[@id='verdicts-table']/tbody")]
+    assert [h for h, _ in groups] == ["copy, cpu:0->cpu:1 (test_copy[0->1])", "copy, cpu:1->cpu:0 (test_copy[1->0])",
+                                      groups[2][0]] and groups[2][0].startswith("all_reduce"), groups
+    assert [sizes for _, sizes in groups] == [["4 KiB", "16 KiB", "64 KiB"]] * 2 + [["1 KiB", "4 KiB", "16 KiB"]]
+    assert "2 ranks (gloo)" in groups[2][0] and groups[2][0].endswith("(test_ar)")
 
 
 def test_rows_are_coloured_by_status_and_the_counts_line_counts_each_status(report):
@@ -148,7 +166,7 @@ def test_rows_are_coloured_by_status_and_the_counts_line_counts_each_status(repo
                    "NEW": "status-fail"}
     ok_row = [tr for tr in _body_rows(root) if tr.get("data-status") == "ok"][0]
     assert _text(_cells(ok_row)[-1]) == "bandwidth >= 1 GB/s: ok (7.08 GB/s)"
-    assert [_text(c) for c in _cells(ok_row)[8:10]] == ["-", "-"]  # no baseline figure, no ratio
+    assert [_text(c) for c in _cells(ok_row)[6:8]] == ["-", "-"]  # no baseline figure, no ratio
     counts = _text(root.find(".//p[@class='counts']"))
     expected = ", ".join(f"{n} {s}" for s, n in sorted(Counter(statuses).items()))
     assert counts.startswith(f"9 rows; verdicts: {expected}"), counts
@@ -172,28 +190,44 @@ def test_status_class_follows_whether_the_status_fails_the_test():
     assert [htmlpage.status_class(s) for s in ("new", "not gated", "measured", "no such status")] == ["info"] * 4
 
 
-def test_the_curves_section_holds_each_sweeps_model_and_its_comparison_with_the_baseline(recorded, page):
+def _curve_rows(root: ET.Element) -> list[list[str]]:
+    return [[_text(td) for td in tr.findall("td")] for tr in root.findall(".//table[@id='curves-table']/tbody/tr")]
+
+
+def test_the_curves_section_is_a_table_of_each_sweeps_curve_and_its_comparison_with_the_baseline(recorded, page):
+    from pytest_gpucomm.report.document import ReportDocument
+    from pytest_gpucomm.report.terminal import curve_cells, curve_entries
+    from pytest_gpucomm.analysis.baseline_figures import BaselineFigures
+
     report, baseline = recorded
     sweeps = sweeps_from_report(report)
-    base = {s.key[:5]: s for s in sweeps_from_baseline(baseline)}
     assert len(sweeps) == 3  # the two copy directions and all_reduce
-    section = _parse(page).find(".//section[@id='curves']")
-    assert [_text(p) for p in section.findall(".//pre[@class='curve']")] == [curve_model(s).text() for s in sweeps]
-    assert [_text(p) for p in section.findall(".//p[@class='comparison']")] == [
-        "against the baseline: " + compare_curves(s, base[s.key[:5]]).text() for s in sweeps]
-    # without a baseline document: the models only
-    alone = _parse(htmlpage.html_page(report, with_plots=False)).find(".//section[@id='curves']")
-    assert len(alone.findall(".//pre[@class='curve']")) == 3 and alone.findall(".//p[@class='comparison']") == []
+    root = _parse(page)
+    assert root.findall(".//pre") == []  # a table, not the terminal's text
+    heads = [h.text for h in root.findall(".//table[@id='curves-table']/thead/tr/th")]
+    assert heads == list(htmlpage_parts.CURVE_HEADERS)
+    doc = ReportDocument.from_json(report)
+    entries = curve_entries(doc, BaselineFigures.of(baseline))
+    assert _curve_rows(root) == [[curve_cells(e)[h] for h in htmlpage_parts.CURVE_HEADERS] for e in entries]
+    assert all(row[-1].startswith("peak ") for row in _curve_rows(root))  # every sweep is in the baseline
+    # without a baseline document: the report's own section, with the comparisons the run made
+    alone = _curve_rows(_parse(htmlpage.html_page(report, with_plots=False)))
+    assert alone == [[curve_cells(c.data)[h] for h in htmlpage_parts.CURVE_HEADERS] for c in doc.curves]
 
 
-def test_the_copy_matrices_section_holds_what_the_terminal_prints_and_is_absent_without_copies(recorded, page):
-    from pytest_gpucomm.analysis.matrices import copy_matrices, matrix_lines
+def test_the_copy_matrices_are_tables_of_what_the_terminal_prints_and_absent_without_copies(recorded, page):
+    from pytest_gpucomm.analysis.matrices import copy_matrices, figure_text, ratio_text, shown_matrices
 
     report, baseline = recorded
-    lines = matrix_lines(copy_matrices(report["rows"], baseline))
-    assert any(line.endswith("today / baseline:") for line in lines)  # the run copies both ways: a 2 x 2 matrix
+    [m] = shown_matrices(copy_matrices(report["rows"], baseline))  # the run copies both ways: a 2 x 2 matrix
+    size = m.fullest_size()
     section = _parse(page).find(".//section[@id='matrices']")
-    assert _text(section.find("pre[@class='matrix']")) == "\n".join(lines)
+    gbps, ratios = section.findall(".//table[@class='matrix']")
+    for table, text in ((gbps, figure_text), (ratios, ratio_text)):
+        assert [th.text for th in table.findall("thead/tr/th")][1:] == m.destinations
+        cells = [[_text(c) for c in tr] for tr in table.findall("tbody/tr")]
+        assert cells == [[s] + [text(m.cells[size][(s, d)]) if (s, d) in m.cells[size] else "-"
+                                for d in m.destinations] for s in m.sources]
     collectives = dict(report, rows=[r for r in report["rows"] if r["kind"] != "copy"])
     assert _parse(htmlpage.html_page(collectives, with_plots=False)).find(".//section[@id='matrices']") is None
 
@@ -201,17 +235,16 @@ def test_the_copy_matrices_section_holds_what_the_terminal_prints_and_is_absent_
 def test_a_sweep_the_baseline_lacks_is_said_to_be_missing_from_it(report, baseline):
     for name in [k for k in baseline["cases"] if "test_ar" in k]:
         del baseline["cases"][name]
-    section = _parse(htmlpage.html_page(report, baseline, with_plots=False)).find(".//section[@id='curves']")
-    lines = [_text(p) for p in section.findall(".//p[@class='comparison']")]
-    assert len(lines) == 3 and lines[2] == "not in the baseline: no curve to compare with"
-    assert all(line.startswith("against the baseline: copy") for line in lines[:2])
+    rows = _curve_rows(_parse(htmlpage.html_page(report, baseline, with_plots=False)))
+    assert [row[0].split(",")[0] for row in rows] == ["copy", "copy", "all_reduce in place"]
+    assert [row[-1].split(" ")[0] for row in rows] == ["peak", "peak", "not"] and rows[2][-1] == "not in the baseline"
 
 
 def test_every_figure_is_inline_as_a_png_with_its_label_as_alt_text(recorded, page):
     report, baseline = recorded
     labels = [f.get_label() for f in plots.all_figures(report, baseline)]
-    imgs = _parse(page).findall(".//section[@id='plots']//img")
-    assert len(labels) == 5 and [img.get("alt") for img in imgs] == labels
+    imgs = _parse(page).findall(".//img")  # a failing case's beside it, the others in the plots section
+    assert len(labels) == 5 and sorted(img.get("alt") for img in imgs) == sorted(labels)
     for img in imgs:
         src = img.get("src")
         assert src.startswith("data:image/png;base64,")
@@ -241,8 +274,8 @@ def test_every_text_is_escaped(report):
     root = _parse(text)
     assert "<script" not in text and "<b>" not in text and "<k>" not in text
     assert root.findall(".//script") == [] and root.findall(".//b") == []
-    tr = _body_rows(root)[0]
-    assert _text(_cells(tr)[0]) == evil
+    tr = _by_test(root)[evil]
+    assert _text(_cells(tr)[0]) == evil.split("::")[-1]
     assert _text(_cells(tr)[-1]) == "drop </td></tr><b>bold</b> & more"
     assert root.find("head/title").text == title == _text(root.find("body/header/h1"))
     assert [_text(td) for td in root.findall(".//table[@id='environment-table']/tbody/tr/td")] == ["<k>", "a&b", '"q"']
@@ -271,7 +304,7 @@ def test_without_matplotlib_the_page_is_written_with_a_note_naming_the_extra(rep
     assert note is not None and plots.EXTRA in _text(note) and "matplotlib" in _text(note)
     assert root.findall(".//img") == []
     assert len(_body_rows(root)) == len(report["rows"])  # the rest of the page is there
-    assert len(root.findall(".//pre[@class='curve']")) == 3
+    assert len(_curve_rows(root)) == 3
 
 
 def test_with_plots_false_the_plots_section_is_left_out(report):

@@ -252,7 +252,7 @@ def test_some_peers(comm):
 def test_every_pattern_runs_on_8_logical_devices_with_a_row_per_hub(pytester, monkeypatch):
     monkeypatch.setenv("GPUCOMM_CPU_DEVICES", "8")
     pytester.makepyfile(PATTERN_TESTS)
-    result = pytester.runpytest("--gpucomm-json=rep.json", *FAST)
+    result = pytester.runpytest("--gpucomm-json=rep.json", "-v", *FAST)  # -v: the full table
     result.assert_outcomes(passed=8 * 2 + 8 + 1 + 1)
     rows = json.loads((pytester.path / "rep.json").read_text())["rows"]
     by_op: dict[str, list[dict]] = {}

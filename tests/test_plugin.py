@@ -59,11 +59,16 @@ def test_header_names_the_settings_and_the_hardware(pytester):
     result = pytester.runpytest("--gpucomm-device=cpu", *FAST)
     result.stdout.fnmatch_lines(
         [
-            "gpucomm settings: device=cpu, min-time=0.002s, max-size=default, timeout=300s, dtype=float32, baseline=none",
+            "gpucomm settings: device=cpu, min-time=0.002s, timeout=300s, dtype=float32, baseline=none",
             "gpucomm hardware: no GPU used: CPU *, * cores; 2 logical host devices; gloo; torch *",
+            # the largest size in effect, and where it came from (the default depends on the device kind)
+            "gpucomm max-size: 16 MiB (the default on CPU): @sizes above it are skipped (--gpucomm-max-size)",
         ]
     )
+    result.stdout.no_fnmatch_line("*max-size=default*")
     result.assert_outcomes(passed=2)
+    result = pytester.runpytest("--gpucomm-device=cpu", "--gpucomm-max-size=1MiB", *FAST)
+    result.stdout.fnmatch_lines(["gpucomm max-size: 1 MiB (from the command line): @sizes above it are skipped *"])
 
 
 def test_gpu_pair_runs_every_ordered_pair_with_readable_ids(pytester):
@@ -175,7 +180,7 @@ def test_sizes_marker_parametrizes_over_a_list_and_a_range(pytester):
     result.assert_outcomes(passed=6)
 
 
-def test_sizes_above_max_size_are_not_collected(pytester):
+def test_sizes_above_max_size_are_collected_and_skipped_with_the_reason(pytester):
     pytester.makepyfile(
         """
         from pytest_gpucomm import sizes
@@ -189,9 +194,12 @@ def test_sizes_above_max_size_are_not_collected(pytester):
             pass
         """
     )
-    result = pytester.runpytest("-rs", "--gpucomm-max-size=1MiB", *FAST)
-    result.assert_outcomes(passed=2, skipped=1)
-    result.stdout.fnmatch_lines(["*every size of @sizes is above --gpucomm-max-size 1 MiB (1,048,576 bytes)*"])
+    result = pytester.runpytest("-rs", "-v", "--gpucomm-max-size=1MiB", *FAST)
+    result.assert_outcomes(passed=2, skipped=2)
+    # the size asked for is a test of its own, skipped: the run says it was not measured, and why
+    result.stdout.fnmatch_lines(["*test_a[[]1GiB[]] SKIPPED (above --gpucomm-max-size 1 MiB (from the command line))*",
+                                 "*test_b[[]1GiB[]] SKIPPED*"])
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: above --gpucomm-max-size 1 MiB (from the command line)"] * 2)
 
 
 @pytest.mark.parametrize(
@@ -343,11 +351,29 @@ def test_summary_table_lists_every_measurement(pytester):
     )
     result = pytester.runpytest(*FAST)
     result.assert_outcomes(passed=4)
+    # compact: one sweep's sizes together under its heading (op, devices, test), a size per row
+    result.stdout.fnmatch_lines(
+        [
+            "*= gpucomm results =*",
+            "    size*GB/s*p50 us*p99 us*CV%*n",
+            "copy, cpu:0->cpu:1 (test_copy[[]0->1[]])",
+            "   4 KiB*",
+            "  64 KiB*",
+            "copy, cpu:1->cpu:0 (test_copy[[]1->0[]])",
+            "   4 KiB*",
+            "  64 KiB*",
+            "GB/s: median busbw for collectives, algbw for copies*",
+        ]
+    )
+    # -v: the full table, every column, each row with its test id (in the same order)
+    result = pytester.runpytest(*FAST, "-v")
     result.stdout.fnmatch_lines(
         [
             "*= gpucomm results =*",
             "*test*op*devices / world*size (bytes)*size*GB/s*p50 us*p99 us*CV%*n",
             "*test_copy[[]4KiB-0->1[]]*copy*cpu:0->cpu:1*4096*4 KiB*",
+            "*test_copy[[]64KiB-0->1[]]*copy*cpu:0->cpu:1*65536*64 KiB*",
+            "*test_copy[[]4KiB-1->0[]]*copy*cpu:1->cpu:0*4096*4 KiB*",
             "*test_copy[[]64KiB-1->0[]]*copy*cpu:1->cpu:0*65536*64 KiB*",
             "GB/s: median busbw for collectives, algbw for copies*",
         ]
@@ -502,7 +528,7 @@ def test_sizes_that_are_not_round_are_measured_and_printed(pytester):
             comm.copy(gpu_pair, 12345)
         """
     )
-    result = pytester.runpytest(*FAST, "--gpucomm-json=report.json")
+    result = pytester.runpytest(*FAST, "--gpucomm-json=report.json", "-v")
     result.assert_outcomes(passed=6)
     result.stdout.re_match_lines([r".*gpucomm results", r".*test_sweep\[4\.097KB-0->1\] .* 4097 +4\.097 KB ",
                                   r".*test_sweep\[12345B-0->1\] .* 12345 +12\.35 KB "])

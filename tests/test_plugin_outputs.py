@@ -21,7 +21,8 @@ from conftest import HTML_PLUGINS
 
 from simulated_copies import CONFTEST, FAST, SLOW_CASE, SLOWER, TEST_FILE
 
-from pytest_gpucomm.analysis.curves import CURVES_HEADING
+from pytest_gpucomm.report.terminal import CURVES_HEADING, curve_line
+from pytest_gpucomm.units import format_size
 from pytest_gpucomm.report.plots import EXTRA
 from pytest_gpucomm.report.run import fmt_gbps
 
@@ -90,20 +91,20 @@ def test_the_curves_section_follows_the_table_and_is_the_json_reports_curves(sim
     assert result.ret == 0
     doc = json.loads((sim.path / "report.json").read_text())
     lines = result.outlines
-    table = max(i for i, line in enumerate(lines) if "test_copy[64KiB-1->0]" in line)
+    table = max(i for i, line in enumerate(lines) if "(test_copy[1->0])" in line)
     heading, block = curves_block(lines)
     assert heading > table  # after the table
     assert [(e["label"], e["sweep"]) for e in doc["curves"]] == list(SWEEPS.items())
     expected = []
-    for e in doc["curves"]:
-        text = e["model"]["text"].splitlines()
-        expected += [f"  {text[0].strip()}"] + [f"    {t.strip()}" for t in text[1:]]
+    for e in doc["curves"]:  # one line per sweep
+        expected.append(f"  {curve_line(e)}")
+        assert expected[-1].startswith(f"  {e['label']}: floor ") and " peak " in expected[-1]
         assert e["comparison"] is None  # no baseline
         rows = [r for r in doc["rows"] if r["devices"] == e["label"].split(", ")[1].split("->")]
         assert e["model"]["peak_gbps"] == pytest.approx(max(r["gbps"] for r in rows))
         assert e["model"]["latency_floor_s"] == pytest.approx(min(rows, key=lambda r: r["size_bytes"])["median_us"] * 1e-6)
     assert block == expected
-    assert "vs baseline" not in result.stdout.str()
+    assert not any("; vs baseline:" in line for line in block)
 
 
 def test_against_a_baseline_the_curves_are_compared_with_its_curves(sim, monkeypatch):
@@ -113,8 +114,11 @@ def test_against_a_baseline_the_curves_are_compared_with_its_curves(sim, monkeyp
     assert result.ret == 1  # the slowed case
     doc = json.loads((sim.path / "report.json").read_text())
     _, block = curves_block(result.outlines)
-    compared = [line for line in block if line.startswith("    vs baseline: ")]
-    assert compared == [f"    vs baseline: {e['comparison']['text_short']}" for e in doc["curves"]]
+    assert block == [f"  {curve_line(e)}" for e in doc["curves"]]
+    compared = [line.split("; vs baseline: ", 1)[1] for line in block]
+    assert compared == [f"peak {e['comparison']['peak_ratio']:.2f}x, floor {e['comparison']['latency_ratio']:.2f}x, "
+                        f"worst {format_size(min(e['comparison']['ratios'], key=lambda r: r[1])[0])} "
+                        f"{min(r for _, r in e['comparison']['ratios']):.2f}x" for e in doc["curves"]]
     by_label = {e["label"]: e["comparison"] for e in doc["curves"]}
     slowed, other = by_label["copy, cpu:0->cpu:1"], by_label["copy, cpu:1->cpu:0"]
     for c in (slowed, other):
@@ -248,7 +252,7 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
                                       "--self-contained-html")
     result.assert_outcomes(passed=6)
     page = (sim.path / "report.html").read_text(encoding="utf-8")
-    assert page.count("<h2>gpucomm plots</h2>") == 1
+    assert page.count("<h2>gpucomm results</h2>") == 1  # the run's page, its plots the files it drew
     files = sorted((sim.path / "figs").iterdir())
     assert [p.stem for p in files] == sorted(FIGURES)
     for p in files:
@@ -257,7 +261,7 @@ def test_with_pytest_html_the_plots_go_into_its_report(sim):
     # without --gpucomm-plots, nothing is added to pytest-html's report
     plain = sim.runpytest_subprocess(*HTML_PLUGINS, *FAST, "--html=plain.html", "--self-contained-html")
     plain.assert_outcomes(passed=6)
-    assert "gpucomm plots" not in (sim.path / "plain.html").read_text(encoding="utf-8")
+    assert "gpucomm results" not in (sim.path / "plain.html").read_text(encoding="utf-8")
 
 
 def test_a_report_that_replaces_a_file_says_so(pytester):

@@ -208,7 +208,9 @@ def test_a_copy_below_the_published_floor_fails(pytester):
     # measured again (a first run below floor * (1 - tolerance) is), then judged on the pooled runs
     result.stdout.fnmatch_lines(["*below the published floor*(mean of 2 runs) is *% from the published floor "
                                  "1e+09 GB/s, beyond the 5% tolerance*"])
-    result.stdout.fnmatch_lines(["*test_copy*copy*cpu:0->cpu:1*4096*FLOOR", "gpucomm verdicts: 1 FLOOR"])
+    result.stdout.fnmatch_lines(["FLOOR: copy on cpu:0->cpu:1 at 4 KiB: 100.0% below the published floor 1e+09 GB/s"])
+    result.stdout.fnmatch_lines(["copy, cpu:0->cpu:1 (test_copy[[]0->1[]])", "*4 KiB*FLOOR",
+                                 "gpucomm verdicts: 1 FLOOR"])
 
 
 def test_a_copy_above_the_published_floor_passes_as_floor_ok(pytester):
@@ -216,7 +218,8 @@ def test_a_copy_above_the_published_floor_passes_as_floor_ok(pytester):
     base = _published(pytester.path / "tiny.json", 1e-9)
     result = pytester.runpytest(f"--gpu-baseline={base}", "test_f.py::test_copy[0->1]", *FAST)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*test_copy*copy*cpu:0->cpu:1*4096*floor-ok", "gpucomm verdicts: 1 floor-ok"])
+    result.stdout.fnmatch_lines(["copy, cpu:0->cpu:1 (test_copy[[]0->1[]])", "*4 KiB*floor-ok",
+                                 "gpucomm verdicts: 1 floor-ok"])
     result.stdout.no_fnmatch_line("*below the published floor*")
 
 

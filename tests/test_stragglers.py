@@ -171,16 +171,19 @@ def test_the_report_lists_the_straggler_and_the_outlier_node_and_the_json_has_th
     records = [Record("t.py::test_ar[4KiB]", collective([0.0, 1e-6, 2e-6, 15 * MS], nodes=[0, 0, 1, 1])),
                Record("t.py::test_ok[4KiB]", collective([1e-6, 2e-6, 1e-6, 2e-6], nodes=[0, 0, 1, 1],
                                                          straggler=(0, 1, 2, 3) * 2 + (0, 1)))]
-    lines = straggler_lines(records)
-    assert lines[0].startswith("gpucomm slowest ranks (cases where one rank arrived last in at least 67% of the "
-                               "iterations")
+    lines = straggler_lines(records, width=1000)
+    assert lines[0] == ("gpucomm slowest ranks (one rank last in 67% of the iterations or more (p <= 0.001), the "
+                        "others waiting 5% of an iteration for it; or the ranks' medians 25% apart; or a rank's lag "
+                        "standing out):")
     assert lines[1].startswith("  t.py::test_ar[4KiB] (all_reduce 4 KiB): rank 3 (node 1, host1, cpu) arrived last "
                                "in 10 of 10 iterations")
-    assert lines[2].startswith("gpucomm outlier nodes (against the other nodes and ranks of this run: modified "
-                               "z-score 0.6745 (x - median) / MAD above 3.5, the MAD at least 2% of the iteration "
-                               "time for the ranks' lag, of the nodes' median for a node's figure):")
+    assert lines[2] == ("gpucomm outlier nodes (modified z-score 0.6745 (x - median) / MAD above 3.5 against the "
+                        "run's other nodes and ranks; the MAD at least 2% of the iteration time for a rank's lag, of "
+                        "the nodes' median for a node's figure):")
     assert lines[3].startswith("  node 1 (host1): rank 3; late in t.py::test_ar[4KiB]")
     assert len(lines) == 4  # the uniform case is not listed
+    narrow = straggler_lines(records, width=80)  # wrapped at spaces: every word kept, none cut
+    assert max(map(len, narrow)) <= 80 and " ".join(narrow).split() == " ".join(lines).split()
     doc = json_document(records, settings={}, fingerprint=None)
     assert doc["outliers"] == [{"node": 1, "host": "host1", "ranks": [3], "cases": doc["outliers"][0]["cases"]}]
     assert doc["outliers"][0]["cases"][0]["test"] == "t.py::test_ar[4KiB]"

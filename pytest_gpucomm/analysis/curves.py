@@ -3,7 +3,8 @@ reaching a share of the peak, a fitted latency-bandwidth model), today's curve c
 and the report's "curves" section.
 
 Pure numbers (numpy; scipy when a model is fitted); no torch, no pytest.  The report's "curves" section
-(terminal and JSON), ``gpucomm show`` / ``compare`` / ``html`` and the plots call it (:func:`curve_report`).
+(terminal and JSON), ``gpucomm show`` / ``compare`` / ``html`` and the plots call it (:func:`curve_report`);
+its text is ``report.terminal``'s.
 The sweeps (one op measured at several sizes, a point per size) are :mod:`.sweeps`'; this module also gives
 their names and the curve's, so that ``pytest_gpucomm.analysis.curves`` is the one place to import them from.
 
@@ -18,7 +19,7 @@ verdicts stay the rule that fails tests; the comparison explains them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..units import format_size, size_token
 from .curve_fit import (FIT_LOSS_SCALE, MAX_MEDIAN_RESIDUAL, MAX_RESIDUAL, MIN_FIT_SIZES, SHARES, STILL_RISING,
@@ -41,8 +42,6 @@ __all__ = [
     "sweeps_from_baseline",
     "sweep_id",
     "curve_report",
-    "curve_lines",
-    "CURVES_HEADING",
     "interpolation_error",
     "STILL_RISING",
     "SHARES",
@@ -126,13 +125,6 @@ def compare_curves(now: Sweep, baseline: Sweep) -> CurveComparison:
 
 
 
-#: the heading of the curves section of the terminal summary and of ``gpucomm show``
-CURVES_HEADING = ("gpucomm curves (per sweep of 2 sizes or more: latency floor = the median time at the smallest "
-                  "size; peak; the sizes reaching 50/80/90 % of the peak; the fit time = latency + size / "
-                  "bandwidth; and against the baseline's curve where it has the sweep: today / baseline. The "
-                  "per-size verdicts decide; these explain them):")
-
-
 def curve_report(now: Sequence[Sweep], baseline: Optional[Sequence[Sweep]] = None) -> list[dict[str, Any]]:
     """The "curves" section of a report: per sweep of ``now`` (in its order), its model and, where
     ``baseline`` has the same sweep (matched by ``key[:5]``: test id without size, op, devices, world size,
@@ -156,20 +148,3 @@ def curve_report(now: Sequence[Sweep], baseline: Optional[Sequence[Sweep]] = Non
                 entry["comparison"] = {**c.to_dict(), "text_short": c.text(with_label=False)}
         out.append(entry)
     return out
-
-
-def curve_lines(entries: Sequence[Mapping[str, Any]], limit: Optional[int] = None) -> list[str]:
-    """The curves section as text: a heading, then per sweep its model's lines and its comparison with the
-    baseline (``  vs baseline: peak 0.99x, ...``); at most ``limit`` sweeps (the rest counted)."""
-    if not entries:
-        return []
-    lines = [CURVES_HEADING]
-    shown = list(entries)[:limit] if limit else list(entries)
-    for e in shown:
-        lines += [("    " if i else "  ") + line.strip() for i, line in enumerate(str(e["model"]["text"]).splitlines())]
-        c = e.get("comparison")
-        if c:
-            lines.append("    vs baseline: " + str(c.get("text_short") or c.get("text")))
-    if len(shown) < len(entries):
-        lines.append(f"  ... and {len(entries) - len(shown)} more sweeps (the JSON report's \"curves\" has every one)")
-    return lines

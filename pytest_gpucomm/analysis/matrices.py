@@ -41,7 +41,7 @@ from .baseline_figures import BaselineFigures, as_figures
 
 __all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "MATRIX_NOTE", "Cell", "CopyMatrix", "Pair", "ReportRow",
            "copy_matrices", "copy_pairs", "matrix_lines", "report_matrix_lines", "cell_baseline", "layout_of",
-           "node_label", "natural_key"]
+           "node_label", "natural_key", "shown_matrices", "figure_text", "ratio_text"]
 
 #: the one-way copies that the all-copies matrix puts together, and their names in its title
 ONE_WAY_NAMES = {"copy": "peer", "h2d": "host to device", "d2h": "device to host"}
@@ -254,24 +254,37 @@ def copy_matrices(rows: Iterable["Mapping[str, Any] | ReportRow"],
     return out
 
 
-def _fmt_gbps(v: float) -> str:
-    return f"{v:.4g}" if v < 1000 else f"{v:.0f}"
+def figure_text(cell: Cell) -> str:
+    """A cell's GB/s as the matrices print it: four significant digits, whole numbers from 1000 on."""
+    return f"{cell.now:.4g}" if cell.now < 1000 else f"{cell.now:.0f}"
 
 
-def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int]] = None,
-                 limit: Optional[int] = None) -> list[str]:
-    """The "copy matrices" section: per matrix, GB/s at its fullest size (or at each of ``sizes`` it has),
-    source rows and destination columns ("-": not measured), and where the rows were compared with a baseline
-    "today / baseline" under it ("new" where the baseline lacks the case, a "*" where the figure is a
-    published floor).  A matrix of a single cell is left out (its row says it all), and so are the one-way
-    tests' own matrices where the matrix of every one-way copy holds them; a test with several rows of one
-    pair and size gets a line saying so instead.  ``limit``: at most that many matrices, then a count of the
-    rest.  [] where there is nothing to show."""
+def ratio_text(cell: Cell) -> str:
+    """A cell's today / baseline: ``0.97x``, ``0.97x*`` against a published floor, "new" without a baseline."""
+    return "new" if cell.ratio is None else f"{cell.ratio:.2f}x" + ("*" if cell.floor else "")
+
+
+def shown_matrices(matrices: Sequence[CopyMatrix]) -> list[CopyMatrix]:
+    """The matrices worth showing: not of a single cell (its row says it all), and not a one-way test's own
+    where the matrix of every one-way copy of its node holds it."""
     shown = [m for m in matrices
              if len(m.sources) * len(m.destinations) > 1 and max(len(c) for c in m.cells.values()) > 1]
     if any(m.op == ALL_ONE_WAY for m in shown):
         held = {m.node for m in shown if m.op == ALL_ONE_WAY}
         shown = [m for m in shown if m.op == ALL_ONE_WAY or m.op not in ONE_WAY_OPS or m.node not in held]
+    return shown
+
+
+def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int]] = None,
+                 limit: Optional[int] = None, width: Optional[int] = None) -> list[str]:
+    """The "copy matrices" section: per matrix, GB/s at its fullest size (or at each of ``sizes`` it has),
+    source rows and destination columns ("-": not measured), and where the rows were compared with a baseline
+    "today / baseline" under it ("new" where the baseline lacks the case, a "*" where the figure is a
+    published floor).  The matrices of :func:`shown_matrices`; a test with several rows of one pair and size
+    gets a line saying so instead.  ``limit``: at most that many matrices, then a count of the rest.
+    ``width``: a matrix is printed in slices of as many destinations as fit it (at most ``MAX_COLUMNS``).
+    [] where there is nothing to show."""
+    shown = shown_matrices(matrices)
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
     body: list[str] = []
     floors = False
@@ -281,11 +294,10 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
             continue
         for size in ([s for s in asked if s in m.cells] if asked is not None else [m.fullest_size()]):
             body.append(f"  {m.title} at {format_size(size)} ({size:,} bytes):")
-            body += _grid(m, size, lambda c: _fmt_gbps(c.now))
+            body += _grid(m, size, figure_text, width)
             if m.compared:
                 body.append("  today / baseline:")
-                body += _grid(m, size,
-                              lambda c: "new" if c.ratio is None else f"{c.ratio:.2f}x" + ("*" if c.floor else ""))
+                body += _grid(m, size, ratio_text, width)
                 floors = floors or any(c.floor for c in m.cells[size].values())
     if not body:
         return []
@@ -299,25 +311,27 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
 
 
 def report_matrix_lines(report: Any, baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *,
-                        sizes: Optional[Iterable[int]] = None, limit: Optional[int] = None) -> list[str]:
+                        sizes: Optional[Iterable[int]] = None, limit: Optional[int] = None,
+                        width: Optional[int] = None) -> list[str]:
     """:func:`matrix_lines` of a report's rows -- its JSON, or a document (``rows``, ``layout``) -- against
     ``baseline`` (else the rows' own verdicts); a report whose matrices cannot be made gets one line saying
     why: the matrices explain, the verdicts decide."""
     try:
         rows, layout = (report["rows"], layout_of(report)) if isinstance(report, Mapping) else (report.rows,
                                                                                                report.layout)
-        return matrix_lines(copy_matrices(rows, baseline, layout=layout), sizes=sizes, limit=limit)
+        return matrix_lines(copy_matrices(rows, baseline, layout=layout), sizes=sizes, limit=limit, width=width)
     except (KeyError, TypeError, ValueError) as e:
         return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
 
 
-def _grid(m: CopyMatrix, size: int, cell: Any) -> list[str]:
+def _grid(m: CopyMatrix, size: int, cell: Any, line_width: Optional[int] = None) -> list[str]:
     text = {k: cell(c) for k, c in m.cells[size].items()}
     width = max([len(t) for t in text.values()] + [len(d) for d in m.destinations] + [3])
     label = max(len(s) for s in m.sources)
+    per = MAX_COLUMNS if line_width is None else max(1, min(MAX_COLUMNS, (line_width - 4 - label) // (width + 2)))
     out = []
-    for lo in range(0, len(m.destinations), MAX_COLUMNS):
-        cols = m.destinations[lo:lo + MAX_COLUMNS]
+    for lo in range(0, len(m.destinations), per):
+        cols = m.destinations[lo:lo + per]
         out.append("    " + " " * label + "".join(f"  {d:>{width}}" for d in cols))
         for s in m.sources:
             out.append(f"    {s:<{label}}" + "".join(f"  {text.get((s, d), '-'):>{width}}" for d in cols))

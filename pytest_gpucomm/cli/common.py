@@ -176,10 +176,10 @@ def hardware_line(doc: "ReportDocument") -> str:
 
 
 def matrix_lines(doc: "ReportDocument", baseline: Optional["BaselineFigures"],
-                 sizes: Optional[Sequence[str]] = None) -> list[str]:
-    """Every copy matrix of the document (``terminal.matrix_section``), against ``baseline`` when given, else
-    against the figures the run's verdicts were judged against; at ``sizes`` (``--matrix-size``) when
-    given."""
+                 sizes: Optional[Sequence[str]] = None, width: int = 120) -> list[str]:
+    """Every copy matrix of the document (``terminal.matrix_section``, fitted to ``width``), against
+    ``baseline`` when given, else against the figures the run's verdicts were judged against; at ``sizes``
+    (``--matrix-size``) when given."""
     from ..report.terminal import matrix_section
     from ..units import format_size, parse_size
 
@@ -189,9 +189,12 @@ def matrix_lines(doc: "ReportDocument", baseline: Optional["BaselineFigures"],
             asked = [parse_size(v, "--matrix-size") for v in sizes]
         except ValueError as e:
             raise CommandError(str(e)) from None
-    lines = matrix_section(doc, baseline, sizes=asked)
+    lines = matrix_section(doc, baseline, sizes=asked, width=width)
     if asked and not lines:
         measured = sorted({r.measurement.size_bytes for r in doc.rows if r.measurement.kind == "copy"})
-        lines = [f"gpucomm copy matrices: none at {', '.join(format_size(s) for s in asked)} (--matrix-size); the "
-                 f"report's copies were measured at {', '.join(format_size(s) for s in measured) or 'no size'}"]
+        from ..report.text import fit
+
+        at = ", ".join(format_size(s) for s in measured) or "no size"
+        lines = fit([f"gpucomm copy matrices: none at {', '.join(format_size(s) for s in asked)} (--matrix-size); "
+                     f"the report's copies were measured at {at}"], width)
     return lines

@@ -1,8 +1,9 @@
 """``gpucomm compare BASELINE REPORT [--json OUT [--force]]``: the gate on a saved report (``gate.regate``),
 which makes the report's document again with its new verdicts (``ReportDocument.rejudged``); that document is
-printed as ``show`` prints one, with what changed since the run, and written with ``--json`` (never onto the
-report or the baseline it read; over an existing file only with ``--force``: ``common.checked_output``).
-Exit 1 on a failing verdict or a regression at a level."""
+printed as ``show`` prints one (fitted to the terminal's width; ``-v``: the table with every column), with what
+changed since the run, and written with ``--json`` (never onto the report or the baseline it read; over an
+existing file only with ``--force``: ``common.checked_output``).  Exit 1 on a failing verdict or a regression at
+a level."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", metavar="OUT", help="write the report with these verdicts to OUT (a new file)")
     add_force(p, "the --json file")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
+    p.add_argument("-v", "--verbose", action="store_true", help="the table with every column, each row its test id")
     add_baseline_dir(p)
     p.set_defaults(func=run)
 
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..gate.regate import regate
     from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
     from ..report.terminal import curve_section
+    from ..report.text import command_width, fit
     from ..vocab import Status
 
     doc = load_document(args.report)
@@ -72,34 +75,36 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         "report": str(args.report), "against": str(ref.path), "kind": ref.kind, "settings": g.settings,
         "levels": g.levels.to_dict() if g.levels is not None else None})
     figures = ref.figures
-    lines = [f"gpucomm compare: the report {args.report} against {ref.describe()}", hardware_line(new)]
-    lines += g.header
-    lines += table_lines(new.rows)
-    lines.append(counts_line(new.rows))
+    width = command_width()
+    text = [f"gpucomm compare: the report {args.report} against {ref.describe()}", hardware_line(new), *g.header]
+    lines = fit(text, width) + table_lines(new.rows, width, full=args.verbose)
+    text = [counts_line(new.rows)]
     judged = [(test, was.verdict.data.get("status") if was.verdict is not None and was.verdict.data else None, v)
               for was, (test, v) in zip(doc.rows, ((r.test, r.verdict) for r in new.rows)) if v is not None]
     changed = [(test, was, v) for test, was, v in judged if was is not None and was != v.status]
     if changed:
-        lines.append(f"{len(changed)} verdicts differ from the run's (another baseline, other settings, or a "
-                     "re-measure the report does not hold):")
-        lines += [f"  {test}: run {was} -> now {v.status}" for test, was, v in changed[:20]]
+        text.append(f"{len(changed)} verdicts differ from the run's (another baseline, other settings, or a "
+                    "re-measure the report does not hold):")
+        text += [f"  {test}: run {was} -> now {v.status}" for test, was, v in changed[:20]]
     failed = [(test, v) for test, _, v in judged if Status(v.status).failed]
-    lines += [f"FAILED {test}: {v.message}" for test, v in failed]
-    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None])
+    for test, v in failed:  # the test, then its message's lines (the first says what, where and how much)
+        text += [f"FAILED {test}:"] + [f"  {line}" for line in v.message.splitlines()]
+    lines += fit(text, width)
+    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], width=width)
     levels = new.levels.run_levels() if new.levels is not None else None
-    lines += level_lines(levels, new.test_of_case())
-    lines.append("gpucomm compare: offline: no case is measured again; the report's own re-measures are replayed")
-    lines += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
-    lines += matrix_lines(new, figures)
+    lines += level_lines(levels, new.test_of_case(), width=width)
+    text = ["gpucomm compare: offline: no case is measured again; the report's own re-measures are replayed"]
+    text += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
+    lines += fit(text, width) + matrix_lines(new, figures, width=width)
     if not args.no_curves:
-        lines += curve_section(new, figures)
+        lines += curve_section(new, figures, width=width)
     if json_out is not None:
         from ..report.exports import write_json
 
         write_json(json_out.path, new, replace=json_out.replace)
         lines.append(f"wrote the verdicts to {json_out.wrote()}")
-    lines.append("gpucomm compare: " + ("FAILED" if g.failed else "passed")
-                 + f" ({len(failed)} failing verdicts of {len(new.rows)} rows"
-                 + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")")
+    lines += fit(["gpucomm compare: " + ("FAILED" if g.failed else "passed")
+                  + f" ({len(failed)} failing verdicts of {len(new.rows)} rows"
+                  + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")"], width)
     out.write("\n".join(lines) + "\n")
     return EXIT_FAILED if g.failed else EXIT_OK

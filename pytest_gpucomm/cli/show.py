@@ -1,5 +1,6 @@
-"""``gpucomm show REPORT [--baseline B] [--matrix-size SIZE] [--no-curves]``: the table, the verdicts, the
-run at the levels, the copy matrices and the curves of a saved report."""
+"""``gpucomm show REPORT [--baseline B] [--matrix-size SIZE] [--no-curves] [-v]``: the table, the verdicts, the
+run at the levels, the copy matrices and the curves of a saved report, fitted to the terminal's width
+(``report.text.command_width``; ``-v``: the table with every column)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def add_parser(sub: Any) -> None:
                       "compare the copy matrices and curves with this baseline (NAME, file or report)",
                       "a JSON report (pytest --gpucomm-json=REPORT)")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
+    p.add_argument("-v", "--verbose", action="store_true", help="the table with every column, each row its test id")
     p.add_argument("--matrix-size", metavar="SIZE", action="append",
                    help="print the copy matrices at SIZE (e.g. 4KiB; repeat for several; default: the largest size "
                         "where the most pairs were measured)")
@@ -27,26 +29,30 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.run import counts_line, table_lines
     from ..report.terminal import curve_section
+    from ..report.text import command_width, fit
 
     doc, ref = load_report_and_baseline(args)
     figures = ref.figures if ref is not None else None
     checked_statuses(doc, args.report)
-    lines = [f"report: {args.report}", hardware_line(doc)] + table_lines(doc.rows)
+    width = command_width()
+    lines = fit([f"report: {args.report}", hardware_line(doc)], width) + table_lines(doc.rows, width,
+                                                                                      full=args.verbose)
+    text: list[str] = []
     if doc.gated:
-        lines.append(counts_line(doc.rows))
+        text.append(counts_line(doc.rows))
     section = doc.baseline
     if section is not None and section.path:
-        lines.append(f"judged in the run against {section.path} ({section.comparisons} comparisons)")
+        text.append(f"judged in the run against {section.path} ({section.comparisons} comparisons)")
     diff = section.environment_diff if section is not None else None
     if diff:
         from ..env.fingerprint import ABSENT, format_fingerprint_diff
 
-        lines.append("environment changed since the baseline: " + format_fingerprint_diff(
+        text.append("environment changed since the baseline: " + format_fingerprint_diff(
             [(k, ABSENT if a is None else a, ABSENT if b is None else b) for k, a, b in diff]))
     levels = section.levels if section is not None else None
-    lines += [f"gpucomm {t}" for t in (levels.texts() if levels is not None else [])]
-    lines += matrix_lines(doc, figures, args.matrix_size)
+    text += [f"gpucomm {t}" for t in (levels.texts() if levels is not None else [])]
+    lines += fit(text, width) + matrix_lines(doc, figures, args.matrix_size, width)
     if not args.no_curves:
-        lines += curve_section(doc, figures)
+        lines += curve_section(doc, figures, width=width)
     out.write("\n".join(lines) + "\n")
     return EXIT_OK

@@ -53,7 +53,8 @@ def judge_tail(nodeid: str, entry: "CaseEntry", m: "Measurement", again_ms: list
                again: Optional[Callable[[], tuple["RunLocation", bool]]], *, tolerance: float, looks: int, alpha: float,
                n_comparisons: int, max_remeasures: int, spread: Callable[[], "TailSpread"], baseline_name: str
                ) -> Optional[tuple[dict[str, Any], str]]:
-    """The tail verdict of a case (``gate.tails.tail_test``) and the TAIL message's text, or None where
+    """The tail verdict of a case (``gate.tails.tail_test``) and the TAIL message's text (how much, a newline,
+    then the detail), or None where
     today's measurement has no single ops.  ``again_ms``: the re-measures made so far (the median
     verdict's), which a flagged first run pools, and to which ``again`` (None: no more re-measures, as
     when the median already failed) adds more, at most ``max_remeasures`` in all, while the pooled share is still
@@ -124,13 +125,16 @@ def judge_tail(nodeid: str, entry: "CaseEntry", m: "Measurement", again_ms: list
         if unconfirmed:
             d["text"] += (f"; the first run's share was not confirmed: re-measure "
                           f"{', '.join(map(str, unconfirmed))} within the allowed share")
+    # the first line says how much (about 100 characters with the op, where and size before it); the detail
+    # after the newline
     text = (
-        f"p99 {describe_us(now['p99_us'])} now vs {describe_us(base['p99_us'])} "
-        f"in baseline {baseline_name} "
-        f"(p50 {describe_us(now['p50_us'])} vs {describe_us(base['p50_us'])}, "
-        f"p99.9 {describe_us(now['p999_us'])} vs {describe_us(base['p999_us'])}, "
-        f"max {describe_us(now['max_us'])} vs {describe_us(base['max_us'])}; median over "
-        f"{plural(len(sketches), 'baseline run')}); {t.share:.2%} of {t.n:,} single ops slower than the baseline's "
+        f"p99 {describe_us(now['p99_us'])} vs {describe_us(base['p99_us'])}, {t.share:.2%} of ops slow "
+        f"({t.allowed_share:.2%} allowed)\n"
+        f"in baseline {baseline_name}: "
+        f"p50 {describe_us(base['p50_us'])} (now {describe_us(now['p50_us'])}), "
+        f"p99.9 {describe_us(base['p999_us'])} (now {describe_us(now['p999_us'])}), "
+        f"max {describe_us(base['max_us'])} (now {describe_us(now['max_us'])}), median over "
+        f"{plural(len(sketches), 'baseline run')}; {t.share:.2%} of {t.n:,} single ops slower than the baseline's "
         f"p{t.quantile * 100:g} scaled to today's median "
         f"({describe_us(t.threshold_s * 1e6)} = {t.baseline_ratio:.2f} x p50), "
         f"baseline {t.baseline_share:.2%}, {t.allowed_share:.2%} allowed (tail tolerance {tolerance:g}), "

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..units import describe_size, describe_us, plural
+from ..units import describe_us, format_size, plural
 from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE,
                      DEFAULT_TOLERANCE, Status)
 
@@ -128,6 +128,11 @@ class Verdict:
             **self.details,
         }
 
+
+
+def _gbps(x: float) -> str:
+    """A figure of a verdict's first line: 1.20, 395.9, 0.0153 (three significant digits at the least)."""
+    return f"{x:.1f}" if x >= 100 else (f"{x:.2f}" if x >= 1 else f"{x:.3g}")
 
 
 def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
@@ -371,9 +376,9 @@ class Gate:
         entry = self.baseline.cases.get(key)
         if entry is None:
             if self.settings.strict:  # a failure's message starts with its status, as REGRESSION's does
-                return Verdict(Status.NEW_STRICT, message=f"NEW (--gpu-baseline-strict): no entry for {key} in "
-                                                          f"{self.path}")
-            return Verdict(Status.NEW, message=f"no entry for {key} in {self.path}")
+                return Verdict(Status.NEW_STRICT, message=f"NEW (--gpu-baseline-strict): {self._what(m)}: not in "
+                                                          f"the baseline\n  no entry for {key} in {self.path}")
+            return Verdict(Status.NEW, message=f"not in the baseline: no entry for {key} in {self.path}")
         tol = self.settings.tolerance if tolerance is None else tolerance
         first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
         again_log: list[dict[str, Any]] = []
@@ -397,7 +402,9 @@ class Gate:
                         remeasured=fc.runs_now - 1, details={"tolerance": tol, "remeasures": again_log})
             v.message = f"{self._what(m)}: {fc.reason}"
             if fc.failed:
-                v.message = f"below the published floor: {v.message}; source: {self.baseline.source_detail}"
+                v.message = (f"FLOOR: {self._what(m)}: {1 - fc.ratio:.1%} below the published floor "
+                             f"{fc.floor_gbps:.4g} GB/s\n  below the published floor: {fc.reason}\n"
+                             f"  source: {self.baseline.source_detail}")
             return v
         model, prior = self._fit()[key]
         fold_log, fold_locs = self._folds(nodeid, m, fold)
@@ -415,27 +422,28 @@ class Gate:
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
                              "log_ratio": math.log(c.ratio), "remeasures": again_log,
                              "folds": 1 + len(fold_log), "fold_runs": fold_log})
-        pooled = ""
+        pooled: list[str] = []
         if fold_log:
-            pooled = (f"; measured in {1 + len(fold_log)} process groups: {first.gbps:.2f}, "
-                      + ", ".join(f"{a['median_gbps']:.2f}" for a in fold_log) + " GB/s")
+            pooled.append(f"measured in {1 + len(fold_log)} process groups: {first.gbps:.2f}, "
+                          + ", ".join(f"{a['median_gbps']:.2f}" for a in fold_log) + " GB/s")
         if again_log:
             how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again_log)
-            pooled += f"; first run {first.gbps:.2f} GB/s, measured again: {how}"
+            pooled.append(f"first run {first.gbps:.2f} GB/s, measured again: {how}")
         env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
         step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
+        below = [f"  {p}" for p in pooled] + [f"  changed since the baseline was recorded: {env}"]
+        below += [f"  {step}"] if step else []
         if v.status is Status.REGRESSION:
-            v.message = (
-                f"REGRESSION: {self._what(m)}: {c.current_median_gbps:.2f} GB/s now "
-                f"vs {c.baseline_median_gbps:.2f} GB/s "
-                f"in baseline {self.baseline.name}: drop {1 - c.ratio:.1%} > tolerance {c.tolerance:.0%}; "
-                f"{c.reason}{pooled}.\n"
-                f"  changed since the baseline was recorded: {env}" + (f"\n  {step}" if step else "")
-            )
+            # the first line says what, where and how much (about 100 characters); the evidence is below it
+            v.message = "\n".join([
+                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, {_gbps(c.current_median_gbps)} vs "
+                f"{_gbps(c.baseline_median_gbps)} GB/s",
+                f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {c.reason}", *below])
         elif v.status is Status.NOT_GATED_STRICT:
-            v.message = f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: {c.reason}{pooled}"
+            v.message = "\n".join([f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: catches only drops of "
+                                   f"{c.detectable_drop:.1%} or more", f"  {c.reason}", *below[:len(pooled)]])
         else:
-            v.message = c.reason + pooled
+            v.message = "; ".join([c.reason, *pooled])
         median_done = len(again_ms)
         tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
         looks = max(1, self.settings.max_remeasures) if remeasure is not None else 1  # the median verdict's
@@ -452,11 +460,12 @@ class Gate:
             a["for"] = "tail"
         if t["status"] == Status.TAIL.value:
             if v.status is Status.REGRESSION:
-                v.message += f"\n  and a heavier tail (TAIL): {text}"
+                v.message += "\n  and a heavier tail (TAIL): " + text.replace("\n", "; ")
             else:
                 v.status = Status.TAIL
-                v.message = (f"TAIL: {self._what(m)}: {text}.\n  the median: {v.message}\n"
-                             f"  changed since the baseline was recorded: {env}" + (f"\n  {step}" if step else ""))
+                head, _, rest = text.partition("\n")
+                v.message = "\n".join([f"TAIL: {self._what(m)}: {head}", f"  {rest}", f"  the median: {v.message}",
+                                        *below[len(pooled):]])
         elif t["status"] != "untested":
             v.message += f"; tail: {t['text']}"
         return v
@@ -521,7 +530,7 @@ class Gate:
 
     @staticmethod
     def _what(m: Measurement) -> str:
-        return f"{m.op} on {m.where} at {describe_size(m.size_bytes)}"
+        return f"{m.op} on {m.where} at {format_size(m.size_bytes)}"
 
     # -- saving ------------------------------------------------------------------------------------
     def _start(self) -> Optional[dict[str, Any]]:

@@ -27,7 +27,7 @@ import pytest
 
 from .fixtures import comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpus, group_kind, process_group, size  # noqa: F401  (fixtures)
 from .devices import check_requirements
-from .finish import finish_session, write_summary
+from .finish import finish_session, terminal_width, write_summary
 from .judging import check_test, live_status
 from .markers import MARKER_LINES, uses_gpucomm
 from .session import collected, collection_lines, open_session, start_rank
@@ -65,7 +65,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [state_of(config).settings.describe()]
+    from ..report.text import fit
+
+    return fit([state_of(config).settings.describe()], terminal_width(config))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -18,7 +18,7 @@ from ..units import plural
 if TYPE_CHECKING:
     from .state import State
 
-__all__ = ["Progress", "finish_session", "write_summary"]
+__all__ = ["Progress", "finish_session", "write_summary", "terminal_width"]
 
 
 class Progress:
@@ -91,6 +91,15 @@ def write_summary(terminalreporter: Any, state: "State") -> None:
         return
     from .reporting import summary_lines
 
+    config = terminalreporter.config
     terminalreporter.write_sep("=", "gpucomm results")
-    for line in summary_lines(state):
+    for line in summary_lines(state, terminal_width(config), full=(config.getoption("verbose") or 0) >= 1):
         terminalreporter.write_line(line)
+
+
+def terminal_width(config: pytest.Config) -> int:
+    """The width the plugin's lines fit: pytest's own (``COLUMNS``, or its terminal's) where it is known,
+    ``report.text.DEFAULT_WIDTH`` where it is not (the output is a file or a pipe)."""
+    from ..report.text import clamp_width, known_width
+
+    return clamp_width(config.get_terminal_writer().fullwidth if known_width() is not None else None)

@@ -1,9 +1,13 @@
 """Collection: which tests a gpucomm test becomes.
 
-``@sizes`` becomes one test per size (sizes above ``--gpucomm-max-size`` are left out), ``gpu_pair`` one
-test per ordered pair of devices, ``gpu_link`` one per unordered pair, ``gpu`` one per GPU, ``gpu_hub`` one
-per device (the hub of the all-peers copy patterns, CPU variant included).  Where nothing is left, the test
-is collected once and skipped with the reason.
+``@sizes`` becomes one test per size, ``gpu_pair`` one test per ordered pair of devices, ``gpu_link`` one per
+unordered pair, ``gpu`` one per GPU, ``gpu_hub`` one per device (the hub of the all-peers copy patterns, CPU
+variant included).  Where nothing is left, the test is collected once and skipped with the reason.
+
+A size above ``--gpucomm-max-size`` (:func:`max_size_text`: the option, else the default for the device
+kind) is collected and skipped with the reason, as a test that needs more GPUs is: the user asked for the
+size, so the run says that it was not measured and why (``-rs`` lists them, one line per test function),
+and a test has the same ids on every machine, whatever size it can measure.
 
 Which pairs ``gpu_pair`` and ``gpu_link`` run over is ``--gpucomm-pairs`` (:func:`select_pairs`): every
 ordered pair (n x (n - 1)), each device's ring neighbours (i -> i+1 mod n and back: 2n, for n > 2), or device
@@ -33,10 +37,11 @@ import pytest
 from .measurer import GpuPair
 from .markers import MarkerError, closest_mark, read_sizes, size_id
 from .state import State
-from ..units import describe_size, plural
+from ..units import format_size, plural
 from ..vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
 
-__all__ = ["parametrize", "pair_choice", "select_pairs", "select_links", "pairs_lines"]
+__all__ = ["parametrize", "pair_choice", "select_pairs", "select_links", "pairs_lines", "max_size_text",
+           "max_size_lines"]
 
 
 def pair_choice(setting: Optional[str], n_devices: int) -> str:
@@ -94,6 +99,22 @@ def pairs_lines(state: State) -> list[str]:
             f"{len(select_links(devs, how))} of {plural(every // 2, 'link')}"]
 
 
+def max_size_text(state: State) -> str:
+    """The largest size measured and where it came from: ``16 MiB (the default on CPU)``, ``1 MiB (from the
+    command line)``."""
+    if state.settings.max_size is not None:
+        from .settings import origin
+
+        return f"{format_size(state.settings.max_size)} (from {origin(state.config, '--gpucomm-max-size')})"
+    kind = "GPU" if state.devices.info.kind == "gpu" else "CPU"
+    return f"{format_size(state.devices.max_size)} (the default on {kind})"
+
+
+def max_size_lines(state: State) -> list[str]:
+    """The header's line of the largest size measured (:func:`max_size_text`)."""
+    return [f"gpucomm max-size: {max_size_text(state)}: @sizes above it are skipped (--gpucomm-max-size)"]
+
+
 def _param_or_skip(metafunc: pytest.Metafunc, name: str, values: list[Any], ids: list[str], reason: str,
                    empty_id: str) -> None:
     if values:
@@ -139,9 +160,9 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
         if "size" not in metafunc.fixturenames:
             raise pytest.Collector.CollectError(f"{where}: @sizes needs the test to take a 'size' argument")
         cap = state.devices.max_size
-        kept = [s for s in sizes if s <= cap]
-        _param_or_skip(metafunc, "size", kept, [size_id(s) for s in kept],
-                       f"every size of @sizes is above --gpucomm-max-size {describe_size(cap)}", "no-size")
+        above = pytest.mark.skip(reason=f"above --gpucomm-max-size {max_size_text(state)}")
+        metafunc.parametrize("size", [s if s <= cap else pytest.param(s, marks=above) for s in sizes],
+                             ids=[size_id(s) for s in sizes], indirect=True)
     if "gpu_pair" in metafunc.fixturenames:
         devs = state.devices.names()
         pairs = select_pairs(devs, pair_choice(state.settings.pairs, len(devs)))

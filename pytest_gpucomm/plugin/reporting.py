@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .state import State
 
 __all__ = ["SessionReport", "baseline_document", "baseline_extra", "baseline_figures", "curves_of",
-           "session_levels", "session_report", "summary_lines", "write_reports"]
+           "session_levels", "session_report", "run_document", "summary_lines", "write_reports"]
 
 
 @dataclass(frozen=True)
@@ -136,30 +136,34 @@ def _replaces(path: str) -> str:
     return " (replacing the file that was there)" if os.path.lexists(path) else ""
 
 
+def run_document(state: "State") -> Optional["ReportDocument"]:
+    """The run's document (:func:`session_report`), None where the run measured nothing: what pytest-html's
+    summary renders."""
+    return session_report(state).document if state.records else None
+
+
 def _launch_dict(state: "State") -> Optional[dict[str, Any]]:
     shape = state.launch_extra()
     return shape.to_dict() if shape is not None else None
 
 
-def summary_lines(state: "State") -> list[str]:
+def summary_lines(state: "State", width: int = 120, full: bool = False) -> list[str]:
     """The "gpucomm results" section of the terminal summary (``report.terminal.summary_lines`` of the
-    session's document), with the session's own lines: the hardware, the gate's header, the notes."""
+    session's document, fitted to ``width``; ``full``: every column of the table), with the session's own
+    lines: the hardware and the gate's header where the session's header did not print them (a pytest-xdist
+    controller prints its workers'), the notes.  Nothing the header printed is printed again."""
     from ..report.terminal import summary_lines as render
 
     report = session_report(state)
-    header: list[str] = []
-    if report.document.gated:
-        if state.from_workers.gate_header:
-            header = list(state.from_workers.gate_header)
-        elif state.settings.baseline and state.gate.loaded:
-            header = state.gate.header_lines()[1:]
+    # a pytest-xdist controller's header has neither the hardware nor the baseline: its workers' are printed
+    header = list(state.from_workers.gate_header) if report.document.gated else []
     notes: list[str] = []
     workers = state.from_workers.workers
     if workers > 1:
         notes.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
                      "slowed each other (compare with a run without -n)")
-    return render(report.document, report.baseline, headline=state.headline(), gate_header=header,
-                  notes=notes + state.notes)
+    return render(report.document, report.baseline, headline=state.from_workers.headline, gate_header=header,
+                  notes=notes + state.notes, width=width, full=full)
 
 
 def _save_baseline(state: "State", finished: bool, date: str) -> None:

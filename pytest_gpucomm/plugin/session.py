@@ -48,9 +48,11 @@ def open_session(config: pytest.Config) -> State:
         check_outputs(config, settings)
     config.stash[STATE_KEY] = state = State(config, settings, launch, worker, launch_error)
     if writes and settings.plots_dir and getattr(config.option, "htmlpath", None):
-        from .html_plots import PytestHtmlPlots  # pytest-html: the plots go into its report too
+        from .html_plots import PytestHtmlPlots  # pytest-html: the page, with the plots, goes into its report too
+        from .reporting import run_document
 
-        config.pluginmanager.register(PytestHtmlPlots(lambda: state.plot_paths), "gpucomm-html-plots")
+        config.pluginmanager.register(PytestHtmlPlots(lambda: state.plot_paths, lambda: run_document(state)),
+                                      "gpucomm-html-plots")
     _register_modes(config, state)
     return state
 
@@ -145,9 +147,11 @@ def collection_lines(state: State, items: list[pytest.Item]) -> list[str]:
     if not any(uses_gpucomm(i) for i in items) or not state.speaks:
         return []
     from ..env.hardware import device_summary_lines
-    from .parametrize import pairs_lines
+    from ..report.text import fit
+    from .finish import terminal_width
+    from .parametrize import max_size_lines, pairs_lines
 
-    return (device_summary_lines(state.devices.info) + pairs_lines(state)
-            + (state.launched.node_lines() if state.launched is not None else [])
-            + (state.judging.gate.header_lines() if state.settings.baseline else []))
+    return fit(device_summary_lines(state.devices.info) + max_size_lines(state) + pairs_lines(state)
+               + (state.launched.node_lines() if state.launched is not None else [])
+               + (state.judging.gate.header_lines() if state.settings.baseline else []), terminal_width(state.config))
 

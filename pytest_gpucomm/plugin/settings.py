@@ -179,11 +179,11 @@ class Settings:
         return TimingSettings(min_time_s=self.min_time_s)
 
     def describe(self) -> str:
+        """The header's settings line (the largest size follows the hardware: ``parametrize.max_size_lines``)."""
         parts = [
             f"device={self.device}",
             f"min-time={self.min_time_s:g}s",
             *([f"tail-time={self.tail_time_s:g}s"] if self.tail_time_s is not None else []),
-            f"max-size={'default' if self.max_size is None else describe_size(self.max_size)}",
             f"timeout={self.timeout_s:g}s",
             f"dtype={','.join(self.dtypes)}",
             f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",

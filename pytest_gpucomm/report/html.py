@@ -8,61 +8,70 @@ element, the plots as ``data:image/png;base64`` URIs, no script (nothing to run,
 policy for local files can block), nothing fetched from the network.  It is also well-formed XML (every
 element closed, only XML's five escapes), so a test or a script can read it with ``xml.etree``.
 
-**What the page holds** (:func:`html_page`), from the report's document and, where given, the figures of
-the baseline file it is compared with (``saved.load_reference(...).figures``):
+**What the page holds** (:func:`html_page`, its sections in :mod:`.html_parts`), from the report's document
+and, where given, the figures of the baseline file it is compared with (``saved.load_reference(...).figures``),
+answering first whether the run passed:
 
 * a header: the title, and the hardware, the run's date and the baseline (``plots.context_line``, the
-  second line of every plot's title, so the page and its figures name the same run);
-* the verdicts: a line of counts per status (as the terminal's ``gpucomm verdicts:`` line, with its tail
-  counts), the run at the gate's levels where the report has them, and a table with one row per report
-  row: test id, op, devices or world, size, GB/s, p50 / p99 us, the single ops' tail (``report.tail_cell``),
-  the baseline's GB/s, the ratio, the status, and the verdict's message (also the status cell's tooltip).
-  A row is coloured by its status (:func:`status_class`): red where it fails the test, green where it
-  passed a threshold or the gate, grey where nothing was judged (new, not gated, measured);
-* the copy matrices: each copy test's GB/s per (source, destination), and today / baseline per cell
-  (``matrices.matrix_lines``, as the terminal prints them);
-* the curves: per sweep (``curves.sweeps``) the curve model's two lines, and, with a
-  baseline, the comparison with the baseline's curve of the same sweep (``curves.compare_curves``).  The
-  per-size verdicts are the rule that fails tests; the curves explain them;
+  second line of every plot's title, so the page and its figures name the same run; the file ``gpucomm
+  compare`` judged against where the report is its output);
+* the headline: PASSED or FAILED in one word and why (how many cases failed, how many regressions at the
+  levels), a coloured chip per status with its count, the counts line (as the terminal's ``gpucomm
+  verdicts:``), the class offsets -- the run's common shift per class -- and every band or case that failed
+  at its level (``gpucomm compare``'s levels where it judged the report again), and whether the environment
+  changed;
+* the failing cases, each with its verdict's first line (what, where, how much), the detail below it and
+  its plots (its sweep's, its single ops' latency);
+* the results: a table of every row, grouped by sweep (a heading row per sweep: op, devices or world,
+  dtype, test), with its size, GB/s, p50 / p99 us, the single ops' tail, the baseline's GB/s, the ratio, the
+  status (coloured: red where it fails the test, green where it passed the gate, grey where nothing was
+  judged) and the verdict (its first line, the detail folded under it).  With ``--baseline B`` the baseline's
+  figure and the ratio are B's (today / its figure), the statuses the run's;
+* the copy matrices as tables (GB/s, and today / baseline beside it, a cell below 0.95x marked) and the
+  curves as a table (``terminal.curve_cells``: floor, peak, 90 % point, fit, against the baseline);
 * the environment: what changed in the fingerprint since the baseline was recorded (the report's
   ``baseline.environment_diff``, as the gate saw it during the run), where the run was gated;
-* the plots (``plots.all_figures``), inline, each with its label as ``alt`` text and caption.  Without
-  matplotlib the page is still written, with a note naming the extra that brings it (``plots.EXTRA``).
+* the other plots (``plots.all_figures``), inline in a grid, each with its label as ``alt`` text and caption.
+  Without matplotlib the page is still written, with a note naming the extra that brings it (``plots.EXTRA``).
 
 The figures are written at ``PLOT_DPI`` (90, against the 150 of ``plots.save_all``'s files): a figure
 8 inches wide is then 720 pixels, legible at a browser's width with its 7-point legends, and 40-66 KB
 (the figures of a CPU run of two sweeps), so a page of many figures stays a few MB.
 
 **pytest-html** (:func:`plots_fragment`, which the plugin object
-:class:`pytest_gpucomm.plugin.html_plots.PytestHtmlPlots` hands to pytest-html): adds the PNG (or SVG) files a run wrote
-with ``--gpucomm-plots=DIR`` to pytest-html's report, inline, under a heading, through its
-``pytest_html_results_summary`` hook.  pytest-html calls that hook from its own ``pytest_sessionfinish``,
-marked ``trylast``, just before it writes the report; the gpucomm plugin's ``pytest_sessionfinish`` is
-``tryfirst`` and writes the reports (and the plots) there, so the files exist when the hook asks for them.
-A plot written later (``pytest_terminal_summary``, ``pytest_unconfigure``) would miss the report.
+:class:`pytest_gpucomm.plugin.html_plots.PytestHtmlPlots` hands to pytest-html): the same sections as the page
+(:func:`page_body`), the run's document rendered with the PNG (or SVG) files it wrote with
+``--gpucomm-plots=DIR`` as its plots, in pytest-html's report, under a heading, through its
+``pytest_html_results_summary`` hook (the stylesheet scoped to the fragment's ``gpucomm`` class).
+pytest-html calls that hook from its own ``pytest_sessionfinish``, marked ``trylast``, just before it writes
+the report; the gpucomm plugin's ``pytest_sessionfinish`` is ``tryfirst`` and writes the reports (and the
+plots) there, so the files exist when the hook asks for them.  A plot written later
+(``pytest_terminal_summary``, ``pytest_unconfigure``) would miss the report.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import os
-from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ..analysis.baseline_figures import BaselineFigures, as_figures
-from .document import ReportDocument, Row, as_document
+from .document import ReportDocument, as_document
+from .html_parts import (Image, curves_section, environment_section, esc, failing_cases, figures_section, headline,
+                         img, matrices_section, results_table, status_class, verdict_counts)
 
 __all__ = [
     "PLOT_DPI",
     "html_page",
+    "page_body",
     "write_html",
     "status_class",
     "counts_line",
     "PLOTS_HEADING",
+    "RESULTS_HEADING",
     "plots_fragment",
+    "file_images",
 ]
 
 #: the resolution of the inline PNG figures (see the module doc)
@@ -71,58 +80,63 @@ PLOT_DPI = 90
 #: the image types the pytest-html hook inlines, by file suffix
 _MIME = {".png": "image/png", ".svg": "image/svg+xml"}
 
-#: the statuses that pass (green); the failing ones are ``vocab.Status.failed`` (red), the rest grey
-_PASSING = frozenset({"ok", "floor-ok", "improved"})
-
+#: the page's stylesheet, every rule under the ``gpucomm`` class (the page's body, the pytest-html fragment)
 _STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.4em; margin-bottom: 0.2em; }
-h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-h3 { font-size: 1em; margin-bottom: 0.2em; }
-p.context { color: #555; margin-top: 0; }
-table { border-collapse: collapse; font-size: 0.85em; }
-th, td { border: 1px solid #ddd; padding: 0.2em 0.5em; vertical-align: top; }
-th { background: #f2f2f2; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.test { font-family: monospace; word-break: break-all; max-width: 28em; }
-td.message { white-space: pre-wrap; font-size: 0.9em; color: #444; max-width: 40em; }
-tr.status-fail td.status { background: #f8d0d0; color: #8b0000; font-weight: bold; }
-tr.status-pass td.status { background: #d4efd4; color: #155d15; }
-tr.status-info td.status { background: #eeeeee; color: #555; }
-tr.status-fail { background: #fff3f3; }
-pre.matrix { font-size: 0.85em; }
-pre.curve, p.comparison { margin: 0.2em 0 0.6em 0; white-space: pre-wrap; font-size: 0.85em; }
-p.note { color: #7a5200; background: #fff6e0; padding: 0.4em; }
-figure { margin: 1em 0; }
-figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
-figcaption { font-size: 0.8em; color: #555; }
+.gpucomm { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 15px;
+  line-height: 1.45; color: #1d1d1d; max-width: 1500px; }
+.gpucomm h1 { font-size: 1.6em; margin: 0 0 0.2em 0; }
+.gpucomm h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+.gpucomm h3 { font-size: 1.05em; margin: 0.8em 0 0.3em 0; }
+.gpucomm p.context { color: #555; margin-top: 0; }
+.gpucomm .headline { padding: 0.7em 1.1em; border-radius: 6px; margin: 1em 0; }
+.gpucomm .headline.failed { background: #fdecec; border-left: 8px solid #c62828; }
+.gpucomm .headline.passed { background: #e9f6ea; border-left: 8px solid #2e7d32; }
+.gpucomm .headline p.verdict { font-size: 1.2em; margin: 0.2em 0; }
+.gpucomm .headline .word { font-size: 1.5em; font-weight: bold; margin-right: 0.4em; }
+.gpucomm .headline.failed .word { color: #b71c1c; }
+.gpucomm .headline.passed .word { color: #1b5e20; }
+.gpucomm ul.chips { list-style: none; padding: 0; margin: 0.4em 0; display: flex; flex-wrap: wrap; gap: 0.4em; }
+.gpucomm .chip { padding: 0.1em 0.7em; border-radius: 1em; font-weight: 600; }
+.gpucomm .status-fail.chip, .gpucomm span.status-fail { background: #f8d0d0; color: #8b0000; }
+.gpucomm .status-pass.chip { background: #d4efd4; color: #155d15; }
+.gpucomm .status-info.chip { background: #e6e6e6; color: #444; }
+.gpucomm p.counts { color: #444; margin: 0.3em 0; }
+.gpucomm ul.levels { margin: 0.3em 0; padding-left: 1.2em; }
+.gpucomm table { border-collapse: collapse; font-size: 0.93em; margin: 0.4em 0 0.8em 0; }
+.gpucomm th, .gpucomm td { border: 1px solid #ddd; padding: 0.25em 0.6em; vertical-align: top; }
+.gpucomm th { background: #f2f2f2; text-align: left; white-space: nowrap; }
+.gpucomm tr.sweep th { background: #e8eef7; font-weight: 600; }
+.gpucomm td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.gpucomm td.test { font-family: ui-monospace, monospace; font-size: 0.9em; white-space: nowrap; }
+.gpucomm td.message { font-size: 0.9em; color: #444; max-width: 30em; }
+.gpucomm td.message summary { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.gpucomm td.message div.detail, .gpucomm p.message-detail { white-space: pre-wrap; }
+.gpucomm summary { cursor: pointer; }
+.gpucomm tr.status-fail td.status { background: #f8d0d0; color: #8b0000; font-weight: bold; }
+.gpucomm tr.status-pass td.status { background: #d4efd4; color: #155d15; }
+.gpucomm tr.status-info td.status { background: #eeeeee; color: #555; }
+.gpucomm tr.status-fail { background: #fff3f3; }
+.gpucomm table.matrix { display: inline-table; margin-right: 1.5em; }
+.gpucomm table.matrix caption { text-align: left; color: #555; }
+.gpucomm td.low { background: #f8d0d0; color: #8b0000; font-weight: bold; }
+.gpucomm td.empty { color: #aaa; }
+.gpucomm article.case { border: 1px solid #e5b5b5; border-radius: 6px; padding: 0.4em 1em; margin: 0.8em 0; }
+.gpucomm span.status { padding: 0.05em 0.5em; border-radius: 4px; margin-right: 0.4em; }
+.gpucomm span.test { font-family: ui-monospace, monospace; }
+.gpucomm p.message-head { font-weight: 600; margin: 0.3em 0; }
+.gpucomm p.message-detail { font-size: 0.9em; color: #444; margin: 0.3em 0; }
+.gpucomm p.note { color: #7a5200; background: #fff6e0; padding: 0.4em; }
+.gpucomm div.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 1em; }
+.gpucomm figure { margin: 0.5em 0; }
+.gpucomm figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+.gpucomm figcaption { font-size: 0.8em; color: #555; }
 """
 
 
-def _e(value: Any) -> str:
-    """Escaped text for an element's content or an attribute (quotes too)."""
-    return html.escape(str(value), quote=True)
-
-
-def status_class(status: Any) -> str:
-    """The colour class of a status: "fail" (red) where it fails the test (``vocab.Status.failed``: FAIL,
-    REGRESSION, TAIL, FLOOR, and NEW / NOT GATED under --gpu-baseline-strict), "pass" (green) for ok,
-    floor-ok and improved, "info" (grey) for the rest (new, not gated, measured, a status not known)."""
-    from ..vocab import Status
-
-    text = str(status)
-    try:
-        if Status(text).failed:
-            return "fail"
-    except ValueError:
-        return "info"
-    return "pass" if text in _PASSING else "info"
-
-
-def _img(data: bytes, mime: str, alt: str, style: str = "") -> str:
-    b64 = base64.b64encode(data).decode("ascii")
-    css = f' style="{_e(style)}"' if style else ""
-    return f'<img src="data:{mime};base64,{b64}" alt="{_e(alt)}"{css}/>'
+def counts_line(report: "ReportDocument | Mapping[str, Any]") -> str:
+    """``9 rows; verdicts: 1 REGRESSION, 8 not gated; tails tested on 3 cases: 0 TAIL`` (statuses in the
+    terminal's order, the tail counts from ``report.tail_counts``)."""
+    return verdict_counts(as_document(report))
 
 
 def _figure_png(fig: Any, dpi: int = PLOT_DPI) -> bytes:
@@ -131,155 +145,50 @@ def _figure_png(fig: Any, dpi: int = PLOT_DPI) -> bytes:
     return buf.getvalue()
 
 
-# -- the page's parts ----------------------------------------------------------------------------------
-
-
-_HEADERS = ("test", "op", "devices / world", "size", "GB/s", "p50 us", "p99 us", "1-op tail", "baseline GB/s",
-            "ratio", "status", "verdict")
-
-
-def _message(row: Row) -> str:
-    """The verdict's message and the threshold checks of a row, one per line."""
-    lines = [row.verdict.message] if row.verdict is not None and row.verdict.message else []
-    return "\n".join(lines + list(row.checks))
-
-
-def _table(doc: ReportDocument) -> list[str]:
-    from .run import fmt_gbps, fmt_us, tail_cell
-    from ..units import format_size
-
-    out = ['<table id="verdicts-table">', "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in _HEADERS)
-           + "</tr></thead>", "<tbody>"]
-    for row in doc.rows:
-        m, status = row.measurement, row.status
-        base = row.verdict.baseline_gbps if row.verdict is not None else None
-        ratio = row.verdict.ratio if row.verdict is not None else None
-        message = _message(row)
-        cells = [
-            f'<td class="test">{_e(row.test)}</td>',
-            f"<td>{_e(m.op)}</td>",
-            f"<td>{_e(m.where)}</td>",
-            f'<td class="num" title="{_e(f"{m.size_bytes:,} bytes")}">{_e(format_size(m.size_bytes))}</td>',
-            f'<td class="num">{_e(fmt_gbps(m.gbps))}</td>',
-            f'<td class="num">{_e(fmt_us(m.p50_us))}</td>',
-            f'<td class="num">{_e(fmt_us(m.p99_us))}</td>',
-            f'<td class="num">{_e(tail_cell(m))}</td>',
-            f'<td class="num">{_e(fmt_gbps(base) if base else "-")}</td>',
-            f'<td class="num">{_e(f"{ratio:.3f}" if ratio else "-")}</td>',
-            f'<td class="status" title="{_e(message)}">{_e(status)}</td>',
-            f'<td class="message">{_e(message)}</td>',
-        ]
-        out.append(f'<tr class="status-{status_class(status)}" data-status="{_e(status)}">' + "".join(cells)
-                   + "</tr>")
-    out += ["</tbody>", "</table>"]
-    return out
-
-
-def counts_line(report: "ReportDocument | Mapping[str, Any]") -> str:
-    """``verdicts: 1 REGRESSION, 8 not gated; tails tested on 3 cases: 0 TAIL`` (statuses in the terminal's
-    order, the tail counts from ``report.tail_counts``)."""
-    from .run import tail_counts
-    from ..units import plural
-
-    rows = as_document(report).rows
-    counts = Counter(r.status for r in rows)
-    return (f"{plural(len(rows), 'row')}; verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-            + tail_counts(rows))
-
-
-def _curves(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[str]:
-    from ..analysis.curve_fit import curve_model
-    from ..analysis.curves import compare_curves
-    from ..analysis.sweeps import sweeps
-
-    out = ['<section id="curves">', "<h2>Curves</h2>"]
-    found = sweeps([(r.test, r.measurement) for r in doc.rows])
-    if not found:
-        out.append('<p class="note">No sweep: no test measured one op at two sizes or more.</p>')
-        return out + ["</section>"]
-    # the baseline's sweeps carry neither a node label nor a form in their key (curves.sweeps_from_baseline),
-    # so they are matched on the rest of it, as the plots match them
-    base = baseline.sweeps if baseline is not None else {}
-    for sweep in found:
-        out.append('<div class="sweep">')
-        out.append(f"<h3>{_e(sweep.label)}</h3>")
-        out.append(f'<pre class="curve">{_e(curve_model(sweep).text())}</pre>')
-        if baseline is not None:
-            b = base.get(sweep.key[:5])
-            if b is None:
-                line = "not in the baseline: no curve to compare with"
-            else:
-                try:
-                    line = "against the baseline: " + compare_curves(sweep, b).text()
-                except ValueError as e:
-                    line = f"not compared with the baseline: {e}"
-            out.append(f'<p class="comparison">{_e(line)}</p>')
-        out.append("</div>")
-    return out + ["</section>"]
-
-
-def _matrices(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[str]:
-    """The copy matrices as ``gpucomm show`` prints them (``terminal.matrix_section``, every one), in a
-    ``<pre>``; nothing where the report has none."""
-    from ..analysis.matrices import MATRIX_NOTE
-    from .terminal import matrix_section
-
-    lines = matrix_section(doc, baseline)
-    if not lines:
-        return []
-    return ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{_e(MATRIX_NOTE)}</p>",
-            f'<pre class="matrix">{_e(chr(10).join(lines))}</pre>', "</section>"]
-
-
-def _environment(doc: ReportDocument) -> list[str]:
-    diff = doc.baseline.environment_diff if doc.baseline is not None else None
-    if diff is None:
-        return []
-    out = ['<section id="environment">', "<h2>Environment</h2>"]
-    if not diff:
-        out.append("<p>Same as when the baseline was recorded (its latest run's fingerprint).</p>")
-        return out + ["</section>"]
-    out.append("<p>What changed since the baseline was recorded (its latest run's fingerprint against this "
-               "run's):</p>")
-    out.append('<table id="environment-table"><thead><tr><th>key</th><th>baseline</th><th>this run</th></tr>'
-               "</thead><tbody>")
-    for key, old, new in diff:
-        show = ["(absent)" if v is None else v for v in (old, new)]
-        out.append(f"<tr><td>{_e(key)}</td><td>{_e(show[0])}</td><td>{_e(show[1])}</td></tr>")
-    out.append("</tbody></table>")
-    return out + ["</section>"]
-
-
-def _levels(doc: ReportDocument) -> list[str]:
-    """The run at the gate's levels: each class offset, and every band or case residual that failed."""
-    levels = doc.baseline.levels if doc.baseline is not None else None
-    texts = levels.texts(every=("classes",)) if levels is not None else []
-    if not texts:
-        return []
-    return ['<ul class="levels">'] + [f"<li>{_e(t)}</li>" for t in texts] + ["</ul>"]
-
-
-def _plots(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> list[str]:
+def drawn_images(doc: ReportDocument, figures: Optional[BaselineFigures]) -> tuple[list[Image], str]:
+    """The document's plots (``plots.all_figures``) as PNG images, or [] and why none is drawn."""
     from . import plots
 
-    out = ['<section id="plots">', "<h2>Plots</h2>"]
     try:
-        figs = plots.all_figures(doc, baseline)
+        figs = plots.all_figures(doc, figures)
     except plots.PlotsUnavailable as e:
-        out.append(f'<p class="note" id="plots-unavailable">The plots are not drawn: {_e(e)}. Install the plots '
-                   f"extra to have them: {_e(plots.EXTRA)}</p>")
-        return out + ["</section>"]
-    if not figs:
-        out.append('<p class="note">No figure: the report has no sweep, no copy between two devices and no '
-                   "single-op record.</p>")
-    for fig in figs:
-        label = str(fig.get_label() or "figure")
-        out.append('<figure>' + _img(_figure_png(fig), "image/png", label)
-                   + f"<figcaption>{_e(label)}</figcaption></figure>")
-    return out + ["</section>"]
+        return [], f"The plots are not drawn: {e}. Install the plots extra to have them: {plots.EXTRA}"
+    return [Image(str(f.get_label() or "figure"), "image/png", _figure_png(f)) for f in figs], ""
+
+
+def file_images(plot_files: Iterable["str | os.PathLike[str]"]) -> tuple[list[Image], list[str]]:
+    """The image files a run wrote (``--gpucomm-plots``), each labelled by its file name's stem (the figure's
+    label: ``plots.save_all``), and a note per file that cannot be read or is not an image this page shows."""
+    images, notes = [], []
+    for p in [Path(x) for x in plot_files or []]:
+        mime = _MIME.get(p.suffix.lower())
+        if mime is None:
+            notes.append(f"{p}: not an image this report shows (PNG or SVG)")
+            continue
+        try:
+            images.append(Image(p.stem, mime, p.read_bytes()))
+        except OSError as e:
+            notes.append(f"{p}: cannot be read: {e.strerror or e}")
+    return images, notes
 
 
 # -- the page ------------------------------------------------------------------------------------------
+
+
+def page_body(doc: ReportDocument, figures: Optional[BaselineFigures], images: list[Image], *,
+              unavailable: str = "", notes: Iterable[str] = (), with_plots: bool = True) -> list[str]:
+    """The page's sections (see the module doc), in order, compared with ``figures`` (None: with what the
+    run judged against), with ``images`` as its plots (``unavailable``: why there are none; ``notes``: a plot
+    that cannot be shown)."""
+    from .terminal import curve_entries
+
+    shown: set[str] = set()
+    parts = [*headline(doc), *failing_cases(doc, images, shown), *results_table(doc, figures),
+             *matrices_section(doc, figures), *curves_section(curve_entries(doc, figures), figures is not None),
+             *environment_section(doc)]
+    if with_plots:
+        parts += figures_section(images, shown, unavailable=unavailable, notes=list(notes))
+    return parts
 
 
 def html_page(report: "ReportDocument | Mapping[str, Any]",
@@ -288,7 +197,7 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
     """The self-contained HTML page of ``report`` (a report document, or a JSON report's document), against
     ``baseline`` (a baseline file's figures or document, or None): see the module doc for what it holds.
     ``title``: the page's title (default "pytest-gpucomm report"); ``with_plots=False`` leaves the plots
-    section out.
+    out.
 
     Raises ``saved.ReportError`` for a document that is not a report this pytest-gpucomm reads or a row
     that cannot be read back, ValueError for a ``baseline`` that is not a baseline document."""
@@ -297,6 +206,7 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
 
     doc, figures = as_document(report), as_figures(baseline)
     title = title or "pytest-gpucomm report"
+    images, unavailable = drawn_images(doc, figures) if with_plots else ([], "")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -304,25 +214,16 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
         '<meta charset="utf-8"/>',
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
         '<meta name="generator" content="pytest-gpucomm"/>',
-        f"<title>{_e(title)}</title>",
+        f"<title>{esc(title)}</title>",
         f"<style>{_STYLE}</style>",
         "</head>",
-        "<body>",
+        '<body class="gpucomm">',
         "<header>",
-        f"<h1>{_e(title)}</h1>",
-        f'<p class="context">{_e(context_line(doc, figures))}</p>',
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="context">{esc(context_line(doc, figures))}</p>',
         "</header>",
-        '<section id="verdicts">',
-        "<h2>Verdicts</h2>",
-        f'<p class="counts">{_e(counts_line(doc))}</p>',
-        *_levels(doc),
-        *_table(doc),
-        "</section>",
-        *_matrices(doc, figures),
-        *_curves(doc, figures),
-        *_environment(doc),
-        *(_plots(doc, figures) if with_plots else []),
-        f'<footer><p class="context">written by pytest-gpucomm {_e(__version__)}</p></footer>',
+        *page_body(doc, figures, images, unavailable=unavailable, with_plots=with_plots),
+        f'<footer><p class="context">written by pytest-gpucomm {esc(__version__)}</p></footer>',
         "</body>",
         "</html>",
     ]
@@ -343,29 +244,30 @@ def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping
 
 # -- pytest-html ---------------------------------------------------------------------------------------
 
-#: the heading of the plots in pytest-html's summary
+#: the heading of the plots in pytest-html's summary, and of the run's page there
 PLOTS_HEADING = "gpucomm plots"
+RESULTS_HEADING = "gpucomm results"
 
 
-def plots_fragment(plot_files: Iterable["str | os.PathLike[str]"]) -> str:
-    """The HTML added to pytest-html's summary (:class:`pytest_gpucomm.plugin.html_plots.PytestHtmlPlots`): a
-    heading, then each image inline (base64) with its file name as ``alt`` text and caption; a note for a file
-    that cannot be read or is of another type."""
-    files = [Path(p) for p in plot_files or []]
-    parts = [f'<div class="gpucomm-plots"><h2>{_e(PLOTS_HEADING)}</h2>']
-    if not files:
+def plots_fragment(plot_files: Iterable["str | os.PathLike[str]"],
+                   report: Optional[Callable[[], Optional[ReportDocument]]] = None) -> str:
+    """The HTML added to pytest-html's summary (:class:`pytest_gpucomm.plugin.html_plots.PytestHtmlPlots`):
+    with ``report`` (the run's document), the page's sections (:func:`page_body`, as ``gpucomm html`` makes
+    them of the run's JSON report) with the image files as its plots (drawn against the baseline the run was
+    judged against); without, a heading and each image inline (base64) with its file name as ``alt`` text
+    and caption.  A note for a file that cannot be read or is of another type."""
+    images, notes = file_images(plot_files)
+    doc = report() if report is not None else None
+    if doc is not None:
+        body = page_body(doc, None, images, notes=notes)
+        return "\n".join([f'<div class="gpucomm"><style>{_STYLE}</style><h2>{esc(RESULTS_HEADING)}</h2>', *body,
+                          "</div>"])
+    parts = [f'<div class="gpucomm-plots"><h2>{esc(PLOTS_HEADING)}</h2>']
+    if not images and not notes:
         parts.append("<p>No plot was written in this run (the terminal summary says why).</p>")
-    for p in files:
-        mime = _MIME.get(p.suffix.lower())
-        if mime is None:
-            parts.append(f"<p>{_e(p)}: not an image this report shows (PNG or SVG)</p>")
-            continue
-        try:
-            data = p.read_bytes()
-        except OSError as e:
-            parts.append(f"<p>{_e(p)}: cannot be read: {_e(e.strerror or e)}</p>")
-            continue
-        parts.append(f'<figure>{_img(data, mime, p.stem, "max-width: 100%; height: auto")}'
-                     f'<figcaption>{_e(p.name)}</figcaption></figure>')
+    parts += [f"<p>{esc(n)}</p>" for n in notes]
+    for i in images:
+        parts.append(f'<figure>{img(i.data, i.mime, i.label, "max-width: 100%; height: auto")}'
+                     f"<figcaption>{esc(i.label)}</figcaption></figure>")
     parts.append("</div>")
     return "".join(parts)

@@ -77,6 +77,8 @@ __all__ = [
     "MARKED_STATUSES",
     "FORMATS",
     "sweep_figures",
+    "sweep_figure_label",
+    "latency_figure_label",
     "copy_matrix_figures",
     "latency_figures",
     "all_figures",
@@ -165,6 +167,9 @@ def _baseline_name(doc: ReportDocument, baseline: Optional[BaselineFigures]) -> 
     if baseline is not None:
         runs = baseline.n_runs
         return f"baseline {baseline.name} ({runs} run{'' if runs == 1 else 's'})"
+    against = (doc.compared or {}).get("against")
+    if against:
+        return f"baseline {Path(str(against)).stem} (judged by gpucomm compare; its file not drawn)"
     path = doc.baseline.path if doc.baseline is not None else None
     if path:
         return f"baseline {Path(path).stem} (judged in the run; its file not drawn)"
@@ -244,9 +249,19 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
         if rax is not None:
             ax.tick_params(labelbottom=False)
         fig.suptitle(f"{sweep.label}\n{context}", fontsize=9, **_LITERAL)
-        fig.set_label(f"sweep-{_slug(sweep.key[0])}" if sweep.key[0] else f"sweep-{_slug(sweep.label)}")
+        fig.set_label(sweep_figure_label(sweep))
         figs.append(fig)
     return figs
+
+
+def sweep_figure_label(sweep: Sweep) -> str:
+    """The label (and file name) of a sweep's figure: ``sweep-test_copy_0-to-1``."""
+    return f"sweep-{_slug(sweep.key[0])}" if sweep.key[0] else f"sweep-{_slug(sweep.label)}"
+
+
+def latency_figure_label(test: str, op: str) -> str:
+    """The label (and file name) of a row's single-op latency figure: ``latency-test_ar_4KiB``."""
+    return f"latency-{_slug(test or op)}"
 
 
 def _draw_sweep(ax: Any, sweep: Sweep, base: Optional[Sweep], marks: list[tuple[int, float, str]]) -> None:
@@ -493,7 +508,7 @@ def latency_figures(report: ReportLike, baseline: BaselineLike = None, *,
         fig.suptitle(f"{m.op} {format_size(m.size_bytes)}, {where}: single-op latency"
                      f"{f' (today {p})' if p else ''}\n"
                      f"{context}", fontsize=9, **_LITERAL)
-        fig.set_label(f"latency-{_slug(test or m.op)}")
+        fig.set_label(latency_figure_label(test, m.op))
         figs.append(fig)
     return figs
 

@@ -10,7 +10,6 @@ the session's records after the run was judged at the gate's levels.
 
 from __future__ import annotations
 
-import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
@@ -18,6 +17,7 @@ from ..measurement import Measurement, Record
 from ..units import format_size, plural
 from ..vocab import Status
 from .document import ReportDocument, Row, RowVerdict, rows_of
+from .text import DEFAULT_WIDTH, fit
 
 if TYPE_CHECKING:
     from ..gate.levels import RunLevels
@@ -42,10 +42,10 @@ HEADERS = [
 GATE_HEADERS = ["baseline GB/s", "ratio", "status"]
 TAIL_HEADER = "1-op tail"
 LEGEND = (
-    "GB/s: median busbw for collectives, algbw for copies (GB = 1e9 bytes; a both-ways copy counts the bytes of "
-    "both directions); p50/p99: per-iteration latency; CV: coefficient of variation of the per-iteration times; "
-    "n: samples; 1-op tail (collectives): p99 of the single ops, each timed on its own (the slowest rank's time), "
-    "and their jitter p99/p50."
+    "GB/s: median busbw for collectives, algbw for copies (GB = 1e9 bytes; a both-ways copy counts both "
+    "directions); p50/p99: per-iteration time; CV: coefficient of variation of the iteration times; n: samples; "
+    "1-op tail: p99 of the single ops, each timed on its own (the slowest rank's), and their p99/p50; ratio: "
+    "today / baseline."
 )
 #: the sweeps the terminal's curves section shows (the JSON report has every one)
 CURVE_LIMIT = 30
@@ -122,11 +122,13 @@ def gate_columns(items: Iterable["Row | Record"]) -> list[list[Any]]:
     return out
 
 
-def table_lines(rows: Sequence[Row]) -> list[str]:
-    """The table (with the gate's columns where some row was judged) and its legend."""
-    gated = any(r.verdict is not None for r in rows)
-    table = render_table(rows, GATE_HEADERS if gated else None, gate_columns(rows) if gated else None)
-    return table.splitlines() + [LEGEND]
+def table_lines(rows: Sequence[Row], width: int = DEFAULT_WIDTH, *, full: bool = False) -> list[str]:
+    """The table grouped by sweep (``report.table``): compact, fitted to ``width``, or with ``full`` every
+    column (the gate's where some row was judged); then its legend."""
+    from .table import compact_table, full_table
+
+    table = full_table(rows) if full else compact_table(rows, width)
+    return table + fit([LEGEND], width)
 
 
 # -- the verdicts ----------------------------------------------------------------------------------------
@@ -149,9 +151,10 @@ def counts_line(rows: Sequence[Row]) -> str:
     return "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + tail_counts(rows)
 
 
-def sensitivity_lines(verdicts: Sequence[RowVerdict], tests: Optional[Sequence[str]] = None) -> list[str]:
+def sensitivity_lines(verdicts: Sequence[RowVerdict], tests: Optional[Sequence[str]] = None, *,
+                      width: int = DEFAULT_WIDTH) -> list[str]:
     """What the cases' own verdicts can catch: per case the smallest drop it catches; those not gated and
-    the fix.  ``tests``: the verdicts' test ids (default: their cases)."""
+    the fix; wrapped to ``width``.  ``tests``: the verdicts' test ids (default: their cases)."""
     lines: list[str] = []
     names = list(tests) if tests is not None else [str(v.data.get("case", "?")) for v in verdicts]
     judged = [(n, v.data) for n, v in zip(names, verdicts) if v.data and v.data.get("detectable_drop") is not None]
@@ -171,25 +174,25 @@ def sensitivity_lines(verdicts: Sequence[RowVerdict], tests: Optional[Sequence[s
         if not_gated:
             lines.append("  fix: record more baseline runs, in more sessions (other boots or days), with "
                          "--gpu-baseline-save; or raise --gpu-tolerance")
-    return lines
+    return fit(lines, width)
 
 
-def level_lines(levels: Optional["RunLevels"], test_of: Mapping[Optional[str], str], limit: int = 10) -> list[str]:
+def level_lines(levels: Optional["RunLevels"], test_of: Mapping[Optional[str], str], limit: int = 10, *,
+                width: int = DEFAULT_WIDTH) -> list[str]:
     """The levels' summary: per level how many are gated and the median smallest drop caught, then each
-    regression (its headline; its bound below it; the tests of the cases it covers)."""
+    regression (its headline; its bound below it; the tests of the cases it covers), wrapped to ``width``."""
     if levels is None:
         return []
     lines = [f"gpucomm levels: {line}" for line in levels.summary()]
     for v in levels.failed[:limit]:
-        lines += textwrap.wrap(f"gpucomm {v.headline()}", 120, subsequent_indent="    ")
-        lines += textwrap.wrap(v.detail(), 116, initial_indent="    ", subsequent_indent="    ")
+        lines += [f"gpucomm {v.headline()}", f"    {v.detail()}"]
         tests = [test_of.get(k, k) for k in v.keys]
         lines += [f"    covers {t}" for t in tests[:5]]
         if len(tests) > 5:
             lines.append(f"    ... and {len(tests) - 5} more cases (the JSON report's levels list them)")
     if len(levels.failed) > limit:
         lines.append(f"gpucomm ... and {len(levels.failed) - limit} more regressions at the levels (the JSON report)")
-    return lines
+    return fit(lines, width)
 
 
 def apply_levels(records: Iterable[Record], levels: Optional["RunLevels"]) -> None:
@@ -214,33 +217,32 @@ def apply_levels(records: Iterable[Record], levels: Optional["RunLevels"]) -> No
 # -- the stragglers --------------------------------------------------------------------------------------
 
 
-def straggler_lines(run: "ReportDocument | Iterable[Row | Record]", limit: int = 10) -> list[str]:
+def straggler_lines(run: "ReportDocument | Iterable[Row | Record]", limit: int = 10, *,
+                    width: int = DEFAULT_WIDTH) -> list[str]:
     """The "slowest ranks" and "outlier nodes" sections of the terminal summary (each only when it has a
-    case to list; see ``stragglers``), of a document (or of rows, made one)."""
+    case to list; see ``stragglers``), of a document (or of rows, made one), wrapped to ``width``."""
     from ..analysis.stragglers import CHANCE_P, CLEAR_MAJORITY, MAD_FLOOR, MIN_LAG, NOTABLE_SPREAD, Z_LIMIT
 
     doc = run if isinstance(run, ReportDocument) else ReportDocument.of_run(run)
     lines: list[str] = []
     listed = [(r, r.ranks) for r in doc.rows if r.ranks is not None and r.ranks.listed]
     if listed:
-        lines.append(f"gpucomm slowest ranks (cases where one rank arrived last in at least {CLEAR_MAJORITY:.0%} of "
-                     f"the iterations, beyond chance (p <= {CHANCE_P:g}), the others waiting {MIN_LAG:.0%} of the "
-                     f"iteration or more for it; where the ranks' median times spread by {NOTABLE_SPREAD:.0%} of the "
-                     f"iteration or more, or where a rank's lag stands out):")
+        lines.append(f"gpucomm slowest ranks (one rank last in {CLEAR_MAJORITY:.0%} of the iterations or more "
+                     f"(p <= {CHANCE_P:g}), the others waiting {MIN_LAG:.0%} of an iteration for it; or the ranks' "
+                     f"medians {NOTABLE_SPREAD:.0%} apart; or a rank's lag standing out):")
         for r, ranks in listed[:limit]:
             lines.append(f"  {r.test} ({r.measurement.op} {format_size(r.measurement.size_bytes)}): {ranks.text()}")
         if len(listed) > limit:
             lines.append(f"  ... and {len(listed) - limit} more (the JSON report has every case)")
     nodes = doc.outliers
     if nodes:
-        lines.append(f"gpucomm outlier nodes (against the other nodes and ranks of this run: modified z-score "
-                     f"0.6745 (x - median) / MAD above {Z_LIMIT}, "
-                     f"the MAD at least {MAD_FLOOR:.0%} of the iteration time "
-                     f"for the ranks' lag, of the nodes' median for a node's figure):")
+        lines.append(f"gpucomm outlier nodes (modified z-score 0.6745 (x - median) / MAD above {Z_LIMIT} against "
+                     f"the run's other nodes and ranks; the MAD at least {MAD_FLOOR:.0%} of the iteration time for "
+                     "a rank's lag, of the nodes' median for a node's figure):")
         lines += [f"  {n.text()}" for n in nodes[:limit]]
         if len(nodes) > limit:
             lines.append(f"  ... and {len(nodes) - limit} more nodes (the JSON report lists every one)")
-    return lines + ([doc.straggler_note] if doc.straggler_note else [])
+    return fit(lines + ([doc.straggler_note] if doc.straggler_note else []), width)
 
 
 # -- a test as it finishes -------------------------------------------------------------------------------
