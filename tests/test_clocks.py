@@ -120,3 +120,33 @@ def test_the_timing_engine_reads_the_clocks_only_while_the_timed_samples_run():
     running = [on for _, on in Op.calls]
     assert running[0] is False and running[-1] is True and s._thread is None  # warm-up unsampled, then stopped
     assert s.summaries()[0].readings >= 2
+
+
+def test_a_throttled_measurement_says_so_in_its_row_and_its_verdict_names_it_as_a_likely_cause():
+    """The table marks the figure, the gate's message (``gate.cause.likely_causes``) names the throttle."""
+    from pytest_gpucomm.gate.cause import likely_causes
+    from pytest_gpucomm.measurement import Measurement, Record
+    from pytest_gpucomm.report.table import compact_table
+
+    s = summarize("cuda:0", [Reading(0, 1305.0, 3201.0, 0x4)] * 3)
+    m = Measurement(op="h2d", size_bytes=4096, samples_s=[1e-5] * 5, devices=("host", "cuda:0"), kind="copy",
+                    info={"clocks": [s.to_dict()]})
+    lines = compact_table([Record(nodeid="t.py::test_h2d[4KiB]", measurement=m)], 120)
+    assert any("*" in line and "4 KiB" in line for line in lines)
+    assert any(line.startswith("* measured while its device throttled") for line in lines)
+    assert likely_causes([], m, [m]) == ["measured while cuda:0 throttled (power cap) in 100% of 3 clock readings: "
+                                         "SM 1305 MHz, memory 3201 MHz: a likely cause"]
+    calm = Measurement(op="h2d", size_bytes=4096, samples_s=[1e-5] * 5, devices=("host", "cuda:0"), kind="copy")
+    assert likely_causes([], calm, [calm]) == []
+
+
+def test_a_device_change_is_a_likely_cause_of_the_cases_it_can_slow_only():
+    from pytest_gpucomm.env.device_state import DeviceChange
+    from pytest_gpucomm.gate.cause import likely_causes
+    from pytest_gpucomm.measurement import Measurement
+
+    pcie = DeviceChange("cuda:0", "pcie", "cuda:0 PCIe link at Gen4 x8 (baseline: Gen5 x16)")
+    h2d = Measurement(op="h2d", size_bytes=4096, samples_s=[1e-5], devices=("host", "cuda:0"), kind="copy")
+    peer = Measurement(op="copy", size_bytes=4096, samples_s=[1e-5], devices=("cuda:0", "cuda:1"), kind="copy")
+    assert likely_causes([pcie], h2d, [h2d]) == ["cuda:0 PCIe link at Gen4 x8 (baseline: Gen5 x16): a likely cause"]
+    assert likely_causes([pcie], peer, [peer]) == []

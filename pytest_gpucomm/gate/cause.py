@@ -1,4 +1,10 @@
-"""The cause test: which environment variable made a case slower.
+"""Why a case got slower: the likely causes a verdict names, and the cause test of the environment.
+
+:func:`likely_causes` lists, for a verdict, each change of a GPU or link since the baseline that can slow its case
+(:mod:`pytest_gpucomm.env.device_state`) and a device that throttled while the case was measured
+(:mod:`pytest_gpucomm.ops.clocks`).
+
+The cause test finds which environment variable made a case slower.
 
 When a case fails as REGRESSION and the run's environment differs from the baseline's (the ``env`` part of the
 fingerprint, :mod:`pytest_gpucomm.env.variables`), the case is measured again in a fresh process (a copy) or a
@@ -26,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-__all__ = ["DEFAULT_BUDGET", "EnvChange", "Attempt", "CauseResult", "env_changes", "likely_first", "find_cause"]
+__all__ = ["DEFAULT_BUDGET", "EnvChange", "Attempt", "CauseResult", "env_changes", "likely_first", "find_cause",
+           "likely_causes"]
 
 #: re-measures the cause test may make per case
 DEFAULT_BUDGET = 4
@@ -160,3 +167,18 @@ def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, tolerance: f
         if r is not None and r >= back_at:
             return result([c])
     return result(changes)
+
+
+def likely_causes(changes: Sequence[Any], m: Any, measured: Sequence[Any]) -> list[str]:
+    """The lines a verdict adds for the case measured as ``m`` (and again as ``measured``): each of the device
+    ``changes`` (``env.device_state.DeviceChange``) that can slow it, and the first run that throttled."""
+    from ..env.device_state import affects
+    from ..ops.clocks import throttle_text
+
+    lines = [f"{c.text}: a likely cause" for c in changes if affects(c, m.op, m.devices, m.kind)]
+    for x in measured:
+        text = throttle_text(x.info)
+        if text:
+            lines.append(f"measured while {text}: a likely cause")
+            break
+    return lines

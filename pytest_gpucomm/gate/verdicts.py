@@ -46,6 +46,7 @@ from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAU
                      DEFAULT_TOLERANCE, Status)
 
 if TYPE_CHECKING:
+    from ..env.device_state import DeviceChange
     from ..measurement import Measurement, Remeasure
     from .decision import CaseModel, Prior, RunLocation
     from .levels import RunLevels
@@ -178,6 +179,7 @@ class Gate:
         self.n_tail_comparisons = 0  # of n_comparisons, the tails tested (cases whose baseline runs have sketches)
         self._tail_spread: Optional[TailSpread] = None
         self.env_diff: list[tuple[str, Any, Any]] = []
+        self.device_changes: list["DeviceChange"] = []  # per device, what changed in the GPUs and links
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
         self._locs: dict[str, dict[str, float]] = {}  # case key -> baseline run id -> location
@@ -234,6 +236,7 @@ class Gate:
         what ``gpucomm compare`` does with a baseline or a report it read itself.  Only the file's runs of this
         machine are used, and a file of the other kind is refused (``gate.machines.MATCH_RULE``:
         :class:`~.machines.MachineMismatch`)."""
+        from ..env.device_state import device_changes
         from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints
         from .machines import fit_machine
 
@@ -249,6 +252,7 @@ class Gate:
             # another host of the same kind (a CI runner pool) is not an environment change
             self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
                                               ignore=VOLATILE_KEYS | {"host"})
+            self.device_changes = device_changes(self.baseline.latest_fingerprint(), fingerprint)
             self._find_spreads(str((fingerprint or {}).get("model") or ""), fingerprint)
 
     def _find_spreads(self, model: str, fingerprint: dict[str, Any]) -> None:
@@ -365,6 +369,7 @@ class Gate:
         (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
         them (the tail verdict reads the first run and the re-measures only)."""
         from .decision import CASE_ALPHA_SHARE, judge, run_location
+        from .cause import likely_causes
         from .tail_verdict import judge_tail
         from .floors import check_floor
         from ..env.fingerprint import format_fingerprint_diff
@@ -433,6 +438,8 @@ class Gate:
         step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
         below = [f"  {p}" for p in pooled] + [f"  changed since the baseline was recorded: {env}"]
         below += [f"  {step}"] if step else []
+        state = likely_causes(self.device_changes, m, [m, *again_ms])
+        below += [f"  {line}" for line in state]
         if v.status is Status.REGRESSION:
             # the first line says what, where and how much (about 100 characters); the evidence is below it
             v.message = "\n".join([
@@ -443,7 +450,7 @@ class Gate:
             v.message = "\n".join([f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: catches only drops of "
                                    f"{c.detectable_drop:.1%} or more", f"  {c.reason}", *below[:len(pooled)]])
         else:
-            v.message = "; ".join([c.reason, *pooled])
+            v.message = "; ".join([c.reason, *pooled, *state])
         median_done = len(again_ms)
         tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
         looks = max(1, self.settings.max_remeasures) if remeasure is not None else 1  # the median verdict's

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
 __all__ = ["INTERVAL_S", "REASONS", "IDLE", "Reading", "Reader", "ClockSummary", "Sampler", "reason_names",
-           "summarize", "reader_for", "sampler_for", "clock_info", "NvmlReader", "CpuFreqReader"]
+           "summarize", "reader_for", "sampler_for", "clock_info", "throttle_text", "NvmlReader", "CpuFreqReader"]
 
 #: seconds between two readings of the sampling thread
 INTERVAL_S = 0.02
@@ -345,3 +345,15 @@ def clock_info(sampler: Sampler) -> list[dict[str, Any]]:
     """What a measurement keeps of its sampler (``Measurement.info["clocks"]``): the summary of each device
     that gave a reading."""
     return [s.to_dict() for s in sampler.summaries() if s.readings]
+
+
+def throttle_text(info: Any) -> Optional[str]:
+    """``cuda:0 throttled (power cap) in 96% of 301 clock readings: SM 1305-1980 MHz`` for each device that
+    throttled during a measurement (its ``info["clocks"]``), joined with "; "; None where none did."""
+    clocks = info.get("clocks") if isinstance(info, dict) else None
+    texts = []
+    for c in clocks if isinstance(clocks, list) else []:
+        s = ClockSummary.from_dict(c) if isinstance(c, dict) else None
+        if s is not None and s.throttled:
+            texts.append(s.text())
+    return "; ".join(texts) or None

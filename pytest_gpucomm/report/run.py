@@ -74,10 +74,14 @@ def fmt_us(x: float) -> str:
 
 
 def table_rows(items: Iterable["Row | Record"]) -> list[list[Any]]:
+    """The full table's cells of each row; a GB/s measured while its device throttled is marked ``*``."""
+    from ..ops.clocks import throttle_text
+
     out = []
     for r in rows_of(items):
         m = r.measurement
-        out.append([_short(r.test), m.op, m.where, m.size_bytes, format_size(m.size_bytes), fmt_gbps(m.gbps),
+        out.append([_short(r.test), m.op, m.where, m.size_bytes, format_size(m.size_bytes),
+                    fmt_gbps(m.gbps) + ("*" if throttle_text(m.info) else ""),
                     fmt_us(m.p50_us), fmt_us(m.p99_us), f"{m.cv * 100:.1f}", m.n])
     return out
 

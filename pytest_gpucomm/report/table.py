@@ -48,6 +48,12 @@ def _ratio(r: Row) -> str:
     return f"{ratio:.3f}" if ratio else "-"
 
 
+def _throttled(r: Row) -> bool:
+    from ..ops.clocks import throttle_text
+
+    return throttle_text(r.measurement.info) is not None
+
+
 def _tail(r: Row) -> str:
     return tail_cell(r.measurement)
 
@@ -55,7 +61,7 @@ def _tail(r: Row) -> str:
 #: the compact table's columns, in their order
 COMPACT_COLUMNS: dict[str, _Column] = {
     "size": _Column("size", lambda r: format_size(r.measurement.size_bytes)),
-    "GB/s": _Column("GB/s", lambda r: fmt_gbps(r.measurement.gbps)),
+    "GB/s": _Column("GB/s", lambda r: fmt_gbps(r.measurement.gbps) + ("*" if _throttled(r) else "")),
     "p50 us": _Column("p50 us", lambda r: fmt_us(r.measurement.p50_us)),
     "p99 us": _Column("p99 us", lambda r: fmt_us(r.measurement.p99_us)),
     "CV%": _Column("CV%", lambda r: f"{r.measurement.cv * 100:.1f}"),
@@ -140,6 +146,10 @@ def compact_table(items: Iterable["Row"], width: int) -> list[str]:
     if left_out:
         lines += fit([f"(left out at {width} columns: {', '.join(left_out)}; -v prints the full table, the JSON "
                       "report has every figure)"], width)
+    if any(_throttled(r) for r in rows):
+        lines += fit(["* measured while its device throttled (a power cap, heat, a hardware slowdown): a lower clock, "
+                      "not the link, may explain the figure; the verdict and info['clocks'] in the JSON say which"],
+                     width)
     return lines
 
 
