@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from pytest_gpucomm.ops.clocks import ClockSummary, CpuFreqReader, Reading, Sampler, reason_names, summarize
+from pytest_gpucomm.env.clocks import ClockSummary, Reading, reason_names, summarize
+from pytest_gpucomm.ops.clocks import CpuFreqReader, Sampler
 
 
 class Script:

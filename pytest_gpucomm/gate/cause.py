@@ -173,11 +173,11 @@ def likely_causes(changes: Sequence[Any], m: Any, measured: Sequence[Any]) -> li
     """The lines a verdict adds for the case measured as ``m`` (and again as ``measured``): each of the device
     ``changes`` (``env.device_state.DeviceChange``) that can slow it, and the first run that throttled."""
     from ..env.device_state import affects
-    from ..ops.clocks import throttle_text
+    from ..env.clocks import throttle_text
 
     lines = [f"{c.text}: a likely cause" for c in changes if affects(c, m.op, m.devices, m.kind)]
     for x in measured:
-        text = throttle_text(x.info)
+        text = throttle_text(getattr(x, "info", None))
         if text:
             lines.append(f"measured while {text}: a likely cause")
             break

@@ -75,7 +75,7 @@ def fmt_us(x: float) -> str:
 
 def table_rows(items: Iterable["Row | Record"]) -> list[list[Any]]:
     """The full table's cells of each row; a GB/s measured while its device throttled is marked ``*``."""
-    from ..ops.clocks import throttle_text
+    from ..env.clocks import throttle_text
 
     out = []
     for r in rows_of(items):

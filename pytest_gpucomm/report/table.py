@@ -49,7 +49,7 @@ def _ratio(r: Row) -> str:
 
 
 def _throttled(r: Row) -> bool:
-    from ..ops.clocks import throttle_text
+    from ..env.clocks import throttle_text
 
     return throttle_text(r.measurement.info) is not None
 
