@@ -184,3 +184,9 @@ def test_the_wheel_carries_the_suites_and_baselines_and_runs_them_from_a_fresh_v
     assert any(ln.startswith("h200 ") for ln in listed.stdout.splitlines())
     plots = _run([python, "-c", "from pytest_gpucomm.report.plots import EXTRA; print(EXTRA)"], user, env)
     assert plots.stdout.strip() == f"pip install '{wheel}[plots]' (it adds matplotlib>=3.7)", plots
+
+
+def test_a_bare_pytest_in_the_checkout_runs_the_shipped_suites_not_the_projects_tests():
+    """Issue 28: a new user's `pytest` in the checkout ran the project's whole test suite; it runs the suites,
+    the project's tests are `python -m pytest tests`."""
+    assert _pyproject()["tool"]["pytest"]["ini_options"]["testpaths"] == ["suites"]
