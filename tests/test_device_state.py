@@ -78,3 +78,30 @@ def test_the_findings_of_a_fingerprint_name_links_down_on_nvidia_and_amd_whateve
     assert link_findings(amd, gpu_count=8) == ["cuda:0: xGMI link 1 down (2 of 3 up)",
                                                "cuda:0: PCIe link at x8 (capable of x16)"]
     assert link_findings(BASELINE) == [] and link_findings({"driver": "1"}) == []
+
+
+def test_a_pcie_link_trained_down_while_idle_is_no_change_but_a_narrower_or_less_capable_one_is():
+    """GPUs train their PCIe link down when idle: a reading at a session's start at a lower generation says
+    nothing; a narrower link, or one that can do less, does."""
+    idle = copy.deepcopy(BASELINE)
+    idle["nvidia"]["gpus"][0]["pcie"]["gen"] = 1
+    assert device_changes(BASELINE, idle) == []
+    narrow = copy.deepcopy(BASELINE)
+    narrow["nvidia"]["gpus"][0]["pcie"].update(gen=4, gen_max=4)
+    assert [c.text for c in device_changes(BASELINE, narrow)] == ["cuda:0 PCIe link at Gen4 x16 (baseline: Gen5 x16)"]
+
+
+def test_a_host_copys_link_read_under_load_below_what_it_can_do_is_a_likely_cause():
+    from pytest_gpucomm.env.clocks import Reading, summarize
+    from pytest_gpucomm.env.device_state import pcie_under_load
+    from pytest_gpucomm.gate.cause import likely_causes
+    from pytest_gpucomm.measurement import Measurement
+
+    assert pcie_under_load(BASELINE, "cuda:0", "Gen5 x16") is None
+    assert pcie_under_load(BASELINE, "cuda:0", "Gen4 x16") == ("cuda:0 PCIe link at Gen4 x16 while measured (capable "
+                                                               "of Gen5 x16)")
+    s = summarize("cuda:0", [Reading(0, 1980.0, 3201.0, 0, 3, 16)])
+    m = Measurement(op="h2d", size_bytes=1 << 20, samples_s=[1e-4], devices=("host", "cuda:0"), kind="copy",
+                    info={"clocks": [s.to_dict()]})
+    assert likely_causes([], m, [m], BASELINE) == ["cuda:0 PCIe link at Gen3 x16 while measured (capable of Gen5 x16): "
+                                                   "a likely cause"]

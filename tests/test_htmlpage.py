@@ -281,7 +281,7 @@ def test_every_text_is_escaped(report):
     assert [_text(td) for td in root.findall(".//table[@id='environment-table']/tbody/tr/td")] == ["<k>", "a&b", '"q"']
 
 
-def test_a_dollar_in_the_fingerprint_leaves_the_page_and_its_plots_whole(report, baseline):
+def test_a_dollar_in_the_fingerprint_leaves_the_page_and_its_plots_whole(report, baseline, page):
     """A host name or model holding ``$x^$`` made matplotlib's mathtext fail the plots, and with them the page
     (test_plots.py checks that the figures draw such a text as written)."""
     pytest.importorskip("matplotlib")
@@ -290,7 +290,10 @@ def test_a_dollar_in_the_fingerprint_leaves_the_page_and_its_plots_whole(report,
     root = _parse(htmlpage.html_page(report, baseline))
     assert f"CPU {text}, " in _text(root.find("body/header")) and f"host {text}; " in _text(root.find("body/header"))
     imgs = root.findall(".//section[@id='plots']//img")
-    assert len(imgs) == 5 and all(img.get("src").startswith("data:image/png;base64,") for img in imgs)
+    # as many plots as the same run's page without the dollars (how many depends on the recorded run's figures:
+    # a real CPU run, whose single ops may be too few for a latency plot on a loaded machine)
+    assert len(imgs) == len(_parse(page).findall(".//section[@id='plots']//img")) >= 1
+    assert all(img.get("src").startswith("data:image/png;base64,") for img in imgs)
 
 
 def test_without_matplotlib_the_page_is_written_with_a_note_naming_the_extra(report, baseline, monkeypatch):

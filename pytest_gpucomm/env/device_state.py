@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-__all__ = ["DeviceChange", "device_changes", "affects", "link_findings"]
+__all__ = ["DeviceChange", "device_changes", "affects", "link_findings", "pcie_under_load"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,16 @@ def _gen_width(p: Any) -> Optional[str]:
     if not isinstance(p, Mapping) or p.get("gen") is None and p.get("width") is None:
         return None
     return f"Gen{p.get('gen', '?')} x{p.get('width', '?')}"
+
+
+def _pcie_key(g: Mapping[str, Any]) -> Optional[str]:
+    """What of a PCIe link two readings are compared by: its width now and what it can do, not its generation
+    now, which an idle GPU trains down to save power (a reading at a session's start is taken idle; the
+    generation under load is the measurement's own, :func:`pcie_under_load`)."""
+    p = g.get("pcie")
+    if not isinstance(p, Mapping) or all(p.get(k) is None for k in ("width", "gen_max", "width_max")):
+        return None
+    return f"x{p.get('width')} of Gen{p.get('gen_max')} x{p.get('width_max')}"
 
 
 def _links_up(links: Any) -> Optional[str]:
@@ -59,7 +69,8 @@ def _plain(v: Any) -> Optional[str]:
     return None if v is None else str(v)
 
 
-#: (scope, how the phrase starts, how a GPU's reading gives the value): NVIDIA's reading
+#: (scope, how the phrase starts, how a GPU's reading gives the value): NVIDIA's reading; the PCIe link is said
+#: as it was read and compared by :func:`_pcie_key` (see :data:`_KEYS`)
 _NVIDIA: Sequence[tuple[str, str, Callable[[Mapping[str, Any]], Optional[str]]]] = (
     ("pcie", "PCIe link at", lambda g: _gen_width(g.get("pcie"))),
     ("pcie", "CPU affinity", lambda g: _plain(g.get("cpu_affinity"))),
@@ -117,10 +128,32 @@ def device_changes(baseline: Optional[Mapping[str, Any]], now: Optional[Mapping[
         old, new = _gpus(baseline, vendor), _gpus(now, vendor)
         for device in sorted(set(old) & set(new)):
             for scope, what, value in fields:
+                key = _KEYS.get(what, value)
                 a, b = value(old[device]), value(new[device])
-                if a is not None and b is not None and a != b:
+                if a is not None and b is not None and key(old[device]) != key(new[device]):
                     out.append(DeviceChange(device, scope, f"{device} {what} {b} (baseline: {a})"))
     return out
+
+
+#: how a field is compared where that is not by the phrase's value
+_KEYS: dict[str, Callable[[Mapping[str, Any]], Optional[str]]] = {"PCIe link at": _pcie_key}
+
+
+def pcie_under_load(fp: Optional[Mapping[str, Any]], device: str, read: Optional[str]) -> Optional[str]:
+    """A host<->device case's likely cause from its own reading of the link under load (``read``, "Gen4 x16":
+    ``ClockSummary.pcie``): ``cuda:0 PCIe link at Gen4 x16 while measured (capable of Gen5 x16)`` when the link
+    ran slower or narrower than the GPU's reading in ``fp`` says it can; None otherwise."""
+    g = _gpus(fp, "nvidia").get(device)
+    p = (g or {}).get("pcie") if g else None
+    if not read or not isinstance(p, Mapping) or p.get("gen_max") is None or p.get("width_max") is None:
+        return None
+    try:
+        gen, width = (int(x) for x in read.replace("Gen", "").replace("x", "").split())
+    except ValueError:
+        return None
+    if gen < int(p["gen_max"]) or width < int(p["width_max"]):
+        return f"{device} PCIe link at {read} while measured (capable of Gen{p['gen_max']} x{p['width_max']})"
+    return None
 
 
 def affects(change: DeviceChange, op: str, devices: Sequence[str], kind: str) -> bool:

@@ -169,13 +169,22 @@ def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, tolerance: f
     return result(changes)
 
 
-def likely_causes(changes: Sequence[Any], m: Any, measured: Sequence[Any]) -> list[str]:
+def likely_causes(changes: Sequence[Any], m: Any, measured: Sequence[Any],
+                  fingerprint: Optional[Mapping[str, Any]] = None) -> list[str]:
     """The lines a verdict adds for the case measured as ``m`` (and again as ``measured``): each of the device
-    ``changes`` (``env.device_state.DeviceChange``) that can slow it, and the first run that throttled."""
-    from ..env.device_state import affects
-    from ..env.clocks import throttle_text
+    ``changes`` (``env.device_state.DeviceChange``) that can slow it, a host<->device copy's PCIe link that ran
+    below what today's ``fingerprint`` says it can, and the first run that throttled."""
+    from ..env.clocks import ClockSummary, throttle_text
+    from ..env.device_state import affects, pcie_under_load
 
     lines = [f"{c.text}: a likely cause" for c in changes if affects(c, m.op, m.devices, m.kind)]
+    if getattr(m, "op", None) in ("h2d", "d2h"):
+        clocks = (getattr(m, "info", None) or {}).get("clocks") or []
+        for c in clocks if isinstance(clocks, list) else []:
+            s = ClockSummary.from_dict(c) if isinstance(c, dict) else None
+            slow = pcie_under_load(fingerprint, s.device, s.pcie) if s is not None else None
+            if slow:
+                lines.append(f"{slow}: a likely cause")
     for x in measured:
         text = throttle_text(getattr(x, "info", None))
         if text:

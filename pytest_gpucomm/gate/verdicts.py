@@ -180,6 +180,7 @@ class Gate:
         self._tail_spread: Optional[TailSpread] = None
         self.env_diff: list[tuple[str, Any, Any]] = []
         self.device_changes: list["DeviceChange"] = []  # per device, what changed in the GPUs and links
+        self.fingerprint: dict[str, Any] = {}  # this run's (use)
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
         self._locs: dict[str, dict[str, float]] = {}  # case key -> baseline run id -> location
@@ -241,6 +242,7 @@ class Gate:
         from .machines import fit_machine
 
         self.machine = fit_machine(baseline, fingerprint) if baseline is not None else None
+        self.fingerprint = dict(fingerprint or {})
         self.path, self.baseline = Path(path), self.machine.baseline if self.machine is not None else None
         self._models, self._commons, self._tail_spread = None, {}, None
         if self.baseline is not None:
@@ -438,7 +440,7 @@ class Gate:
         step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
         below = [f"  {p}" for p in pooled] + [f"  changed since the baseline was recorded: {env}"]
         below += [f"  {step}"] if step else []
-        state = likely_causes(self.device_changes, m, [m, *again_ms])
+        state = likely_causes(self.device_changes, m, [m, *again_ms], self.fingerprint)
         below += [f"  {line}" for line in state]
         if v.status is Status.REGRESSION:
             # the first line says what, where and how much (about 100 characters); the evidence is below it

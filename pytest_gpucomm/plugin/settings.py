@@ -50,12 +50,14 @@ T = TypeVar("T")
 # (option, dest, ini key, env var, help, metavar)
 _OPTIONS = [
     ("--gpu-baseline", "gpucomm_baseline", "gpucomm_baseline", "GPUCOMM_BASELINE",
-     "Compare every measurement with this baseline: NAME (baselines/NAME.json), a PATH to a .json file, or "
-     "'auto' (the baseline named for the detected hardware, e.g. h200, mi300x). Default: no comparison.",
+     "Compare every measurement with this baseline: NAME (NAME.json in the baseline folder, else the one shipped "
+     "with pytest-gpucomm), a PATH to a .json file, or 'auto' (the baseline named for the detected hardware, e.g. "
+     "h200, mi300x; a shipped one only if it was recorded on this kind of machine). Default: no comparison.",
      "NAME|PATH|auto"),
     ("--gpu-baseline-dir", "gpucomm_baseline_dir", "gpucomm_baseline_dir", "GPUCOMM_BASELINE_DIR",
-     "Where baseline NAMEs are looked up (and created by --gpu-baseline-save). Default: baselines/ under the "
-     "rootdir.", "DIR"),
+     "Where baseline NAMEs are looked up first, before the baselines shipped with pytest-gpucomm (and created by "
+     "--gpu-baseline-save). Default: baselines/ under the rootdir (./baselines where the rootdir is inside the "
+     "installed package, as with --pyargs).", "DIR"),
     ("--gpu-baseline-runs", "gpucomm_baseline_runs", "gpucomm_baseline_runs", "GPUCOMM_BASELINE_RUNS",
      f"Runs kept per case when saving (the oldest beyond this are dropped). Default: {DEFAULT_MAX_RUNS}.", "K"),
     ("--gpu-tolerance", "gpucomm_tolerance", "gpucomm_tolerance", "GPUCOMM_TOLERANCE",
@@ -95,7 +97,7 @@ _OPTIONS = [
      "the TAIL verdict; at least 20 and at most 10,000 ops); 0 skips them. Default: 3 x --gpucomm-min-time.",
      "SECONDS"),
     ("--gpucomm-max-size", "gpucomm_max_size", "gpucomm_max_size", "GPUCOMM_MAX_SIZE",
-     "Largest message size of the @sizes sweeps; larger sizes are not collected. "
+     "Largest message size of the @sizes sweeps; larger sizes are collected and skipped, saying why. "
      f"Default: {describe_size(DEFAULT_GPU_MAX_SIZE)} on GPU, {describe_size(DEFAULT_CPU_MAX_SIZE)} on CPU.", "SIZE"),
     ("--gpucomm-json", "gpucomm_json", "gpucomm_json", "GPUCOMM_JSON",
      "Write every measurement (summary rows and raw samples) to this JSON file. Default: none.", "PATH"),
