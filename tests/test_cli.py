@@ -37,7 +37,7 @@ from pytest_gpucomm.report.saved import REPORT_VERSION
 
 REPLAYED = " (replayed from the report)"
 #: examples of the report fuzz
-FUZZ_EXAMPLES = 300
+FUZZ_EXAMPLES = 150
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

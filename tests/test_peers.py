@@ -329,11 +329,13 @@ def test_the_suite_time_benchmark_counts_runs_and_models_8_devices(tmp_path, cap
         '<testcase classname="suites.test_copies" name="test_host_to_device[4KiB-no-gpu]" time="0.01">'
         '<skipped message="needs a GPU"/></testcase>'
         '</testsuite></testsuites>')
-    out = tmp_path / "bench.json"
-    assert bench.main(["--devices", "8", "--pairs", "all,auto", "--count", "suites/test_copies.py", "--max-size", "4KiB",
-                       "--min-time", "0.002", "--junitxml", str(junit), "--per-case-s", "copies=0.25",
-                       "--from-baseline", "none", "--json", str(out)]) == 0
-    rows = {r["pairs"]: r for r in json.loads(out.read_text())["rows"]}
+    out, counted = tmp_path / "bench.json", tmp_path / "counted.json"
+    common = ["--devices", "8", "--count", "suites/test_copies.py", "--max-size", "4KiB", "--min-time", "0.002",
+              "--junitxml", str(junit), "--per-case-s", "copies=0.25", "--from-baseline", "none"]
+    assert bench.main([*common, "--pairs", "all", "--json", str(out)]) == 0
+    # the other choice counted only (a run of the suite on 8 logical devices per choice costs about 9 s)
+    assert bench.main([*common, "--pairs", "auto", "--run", "none", "--json", str(counted)]) == 0
+    rows = {r["pairs"]: r for r in json.loads(out.read_text())["rows"] + json.loads(counted.read_text())["rows"]}
     sizes = 10  # the GPU sweep, 4 KiB to 1 GiB
     every = rows["all"]["counts"]
     assert every["copies::test_peer_copy"] == 56 * sizes and every["copies::test_peer_copy_both_ways"] == 28 * sizes
@@ -341,13 +343,14 @@ def test_the_suite_time_benchmark_counts_runs_and_models_8_devices(tmp_path, cap
     assert every["copies::test_copy_one_to_all"] == every["copies::test_copy_all_to_one"] == 8 * sizes
     assert every["copies::test_copy_all_pairs"] == sizes
     assert rows["auto"]["in_force"] == "neighbours" and rows["auto"]["counts"]["copies::test_peer_copy"] == 16 * sizes
+    assert "cpu_runs" not in rows["auto"]
     for row in rows.values():
         parts = row["model"]["parts"]
         assert parts["copies::test_peer_copy"]["per_case_s"] == pytest.approx(0.4)  # the JUnit mean
         assert parts["copies::test_device_to_host"]["per_case_s"] == 0.25  # not in the JUnit file: the suite's
         assert row["model"]["total_s"] == pytest.approx(sum(p["count"] * p["per_case_s"] for p in parts.values()))
-        run = row["cpu_runs"]["suites/test_copies.py"]
-        assert run["failed"] == 0 and run["wall_s"] > 0
+    run = rows["all"]["cpu_runs"]["suites/test_copies.py"]
+    assert run["failed"] == 0 and run["wall_s"] > 0
     # the CPU run collects the CPU sweep (one size here): its pair tests are the choice's
     assert rows["all"]["cpu_runs"]["suites/test_copies.py"]["passed"] == 56 + 28 + 8 + 8 + 1
     assert "N=8 pairs=auto (neighbours)" in capsys.readouterr().out
