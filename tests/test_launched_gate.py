@@ -1,6 +1,6 @@
 """Launched mode and the baseline: rank 0 reads, judges and saves; every other rank follows its decisions.
 
-Real processes (two simulated nodes of two gloo ranks on loopback, srun's variables set by hand as in
+Real processes (two simulated nodes of one gloo rank each on loopback, srun's variables set by hand as in
 test_launched.py): a recording
 run saves once, with the job's layout in every case key; a run against a baseline whose figures are a
 million times today's fails as a regression on every rank after a re-measure that every rank makes together (a
@@ -45,20 +45,21 @@ def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", ""), ranks
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[int, str]]]:
-    """(folder, each rank's exit code and output) of a recording job of 2 nodes x 2 ranks, its baseline
-    ``cpu2`` in ``folder/baselines``: one job for the tests that start from a recorded baseline."""
+    """(folder, each rank's exit code and output) of a recording job of 2 nodes x 1 rank, its baseline
+    ``cpu2`` in ``folder/baselines``: one job for the tests that start from a recorded baseline.  One rank a
+    node: every check here is of ranks on other nodes following rank 0 (half the processes of 2 x 2)."""
     d = tmp_path_factory.mktemp("recorded")
     (d / "test_small.py").write_text(SMALL)
     # one junit file per node: only node 0 holds global rank 0, so node 1's file must not appear
     results = two_nodes(d, "--gpu-baseline=cpu2", "--gpu-baseline-save", *BASELINE_ARGS,
-                        per_node=(f"--junitxml={d / 'j0.xml'}", f"--junitxml={d / 'j1.xml'}"))
+                        per_node=(f"--junitxml={d / 'j0.xml'}", f"--junitxml={d / 'j1.xml'}"), ranks=1)
     return d, results
 
 
 def from_recorded(recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) -> Path:
     """A copy of the recording job's test file and baseline in ``tmp_path`` (its own to change)."""
     d, results = recorded
-    assert [code for code, _ in results] == [0] * 4, results
+    assert [code for code, _ in results] == [0] * 2, results
     shutil.copy(d / "test_small.py", tmp_path)
     shutil.copytree(d / "baselines", tmp_path / "baselines")
     return tmp_path / "baselines" / "cpu2.json"
@@ -67,26 +68,26 @@ def from_recorded(recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) 
 def test_a_job_across_nodes_records_once_on_rank_0_and_is_gated_there_with_every_rank_following(
         recorded: tuple[Path, list[tuple[int, str]]], tmp_path: Path) -> None:
     d, results = recorded
-    assert [code for code, _ in results] == [0] * 4, results
+    assert [code for code, _ in results] == [0] * 2, results
     text = "\n".join(t for _, t in results)
     assert text.count("gpucomm: saved 1 cases of this run") == 1, text
-    assert text.count("gpucomm nodes: 2 x 2 ranks; every node has the same environment") == 1, text
+    assert text.count("gpucomm nodes: 2 x 1 ranks; every node has the same environment") == 1, text
     assert (d / "j0.xml").exists() and not (d / "j1.xml").exists()
     path = from_recorded(recorded, tmp_path)
     doc = json.loads(path.read_text())
     [(key, case)] = doc["cases"].items()
-    assert key.endswith("|all_reduce|4096B|float32|ws4|2x2") and case["layout"] == "2x2", key
+    assert key.endswith("|all_reduce|4096B|float32|ws2|2x1") and case["layout"] == "2x1", key
     assert len(doc["runs"]) == 1 and len(case["runs"]) == 1
     assert set(doc["runs"][0]["fingerprint"]["nodes"]) == {"0", "1"}  # every node's environment
 
     for run in case["runs"]:  # the baseline 10^6 times faster: a regression however loaded this machine is
         run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
     path.write_text(json.dumps(doc))
-    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, "-rf")
-    assert [code for code, _ in results] == [1] * 4, "\n".join(t[-2500:] for _, t in results)
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, "-rf", ranks=1)
+    assert [code for code, _ in results] == [1] * 2, "\n".join(t[-2500:] for _, t in results)
     for _, text in results:
         assert "1 failed" in text, text
-        assert "REGRESSION: all_reduce on 4 ranks (gloo) at 4 KiB" in text, text
+        assert "REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB" in text, text
     text = results[0][1]
     assert "measured again: " in text and "cannot be restarted" in text, text  # every rank re-measured together
 
@@ -157,8 +158,8 @@ def test_a_re_measure_that_raises_on_every_rank_fails_the_test_everywhere_with_t
             run["samples_gbps"] = [v * 1e6 for v in run["samples_gbps"]]
     path.write_text(json.dumps(doc))
     (tmp_path / "conftest.py").write_text(REMEASURE_RAISES)
-    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS)
-    assert [code for code, _ in results] == [1] * 4, results
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", *BASELINE_ARGS, ranks=1)
+    assert [code for code, _ in results] == [1] * 2, results
     for _, text in results:
         assert "INTERNALERROR" not in text, text
         assert "re-measure broke" in text and "1 failed" in text, text
@@ -200,9 +201,9 @@ def test_a_cause_test_in_a_job_sets_the_variable_back_on_every_rank_together(
     path.write_text(json.dumps(doc))
     (tmp_path / "conftest.py").write_text(CAUSE_CONFTEST)
     results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpucomm-env=SIM_CAUSE", "--gpucomm-cause=1",
-                        "--gpucomm-json=r.json", *BASELINE_ARGS)
-    assert [code for code, _ in results] == [1] * 4, results
-    assert sorted(p.name for p in tmp_path.glob("cause-rank*.txt")) == [f"cause-rank{r}.txt" for r in range(4)]
+                        "--gpucomm-json=r.json", *BASELINE_ARGS, ranks=1)
+    assert [code for code, _ in results] == [1] * 2, results
+    assert sorted(p.name for p in tmp_path.glob("cause-rank*.txt")) == ["cause-rank0.txt", "cause-rank1.txt"]
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     tested = [r for r in rows if r["baseline"].get("cause") and not r["baseline"]["cause"]["skipped"]]
     assert len(tested) == 1, rows
