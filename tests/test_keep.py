@@ -119,15 +119,40 @@ def test_show_lists_the_runs_with_their_cases_and_fingerprint_and_the_cases_by_o
     assert lines[0] == f"baseline h200 ({base})"
     assert "3 runs in 3 sessions" in out and "3 cases" in out
     r1 = next(line for line in lines if line.startswith("r1 "))
-    assert r1.split()[:5] == ["r1", "2026-11-01T10:00:00+00:00", "s1", "node-a", "3"]
+    assert r1.split()[:6] == ["r1", "2026-11-01", "10:00", "s1", "node-a", "3"]  # the date to the minute
     assert "2 x NVIDIA H200" in r1 and "580.1" in r1 and "NCCL 2.28.9" in r1
     r3 = next(line for line in lines if line.startswith("r3 "))
-    assert r3.split()[4] == "1"
+    assert r3.split()[5] == "1"
     ag = next(line for line in lines if line.startswith("all_gather"))
     assert ag.split() == ["all_gather", "2", "float32", "1", "KiB", "1", "1", "-"]  # 1 case, 1 run, no floor
     ar = lines.index(next(line for line in lines if line.startswith("all_reduce")))
     assert lines[ar].split()[3:] == ["1", "MiB", "1", "3", "-"]
     assert lines[ar + 1].split() == ["16", "MiB", "1", "2", "-"]
+
+
+@pytest.mark.parametrize("columns", [120, 80, 60])
+def test_list_show_and_env_fit_the_terminal_leaving_out_columns_in_order_and_saying_which(
+        base: Path, monkeypatch, columns: int) -> None:
+    long_session = "nightly-2026-11-04-ci-job-12345"
+    save(base, "r4", [A, B], 4, fp={**GPU_FP, "host": "a-host-name-longer-than-most.cluster.example.org"},
+         session=long_session)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    outs = {}
+    for argv in (["baselines", "list", "--baseline-dir", base.parent], ["baselines", "show", base],
+                 ["env", "--baseline", base]):
+        code, out, _ = gpucomm(*argv)
+        assert code == 0, out
+        # a single word (a path) longer than the width stays whole on its line: never cut
+        assert [line for line in out.splitlines() if len(line) > columns and " " in line.strip()] == [], out
+        outs[argv[1]] = out
+    shown = outs["show"]
+    # the long host's column goes first, then the session's, and the table says so; the run ids, dates and case
+    # counts stay
+    assert f"(left out at {columns} columns: node/host" in shown and "a-host-name" not in shown
+    assert (long_session in shown) == (columns == 120)
+    if columns != 120:
+        r4 = next(line for line in shown.splitlines() if line.startswith("r4 "))
+        assert r4.split()[:4] == ["r4", "2026-11-04", "10:00", "2"]
 
 
 def test_show_accepts_a_path_and_prints_a_floor(tmp_path: Path) -> None:

@@ -157,12 +157,17 @@ def small(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_torchrun_one_node_two_ranks(small: Path) -> None:
+    """On an 80-column terminal: the job's header lines are wrapped to it as every other line of the plugin's
+    (a word longer than the width, the rank logs' path, stays whole on its line)."""
     out = small / "out.json"
     cmd = torchrun(1, 0, 2, free_port(), "test_small.py", *ARGS, f"--gpucomm-json={out}")
-    [(code, text)] = run_all([cmd], [clean_env()], small)
+    [(code, text)] = run_all([cmd], [clean_env(COLUMNS="80")], small)
     assert code == 0, text
     assert "gpucomm launch: torchrun rank 0 of 2" in text and "gpucomm launch: torchrun rank 1 of 2" not in text
-    assert "gpucomm rank logs: rank 1 writes its output to " in text, text
+    assert "gpucomm rank logs: rank 1 writes its output to" in text, text
+    header = text.split("test session starts")[1].split("collected")[0].splitlines()
+    ours = [line for line in header if line.startswith(("gpucomm", "    "))]
+    assert len(ours) >= 3 and not [line for line in ours if len(line) > 80 and " " in line.strip()], ours
     check_one_report([text], out, world=2, n_nodes=1)
 
 

@@ -59,6 +59,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 
+from ..report.text import DEFAULT_WIDTH, command_width, fit, fit_table
 from ..units import format_size, plural
 from ..vocab import DEFAULT_BASELINE_DIR
 from .keep_files import (BASELINE_DIR_ENV, KeepError, baseline_dir, baseline_dir_source, read_baseline, resolve,
@@ -220,33 +221,38 @@ def _list(args: Any, out: TextIO, err: TextIO) -> int:
         shipped = None  # a checkout's own baselines/: listed once, as the directory
     given = bool(getattr(args, "baseline_dir", None) or os.environ.get(BASELINE_DIR_ENV, "").strip())
     bad: list[str] = []
+    width = command_width()
     if d.is_dir():
         files = _files(d)
-        print(f"baselines in {d}:" if files else f"no baselines in {d}", file=out)
+        _print(out, [f"baselines in {d}:" if files else f"no baselines in {d}"], width)
         if files:
-            print(_table(files, bad, set()), file=out)
+            _print(out, _table(files, bad, set(), width), width)
     elif given or shipped is None:
         raise KeepError(f"baseline directory {d} ({baseline_dir_source(args)}) does not exist or is not a directory")
     else:
-        print(f"no baselines in {d} (it does not exist)", file=out)
+        _print(out, [f"no baselines in {d} (it does not exist)"], width)
     if shipped is not None and _files(shipped):
         mine = {p.stem for p in _files(d)} if d.is_dir() else set()
-        print(f"baselines {SHIPPED} ({shipped}), taken when {d} has none of the name:", file=out)
-        print(_table(_files(shipped), bad, mine), file=out)
+        _print(out, [f"baselines {SHIPPED} ({shipped}), taken when {d} has none of the name:"], width)
+        _print(out, _table(_files(shipped), bad, mine, width), width)
     for message in bad:
         print(f"gpucomm: error: {message}", file=err)
     return 2 if bad else 0
+
+
+def _print(out: TextIO, lines: Iterable[str], width: int) -> None:
+    """``lines`` printed to ``out``, each wrapped to ``width`` (a table's lines are laid out to fit already)."""
+    for line in fit(lines, width):
+        print(line, file=out)
 
 
 def _files(d: Path) -> list[Path]:
     return sorted(p for p in d.glob("*.json") if p.is_file() and not p.name.startswith("."))
 
 
-def _table(files: list[Path], bad: list[str], shadowed: set[str]) -> str:
+def _table(files: list[Path], bad: list[str], shadowed: set[str], width: int) -> list[str]:
     """One row per file (``bad`` gets the message of each that cannot be read); a name in ``shadowed`` is
-    marked as not taken (a file of the baseline directory has it)."""
-    from tabulate import tabulate
-
+    marked as not taken (a file of the baseline directory has it); laid out to fit ``width``."""
     rows: list[list[Any]] = []
     for p in files:
         name = p.stem + (" (not taken: yours is)" if p.stem in shadowed else "")
@@ -262,22 +268,21 @@ def _table(files: list[Path], bad: list[str], shadowed: set[str]) -> str:
                      len(doc["cases"]), _runs_text(runs), sessions(runs) if runs else 0,
                      _day(runs[0]["date"]) if runs else "-", _day(runs[-1]["date"]) if runs else "-",
                      "; ".join(hw) or "-"])
-    return tabulate(rows, headers=["name", "source", "cases", "runs", "sessions", "first", "last", "hardware"],
-                    tablefmt="simple", disable_numparse=True)
+    return fit_table(rows, ["name", "source", "cases", "runs", "sessions", "first", "last", "hardware"], width,
+                     leave_out=["sessions", "first", "source", "hardware"])
 
 
 def _show(args: Any, out: TextIO) -> int:
     path = resolve(args.name, args)
     doc = read_baseline(path)
-    for line in describe_document(doc, path):
-        print(line, file=out)
+    width = command_width()
+    _print(out, describe_document(doc, path, width), width)
     return 0
 
 
-def describe_document(doc: Mapping[str, Any], path: Path) -> list[str]:
-    """The lines of ``gpucomm baselines show``: summary, runs, cases by op."""
-    from tabulate import tabulate
-
+def describe_document(doc: Mapping[str, Any], path: Path, width: int = DEFAULT_WIDTH) -> list[str]:
+    """The lines of ``gpucomm baselines show``: summary, runs, cases by op (the tables laid out to fit
+    ``width``; a run's date to the minute, as the table shows it, the summary line's in full)."""
     runs, cases = doc["runs"], doc["cases"]
     lines = [f"baseline {doc['name']} ({path})",
              f"source: {doc['source']}" + (f" -- {doc['source_detail']}" if doc.get("source_detail") else ""),
@@ -298,16 +303,16 @@ def describe_document(doc: Mapping[str, Any], path: Path) -> list[str]:
             node = r.get("node")
             host = r.get("host") or fp.get("host") or ""
             where = (f"node {node}" + (f" ({host})" if host else "")) if node is not None else (host or "-")
-            rows.append([r["run_id"], r["date"], r.get("session") or "-", where, held.get(r["run_id"], 0),
-                         hardware_of(fp), fp.get("driver") or "-", fp.get("comm_library") or "-"])
+            rows.append([r["run_id"], str(r["date"])[:16].replace("T", " "), r.get("session") or "-", where,
+                         held.get(r["run_id"], 0), hardware_of(fp), fp.get("driver") or "-",
+                         fp.get("comm_library") or "-"])
         lines += ["", "runs (oldest first):"]
-        lines += tabulate(rows, headers=["run", "date", "session", "node/host", "cases", "hardware", "driver",
-                                         "comm library"], tablefmt="simple", disable_numparse=True).splitlines()
+        lines += fit_table(rows, ["run", "date", "session", "node/host", "cases", "hardware", "driver", "library"],
+                           width, leave_out=["node/host", "session", "driver", "hardware"])
     if cases:
         lines += ["", "cases by op:"]
-        lines += tabulate(_case_rows(cases), headers=["op", "ranks", "dtype", "layout", "size", "cases", "runs",
-                                                      "floor GB/s"],
-                          tablefmt="simple", disable_numparse=True).splitlines()
+        lines += fit_table(_case_rows(cases), ["op", "ranks", "dtype", "layout", "size", "cases", "runs",
+                                               "floor GB/s"], width, leave_out=["floor GB/s", "layout", "dtype"])
     return lines
 
 
@@ -403,12 +408,10 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
     if getattr(args, "json", False):
         print(json.dumps({"fingerprint": fp, "baseline": result}, indent=2, default=str), file=out)
         return 0
-    print(f"this machine: {info.headline()}", file=out)
-    for k, v in _flat(fp):
-        print(f"{k}: {v}", file=out)
+    lines = [f"this machine: {info.headline()}"] + [f"{k}: {v}" for k, v in _flat(fp)]
     if result is not None:
-        print("", file=out)
-        print(result["text"], file=out)
+        lines += ["", result["text"]]
+    _print(out, lines, command_width())
     return 0
 
 

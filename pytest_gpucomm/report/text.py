@@ -9,7 +9,8 @@ A line is wrapped at spaces only (:func:`wrap`), and never between a number and 
 ``1.20 GB/s``, ``250 us``): a figure, a path or a test id is never cut, so a single word longer than the width
 stays whole on its line.  The continuation lines are indented under the line's
 own indentation, four more spaces, so that they read as part of it.  Tables are not wrapped: they are laid
-out to fit (``report.table``).
+out to fit (``report.table`` for the results; :func:`fit_table` for the ``gpucomm`` command's other tables,
+which leave out columns in a stated order and say which).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import re
 import shutil
 import sys
 import textwrap
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 __all__ = ["DEFAULT_WIDTH", "MIN_WIDTH", "CONTINUATION", "clamp_width", "known_width", "command_width", "wrap",
-           "fit"]
+           "fit", "fit_table"]
 
 #: the width where the terminal's is not known (output to a file or a pipe)
 DEFAULT_WIDTH = 120
@@ -84,3 +85,30 @@ def fit(lines: Iterable[str], width: int) -> list[str]:
         for part in str(line).split("\n"):
             out += wrap(part.rstrip(), width)
     return out
+
+
+def fit_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], width: int,
+              leave_out: Sequence[str] = ()) -> list[str]:
+    """tabulate's ``simple`` table of ``rows`` under ``headers``, at most ``width`` wide where it can be: the
+    columns named in ``leave_out`` are dropped in that order until it fits, and a line below the table says
+    which (a table still too wide with all of them gone is printed as it is: its cells are never cut)."""
+    from tabulate import tabulate
+
+    kept = list(range(len(headers)))
+    dropped: list[str] = []
+
+    def render() -> list[str]:
+        return tabulate([[row[i] for i in kept] for row in rows], headers=[headers[i] for i in kept],
+                        tablefmt="simple", disable_numparse=True).splitlines()
+
+    lines = render()
+    for name in leave_out:
+        if max(map(len, lines), default=0) <= width:
+            break
+        kept.remove(list(headers).index(name))
+        dropped.append(name)
+        lines = render()
+    if dropped:
+        lines += wrap(f"(left out at {width} columns: {', '.join(dropped)}; a wider terminal (COLUMNS) shows them)",
+                      width)
+    return lines

@@ -82,12 +82,15 @@ class LaunchedMode:
             config.option.xmlpath = None
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        from ...report.text import fit
+        from ..finish import terminal_width
+
         lines = [f"gpucomm launch: {self.launch.describe()}", *header_lines(config, self.launch)]
         why = why_unsupervised()
         if why:
             lines.append(f"gpucomm rank deaths: no supervising parent ({why}): a rank that dies is named without "
                          "how it ended, and only by the ranks on its machine")
-        return lines
+        return fit(lines, terminal_width(config))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
