@@ -23,7 +23,8 @@ class Script:
 def test_reason_bits_read_as_words_and_an_unknown_bit_by_its_value():
     assert reason_names(0x4 | 0x40) == ["power cap", "thermal (hardware)"]
     assert reason_names(0x1) == ["idle"]
-    assert reason_names(0x1000) == ["reason 0x1000"]
+    assert reason_names(0x200) == ["reason 0x200"]
+    assert reason_names(0x2000 | 0x80000) == ["package power (PPT)", "reason 0x80000"]  # AMD's, then unknown
 
 
 def test_idle_is_no_throttle_and_a_power_cap_is_with_its_share_and_the_clock_range():
@@ -151,3 +152,88 @@ def test_a_device_change_is_a_likely_cause_of_the_cases_it_can_slow_only():
     peer = Measurement(op="copy", size_bytes=4096, samples_s=[1e-5], devices=("cuda:0", "cuda:1"), kind="copy")
     assert likely_causes([pcie], h2d, [h2d]) == ["cuda:0 PCIe link at Gen4 x8 (baseline: Gen5 x16): a likely cause"]
     assert likely_causes([pcie], peer, [peer]) == []
+
+
+class FakeAmdsmi:
+    """AMD SMI's Python API as its reference documents it, for one GPU: ``violations`` is the dict of
+    ``amdsmi_get_violation_status`` (None: the call raises, as before MI300), ``status`` the metrics'
+    ``throttle_status``; ``clock_key`` the clock's key ("clk", or "cur_clk" before ROCm 6.2)."""
+
+    class AmdSmiClkType:
+        GFX, MEM = 0, 1
+
+    def __init__(self, violations=None, status="N/A", clock_key="clk", bdf="0000:c1:00.0"):
+        self.violations, self.status, self.clock_key, self.bdf = violations, status, clock_key, bdf
+        self.calls: dict[str, int] = {}
+
+    def _count(self, name):
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def amdsmi_get_processor_handles(self):
+        return ["h0"]
+
+    def amdsmi_get_gpu_device_bdf(self, h):
+        return self.bdf
+
+    def amdsmi_get_clock_info(self, h, kind):
+        return {self.clock_key: 2100 if kind == self.AmdSmiClkType.GFX else 1300, "min_clk": 500, "max_clk": 2100}
+
+    def amdsmi_get_violation_status(self, h):
+        self._count("violations")
+        if self.violations is None:
+            raise RuntimeError("AMDSMI_STATUS_NOT_SUPPORTED")
+        return self.violations
+
+    def amdsmi_get_gpu_metrics_info(self, h):
+        self._count("metrics")
+        return {"throttle_status": self.status}
+
+    def amdsmi_get_pcie_info(self, h):
+        return {"pcie_static": {"max_pcie_width": 16, "max_pcie_speed": 32000},
+                "pcie_metric": {"pcie_width": 16, "pcie_speed": 16000}}
+
+
+NO_VIOLATION = {"active_prochot_thrm": False, "active_ppt_pwr": False, "active_socket_thrm": False,
+                "active_vr_thrm": False, "active_hbm_thrm": False, "active_gfx_clk_below_host_limit": "N/A"}
+
+
+def test_an_mi300_power_violation_is_a_throttle_named_with_the_gfx_and_memory_clocks_and_the_link():
+    from pytest_gpucomm.ops.clocks import AmdsmiReader
+
+    smi = FakeAmdsmi(violations={**NO_VIOLATION, "active_ppt_pwr": True})
+    r = AmdsmiReader(smi, "h0", "cuda:0")
+    summary = summarize("cuda:0", [r.read(), r.read()])
+    assert summary.throttled_share == 1.0 and summary.pcie == "Gen4 x16"  # 16000 MT/s: Gen4
+    assert summary.text() == ("cuda:0 throttled (package power (PPT)) in 100% of 2 clock readings: SM 2100 MHz, "
+                              "memory 1300 MHz")
+    smi.violations = NO_VIOLATION
+    assert r.read().reasons == 0 and smi.calls == {"violations": 3}  # no flag set: no throttle, metrics unasked
+
+
+def test_before_mi300_the_metrics_throttle_status_is_read_and_the_violations_are_not_asked_again():
+    from pytest_gpucomm.ops.clocks import AmdsmiReader
+
+    for violations in (None, dict.fromkeys(NO_VIOLATION, "N/A")):  # the call fails, or every flag is N/A
+        smi = FakeAmdsmi(violations=violations, status=1, clock_key="cur_clk")
+        r = AmdsmiReader(smi, "h0", "cuda:0")
+        readings = [r.read() for _ in range(3)]
+        assert [x.reasons for x in readings] == [AmdsmiReader.THROTTLE_STATUS] * 3
+        assert readings[0].sm_mhz == 2100.0 and smi.calls == {"violations": 1, "metrics": 3}
+        assert reason_names(readings[0].reasons) == ["throttle status"]
+    smi = FakeAmdsmi(violations=None, status="N/A")  # neither readable: the clocks alone
+    r = AmdsmiReader(smi, "h0", "cuda:0")
+    assert [r.read().reasons for _ in range(2)] == [0, 0] and smi.calls == {"violations": 1, "metrics": 1}
+
+
+def test_on_rocm_a_gpu_is_found_in_amd_smi_by_torchs_bus_id_whatever_the_width_of_its_domain():
+    from pytest_gpucomm.ops.clocks import AmdsmiReader, reader_for
+
+    smi = FakeAmdsmi(violations=NO_VIOLATION)
+    r = reader_for("cuda:0", "00000000:C1:00.0", amd=lambda: smi, rocm=lambda: True)
+    assert isinstance(r, AmdsmiReader) and r.device == "cuda:0"
+    assert reader_for("cuda:0", "00000000:c2:00.0", amd=lambda: smi, rocm=lambda: True) is None  # not this GPU
+    assert isinstance(reader_for("cuda:0", None, amd=lambda: smi, rocm=lambda: True), AmdsmiReader)  # by number
+    assert reader_for("cuda:1", None, amd=lambda: smi, rocm=lambda: True) is None
+    assert reader_for("cuda:0", None, amd=lambda: None, rocm=lambda: True) is None  # no amdsmi: nothing read
+    # a CUDA build asks NVML, never AMD SMI
+    assert reader_for("cuda:0", None, nvml=lambda: None, amd=lambda: 1 / 0, rocm=lambda: False) is None

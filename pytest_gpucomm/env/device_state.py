@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .clocks import GEN_OF_GTS
+
 __all__ = ["DeviceChange", "device_changes", "affects", "link_findings", "pcie_under_load"]
 
 
@@ -143,16 +145,32 @@ def pcie_under_load(fp: Optional[Mapping[str, Any]], device: str, read: Optional
     """A host<->device case's likely cause from its own reading of the link under load (``read``, "Gen4 x16":
     ``ClockSummary.pcie``): ``cuda:0 PCIe link at Gen4 x16 while measured (capable of Gen5 x16)`` when the link
     ran slower or narrower than the GPU's reading in ``fp`` says it can; None otherwise."""
-    g = _gpus(fp, "nvidia").get(device)
-    p = (g or {}).get("pcie") if g else None
-    if not read or not isinstance(p, Mapping) or p.get("gen_max") is None or p.get("width_max") is None:
+    top = _pcie_max(fp, device)
+    if not read or top is None:
         return None
     try:
         gen, width = (int(x) for x in read.replace("Gen", "").replace("x", "").split())
     except ValueError:
         return None
-    if gen < int(p["gen_max"]) or width < int(p["width_max"]):
-        return f"{device} PCIe link at {read} while measured (capable of Gen{p['gen_max']} x{p['width_max']})"
+    if gen < top[0] or width < top[1]:
+        return f"{device} PCIe link at {read} while measured (capable of Gen{top[0]} x{top[1]})"
+    return None
+
+
+def _pcie_max(fp: Optional[Mapping[str, Any]], device: str) -> Optional[tuple[int, int]]:
+    """(generation, width) the GPU's link can run at: NVIDIA's ``gen_max``/``width_max``, AMD's generation of
+    its ``max_speed_gts`` and its ``max_width``; None where the fingerprint does not say."""
+    for vendor, gen_of, width_key in (("nvidia", lambda p: p.get("gen_max"), "width_max"),
+                                      ("amd", lambda p: GEN_OF_GTS.get(p.get("max_speed_gts")), "max_width")):
+        g = _gpus(fp, vendor).get(device)
+        p = g.get("pcie") if g else None
+        if isinstance(p, Mapping):
+            try:
+                gen, width = gen_of(p), p.get(width_key)
+                if gen is not None and width is not None:
+                    return int(gen), int(width)
+            except (TypeError, ValueError):
+                return None
     return None
 
 

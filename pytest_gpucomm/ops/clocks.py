@@ -7,12 +7,18 @@ takes its samples, and once at the start and end of them; :class:`ClockSummary` 
 (``Measurement.info["clocks"]``): the range of the SM and memory clocks, the reasons seen and in what share of
 the readings, and the PCIe link as read under load.
 
-Readers, one per device kind (:func:`reader_for`; AMD GPUs are not sampled yet: their clocks are in the
-fingerprint, :mod:`pytest_gpucomm.env.amd`):
+Readers, one per device kind (:func:`reader_for`):
 
 * NVIDIA: NVML (``pynvml``): ``nvmlDeviceGetClockInfo`` (SM, memory), ``nvmlDeviceGetCurrentClocksEventReasons``
   (``...ThrottleReasons`` before NVML 12.5), and the PCIe link's generation and width now.  One reading costs
   about 30 us (measured on an H200: three calls); at one reading per 20 ms that is 0.15 % of one core.
+* AMD (a ROCm build of torch): AMD SMI's Python package (``amdsmi``), as its API reference documents it:
+  ``amdsmi_get_clock_info`` (GFX as the "SM" clock, MEM; ``clk``, ``cur_clk`` before ROCm 6.2), the violation
+  flags of ``amdsmi_get_violation_status`` (``active_ppt_pwr``, ``active_socket_thrm``, ...: MI300 and later)
+  or, where that is not supported, ``throttle_status`` of ``amdsmi_get_gpu_metrics_info`` (MI200, Navi), and
+  the PCIe link of ``amdsmi_get_pcie_info``.  Not run on an AMD GPU yet (tested on a fake with the package's
+  API): its cost per reading is not measured.  The package is initialised once per process and shut down at
+  its exit.
 * CPU (the CPU variants): the current frequency of the CPUs this process may run on
   (``/sys/devices/system/cpu/cpuN/cpufreq/scaling_cur_freq``) as the "SM" clock and the kernel's thermal
   throttle counters (``thermal_throttle/*_throttle_count``): a counter that grew during the measurement is
@@ -25,16 +31,17 @@ a measurement: a reader that fails stops reading and the summary says what was r
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
-from ..env.clocks import ClockSummary, Reading, summarize
+from ..env.clocks import GEN_OF_GTS, ClockSummary, Reading, summarize
 
-__all__ = ["INTERVAL_S", "Reader", "Sampler", "reader_for", "sampler_for", "clock_info", "NvmlReader", "CpuFreqReader",
-           "Reading", "ClockSummary", "summarize"]
+__all__ = ["INTERVAL_S", "Reader", "Sampler", "reader_for", "sampler_for", "clock_info", "NvmlReader", "AmdsmiReader",
+           "CpuFreqReader", "Reading", "ClockSummary", "summarize"]
 
 #: seconds between two readings of the sampling thread
 INTERVAL_S = 0.02
@@ -123,6 +130,69 @@ class NvmlReader:
                        pcie_gen=gen, pcie_width=width)
 
 
+class AmdsmiReader:
+    """One AMD GPU through AMD SMI; ``smi`` is the ``amdsmi`` module (initialised), ``handle`` its processor
+    handle.  A call the GPU does not support is not asked again: the violation flags fall back to the GPU
+    metrics' ``throttle_status``, then to no reasons; the PCIe link to none."""
+
+    #: the violation flags of ``amdsmi_get_violation_status`` and their reason bits (``env.clocks.REASONS``)
+    VIOLATIONS = (("active_prochot_thrm", 0x1000), ("active_ppt_pwr", 0x2000), ("active_socket_thrm", 0x4000),
+                  ("active_vr_thrm", 0x8000), ("active_hbm_thrm", 0x10000),
+                  ("active_gfx_clk_below_host_limit", 0x20000))
+    #: the bit of a true ``throttle_status`` (GPUs before MI300, which have no violation flags)
+    THROTTLE_STATUS = 0x40000
+    def __init__(self, smi: Any, handle: Any, device: str) -> None:
+        self.smi, self.handle, self.device = smi, handle, device
+        self._reasons = "violations"  # then "metrics", then "" (none readable)
+        self._pcie = True
+
+    def _clock(self, kind: str) -> Optional[float]:
+        c = self.smi.amdsmi_get_clock_info(self.handle, getattr(self.smi.AmdSmiClkType, kind))
+        v = c.get("clk", c.get("cur_clk")) if isinstance(c, dict) else None
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def _reason_bits(self) -> int:
+        if self._reasons == "violations":
+            try:
+                v = self.smi.amdsmi_get_violation_status(self.handle)
+                flags = [(v.get(key), bit) for key, bit in self.VIOLATIONS]
+                if any(isinstance(f, bool) for f, _ in flags):
+                    return sum(bit for f, bit in flags if f is True)
+            except Exception:  # noqa: BLE001 - not supported before MI300: the GPU metrics' status instead
+                pass
+            self._reasons = "metrics"
+        if self._reasons == "metrics":
+            try:
+                status = self.smi.amdsmi_get_gpu_metrics_info(self.handle).get("throttle_status")
+                if isinstance(status, (bool, int)):
+                    return self.THROTTLE_STATUS if status else 0
+            except Exception:  # noqa: BLE001 - no reasons readable: the clocks still count
+                pass
+            self._reasons = ""
+        return 0
+
+    def _link(self) -> tuple[Optional[int], Optional[int]]:
+        if self._pcie:
+            try:
+                m = self.smi.amdsmi_get_pcie_info(self.handle).get("pcie_metric") or {}
+                speed, width = m.get("pcie_speed"), m.get("pcie_width")
+                gen = GEN_OF_GTS.get(speed / 1000) if isinstance(speed, (int, float)) else None
+                if gen is not None and isinstance(width, int) and not isinstance(width, bool):
+                    return gen, width
+            except Exception:  # noqa: BLE001
+                pass
+            self._pcie = False
+        return None, None
+
+    def read(self) -> Optional[Reading]:
+        sm, mem = self._clock("GFX"), self._clock("MEM")
+        if sm is None and mem is None:
+            return None
+        gen, width = self._link()
+        return Reading(t=time.perf_counter(), sm_mhz=sm, mem_mhz=mem, reasons=self._reason_bits(), pcie_gen=gen,
+                       pcie_width=width)
+
+
 class CpuFreqReader:
     """The CPUs this process may run on: their mean current frequency, and whether a thermal throttle counter
     grew since the first reading.  ``root`` is the sysfs folder of the CPUs (tests pass another)."""
@@ -185,16 +255,73 @@ def _nvml() -> Any:
     return _NVML["module"]
 
 
-def reader_for(device: str, bus_id: Optional[str] = None,
-               nvml: Callable[[], Any] = _nvml) -> Optional[Reader]:
+def _amdsmi() -> Any:
+    """The amdsmi module, initialised once in this process and shut down at its exit (None where it does not
+    import or init)."""
+    if "module" not in _AMDSMI:
+        try:
+            import amdsmi
+
+            amdsmi.amdsmi_init()
+            atexit.register(amdsmi.amdsmi_shut_down)
+            _AMDSMI["module"] = amdsmi
+        except Exception:  # noqa: BLE001 - no AMD SMI: no clock readings
+            _AMDSMI["module"] = None
+    return _AMDSMI["module"]
+
+
+_AMDSMI: dict[str, Any] = {}
+
+
+def _rocm() -> bool:
+    import torch
+
+    return getattr(torch.version, "hip", None) is not None
+
+
+def _same_bdf(a: Any, b: str) -> bool:
+    """Two PCI addresses equal whatever the width of their domain (``0000:c1:00.0``, NVML's ``00000000:...``)."""
+    def key(x: str) -> tuple[int, ...]:
+        dom, bus, rest = x.strip().lower().split(":")
+        dev, fn = rest.split(".")
+        return int(dom, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+
+    try:
+        return key(str(a)) == key(b)
+    except ValueError:
+        return False
+
+
+def _amd_reader(smi: Any, device: str, index: str, bus_id: Optional[str]) -> Optional[Reader]:
+    handles = list(smi.amdsmi_get_processor_handles())
+    if bus_id:
+        found = [h for h in handles if _same_bdf(smi.amdsmi_get_gpu_device_bdf(h), bus_id)]
+        handle = found[0] if found else None
+    else:
+        handle = handles[int(index or 0)] if int(index or 0) < len(handles) else None
+    if handle is None:
+        return None
+    reader = AmdsmiReader(smi, handle, device)
+    return reader if reader.read() is not None else None
+
+
+def reader_for(device: str, bus_id: Optional[str] = None, nvml: Callable[[], Any] = _nvml,
+               amd: Callable[[], Any] = _amdsmi, rocm: Callable[[], bool] = _rocm) -> Optional[Reader]:
     """The reader of ``device`` ("cuda:0", "cpu:1"), or None where nothing can be read.  A CUDA device is found
-    in NVML by its PCI ``bus_id`` (torch's numbering need not be NVML's) or, without one, by its number."""
+    in NVML -- or in AMD SMI on a ROCm build of torch -- by its PCI ``bus_id`` (torch's numbering need not be the
+    library's) or, without one, by its number."""
     kind, _, index = device.partition(":")
     if kind == "cpu":
         r = CpuFreqReader("cpu")
         return r if r.read() is not None else None
     if kind != "cuda":
         return None
+    if rocm():
+        smi = amd()
+        try:
+            return _amd_reader(smi, device, index, bus_id) if smi is not None else None
+        except Exception:  # noqa: BLE001
+            return None
     n = nvml()
     if n is None:
         return None
