@@ -11,12 +11,13 @@ from pytest_gpucomm.gate.store import save_run
 from pytest_gpucomm.units import size_token
 
 
-def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offsets=None, seed=3, labels=True):
+def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offsets=None, seed=3, labels=True,
+           fingerprint=None, first_run=0, scale=100.0):
     """A baseline of ``sessions`` (runs per session), a day apart, runs a minute apart; collective cases
     of 2 MiB and up with iid log-normal samples around 100 GB/s and a run offset of ``run_sd``;
     ``offsets[s]`` shifts every case of session s.  ``labels``: runs carry their session label."""
     rng = np.random.default_rng(seed)
-    run = 0
+    run = first_run
     for s, k in enumerate(sessions):
         for j in range(k):
             run += 1
@@ -27,10 +28,11 @@ def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offse
                 loc = off + rng.normal(0, run_sd)
                 size = (2 << 20) << c  # one sweep: its sizes above 1 MiB are one op band
                 rec = CaseRecord(test_id=f"t.py::test[{size_token(size)}]", op="all_reduce", size_bytes=size, world_size=2,
-                                 samples_gbps=list(100 * np.exp(loc + rng.normal(0, within, n))), dtype="float32")
+                                 samples_gbps=list(scale * np.exp(loc + rng.normal(0, within, n))),
+                                 dtype="float32")
                 cases[rec.key] = rec
-            save_run(path, name="x", run_id=f"r{run}", date=date, fingerprint={}, cases=cases, max_runs=50,
-                     session=f"s{s}" if labels else None)
+            save_run(path, name="x", run_id=f"r{run}", date=date, fingerprint=dict(fingerprint or {}), cases=cases,
+                     max_runs=50, session=f"s{s}{'' if first_run == 0 else f'-{first_run}'}" if labels else None)
     return path
 
 
@@ -116,3 +118,33 @@ def test_the_command_names_a_bad_file_and_bad_arguments(tmp_path, capsys):
         with pytest.raises(SystemExit):
             cal.main([str(bad), *args])
         assert word in capsys.readouterr().err
+
+
+def test_a_file_of_two_machines_is_calibrated_one_machine_at_a_time_on_its_own_runs(tmp_path, capsys):
+    """As the plugin judges (gate.machines): a machine's runs against its own sessions only.  The second machine
+    runs 30 % slower: pooled into one case, the two would pass for a 30 % spread between sessions."""
+    path = tmp_path / "b.json"
+    two = {"kind": "gpu", "model": "GPU X", "count": 2, "topology": {"0-1": "NV18"}}
+    one = {"kind": "gpu", "model": "GPU X", "count": 1}
+    _write(path, [3, 3, 3], fingerprint=two)
+    _write(path, [3, 3], fingerprint=one, first_run=100, scale=70.0, seed=4)
+    machines = cal.machines_of(path)
+    assert [(m.describe(), n) for m, n in machines] == [("2 x GPU X linked NV18", 9), ("1 x GPU X", 6)]
+    cases, dates, labels = cal.load_cases(path, machines[1][0])
+    assert sorted(dates) == [f"r{i}" for i in range(101, 107)] and all(len(c.runs) == 6 for c in cases)
+    assert cal.main([str(path), "--sim-suites", "0", "--json", str(tmp_path / "o.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.index("machine 2 x GPU X linked NV18: its runs only") < out.index("machine 1 x GPU X: its runs only")
+    assert "9 runs in 3 sessions" in out and "6 runs in 2 sessions" in out
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert [m["machine"] for m in doc["machines"]] == ["2 x GPU X linked NV18", "1 x GPU X"]
+    for m in doc["machines"]:  # each machine steady on its own: no false alarm, a 20 % drop caught
+        loso = m["leave_one_session_out"]
+        assert loso["false_alarm_suites"] == 0 and loso["uniform_detection"]["20%"] == 1.0
+    pooled = cal.loso(*_pooled(path), (0.20,))
+    assert pooled["not_gated_share"] > doc["machines"][0]["leave_one_session_out"]["not_gated_share"]
+
+
+def _pooled(path):
+    cases, dates, labels = cal.load_cases(path)
+    return cases, cal.sessions_of(dates, 10, labels)

@@ -3,8 +3,11 @@
     python -m pytest_gpucomm.gate.calibration baselines/h200.json [--drops 3,5,7,10,20] [--sim-suites 40]
                                                                   [--table] [--json PATH]
 
-Runs are grouped into *sessions* by the file's ``session`` labels (runs without one: runs less than
-``--session-gap-min`` minutes apart share a session).  Then, with the plugin's own procedure
+A file of several machines (``gate.machines``: kind, model, GPU count and links; the shipped ``h200.json`` holds
+2 x H200 and 1 x H200 runs) is calibrated one machine at a time, on that machine's runs only: the plugin judges
+a run against the runs of its own machine's shape (``machines.MATCH_RULE``), so the file's other machines'
+runs never widen its spreads.  Runs are grouped into *sessions* by the file's ``session`` labels (runs without
+one: runs less than ``--session-gap-min`` minutes apart share a session).  Then, with the plugin's own procedure
 (``decision.judge`` per case: the run-level prediction bound at its share of alpha, Bonferroni over the
 judged cases, re-measures of a flagged case pooled; ``levels.judge_run`` for the run's class offsets, op
 bands and case residuals):
@@ -43,7 +46,7 @@ from typing import Any, Iterator, Optional, Sequence
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
 from .levels import FOLDED_CLASSES
 
-__all__ = ["Case", "load_cases", "sessions_of", "loso", "fit_model", "simulate", "main"]
+__all__ = ["Case", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
 #: drops (fractions) at which detection is reported by default
 DEFAULT_DROPS = (0.03, 0.05, 0.07, 0.10, 0.20)
@@ -64,23 +67,43 @@ class Case:
     member: Any = None  # gate.levels.Member: its class and band for the levels
 
 
-def load_cases(path: Path) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
-    """The measured cases of a baseline file, the date of each run id and its session label (or None)."""
+def machines_of(path: Path) -> list[tuple[Any, int]]:
+    """The machines (``machines.Shape``) of a baseline file's runs and how many runs each has, the most runs
+    first; runs whose fingerprint has no kind are left out (they count for every machine, as in the plugin)."""
+    from .machines import Shape
+    from .store import load_baseline
+
+    counts: dict[Any, int] = {}
+    for r in load_baseline(path).runs:
+        shape = Shape.of(r.fingerprint)
+        if shape is not None:
+            counts[shape] = counts.get(shape, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe()))
+
+
+def load_cases(path: Path, machine: Any = None) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+    """The measured cases of a baseline file, the date of each run id and its session label (or None);
+    ``machine`` (a ``machines.Shape``): that machine's runs only, and those with no known machine, as the
+    plugin judges a run of that machine (``machines.MATCH_RULE``)."""
     from .decision import prior_class, run_location
+    from .machines import Shape
     from .store import load_baseline
     from .levels import member
     from .verdicts import case_group, case_kind
 
     b = load_baseline(path)
-    dates = {r.run_id: r.date for r in b.runs}
-    labels = {r.run_id: r.session for r in b.runs}
+    runs = [r for r in b.runs if machine is None or Shape.of(r.fingerprint) in (machine, None)]
+    kept = {r.run_id for r in runs}
+    dates = {r.run_id: r.date for r in runs}
+    labels = {r.run_id: r.session for r in runs}
     cases = []
     for key, e in b.cases.items():
-        if not e.runs:
-            continue  # floor-only: nothing to calibrate on
+        mine = [r for r in e.runs if r.run_id in kept]
+        if not mine:
+            continue  # floor-only, or not measured on this machine: nothing to calibrate on
         g = case_group(e.op)
         cases.append(Case(key, g, prior_class(g == "collective", e.size_bytes),
-                          {r.run_id: run_location(r.samples_gbps, f"{path}: {key} run {r.run_id}") for r in e.runs},
+                          {r.run_id: run_location(r.samples_gbps, f"{path}: {key} run {r.run_id}") for r in mine},
                           member(key, test_id=e.test_id, op=e.op, kind=case_kind(e.op), size_bytes=e.size_bytes,
                                  dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)))
     return cases, dates, labels
@@ -478,13 +501,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     from .schema import BaselineError
 
     try:
-        cases, dates, labels = load_cases(args.baseline)
+        machines = machines_of(args.baseline)
+        loaded = [(m, load_cases(args.baseline, m)) for m, _ in machines] if len(machines) > 1 else \
+            [(machines[0][0] if machines else None, load_cases(args.baseline))]
     except BaselineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if not cases:
+    if not any(cases for _, (cases, _, _) in loaded):
         print(f"error: {args.baseline}: no case has measured runs: nothing to calibrate on", file=sys.stderr)
         return 2
+    docs = []
+    for machine, (cases, dates, labels) in loaded:
+        if len(loaded) > 1 and machine is not None:
+            print(f"machine {machine.describe()}: its runs only, as the plugin judges a run of it")
+        docs.append({"machine": machine.describe() if machine is not None else None,
+                     **_calibrate(args, cases, dates, labels)})
+    if args.json:
+        doc = docs[0] if len(docs) == 1 else {"baseline": str(args.baseline), "machines": docs}
+        args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str],
+               labels: dict[str, Optional[str]]) -> dict[str, Any]:
+    """Everything ``main`` prints for one machine's runs (``cases``), and its JSON document."""
     session = sessions_of(dates, args.session_gap_min, labels)
     n_sessions = len(set(session.values()))
     folds = {c: args.folds for c in FOLDED_CLASSES}
@@ -547,9 +587,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               + "; ".join(f"{n} sessions: not gated {_pct(v['not_gated_share'])}, median smallest drop caught "
                           f"{_pct(v['detectable_drop_median'])}" for n, v in proj.items()))
         doc["projection"] = {str(n): v for n, v in proj.items()}
-    if args.json:
-        args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
-    return 0
+    return doc
 
 
 def _brief(r: dict[str, Any]) -> dict[str, Any]:
