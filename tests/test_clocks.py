@@ -155,19 +155,21 @@ def test_a_device_change_is_a_likely_cause_of_the_cases_it_can_slow_only():
 
 
 class FakeAmdsmi:
-    """AMD SMI's Python API as its reference documents it, for one GPU: ``violations`` is the dict of
-    ``amdsmi_get_violation_status`` (None: the call raises, as before MI300), ``status`` the metrics'
-    ``throttle_status``; ``clock_key`` the clock's key ("clk", or "cur_clk" before ROCm 6.2)."""
+    """AMD SMI's Python API as its reference documents it, for one GPU: ``metrics`` is what each call of
+    ``amdsmi_get_gpu_metrics_info`` answers in turn (the last repeated), ``clock_key`` the clock's key ("clk",
+    or "cur_clk" before ROCm 6.2); ``raises``: the calls that raise (AMD SMI's NOT_SUPPORTED)."""
 
     class AmdSmiClkType:
         GFX, MEM = 0, 1
 
-    def __init__(self, violations=None, status="N/A", clock_key="clk", bdf="0000:c1:00.0"):
-        self.violations, self.status, self.clock_key, self.bdf = violations, status, clock_key, bdf
+    def __init__(self, metrics=({"throttle_status": "N/A"},), clock_key="clk", bdf="0000:c1:00.0", raises=()):
+        self.metrics, self.clock_key, self.bdf, self.raises = list(metrics), clock_key, bdf, set(raises)
         self.calls: dict[str, int] = {}
 
-    def _count(self, name):
+    def _call(self, name):
         self.calls[name] = self.calls.get(name, 0) + 1
+        if name in self.raises:
+            raise RuntimeError("AMDSMI_STATUS_NOT_SUPPORTED")
 
     def amdsmi_get_processor_handles(self):
         return ["h0"]
@@ -176,59 +178,62 @@ class FakeAmdsmi:
         return self.bdf
 
     def amdsmi_get_clock_info(self, h, kind):
+        self._call("GFX" if kind == self.AmdSmiClkType.GFX else "MEM")
         return {self.clock_key: 2100 if kind == self.AmdSmiClkType.GFX else 1300, "min_clk": 500, "max_clk": 2100}
 
-    def amdsmi_get_violation_status(self, h):
-        self._count("violations")
-        if self.violations is None:
-            raise RuntimeError("AMDSMI_STATUS_NOT_SUPPORTED")
-        return self.violations
+    def amdsmi_get_violation_status(self, h):  # waits about 100 ms in AMD SMI: never to be called by a sampler
+        raise AssertionError("amdsmi_get_violation_status called")
 
     def amdsmi_get_gpu_metrics_info(self, h):
-        self._count("metrics")
-        return {"throttle_status": self.status}
+        self._call("metrics")
+        return self.metrics[min(self.calls["metrics"], len(self.metrics)) - 1]
 
     def amdsmi_get_pcie_info(self, h):
+        self._call("pcie")
         return {"pcie_static": {"max_pcie_width": 16, "max_pcie_speed": 32000},
                 "pcie_metric": {"pcie_width": 16, "pcie_speed": 16000}}
 
 
-NO_VIOLATION = {"active_prochot_thrm": False, "active_ppt_pwr": False, "active_socket_thrm": False,
-                "active_vr_thrm": False, "active_hbm_thrm": False, "active_gfx_clk_below_host_limit": "N/A"}
+def residencies(ppt, socket=7, status="N/A"):
+    return {"prochot_residency_acc": 0, "ppt_residency_acc": ppt, "socket_thm_residency_acc": socket,
+            "vr_thm_residency_acc": 0, "hbm_thm_residency_acc": "N/A", "throttle_status": status}
 
 
-def test_an_mi300_power_violation_is_a_throttle_named_with_the_gfx_and_memory_clocks_and_the_link():
+def test_an_mi300_residency_that_grew_between_readings_is_a_throttle_named_with_the_clocks_and_the_link():
     from pytest_gpucomm.ops.clocks import AmdsmiReader
 
-    smi = FakeAmdsmi(violations={**NO_VIOLATION, "active_ppt_pwr": True})
+    smi = FakeAmdsmi(metrics=[residencies(100), residencies(150), residencies(150), residencies(150, socket=9)])
     r = AmdsmiReader(smi, "h0", "cuda:0")
-    summary = summarize("cuda:0", [r.read(), r.read()])
-    assert summary.throttled_share == 1.0 and summary.pcie == "Gen4 x16"  # 16000 MT/s: Gen4
-    assert summary.text() == ("cuda:0 throttled (package power (PPT)) in 100% of 2 clock readings: SM 2100 MHz, "
+    readings = [r.read() for _ in range(4)]
+    assert [reason_names(x.reasons) for x in readings] == [[], ["package power (PPT)"], [], ["socket thermal"]]
+    summary = summarize("cuda:0", readings[:2])
+    assert summary.pcie == "Gen4 x16"  # 16000 MT/s: Gen4
+    assert summary.text() == ("cuda:0 throttled (package power (PPT)) in 50% of 2 clock readings: SM 2100 MHz, "
                               "memory 1300 MHz")
-    smi.violations = NO_VIOLATION
-    assert r.read().reasons == 0 and smi.calls == {"violations": 3}  # no flag set: no throttle, metrics unasked
 
 
-def test_before_mi300_the_metrics_throttle_status_is_read_and_the_violations_are_not_asked_again():
+def test_before_mi300_the_throttle_status_is_read_and_a_call_that_raises_is_not_asked_again():
     from pytest_gpucomm.ops.clocks import AmdsmiReader
 
-    for violations in (None, dict.fromkeys(NO_VIOLATION, "N/A")):  # the call fails, or every flag is N/A
-        smi = FakeAmdsmi(violations=violations, status=1, clock_key="cur_clk")
-        r = AmdsmiReader(smi, "h0", "cuda:0")
-        readings = [r.read() for _ in range(3)]
-        assert [x.reasons for x in readings] == [AmdsmiReader.THROTTLE_STATUS] * 3
-        assert readings[0].sm_mhz == 2100.0 and smi.calls == {"violations": 1, "metrics": 3}
-        assert reason_names(readings[0].reasons) == ["throttle status"]
-    smi = FakeAmdsmi(violations=None, status="N/A")  # neither readable: the clocks alone
+    before = {**dict.fromkeys(residencies(0), "N/A"), "throttle_status": 1}  # no residency, a throttle status
+    smi = FakeAmdsmi(metrics=[before], clock_key="cur_clk")
     r = AmdsmiReader(smi, "h0", "cuda:0")
-    assert [r.read().reasons for _ in range(2)] == [0, 0] and smi.calls == {"violations": 1, "metrics": 1}
+    readings = [r.read() for _ in range(3)]
+    assert [x.reasons for x in readings] == [AmdsmiReader.THROTTLE_STATUS] * 3
+    assert reason_names(readings[0].reasons) == ["throttle status"] and readings[0].sm_mhz == 2100.0
+    smi = FakeAmdsmi(raises={"MEM", "metrics", "pcie"})  # one clock, the metrics and the link not supported
+    r = AmdsmiReader(smi, "h0", "cuda:0")
+    readings = [r.read() for _ in range(3)]
+    assert [(x.sm_mhz, x.mem_mhz, x.reasons, x.pcie_gen) for x in readings] == [(2100.0, None, 0, None)] * 3
+    assert smi.calls == {"GFX": 3, "MEM": 1, "metrics": 1, "pcie": 1}
+    smi = FakeAmdsmi(raises={"GFX", "MEM"})  # no clock at all: nothing read, the sampler stops asking
+    assert AmdsmiReader(smi, "h0", "cuda:0").read() is None
 
 
 def test_on_rocm_a_gpu_is_found_in_amd_smi_by_torchs_bus_id_whatever_the_width_of_its_domain():
     from pytest_gpucomm.ops.clocks import AmdsmiReader, reader_for
 
-    smi = FakeAmdsmi(violations=NO_VIOLATION)
+    smi = FakeAmdsmi()
     r = reader_for("cuda:0", "00000000:C1:00.0", amd=lambda: smi, rocm=lambda: True)
     assert isinstance(r, AmdsmiReader) and r.device == "cuda:0"
     assert reader_for("cuda:0", "00000000:c2:00.0", amd=lambda: smi, rocm=lambda: True) is None  # not this GPU

@@ -166,6 +166,31 @@ def test_show_accepts_a_path_and_prints_a_floor(tmp_path: Path) -> None:
     assert next(line for line in out.splitlines() if line.startswith("all_reduce")).split()[-1] == "44.5"
 
 
+def test_a_table_too_wide_for_the_terminal_is_never_wrapped_and_an_empty_column_goes_first(
+        tmp_path: Path, monkeypatch) -> None:
+    d = tmp_path / "baselines"
+    save(d / "dgx-h100-8node-cluster-a-nightly-allreduce.json", "r1", [A], 1)
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, _ = gpucomm("baselines", "list", "--baseline-dir", d)
+    assert code == 0
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("name"))
+    # the header, the rule and the row: one line each, however narrow the terminal (a cell is never cut)
+    assert lines[head + 1].startswith("---") and lines[head + 2].startswith("dgx-h100-8node-cluster-a-nightly")
+    assert lines[head + 3].startswith("(left out at 60 columns: ")
+    # a published file's floors are its only figures: its empty layout column goes before them
+    doc = new_document("pub")
+    doc["source"] = "published"
+    doc["cases"][A.key] = {"test_id": A.test_id, "op": "all_reduce", "size_bytes": A.size_bytes, "world_size": 2,
+                           "dtype": "float32", "runs": [], "floor_gbps": 44.5}
+    write_document(tmp_path / "pub.json", doc)
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, _ = gpucomm("baselines", "show", tmp_path / "pub.json")
+    row = next(line for line in out.splitlines() if line.startswith("all_reduce"))
+    assert code == 0 and row.split()[-1] == "44.5", out
+    assert "(left out at 60 columns: layout, dtype;" in out, out
+
+
 # --- prune ----------------------------------------------------------------------------------------
 
 

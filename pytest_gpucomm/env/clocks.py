@@ -13,16 +13,14 @@ from typing import Any, Iterable, Optional, Sequence
 
 __all__ = ["REASONS", "IDLE", "GEN_OF_GTS", "Reading", "ClockSummary", "reason_names", "summarize", "throttle_text"]
 
-#: NVML's clock event (throttle) reason bits and the words a message uses for them, then AMD SMI's violations
-#: (``amdsmi_get_violation_status``'s ``active_*`` flags, MI300 and later; ``throttle_status`` of the GPU
-#: metrics before) on bits of their own above NVML's
+#: NVML's clock event (throttle) reason bits and the words a message uses for them, then AMD SMI's (the GPU
+#: metrics' throttle residencies, MI300 and later; their ``throttle_status`` before) on bits of their own
 REASONS: tuple[tuple[int, str], ...] = (
     (0x1, "idle"), (0x2, "application clocks setting"), (0x4, "power cap"), (0x8, "hardware slowdown"),
     (0x10, "sync boost"), (0x20, "thermal (software)"), (0x40, "thermal (hardware)"), (0x80, "power brake"),
     (0x100, "display clock"),
     (0x1000, "processor hot"), (0x2000, "package power (PPT)"), (0x4000, "socket thermal"),
-    (0x8000, "voltage regulator thermal"), (0x10000, "HBM thermal"), (0x20000, "GFX clock below the host's limit"),
-    (0x40000, "throttle status"),
+    (0x8000, "voltage regulator thermal"), (0x10000, "HBM thermal"), (0x40000, "throttle status"),
 )
 IDLE = 0x1
 #: a PCIe link's generation by its speed in GT/s (AMD's readings give the speed, NVIDIA's the generation)

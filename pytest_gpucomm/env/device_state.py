@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .clocks import GEN_OF_GTS
-
 __all__ = ["DeviceChange", "device_changes", "affects", "link_findings", "pcie_under_load"]
 
 
@@ -158,20 +156,19 @@ def pcie_under_load(fp: Optional[Mapping[str, Any]], device: str, read: Optional
 
 
 def _pcie_max(fp: Optional[Mapping[str, Any]], device: str) -> Optional[tuple[int, int]]:
-    """(generation, width) the GPU's link can run at: NVIDIA's ``gen_max``/``width_max``, AMD's generation of
-    its ``max_speed_gts`` and its ``max_width``; None where the fingerprint does not say."""
-    for vendor, gen_of, width_key in (("nvidia", lambda p: p.get("gen_max"), "width_max"),
-                                      ("amd", lambda p: GEN_OF_GTS.get(p.get("max_speed_gts")), "max_width")):
-        g = _gpus(fp, vendor).get(device)
-        p = g.get("pcie") if g else None
-        if isinstance(p, Mapping):
-            try:
-                gen, width = gen_of(p), p.get(width_key)
-                if gen is not None and width is not None:
-                    return int(gen), int(width)
-            except (TypeError, ValueError):
-                return None
-    return None
+    """(generation, width) the GPU's link can run at in its slot: NVML's ``gen_max``/``width_max`` (the device
+    and the system together); None where the fingerprint does not say.  Not on AMD: AMD SMI's
+    ``max_pcie_speed``/``max_pcie_width`` are the GPU's own (sysfs ``max_link_speed``), so a Gen5 GPU in a Gen4
+    slot would be named below what it can do on every host copy."""
+    g = _gpus(fp, "nvidia").get(device)
+    p = g.get("pcie") if g else None
+    if not isinstance(p, Mapping):
+        return None
+    try:
+        gen, width = p.get("gen_max"), p.get("width_max")
+        return (int(gen), int(width)) if gen is not None and width is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def affects(change: DeviceChange, op: str, devices: Sequence[str], kind: str) -> bool:

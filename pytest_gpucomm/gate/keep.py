@@ -226,7 +226,7 @@ def _list(args: Any, out: TextIO, err: TextIO) -> int:
         files = _files(d)
         _print(out, [f"baselines in {d}:" if files else f"no baselines in {d}"], width)
         if files:
-            _print(out, _table(files, bad, set(), width), width)
+            _print(out, _table(files, bad, set(), width))
     elif given or shipped is None:
         raise KeepError(f"baseline directory {d} ({baseline_dir_source(args)}) does not exist or is not a directory")
     else:
@@ -234,15 +234,16 @@ def _list(args: Any, out: TextIO, err: TextIO) -> int:
     if shipped is not None and _files(shipped):
         mine = {p.stem for p in _files(d)} if d.is_dir() else set()
         _print(out, [f"baselines {SHIPPED} ({shipped}), taken when {d} has none of the name:"], width)
-        _print(out, _table(_files(shipped), bad, mine, width), width)
+        _print(out, _table(_files(shipped), bad, mine, width))
     for message in bad:
         print(f"gpucomm: error: {message}", file=err)
     return 2 if bad else 0
 
 
-def _print(out: TextIO, lines: Iterable[str], width: int) -> None:
-    """``lines`` printed to ``out``, each wrapped to ``width`` (a table's lines are laid out to fit already)."""
-    for line in fit(lines, width):
+def _print(out: TextIO, lines: Iterable[str], width: Optional[int] = None) -> None:
+    """``lines`` printed to ``out``, each wrapped to ``width`` where given (prose); a table's lines without it
+    (``fit_table`` laid them out already: a wrap would break its columns)."""
+    for line in fit(lines, width) if width is not None else lines:
         print(line, file=out)
 
 
@@ -276,13 +277,14 @@ def _show(args: Any, out: TextIO) -> int:
     path = resolve(args.name, args)
     doc = read_baseline(path)
     width = command_width()
-    _print(out, describe_document(doc, path, width), width)
+    _print(out, describe_document(doc, path, width))
     return 0
 
 
 def describe_document(doc: Mapping[str, Any], path: Path, width: int = DEFAULT_WIDTH) -> list[str]:
-    """The lines of ``gpucomm baselines show``: summary, runs, cases by op (the tables laid out to fit
-    ``width``; a run's date to the minute, as the table shows it, the summary line's in full)."""
+    """The lines of ``gpucomm baselines show``: summary, runs, cases by op, fitted to ``width`` (the prose
+    wrapped, the tables laid out to fit; a run's date to the minute, as the table shows it, the summary
+    line's in full)."""
     runs, cases = doc["runs"], doc["cases"]
     lines = [f"baseline {doc['name']} ({path})",
              f"source: {doc['source']}" + (f" -- {doc['source_detail']}" if doc.get("source_detail") else ""),
@@ -295,6 +297,7 @@ def describe_document(doc: Mapping[str, Any], path: Path, width: int = DEFAULT_W
         lines.append("no measured run")
     floors = sum(1 for c in cases.values() if c.get("floor_gbps") is not None)
     lines.append(f"{plural(len(cases), 'case')}" + (f", {floors} with a floor" if floors else ""))
+    lines = fit(lines, width)
     if runs:
         held = Counter(r["run_id"] for c in cases.values() for r in c["runs"])
         rows = []
@@ -312,7 +315,8 @@ def describe_document(doc: Mapping[str, Any], path: Path, width: int = DEFAULT_W
     if cases:
         lines += ["", "cases by op:"]
         lines += fit_table(_case_rows(cases), ["op", "ranks", "dtype", "layout", "size", "cases", "runs",
-                                               "floor GB/s"], width, leave_out=["floor GB/s", "layout", "dtype"])
+                                               "floor GB/s"], width,
+                           leave_out=["layout", "dtype", "cases", "floor GB/s"])
     return lines
 
 

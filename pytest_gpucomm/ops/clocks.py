@@ -13,12 +13,12 @@ Readers, one per device kind (:func:`reader_for`):
   (``...ThrottleReasons`` before NVML 12.5), and the PCIe link's generation and width now.  One reading costs
   about 30 us (measured on an H200: three calls); at one reading per 20 ms that is 0.15 % of one core.
 * AMD (a ROCm build of torch): AMD SMI's Python package (``amdsmi``), as its API reference documents it:
-  ``amdsmi_get_clock_info`` (GFX as the "SM" clock, MEM; ``clk``, ``cur_clk`` before ROCm 6.2), the violation
-  flags of ``amdsmi_get_violation_status`` (``active_ppt_pwr``, ``active_socket_thrm``, ...: MI300 and later)
-  or, where that is not supported, ``throttle_status`` of ``amdsmi_get_gpu_metrics_info`` (MI200, Navi), and
-  the PCIe link of ``amdsmi_get_pcie_info``.  Not run on an AMD GPU yet (tested on a fake with the package's
-  API): its cost per reading is not measured.  The package is initialised once per process and shut down at
-  its exit.
+  ``amdsmi_get_clock_info`` (GFX as the "SM" clock, MEM; ``clk``, ``cur_clk`` before ROCm 6.2), the throttle
+  residency accumulators of ``amdsmi_get_gpu_metrics_info`` (``ppt_residency_acc``, ``socket_thm_residency_acc``,
+  ...: MI300 and later; one that grew between two readings is that reason) or its ``throttle_status`` (MI200,
+  Navi), and the PCIe link of ``amdsmi_get_pcie_info``.  Not run on an AMD GPU yet (tested on a stand-in with
+  the package's API): its cost per reading is not measured.  The package is initialised once per process,
+  after the fingerprint's own session of it, and shut down at its exit.
 * CPU (the CPU variants): the current frequency of the CPUs this process may run on
   (``/sys/devices/system/cpu/cpuN/cpufreq/scaling_cur_freq``) as the "SM" clock and the kernel's thermal
   throttle counters (``thermal_throttle/*_throttle_count``): a counter that grew during the measurement is
@@ -36,7 +36,7 @@ import glob
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, TypeGuard
 
 from ..env.clocks import GEN_OF_GTS, ClockSummary, Reading, summarize
 
@@ -132,56 +132,67 @@ class NvmlReader:
 
 class AmdsmiReader:
     """One AMD GPU through AMD SMI; ``smi`` is the ``amdsmi`` module (initialised), ``handle`` its processor
-    handle.  A call the GPU does not support is not asked again: the violation flags fall back to the GPU
-    metrics' ``throttle_status``, then to no reasons; the PCIe link to none."""
+    handle.  The reasons come from the GPU metrics (``amdsmi_get_gpu_metrics_info``, one call a reading, no
+    wait): a throttle residency accumulator that grew since the previous reading sets its reason (MI300 and
+    later), else a true ``throttle_status`` (earlier GPUs); ``amdsmi_get_violation_status`` is not called, as it
+    waits about 100 ms between two readings of the same metrics.  A call that raises is not asked again (each
+    clock, the metrics, the PCIe link on its own); a field that reads "N/A" once is read again next time."""
 
-    #: the violation flags of ``amdsmi_get_violation_status`` and their reason bits (``env.clocks.REASONS``)
-    VIOLATIONS = (("active_prochot_thrm", 0x1000), ("active_ppt_pwr", 0x2000), ("active_socket_thrm", 0x4000),
-                  ("active_vr_thrm", 0x8000), ("active_hbm_thrm", 0x10000),
-                  ("active_gfx_clk_below_host_limit", 0x20000))
-    #: the bit of a true ``throttle_status`` (GPUs before MI300, which have no violation flags)
+    #: the throttle residency accumulators of the GPU metrics and their reason bits (``env.clocks.REASONS``)
+    RESIDENCIES = (("prochot_residency_acc", 0x1000), ("ppt_residency_acc", 0x2000),
+                   ("socket_thm_residency_acc", 0x4000), ("vr_thm_residency_acc", 0x8000),
+                   ("hbm_thm_residency_acc", 0x10000))
+    #: the bit of a true ``throttle_status`` (GPUs before MI300, whose metrics have no residencies)
     THROTTLE_STATUS = 0x40000
+
     def __init__(self, smi: Any, handle: Any, device: str) -> None:
         self.smi, self.handle, self.device = smi, handle, device
-        self._reasons = "violations"  # then "metrics", then "" (none readable)
-        self._pcie = True
+        self._asked = {"GFX": True, "MEM": True, "metrics": True, "pcie": True}
+        self._last: dict[str, int] = {}
 
     def _clock(self, kind: str) -> Optional[float]:
-        c = self.smi.amdsmi_get_clock_info(self.handle, getattr(self.smi.AmdSmiClkType, kind))
+        if not self._asked[kind]:
+            return None
+        try:
+            c = self.smi.amdsmi_get_clock_info(self.handle, getattr(self.smi.AmdSmiClkType, kind))
+        except Exception:  # noqa: BLE001 - this clock not supported: the other still counts
+            self._asked[kind] = False
+            return None
         v = c.get("clk", c.get("cur_clk")) if isinstance(c, dict) else None
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return float(v) if _count(v) or isinstance(v, float) else None  # "N/A": not read
 
     def _reason_bits(self) -> int:
-        if self._reasons == "violations":
-            try:
-                v = self.smi.amdsmi_get_violation_status(self.handle)
-                flags = [(v.get(key), bit) for key, bit in self.VIOLATIONS]
-                if any(isinstance(f, bool) for f, _ in flags):
-                    return sum(bit for f, bit in flags if f is True)
-            except Exception:  # noqa: BLE001 - not supported before MI300: the GPU metrics' status instead
-                pass
-            self._reasons = "metrics"
-        if self._reasons == "metrics":
-            try:
-                status = self.smi.amdsmi_get_gpu_metrics_info(self.handle).get("throttle_status")
-                if isinstance(status, (bool, int)):
-                    return self.THROTTLE_STATUS if status else 0
-            except Exception:  # noqa: BLE001 - no reasons readable: the clocks still count
-                pass
-            self._reasons = ""
-        return 0
+        if not self._asked["metrics"]:
+            return 0
+        try:
+            m = self.smi.amdsmi_get_gpu_metrics_info(self.handle)
+        except Exception:  # noqa: BLE001 - no metrics: the clocks still count
+            self._asked["metrics"] = False
+            return 0
+        bits, seen = 0, False
+        for key, bit in self.RESIDENCIES:
+            v = m.get(key) if isinstance(m, dict) else None
+            if _count(v):
+                seen = True
+                if key in self._last and v > self._last[key]:
+                    bits |= bit
+                self._last[key] = v
+        if seen:
+            return bits
+        status = m.get("throttle_status") if isinstance(m, dict) else None
+        return self.THROTTLE_STATUS if _count(status) and status else 0
 
     def _link(self) -> tuple[Optional[int], Optional[int]]:
-        if self._pcie:
+        if self._asked["pcie"]:
             try:
                 m = self.smi.amdsmi_get_pcie_info(self.handle).get("pcie_metric") or {}
-                speed, width = m.get("pcie_speed"), m.get("pcie_width")
-                gen = GEN_OF_GTS.get(speed / 1000) if isinstance(speed, (int, float)) else None
-                if gen is not None and isinstance(width, int) and not isinstance(width, bool):
-                    return gen, width
             except Exception:  # noqa: BLE001
-                pass
-            self._pcie = False
+                self._asked["pcie"] = False
+                return None, None
+            speed, width = m.get("pcie_speed"), m.get("pcie_width")
+            gen = GEN_OF_GTS.get(speed / 1000) if _count(speed) else None
+            if gen is not None and _count(width):
+                return gen, width
         return None, None
 
     def read(self) -> Optional[Reading]:
@@ -191,6 +202,11 @@ class AmdsmiReader:
         gen, width = self._link()
         return Reading(t=time.perf_counter(), sm_mhz=sm, mem_mhz=mem, reasons=self._reason_bits(), pcie_gen=gen,
                        pcie_width=width)
+
+
+def _count(v: Any) -> TypeGuard[int]:
+    """Whether ``v`` is a whole number (not a bool, not AMD SMI's "N/A")."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class CpuFreqReader:
@@ -259,6 +275,12 @@ def _amdsmi() -> Any:
     """The amdsmi module, initialised once in this process and shut down at its exit (None where it does not
     import or init)."""
     if "module" not in _AMDSMI:
+        try:
+            from ..env.hardware import amd_reading
+
+            amd_reading()  # the fingerprint's own AMD SMI session (init ... shut_down) first, once per process
+        except Exception:  # noqa: BLE001
+            pass
         try:
             import amdsmi
 

@@ -90,12 +90,19 @@ def fit(lines: Iterable[str], width: int) -> list[str]:
 def fit_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], width: int,
               leave_out: Sequence[str] = ()) -> list[str]:
     """tabulate's ``simple`` table of ``rows`` under ``headers``, at most ``width`` wide where it can be: the
-    columns named in ``leave_out`` are dropped in that order until it fits, and a line below the table says
-    which (a table still too wide with all of them gone is printed as it is: its cells are never cut)."""
+    columns named in ``leave_out`` are dropped until it fits -- first those with nothing in them (every cell
+    empty or "-"), then the others in that order -- and a line below the table says which (a table still too
+    wide with all of them gone is printed as it is: its cells are never cut)."""
     from tabulate import tabulate
 
     kept = list(range(len(headers)))
     dropped: list[str] = []
+
+    def blank(name: str) -> bool:
+        i = list(headers).index(name)
+        return all(str(row[i]).strip() in ("", "-") for row in rows)
+
+    leave_out = [n for n in leave_out if blank(n)] + [n for n in leave_out if not blank(n)]
 
     def render() -> list[str]:
         return tabulate([[row[i] for i in kept] for row in rows], headers=[headers[i] for i in kept],
