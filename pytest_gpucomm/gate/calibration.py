@@ -70,28 +70,39 @@ class Case:
 def machines_of(path: Path) -> list[tuple[Any, int]]:
     """The machines (``machines.Shape``) of a baseline file's runs and how many runs each has, the most runs
     first; runs whose fingerprint has no kind are left out (they count for every machine, as in the plugin)."""
-    from .machines import Shape
     from .store import load_baseline
 
-    counts: dict[Any, int] = {}
-    for r in load_baseline(path).runs:
-        shape = Shape.of(r.fingerprint)
-        if shape is not None:
-            counts[shape] = counts.get(shape, 0) + 1
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe()))
+    return _machines(load_baseline(path))
 
 
 def load_cases(path: Path, machine: Any = None) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """The measured cases of a baseline file, the date of each run id and its session label (or None);
     ``machine`` (a ``machines.Shape``): that machine's runs only, and those with no known machine, as the
     plugin judges a run of that machine (``machines.MATCH_RULE``)."""
+    from .store import load_baseline
+
+    return _cases(load_baseline(path), path, machine)
+
+
+def _machines(b: Any) -> list[tuple[Any, int]]:
+    """:func:`machines_of` of a loaded baseline ``b``."""
+    from .machines import Shape
+
+    counts: dict[Any, int] = {}
+    for r in b.runs:
+        shape = Shape.of(r.fingerprint)
+        if shape is not None:
+            counts[shape] = counts.get(shape, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe()))
+
+
+def _cases(b: Any, path: Path, machine: Any) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+    """:func:`load_cases` of a loaded baseline ``b`` (read from ``path``, which its messages name)."""
     from .decision import prior_class, run_location
     from .machines import Shape
-    from .store import load_baseline
     from .levels import member
     from .verdicts import case_group, case_kind
 
-    b = load_baseline(path)
     runs = [r for r in b.runs if machine is None or Shape.of(r.fingerprint) in (machine, None)]
     kept = {r.run_id for r in runs}
     dates = {r.run_id: r.date for r in runs}
@@ -501,9 +512,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     from .schema import BaselineError
 
     try:
-        machines = machines_of(args.baseline)
-        loaded = [(m, load_cases(args.baseline, m)) for m, _ in machines] if len(machines) > 1 else \
-            [(machines[0][0] if machines else None, load_cases(args.baseline))]
+        from .store import load_baseline
+
+        b = load_baseline(args.baseline)  # read once, split by machine here
+        machines = _machines(b)
+        loaded = [(m, _cases(b, args.baseline, m)) for m, _ in machines] if len(machines) > 1 else \
+            [(machines[0][0] if machines else None, _cases(b, args.baseline, None))]
     except BaselineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

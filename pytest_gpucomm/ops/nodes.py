@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from ..measurement import Measurement, MeasurementInfo
 from ..units import describe_size
 from ..vocab import DEFAULT_DTYPE, DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S, DTYPES, RANK_WARMUP_MIN_S
+from .pattern_runs import mismatches
 from .specs import COLLECTIVE, OpSpec
 
 if TYPE_CHECKING:
@@ -109,14 +110,7 @@ class PhaseExchange:
             return 0, 0, None
         torch = self.torch
         exp = _pattern(torch, self.out.numel(), self.device, torch.float64) * (self.src + 1)
-        got = self.out.to(torch.float64)
-        bad = (got - exp).abs() > (0.0 if self.dtype == torch.float32 else 1e-2) * exp.abs()
-        n_bad = int(bad.sum().item())
-        first = None
-        if n_bad:
-            i = int(bad.nonzero()[0].item())
-            first = (i, float(got[i].item()), float(exp[i].item()))
-        return n_bad, int(got.numel()), first
+        return mismatches(self.out.to(torch.float64), exp, 0.0 if self.dtype == torch.float32 else 1e-2)
 
 
 def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, dtype: str = DEFAULT_DTYPE,

@@ -21,8 +21,8 @@ from .collective_results import BenchResult, WrongResult
 if TYPE_CHECKING:
     from ..ranks.context import RankContext
 
-__all__ = ["PatternPlan", "PatternResult", "check_rows", "merge_checks", "sub_group", "PartsTimed", "run_case",
-           "check_results"]
+__all__ = ["PatternPlan", "PatternResult", "check_rows", "mismatches", "merge_checks", "sub_group", "PartsTimed",
+           "run_case", "check_results"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,13 @@ def check_rows(torch: Any, got: Any, exp: Any) -> tuple[int, int, Optional[tuple
     if got.numel() != exp.numel():
         return max(got.numel(), exp.numel()), max(got.numel(), exp.numel()), (0, float(got.numel()),
                                                                             float(exp.numel()))
-    bad = (got - exp).abs() > 1e-2 * exp.abs()
+    return mismatches(got, exp, 1e-2)
+
+
+def mismatches(got: Any, exp: Any, rtol: float) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+    """(wrong, checked, first wrong (flat index, got, expected)) of the flat float64 tensors ``got`` and ``exp``
+    of one length, an element wrong where it differs from its expected value by more than ``rtol`` of it."""
+    bad = (got - exp).abs() > rtol * exp.abs()
     n_bad = int(bad.sum().item())
     first = None
     if n_bad:
