@@ -276,8 +276,7 @@ def _table(files: list[Path], bad: list[str], shadowed: set[str], width: int) ->
 def _show(args: Any, out: TextIO) -> int:
     path = resolve(args.name, args)
     doc = read_baseline(path)
-    width = command_width()
-    _print(out, describe_document(doc, path, width))
+    _print(out, describe_document(doc, path, command_width()))
     return 0
 
 
