@@ -641,6 +641,45 @@ def test_a_rank_that_dies_is_named_dead_with_how_it_ended_at_once(tmp_path: Path
     assert ("gpucomm rank deaths: no supervising parent (GPUCOMM_SUPERVISE=0)" in text) == (supervise == "0"), text
 
 
+FAILS_TO_COLLECT_ON_RANK_1 = '''
+import os
+
+from pytest_gpucomm import sizes
+
+if os.environ["RANK_OF_TEST"] == "1":
+    raise RuntimeError("no GPU on this rank")
+
+
+@sizes("1KB")
+def test_all_reduce(process_group, size, comm):
+    pass
+'''
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_to_collect_is_named_by_the_others_at_once(tmp_path: Path) -> None:
+    """Rank 1 of 2 simulated nodes fails to collect its tests: before, rank 0 waited out the join's timeout
+    (the default 300 s) inside torch's rendezvous and ended with an INTERNALERROR; now the ranks meet first
+    (plugin/launched/arrival.py) and rank 0 names rank 1, how it ended and where its output is, at once."""
+    (tmp_path / "test_collect.py").write_text(FAILS_TO_COLLECT_ON_RANK_1)
+    port, ends = free_port(), []
+    cmd = [sys.executable, "-m", "pytest", "test_collect.py", "-p", "no:cacheprovider"]
+    results = run_all([cmd] * 2, [slurm_nodes_env(r, port, COLUMNS="120") for r in range(2)], tmp_path, ends)
+    assert [code for code, _ in results] == [1, 2], results  # rank 1: pytest's own status for its error
+    text = results[0][1]
+    assert max(ends) < 30, ends
+    assert "INTERNALERROR" not in text, text
+    log = tmp_path / "temproot" / f"pytest-of-{getpass.getuser()}" / f"gpucomm-slurm-{port}" / "rank-1.log"
+    assert " ".join(text.split()).count(
+        f"gpucomm: rank 1 ({socket.gethostname()}) ended before it joined the job: 1 error during collection "
+        f"(test_collect.py: RuntimeError: no GPU on this rank); its output: {log}; a job without every rank cannot go "
+        "on: the session stops here") == 1, text
+    assert f"!! gpucomm: rank 1 ({socket.gethostname()}) ended before it joined the job !!" in text, text
+    assert "RuntimeError: no GPU on this rank" in log.read_text()
+    # wrapped to the terminal; only a path longer than a line (this test's temporary folder) stays whole
+    assert all(len(line) <= 120 or " " not in line.strip() for line in text.splitlines()), text
+
+
 KILLED_ON_RANK_3 = '''
 import os
 import signal

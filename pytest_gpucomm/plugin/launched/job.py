@@ -6,9 +6,11 @@
   CPU; gloo without touching a device where no gpucomm test is collected, for the agreements alone) and a
   gloo group for control messages, created once the tests are collected and destroyed at the end of the
   session (every rank then ignores SIGTERM to its end: the launcher that stops a node's ranks as soon as one
-  exits would otherwise end them with another status than the job's); their timeout, which bounds the
-  rendezvous, is ``--gpucomm-timeout`` but at least :data:`JOIN_MIN_S` (launchers start ranks unevenly); what
-  bounds a hung rank is the deadline of each exchange (:mod:`.exchange`, the session's ``channel``);
+  exits would otherwise end them with another status than the job's); the ranks meet first in the
+  rendezvous' store (:mod:`.arrival`: a rank that ends before it joins is named at once), within
+  ``--gpucomm-timeout`` but at least :data:`JOIN_MIN_S` (launchers start ranks unevenly), which is also the
+  groups' timeout; what bounds a hung rank is the deadline of each exchange (:mod:`.exchange`, the
+  session's ``channel``);
 * the executor of the ``process_group`` fixture (:class:`~pytest_gpucomm.ranks.inprocess.InProcessExecutor`);
 * the job's layout (the node and local rank of every rank, :meth:`LaunchedSession.layout`) and the sub-groups
   of the topology-aware suites (one per node, one per local rank across the nodes:
@@ -28,6 +30,7 @@ import dataclasses
 import datetime
 import os
 import secrets
+import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
@@ -36,9 +39,11 @@ import pytest
 from ...env.launch import Launch
 from ...vocab import RANK_START_TIMEOUT_S
 from ..sigterm import ignore_from_now
+from ...ranks.errors import JobBroken
+from .arrival import Meeting, arrive, depart, wait_for_all
 from .deaths import ident
 from .exchange import JobExchange
-from .supervise import joined
+from .supervise import arrived, joined
 
 if TYPE_CHECKING:
     from ...env.hardware import DeviceInfo
@@ -72,10 +77,28 @@ class LaunchedSession:
         self._layout: Optional["Layout"] = None
         self._subgroups: dict[str, tuple[list["SubGroup"], Any]] = {}  # kind -> (every group, this rank's handle)
         self._group_executors: dict[str, "InProcessExecutor"] = {}
+        self._arrived = False  # this rank came to the ranks' meeting (.arrival), to join or to say it will not
 
     @property
     def started(self) -> bool:
         return self._started
+
+    def meeting(self) -> Meeting:
+        """Where this rank meets the others before the job's process groups are made (:mod:`.arrival`)."""
+        return Meeting.of(self.launch, max(self.timeout_s, JOIN_MIN_S))
+
+    def depart(self, how: Optional[str], say: Optional[Callable[[str], None]] = None) -> bool:
+        """This rank ends its session without having joined the job, ``how``: the others learn it at once
+        (:func:`.arrival.depart`; where this rank serves the rendezvous, it stays until every rank has come, and
+        ``say`` is told a line for the user when that takes a while).
+        Once per session, and not after this rank came to the meeting; whether the news was written.  ``how``
+        None: nobody waits for this rank (every rank ends alike): only its supervising parent is told to say
+        nothing."""
+        if self._arrived or self._started:
+            return False
+        self._arrived = True
+        arrived()
+        return how is not None and depart(self.meeting(), how, say=say)
 
     def start(self, info: Optional["DeviceInfo"]) -> None:
         """Join the job's process groups (once per session); ``info`` None (no gpucomm test collected): the
@@ -111,13 +134,26 @@ class LaunchedSession:
         # different speeds): at least JOIN_MIN_S; hung ranks are bounded by the exchanges' own deadlines
         join_s = max(self.timeout_s, JOIN_MIN_S)
         timeout = datetime.timedelta(seconds=join_s)
-        host = f"[{la.master_addr}]" if ":" in la.master_addr else la.master_addr
-        init_method = "env://" if la.launcher == "torchrun" else f"tcp://{host}:{la.master_port}"
-        kwargs: dict[str, Any] = dict(backend=self.backend, init_method=init_method, rank=la.rank,
-                                      world_size=la.world_size, timeout=timeout)
+        # the ranks meet first in the rendezvous' store (.arrival): a rank that ends before it joins is named at
+        # once, instead of the others waiting out the join's timeout inside init_process_group
+        meeting = self.meeting()
+        rendezvous = meeting.connect()
+        self._arrived = True
+        arrived()
+        arrive(rendezvous, meeting)
+        wait_for_all(rendezvous, meeting, time.monotonic() + join_s)
+        rendezvous.set_timeout(timeout)
+        # the default group's keys under torch's own prefix, as init_process_group's rendezvous would put them
+        kwargs: dict[str, Any] = dict(backend=self.backend, store=dist.PrefixStore("default_pg", rendezvous),
+                                      rank=la.rank, world_size=la.world_size, timeout=timeout)
         if self.backend != "gloo":
             kwargs["device_id"] = torch.device(channel.device)  # bind the communicator to this rank's GPU
-        dist.init_process_group(**kwargs)
+        try:
+            dist.init_process_group(**kwargs)
+        except Exception as e:  # a rank gone between the meeting and here: torch's store error, named
+            raise JobBroken(f"gpucomm: {la.launcher} rank {la.rank} ({la.host}) could not make the job's process "
+                            f"group after every rank had come ({type(e).__name__}: {str(e).strip()[:300]}); "
+                            "the session stops here", ranks=(), label="joining the job", timeout_s=join_s) from None
         self._owns_default = True
         # control messages in a gloo group of their own (on CPU too): they never queue behind a test's ops; their
         # keys under the job's own prefix in the rendezvous' store, where a rank's supervising parent finds them

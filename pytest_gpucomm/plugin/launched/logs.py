@@ -25,7 +25,7 @@ import pytest
 
 from ...env.launch import Launch
 
-__all__ = ["CONSOLE", "start_logs", "default_folder", "header_lines", "redirect_output"]
+__all__ = ["CONSOLE", "start_logs", "default_folder", "header_lines", "redirect_output", "rank_log"]
 
 #: the value of --gpucomm-rank-log that keeps every rank's output on its console
 CONSOLE = "console"
@@ -106,6 +106,12 @@ def header_lines(config: pytest.Config, launch: Launch) -> list[str]:
     where = "" if launch.n_nodes == 1 else ", on each rank's host"
     how = "" if config.stash.get(_EXPLICIT, False) else f" (--gpucomm-rank-log=DIR to choose, ={CONSOLE} to print)"
     return [f"gpucomm rank logs: {ranks} output to {os.path.join(folder, 'rank-<R>.log')}{where}{how}"]
+
+
+def rank_log(config: pytest.Config, launch: Launch) -> str:
+    """The path of this rank's log, or "" where it prints to its console (rank 0, or ``console``)."""
+    folder = config.stash.get(_FOLDER, "")
+    return os.path.join(folder, f"rank-{launch.rank}.log") if folder and not launch.is_first else ""
 
 
 def redirect_output(config: pytest.Config, directory: str, rank: int, origin: str) -> str:

@@ -15,7 +15,7 @@ write to their rank logs (:mod:`.logs`).
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Generator
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 import pytest
 
@@ -25,8 +25,8 @@ from ..markers import uses_gpucomm
 from .agreement import agree_on_collection, agree_on_exit_status, agree_on_outcome
 from .gate import JobJudging
 from .job import JobGroups, LaunchedSession
-from .logs import header_lines
-from .supervise import why_unsupervised
+from .logs import header_lines, rank_log
+from .supervise import meeting, why_unsupervised
 
 if TYPE_CHECKING:
     from ..state import State
@@ -80,6 +80,13 @@ class LaunchedMode:
         state.judging = JobJudging(config, state.settings, state.devices, self.session, state.speaks)
         if not state.speaks:
             config.option.xmlpath = None
+        #: why this rank ends without joining the job, where it knows (a usage error, a collection error)
+        self.usage_error = ""
+        self.collect_errors: list[pytest.CollectReport] = []
+        #: whether this rank tells the others when it ends without joining: not where every rank ends alike
+        #: before the meeting (an option refused), nor where a conftest made its own process group
+        self.departs = True
+        meeting(self.session.meeting().to_json())  # its supervising parent tells the others should it end first
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from ...report.text import fit
@@ -104,10 +111,12 @@ class LaunchedMode:
         measures = any(uses_gpucomm(i) for i in session.items)
         refused = diverging_options(session.config)
         if refused:
+            self.departs = False  # the same options on every rank: none waits for another
             raise pytest.UsageError(
                 f"gpucomm: refused in launched mode ({self.launch.launcher}), where every "
                 "rank must run the same tests in the same order:\n  " + "\n  ".join(refused))
         if not measures and _foreign_group():
+            self.departs = False
             self.notes.append(
                 "gpucomm: launched mode: a torch.distributed process group made by a conftest or another plugin "
                 "exists, so the ranks did not agree on each test's outcome: each rank's own is its own")
@@ -118,8 +127,65 @@ class LaunchedMode:
             if measures:
                 self._join_nodes()
         except JobBroken as e:  # a rank hung or gone: no test can run; the session ends failed (exit status 1)
-            session.shouldfail = str(e)
+            self._broken_at_start(session, str(e))
             raise session.Failed(str(e)) from None
+        except pytest.UsageError as e:  # this rank's own (its GPU missing): the others learn it at the end
+            self.usage_error = str(e)
+            raise
+
+    @staticmethod
+    def _say(config: pytest.Config) -> Callable[[str], None]:
+        """A line for the user now, wrapped to the terminal (pytest's reporter, else stderr)."""
+        from ...report.text import fit
+        from ..finish import terminal_width
+
+        def say(line: str) -> None:
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            for part in fit([line], terminal_width(config)):
+                if reporter is not None:
+                    reporter.write_line(part)
+                else:
+                    print(part, file=sys.stderr, flush=True)
+
+        return say
+
+    def _broken_at_start(self, session: pytest.Session, message: str) -> None:
+        """The job could not start: the whole message among the notes at the end of the output, wrapped to the
+        terminal, and its first clause (``gpucomm: rank 1 (hostB) ended before it joined the job``) on pytest's
+        last line."""
+        from ...report.text import fit
+        from ..finish import terminal_width
+
+        width = terminal_width(session.config)
+        self.notes += fit([message], width)
+        head, sep, _ = message.partition(": ")
+        first = head + sep + message[len(head) + len(sep):].split(": ")[0].split("; ")[0] if sep else message
+        session.shouldfail = first if len(first) <= width - 4 else first[:width - 7] + "..."
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collect_errors.append(report)
+
+    def _why_not_joined(self, session: pytest.Session) -> str:
+        """How this rank's session ended before it joined the job, for the other ranks, with its log."""
+        errors = self.collect_errors
+        if self.usage_error:
+            how = "a usage error: " + " ".join(self.usage_error.split())
+        elif errors:
+            crash = getattr(errors[0].longrepr, "reprcrash", None)
+            text = getattr(crash, "message", None) or str(errors[0].longrepr).strip().splitlines()[-1:]
+            what = " ".join(str(text).split())
+            what = what if len(what) <= 160 else what[:157] + "..."
+            how = (f"{len(errors)} error{'s' if len(errors) > 1 else ''} during collection "
+                   f"({errors[0].nodeid or '.'}: {what})")
+        elif int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED):
+            how = "its session was interrupted"
+        elif not session.items:
+            how = "it collected no tests"
+        else:
+            how = f"its session ended with exit status {int(session.exitstatus)}"
+        log = rank_log(session.config, self.launch)
+        return how + (f"; its output: {log}" if log else "")
 
     def _join_nodes(self) -> None:
         """Read every node's fingerprint (on the node's local rank 0; across nodes the run's fingerprint holds
@@ -149,6 +215,8 @@ class LaunchedMode:
         job's exit status (the first rank's in rank order that is not 0).  The job's groups are left in
         :meth:`pytest_unconfigure`, once rank 0 printed its summary."""
         if not self.session.started:
+            departs = self.departs and not _foreign_group()  # else the others would wait for this rank in vain
+            self.session.depart(self._why_not_joined(session) if departs else None, say=self._say(session.config))
             return
         agreed, notes = agree_on_exit_status(self.session.channel, int(session.exitstatus))
         if agreed != session.exitstatus or not self.state.speaks:

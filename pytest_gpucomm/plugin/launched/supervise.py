@@ -9,9 +9,11 @@ child has joined the job it tells the parent where the job's store is (:func:`jo
 the job at the session's end it says so (:func:`left`).  If the child ends in between -- killed by a signal,
 SIGKILL included, or exiting on its own -- the parent writes how into the job's store and wakes every rank
 (:func:`~.deaths.announce`): the others say ``rank 3 (hostB, cuda:1) died: killed by SIGKILL`` at once,
-instead of waiting out their deadline to say it "did not finish".  Then the parent ends as its child did
-(the same signal, no core file of its own, or the same exit code), so the launcher sees what it would have
-seen without it.
+instead of waiting out their deadline to say it "did not finish".  A child that ends before it came to the
+ranks' meeting (:mod:`.arrival`; where to meet is the first thing it tells the parent, :func:`meeting`) is
+announced there instead: ``rank 3 (hostB) ended before it joined the job: killed by SIGKILL``.  Then the
+parent ends as its child did (the same signal, no core file of its own, or the same exit code), so the
+launcher sees what it would have seen without it.
 
 Signals: the parent passes on to the child SIGTERM and SIGHUP, which launchers and schedulers send to end a
 rank (the child, in the same process group, usually gets them from the same ``killpg`` too: the plugin's
@@ -46,7 +48,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-__all__ = ["supervise", "joined", "left", "supervisor_pid", "why_unsupervised", "describe_end"]
+__all__ = ["supervise", "meeting", "arrived", "joined", "left", "supervisor_pid", "why_unsupervised", "describe_end"]
 
 #: the signals the parent passes on to the child
 FORWARDED = ("SIGTERM", "SIGHUP")
@@ -73,6 +75,17 @@ def _tell(line: str) -> None:
         os.write(fd, (line + "\n").encode())
     except OSError:  # the parent is gone
         _Child.fd = None
+
+
+def meeting(text: str) -> None:
+    """Where the child meets the other ranks before it joins (an :class:`.arrival.Meeting` as JSON): should
+    it end before it comes there, the parent tells them (:func:`.arrival.depart`)."""
+    _tell("M\t" + text)
+
+
+def arrived() -> None:
+    """The child came to the meeting (to join, or to say itself that it will not): the parent need not."""
+    _tell("A")
 
 
 def joined(host: str, port: int, namespace: str, rank: int, world_size: int) -> None:
@@ -209,6 +222,7 @@ class _Parent:
         self.fd: Optional[int] = read_fd
         self.buffer = b""
         self.job: Optional[dict[str, Any]] = None  # where the child joined, until it left
+        self.meeting: Optional[str] = None  # where the child meets the others, until it came there
         self.sent: list[int] = []
 
     def _forward(self, signum: int, frame: Any) -> None:
@@ -227,6 +241,8 @@ class _Parent:
         self._drain()
         if self.job is not None:
             self._report(describe_end(status, self.sent))
+        elif self.meeting is not None:  # it ended before it came to the meeting: the others would wait for it
+            self._depart(describe_end(status, self.sent))
         return self._mirror(status)
 
     def _wait(self) -> int:
@@ -260,6 +276,10 @@ class _Parent:
                     self.job = None
             elif kind == "L":
                 self.job = None
+            elif kind == "M":
+                self.meeting = rest
+            elif kind == "A":
+                self.meeting = None
 
     def _drain(self) -> None:
         """What the child wrote just before it ended."""
@@ -281,6 +301,16 @@ class _Parent:
                                   timeout=datetime.timedelta(seconds=REPORT_S))
             announce(dist.PrefixStore(str(job["ns"]), store), int(job["rank"]), int(job["world"]), how)
         except Exception:  # the store gone (the job over), or torch unusable here: the others time out
+            pass
+
+    def _depart(self, how: str) -> None:
+        """Tell the other ranks that the child ended, ``how``, before it came to meet them (and where it
+        served the rendezvous, serve it until they have all come)."""
+        try:
+            from .arrival import Meeting, depart
+
+            depart(Meeting.from_json(str(self.meeting)), how)
+        except Exception:  # torch unusable here, or a meeting that does not read: the others time out
             pass
 
     def _mirror(self, status: int) -> int:

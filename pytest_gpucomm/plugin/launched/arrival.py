@@ -1,0 +1,224 @@
+"""How the ranks of a launched job meet before they make their process groups, and learn of a rank that never
+will.
+
+torch's own rendezvous (``init_process_group`` with ``env://`` or ``tcp://``) waits in C++ until every rank
+has come, up to the join's timeout (``--gpucomm-timeout``, at least :data:`~.job.JOIN_MIN_S`), and then fails
+with a TCPStore error: a rank that ended before it joined -- a collection error or a usage error on that rank
+alone, no test collected there, an interrupt, a crash while collecting -- left the others waiting out the
+whole timeout (300 s by default) for an INTERNALERROR.  So the ranks meet first, in Python, in the
+rendezvous' store itself, made as torch makes it (:meth:`Meeting.connect`: rank 0 serves it, or under
+torchrun the agent of node 0 does), and only once every rank has come do they call ``init_process_group``
+with that store, which then returns at once.  Under the prefix :attr:`Meeting.prefix` (the restart count of
+torchrun's in it):
+
+* a rank that joins sets ``rank/<r>`` to ``join`` and adds 1 to ``count``; the rank whose add makes the world
+  sets ``done`` and ``all``;
+* a rank that ends its session without joining (:func:`depart`, at the session's end), or whose supervising
+  parent saw it end before it came (:mod:`.supervise`), sets ``rank/<r>`` to ``gone<TAB>host<TAB>how``, adds
+  1, and sets ``done`` at once;
+* every joining rank waits for ``done`` (looking every :data:`POLL_S`: an interrupt is seen) until the join's
+  deadline; finding a rank gone it raises :class:`~pytest_gpucomm.ranks.errors.JobBroken` naming it, its host
+  and how it ended (``rank 1 (hostB) ended before it joined the job: 1 error during collection
+  (test_x.py: RuntimeError: ...)``), and at the deadline it names the ranks that never came;
+* the rank that serves the store (rank 0 outside torchrun) stays until every rank has come, or the deadline,
+  whether it joins, is broken or departs: the ranks that come after it learn too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+
+from ...ranks.errors import JobBroken
+
+if TYPE_CHECKING:
+    from ...env.launch import Launch
+
+__all__ = ["Meeting", "arrive", "wait_for_all", "linger", "depart", "gone_message"]
+
+JOIN = "join"
+GONE = "gone"
+#: how often a rank that waits looks at the store (an interrupt is handled between two looks)
+POLL_S = 0.1
+#: how long the rank that serves the store waits for the others before it says that it waits
+SAY_AFTER_S = 1.0
+#: the end of the message of a job that lost a rank before it joined
+TAIL = "a job without every rank cannot go on: the session stops here"
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """Where and how this rank meets the others: the rendezvous' store at ``host:port``, served by this
+    rank where ``serves``; ``me`` is this rank's host; ``timeout_s`` bounds the meeting."""
+
+    host: str
+    port: int
+    rank: int
+    world_size: int
+    me: str
+    serves: bool
+    timeout_s: float
+    prefix: str
+
+    @classmethod
+    def of(cls, launch: "Launch", timeout_s: float, env: Optional[Mapping[str, str]] = None) -> "Meeting":
+        """This rank's meeting in ``launch``; under torchrun the agent of node 0 serves the store where
+        ``TORCHELASTIC_USE_AGENT_STORE`` says so (torch's ``_create_c10d_store`` reads the same), and the
+        keys of each restart are apart."""
+        env = os.environ if env is None else env
+        agent = launch.launcher == "torchrun" and env.get("TORCHELASTIC_USE_AGENT_STORE", "") == "True"
+        attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0") if launch.launcher == "torchrun" else "0"
+        return cls(host=launch.master_addr, port=launch.master_port, rank=launch.rank,
+                   world_size=launch.world_size, me=launch.host, serves=launch.is_first and not agent,
+                   timeout_s=float(timeout_s), prefix=f"gpucomm/arrival/{attempt}/")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Meeting":
+        return cls(**json.loads(text))
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def connect(self) -> Any:
+        """The rendezvous' TCPStore: served here (on every interface, as torch's) where :attr:`serves`, else a
+        client, which waits up to :attr:`timeout_s` for the store to be served.  JobBroken when it cannot."""
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        try:
+            if self.serves:
+                return dist.TCPStore(self.host, self.port, None, True, timeout=timeout, wait_for_workers=False,
+                                     multi_tenant=True)
+            return dist.TCPStore(self.host, self.port, None, False, timeout=timeout, wait_for_workers=False)
+        except Exception as e:  # noqa: BLE001 - torch's store errors have no common base over versions
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if self.serves:
+                why = f"rank 0 cannot serve the job's rendezvous at {self.address} ({first})"
+            else:
+                why = (f"rank {self.rank} ({self.me}) could not reach the job's rendezvous at {self.address} "
+                       f"within {self.timeout_s:g} s ({first}): the rank or torchrun agent that serves it (rank 0, "
+                       "or node 0's agent) has not started, or ended before it could")
+            raise JobBroken(f"gpucomm: {why}; {TAIL}", ranks=(), label="joining the job",
+                            timeout_s=self.timeout_s) from None
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def arrive(store: Any, m: Meeting, how: Optional[str] = None) -> None:
+    """This rank has come: to join (``how`` None), or to say that it ends without joining, ``how``."""
+    p = m.prefix
+    status = JOIN if how is None else "\t".join((GONE, m.me, " ".join(how.split())))
+    store.set(f"{p}rank/{m.rank}", status)
+    if store.add(f"{p}count", 1) >= m.world_size:
+        store.set(f"{p}all", "1")
+        store.set(f"{p}done", "1")
+    elif how is not None:
+        store.set(f"{p}done", GONE)
+
+
+def _gone(store: Any, m: Meeting) -> dict[int, tuple[str, str]]:
+    """The ranks that said they end without joining: rank -> (host, how)."""
+    out = {}
+    for r in range(m.world_size):
+        key = f"{m.prefix}rank/{r}"
+        if r != m.rank and store.check([key]):
+            kind, _, rest = _text(store.get(key)).partition("\t")
+            if kind == GONE:
+                host, _, how = rest.partition("\t")
+                out[r] = (host, how)
+    return out
+
+
+def _missing(store: Any, m: Meeting) -> list[int]:
+    return [r for r in range(m.world_size) if not store.check([f"{m.prefix}rank/{r}"])]
+
+
+def gone_message(gone: Mapping[int, tuple[str, str]]) -> str:
+    """``gpucomm: rank 1 (hostB) ended before it joined the job: how; ...; <TAIL>``"""
+    each = "; ".join(f"rank {r} ({host}) ended before it joined the job: {how}" for r, (host, how) in gone.items())
+    return f"gpucomm: {each}; {TAIL}"
+
+
+def _wait(store: Any, m: Meeting, key: str, deadline: float) -> bool:
+    """Wait for ``key`` until ``deadline`` (``time.monotonic()``); whether it came.  The store is asked
+    whether the key is there every :data:`POLL_S` (its own blocking wait cannot be interrupted, and one that
+    times out writes a warning of torch's to stderr each time)."""
+    while True:
+        if store.check([key]):
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(POLL_S, left))
+
+
+def wait_for_all(store: Any, m: Meeting, deadline: float) -> None:
+    """After :func:`arrive` to join: return once every rank has come to join; raise JobBroken at once when a
+    rank says it ends without joining (naming it and how), or at ``deadline`` naming the ranks that never
+    came.  The rank that serves the store stays until every rank has come (or the deadline) before it raises."""
+    try:
+        _wait(store, m, f"{m.prefix}done", deadline)
+        gone = _gone(store, m)
+        if not gone and store.check([f"{m.prefix}all"]):
+            return
+        missing = [] if gone else _missing(store, m)
+    except JobBroken:
+        raise
+    except Exception as e:  # noqa: BLE001 - the store gone (its server ended)
+        raise JobBroken(f"gpucomm: rank {m.rank} ({m.me}) lost the job's rendezvous at {m.address} while the ranks "
+                        f"met ({type(e).__name__}: {e}): the rank that served it has probably ended; {TAIL}",
+                        ranks=(), label="joining the job", timeout_s=m.timeout_s) from None
+    if gone:
+        message = gone_message(gone)
+    else:
+        named = ", ".join(str(r) for r in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        message = (f"gpucomm: rank{'s' if len(missing) > 1 else ''} {named} did not come to join the job within "
+                   f"{m.timeout_s:g} s (not started, hung, or ended without a word: the launcher's log says which); "
+                   f"{TAIL}")
+    linger(store, m, deadline)
+    raise JobBroken(message, ranks=list(gone) or missing, label="joining the job", timeout_s=m.timeout_s)
+
+
+def linger(store: Any, m: Meeting, deadline: float, say: Optional[Callable[[str], None]] = None) -> None:
+    """Where this rank serves the store: stay until every rank has come, or ``deadline``; ``say`` is told
+    once, with a line for the user, when that takes more than :data:`SAY_AFTER_S`."""
+    if not m.serves:
+        return
+    key = f"{m.prefix}all"
+    try:
+        if _wait(store, m, key, min(deadline, time.monotonic() + SAY_AFTER_S)):
+            return
+        if say is not None:
+            left = max(deadline - time.monotonic(), 0)
+            say(f"gpucomm: rank 0 serves the job's rendezvous ({m.address}): it waits up to {left:.0f} s for "
+                f"every rank to come and learn that the job cannot start ({len(_missing(store, m))} not come yet)")
+        _wait(store, m, key, deadline)
+    except Exception:  # noqa: BLE001 - nothing more to wait for
+        pass
+
+
+def depart(m: Meeting, how: str, deadline: Optional[float] = None,
+           say: Optional[Callable[[str], None]] = None) -> bool:
+    """Tell the job that this rank ends without joining it, ``how``, and where it serves the store, stay until
+    every rank has come (or ``deadline``: the meeting's timeout from now by default; ``say``: as
+    :func:`linger`'s).  Never raises; whether the news was written."""
+    if deadline is None:
+        deadline = time.monotonic() + m.timeout_s
+    try:
+        store = m.connect()
+        arrive(store, m, how)
+    except Exception:  # noqa: BLE001 - no store to tell (its server never came): the others time out
+        return False
+    linger(store, m, deadline, say)
+    return True
