@@ -123,7 +123,8 @@ def compare(shim: Path, sizes: Sequence[int], rounds: int = ROUNDS, min_time_s: 
                 for r in range(rounds):
                     order = ("cuda", "hip") if r % 2 == 0 else ("hip", "cuda")
                     for engine in order:
-                        m = _measure_with(engine, shim, lambda: measure(size, settings, pool))
+                        m = _measure_with(engine, shim,
+                                          lambda measure=measure, size=size: measure(size, settings, pool))
                         figures[engine].append(m.gbps)
                 cuda, hip = statistics.median(figures["cuda"]), statistics.median(figures["hip"])
                 # the ratio of each round's pair (measured back to back), then their median: a drift of the

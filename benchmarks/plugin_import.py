@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pytest on an empty project, median of {args.runs} runs each:")
     print(f"  with pytest-gpucomm:  {med_with * 1e3:7.1f} ms")
     print(f"  with -p no:gpucomm:   {med_without * 1e3:7.1f} ms")
-    print(f"  difference:           {diff_ms:7.1f} ms, median of the paired differences (target < {args.target_ms:g} ms)")
+    print(f"  difference:           {diff_ms:7.1f} ms, median of the paired differences "
+          f"(target < {args.target_ms:g} ms)")
     print(f"  importing pytest_gpucomm.plugin after pytest: {import_ms:.1f} ms (python -X importtime, median of 5)")
     print(f"  heavy modules imported by loading the plugin: {', '.join(heavy) if heavy else 'none'}")
     ok = diff_ms < args.target_ms and not heavy

@@ -269,7 +269,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     by_suite.update(parse_per_case(args.per_case_s))
     print("seconds per case: " + ", ".join(
         [f"{f} {c:.3f} (JUnit)" for f, c in sorted(by_function.items())]
-        + [f"{s} {c:.3f} ({'--per-case-s' if s in parse_per_case(args.per_case_s) else 'baseline runs, ' + str(from_baseline[s]['runs'])})"
+        + [f"{s} {c:.3f} ("
+           + ('--per-case-s' if s in parse_per_case(args.per_case_s)
+              else 'baseline runs, ' + str(from_baseline[s]['runs']))
+           + ")"
            for s, c in sorted(by_suite.items())]) if by_function or by_suite else "seconds per case: none given")
 
     rows = []

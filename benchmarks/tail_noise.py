@@ -105,7 +105,8 @@ def load(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise SystemExit(f"{path}: cannot read a tail-noise file ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("records"), list):
-        raise SystemExit(f"{path}: not a {SCHEMA!r} file (schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
+        raise SystemExit(f"{path}: not a {SCHEMA!r} file "
+                         f"(schema {doc.get('schema') if isinstance(doc, dict) else None!r})")
     return doc
 
 
@@ -137,7 +138,8 @@ def fit_run(tail: dict[str, Any], where: str) -> dict[str, Any]:
     slow = [(Histogram.lower_edge(i) * math.sqrt(BIN_RATIO) / p50, c) for i, c in h.counts.items()
             if Histogram.lower_edge(i) > cut]
     logs = [math.log(r) for r, c in slow for _ in range(c)]
-    return {"n": n, "p50_s": p50, "step_s": float(tail.get("resolution_us") or 0.0) * 1e-6, "ratio": p99 / p50, "ratio_far": h.quantile(0.999) / p50, "body_sigma": sigma, "slow_share": w,
+    return {"n": n, "p50_s": p50, "step_s": float(tail.get("resolution_us") or 0.0) * 1e-6, "ratio": p99 / p50,
+            "ratio_far": h.quantile(0.999) / p50, "body_sigma": sigma, "slow_share": w,
             "slow_factor": math.exp(statistics.median(logs)) if logs else None,
             "slow_sigma": statistics.pstdev(logs) if len(logs) >= 2 else None, "hist": h}
 
@@ -194,7 +196,8 @@ def pooled(cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
     df = sum(c["runs"] - 1 for c in multi)
     v = sum((c["runs"] - 1) * c["share_var"] for c in multi) / df if df else None
     v_far = sum((c["runs"] - 1) * c["share_var_far"] for c in multi) / df if df else None
-    out = {"cases": len(cases), "resolved": sum(1 for c in cases if c.get("resolved", True)), "df": df, "share_sd": None if v is None else math.sqrt(max(0.0, v)),
+    out = {"cases": len(cases), "resolved": sum(1 for c in cases if c.get("resolved", True)), "df": df,
+           "share_sd": None if v is None else math.sqrt(max(0.0, v)),
            "share_sd_far": None if v_far is None else math.sqrt(max(0.0, v_far))}
     for key in ("body_sigma", "slow_share", "slow_factor", "slow_sigma", "ref_ratio", "share_at_ref", "n"):
         out[key] = _median_or_none(c[key] for c in cases)
@@ -240,7 +243,8 @@ def print_fit(res: dict[str, Any]) -> None:
         rows = list(f["cases"].items()) + [("pooled (this file)", f["pooled"])]
         for name, c in rows:
             mark = "" if c.get("resolved", True) else " *"
-            print(f"{name + mark:<26} {c.get('runs', c.get('cases')):>4} {_f(c['n'], '6.0f')} {_f(c.get('p50_us'), '8.1f')} "
+            print(f"{name + mark:<26} {c.get('runs', c.get('cases')):>4} {_f(c['n'], '6.0f')} "
+                  f"{_f(c.get('p50_us'), '8.1f')} "
                   f"{_f(c['body_sigma'], '6.1%')} {_f(c['slow_share'], '6.2%')} {_f(c['slow_factor'], '7.2f')} "
                   f"{_f(c['slow_sigma'], '5.2f')} {_f(c['ref_ratio'], '6.2f')} {_f(c['share_at_ref'], '6.2%')} "
                   f"{_f(c['share_sd'], '6.3f')} {_f(c['share_sd_far'], '6.3f')} {_f(c['drift'], '6.1%')}")
@@ -248,14 +252,16 @@ def print_fit(res: dict[str, Any]) -> None:
     p = res["pooled"]
     print("* not resolved: the case's p99 lies fewer than MIN_TICKS clock steps above its median (the rule does not "
           "judge it; left out of the pooled s)")
-    print(f"pooled over {len(res['files'])} file(s), {p['cases']} cases, {p['resolved']} resolved ({p['df']} df): body sigma "
+    print(f"pooled over {len(res['files'])} file(s), {p['cases']} cases, {p['resolved']} resolved ({p['df']} df): "
+          f"body sigma "
           f"{_f(p['body_sigma'], '.1%')}, slow share {_f(p['slow_share'], '.2%')} x {_f(p['slow_factor'], '.2f')} "
           f"(sd {_f(p['slow_sigma'], '.2f')}), p99/p50 {_f(p['ref_ratio'], '.2f')}, run-to-run sd of the log "
           f"share above it {_f(p['share_sd'], '.3f')} (binomial part removed; above the p99.9 ratio "
           f"{_f(p['share_sd_far'], '.3f')}), median drift {_f(p['drift'], '.1%')}")
     print("columns: body = body sigma; slow = share of slow ops; x slow = their median ratio to p50, sd = its "
           "log sd; ref = median p99/p50; @ref = median share above ref x p50; s = run-to-run sd of the log "
-          "share above ref (binomial part removed), s999 the same above the median p99.9/p50; drift = run-to-run sd of log p50")
+          "share above ref (binomial part removed), s999 the same above the median p99.9/p50; drift = run-to-run sd "
+          "of log p50")
 
 
 def _jsonable(res: dict[str, Any]) -> dict[str, Any]:

@@ -391,7 +391,8 @@ def test_a_library_bug_is_named_not_raised():
             raise TypeError("'NoneType' object is not iterable")
 
     r = read(Broken())
-    assert r["sources"]["amdsmi"] == "failed: amdsmi_get_processor_handles: TypeError: 'NoneType' object is not iterable"
+    assert r["sources"]["amdsmi"] == ("failed: amdsmi_get_processor_handles: TypeError: "
+                                     "'NoneType' object is not iterable")
     assert r["source"] == "amd-smi"
 
 

@@ -12,7 +12,6 @@ write a JSON report.  The tests read those files and write edited copies of them
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -376,12 +375,14 @@ def _not_json(runs, tmp_path):
 
 
 BAD = [
-    ("missing-report", lambda r, t: ["show", t / "missing.json"], lambda r, t: f"{t / 'missing.json'}: report file does not exist"),
+    ("missing-report", lambda r, t: ["show", t / "missing.json"],
+     lambda r, t: f"{t / 'missing.json'}: report file does not exist"),
     ("baseline-as-report", lambda r, t: ["show", r.baseline],
      lambda r, t: f"{r.baseline}: not a pytest-gpucomm report: schema 'pytest-gpucomm-baseline' (a baseline file?)"),
     ("newer-report", lambda r, t: ["compare", r.baseline, _newer(r, t)],
      lambda r, t: f"{t / 'newer.json'}: report version 99 is newer than this pytest-gpucomm reads ({REPORT_VERSION})"),
-    ("cut-report", lambda r, t: ["compare", r.baseline, _not_json(r, t)], lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
+    ("cut-report", lambda r, t: ["compare", r.baseline, _not_json(r, t)],
+     lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
     ("unknown-name", lambda r, t: ["compare", "mi301", r.slow, "--baseline-dir", r.baseline.parent],
      lambda r, t: f"no baseline named 'mi301' in {r.baseline.parent}, {SHIPPED}; available baselines: cpu, h200, "
                   "mi300x"),

@@ -98,7 +98,8 @@ def test_a_host_copy_measured_while_a_reader_says_throttled_keeps_the_clocks_in_
 
     reader = Script("cpu", [(3000.0, 0), (3000.0, 0), (2100.0, 0x4)])
     monkeypatch.setattr(clocks, "_READERS", {"cpu": reader})
-    m = copies.measure_copy("cpu:0", "cpu:1", 1 << 20, TimingSettings(min_time_s=0.1, min_samples=5), copies.BufferPool())
+    m = copies.measure_copy("cpu:0", "cpu:1", 1 << 20, TimingSettings(min_time_s=0.1, min_samples=5),
+                            copies.BufferPool())
     (c,) = m.info["clocks"]
     s = ClockSummary.from_dict(c)
     assert s.device == "cpu" and s.readings == reader.n >= 3 and s.throttled and s.sm_mhz == (2100.0, 3000.0)

@@ -347,7 +347,6 @@ def test_to_measurement_states_no_p99_9_below_1000_single_ops():
 
 @pytest.mark.parametrize("op", ["all_reduce", "send_recv"])
 def test_bench_times_single_ops_from_its_budget_and_returns_the_slowest_ranks_time_per_op(gloo_pool, op):
-    n = gloo_pool.world_size
     kwargs = {"op": op, "size_bytes": 4096, "dtype": "float32", "min_time_s": 0.002, "tail_time_s": 0.05}
     results = list(gloo_pool.run("pytest_gpucomm.ops.collectives:bench", kwargs, timeout_s=120))
     first = results[0]

@@ -15,19 +15,23 @@ KIB, MIB, GIB = 1024, 1024**2, 1024**3
 
 # Hand-written in the layout printed by nccl-tests 2.19 (src/util.cu writeResultHeader /
 # writeBenchmarkLinePreamble / writeBenchmarkLineBody / writeResultFooter):
-# "%12li  %12li  %8s  %6s  %6s" + 2 x "  %7s  %6s  %6s  %6g|N/A".
+# "%12li  %12li  %8s  %6s  %6s" + 2 x "  %7s  %6s  %6s  %6g|N/A".  In the strings a line that ends in a
+# backslash goes on in the next (nccl-tests prints one line), and "\x20" is the space nccl-tests leaves at a line's end.
 ALL_REDUCE_OUT = """\
 # nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809
 # Collective test starting: all_reduce_perf
-# nThread 1 nGpus 2 minBytes 1024 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# nThread 1 nGpus 2 minBytes 1024 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 \
+agg iters: 1 validation: 1 graph: 0 unalign: 0
 #
 # Using devices
 #  Rank  0 Group  0 Pid   1372 on         vm device  0 [0000:00:06] NVIDIA H200
 #  Rank  1 Group  0 Pid   1372 on         vm device  1 [0000:00:07] NVIDIA H200
 #
-#                                                              out-of-place                       in-place          
-#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong 
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         
+#                                                              out-of-place                       in-place         \x20
+#       size         count      type   redop    root     time   algbw   busbw  #wrong\
+     time   algbw   busbw  #wrong\x20
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)        \
+     (us)  (GB/s)  (GB/s)        \x20
         1024           256     float     sum      -1    23.40    0.04    0.04       0    21.17    0.05    0.05       0
         2048           512     float     sum      -1    18.92    0.11    0.11       0    21.08    0.10    0.10       0
 vm:1372:1380 [1] NCCL INFO Channel 00/24 : 0 1
@@ -35,7 +39,7 @@ vm:1372:1380 [1] NCCL INFO Channel 00/24 : 0 1
    268435456      67108864     float     sum      -1   895.63  299.72  299.72       0   894.79  300.00  300.00       0
   1073741824     268435456     float     sum      -1  3262.51  329.12  329.12       0  3269.78  328.38  328.38       0
 # Out of bounds values : 0 OK
-# Avg bus bandwidth    : 114.155 
+# Avg bus bandwidth    : 114.155\x20
 #
 # Collective test concluded: all_reduce_perf
 #
@@ -45,19 +49,22 @@ vm:1372:1380 [1] NCCL INFO Channel 00/24 : 0 1
 ALL_GATHER_OUT = """\
 # nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809
 # Collective test starting: all_gather_perf
-# nThread 1 nGpus 2 minBytes 1024 maxBytes 1048576 step: 4(factor) warmup iters: 1 iters: 20 agg iters: 1 validation: 0 graph: 10 unalign: 0
+# nThread 1 nGpus 2 minBytes 1024 maxBytes 1048576 step: 4(factor) warmup iters: 1 iters: 20 \
+agg iters: 1 validation: 0 graph: 10 unalign: 0
 #
 # Using devices
 #  Rank  0 Group  0 Pid   1527 on         vm device  0 [0000:00:06] NVIDIA H200
 #  Rank  1 Group  0 Pid   1527 on         vm device  1 [0000:00:07] NVIDIA H200
 #
-#                                                              out-of-place                       in-place          
-#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong 
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         
+#                                                              out-of-place                       in-place         \x20
+#       size         count      type   redop    root     time   algbw   busbw  #wrong\
+     time   algbw   busbw  #wrong\x20
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)        \
+     (us)  (GB/s)  (GB/s)        \x20
         1024           128     float    none      -1     5.66    0.18    0.09    N/A     5.64    0.18    0.09    N/A
   1073741824     134217728     float    none      -1  1.9e+03  547.84  273.92    N/A  1843.77  582.36  291.18    N/A
 # Out of bounds values : 0 OK
-# Avg bus bandwidth    : 12.3326 
+# Avg bus bandwidth    : 12.3326\x20
 #
 # Collective test concluded: all_gather_perf
 #
@@ -255,7 +262,8 @@ def test_on_one_rank_where_both_busbw_are_zero_the_busbw_target_is_judged_on_alg
     assert row["status"] == "FAIL"
     table = cmp.format_table([row]).splitlines()
     assert "0.960*" in table[2] and table[-1] == cmp.ALGBW_NOTE
-    assert cmp.ALGBW_NOTE not in cmp.format_table(cmp.match_rows([dict(ours[0], busbw=1.0)], [dict(ours[0], busbw=1.0)]))
+    assert cmp.ALGBW_NOTE not in cmp.format_table(cmp.match_rows([dict(ours[0], busbw=1.0)],
+                                                                 [dict(ours[0], busbw=1.0)]))
 
 
 def test_a_report_of_other_rank_counts_than_gpus_is_an_error_naming_both(tmp_path, capsys):
@@ -344,7 +352,7 @@ def test_every_op_is_compared_with_its_nccl_tests_binary_under_any_spelling(op):
 
 
 def test_raw_text_of_every_op_is_read_back(tmp_path):
-    for op, spec in OPS.items():
+    for spec in OPS.values():
         (tmp_path / f"{spec.nccl_tests}.txt").write_text(ALLTOALL_ROWS)
     rows, meta = cmp.load_theirs_raw(tmp_path, set(OPS))
     assert sorted({r["op"] for r in rows}) == sorted(OPS)

@@ -29,7 +29,7 @@ from pytest_gpucomm.analysis.curves import (
 )
 from pytest_gpucomm.measurement import Measurement
 from pytest_gpucomm.report.terminal import CURVES_HEADING, curve_lines
-from pytest_gpucomm.units import GB, describe_size, format_size
+from pytest_gpucomm.units import GB, format_size
 
 ROOT = Path(__file__).resolve().parents[1]
 BY4 = [1024 * 4**k for k in range(11)]  # 1 KiB .. 1 GiB, the suites' sweep
@@ -353,7 +353,8 @@ def test_duplicate_sizes_and_empty_sweeps_are_named():
 
 
 def test_importing_curves_imports_neither_torch_nor_scipy_nor_pytest():
-    code = ("import sys, pytest_gpucomm.analysis.curves; bad = [m for m in ('torch', 'scipy', 'pytest') if m in sys.modules]; "
+    code = ("import sys, pytest_gpucomm.analysis.curves; "
+            "bad = [m for m in ('torch', 'scipy', 'pytest') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)

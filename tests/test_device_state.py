@@ -8,7 +8,8 @@ from pytest_gpucomm.env.device_state import DeviceChange, affects, device_change
 
 
 def _gpu(i, **over):
-    g = {"device": f"cuda:{i}", "vbios": "96.00.A5.00.1A", "pcie": {"gen": 5, "width": 16, "gen_max": 5, "width_max": 16},
+    g = {"device": f"cuda:{i}", "vbios": "96.00.A5.00.1A",
+         "pcie": {"gen": 5, "width": 16, "gen_max": 5, "width_max": 16},
          "nvlink": {str(k): {"up": True} for k in range(18)}, "ecc": {"current": "on", "pending": "on"},
          "mig": "off", "compute_mode": "default", "persistence": "on", "power_limit_w": 700.0,
          "application_clocks_mhz": {"sm": 1980, "mem": 3201}, "row_remap": {"pending": False, "failed": False},
@@ -62,7 +63,8 @@ def test_a_pcie_change_touches_that_gpus_host_copies_a_link_change_its_peer_copi
     assert affects(pcie, "h2d", ("host", "cuda:0"), "copy") and not affects(pcie, "h2d", ("host", "cuda:1"), "copy")
     assert not affects(pcie, "copy", ("cuda:0", "cuda:1"), "copy") and not affects(pcie, "all_reduce", ("rank0",),
                                                                                      "collective")
-    assert affects(links, "copy", ("cuda:0", "cuda:1"), "copy") and not affects(links, "d2h", ("cuda:0", "host"), "copy")
+    assert affects(links, "copy", ("cuda:0", "cuda:1"), "copy") and not affects(links, "d2h", ("cuda:0", "host"),
+                                                                                 "copy")
     assert affects(links, "all_reduce", ("rank0", "rank1"), "collective")
     assert affects(gpu, "d2h", ("cuda:1", "host"), "copy") and not affects(gpu, "d2h", ("cuda:0", "host"), "copy")
     assert affects(gpu, "broadcast", ("rank0", "rank1"), "collective")

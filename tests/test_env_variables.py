@@ -14,8 +14,9 @@ def test_a_name_that_says_it_holds_a_secret_is_a_secret(name):
     assert is_secret(name)
 
 
-@pytest.mark.parametrize("name", ["NCCL_IB_PKEY", "NCCL_ALGO", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "FI_PROVIDER",
-                                  "NCCL_SOCKET_IFNAME", "UCX_TLS", "HSA_FORCE_FINE_GRAIN_PCIE", "TORCH_NCCL_BLOCKING_WAIT"])
+@pytest.mark.parametrize("name", ["NCCL_IB_PKEY", "NCCL_ALGO", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+                                  "FI_PROVIDER", "NCCL_SOCKET_IFNAME", "UCX_TLS", "HSA_FORCE_FINE_GRAIN_PCIE",
+                                  "TORCH_NCCL_BLOCKING_WAIT"])
 def test_a_setting_is_not_a_secret(name):
     assert not is_secret(name)
 

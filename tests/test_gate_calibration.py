@@ -27,8 +27,8 @@ def _write(path, sessions, *, n_cases=6, n=60, within=0.005, run_sd=0.003, offse
             for c in range(n_cases):
                 loc = off + rng.normal(0, run_sd)
                 size = (2 << 20) << c  # one sweep: its sizes above 1 MiB are one op band
-                rec = CaseRecord(test_id=f"t.py::test[{size_token(size)}]", op="all_reduce", size_bytes=size, world_size=2,
-                                 samples_gbps=list(scale * np.exp(loc + rng.normal(0, within, n))),
+                rec = CaseRecord(test_id=f"t.py::test[{size_token(size)}]", op="all_reduce", size_bytes=size,
+                                 world_size=2, samples_gbps=list(scale * np.exp(loc + rng.normal(0, within, n))),
                                  dtype="float32")
                 cases[rec.key] = rec
             save_run(path, name="x", run_id=f"r{run}", date=date, fingerprint=dict(fingerprint or {}), cases=cases,

@@ -434,7 +434,7 @@ def test_at_the_tolerance_limit_the_re_measure_procedure_calls_at_most_alpha_of_
         model = fit_case([run(TRUE_GBPS, o) for o in offsets for _ in range(3)],
                          [f"s{i}" for i in range(8) for _ in range(3)])
         now = rng.normal(0.0, 0.004)  # this session's own offset
-        j = judge(run(95.0, now), model, NO_PRIOR, lambda: (run(95.0, now), True), alpha=alpha, n_comparisons=1,
+        j = judge(run(95.0, now), model, NO_PRIOR, lambda now=now: (run(95.0, now), True), alpha=alpha, n_comparisons=1,
                   max_remeasures=2)
         alarms += j.comparison.status == "regression"
     assert alarms / n <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / n)
@@ -474,7 +474,7 @@ def test_a_floor_glitch_is_measured_again_and_passes():
     assert fc.status == "ok" and fc.runs_now == 3
 
 
-# --- 6. the common offset of a run (the levels' class offsets: tests/test_gate_levels.py) --------------------------------------------------------------------
+# --- 6. the common offset of a run (the levels' class offsets: tests/test_gate_levels.py) -----------------------------
 
 
 def _common(sd: float = 0.005, df: float = 19.0, runs: int = 20, sessions: int = 20) -> Common:

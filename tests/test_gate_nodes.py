@@ -21,7 +21,8 @@ DATE = "2026-12-01T00:00:00+00:00"
 
 
 def test_the_layout_is_the_last_part_of_a_case_key_and_absent_on_one_host() -> None:
-    assert case_key("t::a[4KiB]", "all_reduce", 4096, "float32", 16, "2x8") == "t::a[4KiB]|all_reduce|4096B|float32|ws16|2x8"
+    assert (case_key("t::a[4KiB]", "all_reduce", 4096, "float32", 16, "2x8")
+            == "t::a[4KiB]|all_reduce|4096B|float32|ws16|2x8")
     assert case_key("t::a[4KiB]", "all_reduce", 4096, "float32", 2) == "t::a[4KiB]|all_reduce|4096B|float32|ws2"
 
 

@@ -294,7 +294,8 @@ def test_header_says_how_many_runs_a_case_has_when_runs_saved_only_some_cases(py
     result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 3 runs in 1 session, 2 cases*"])
     _save_runs(pytester, 1, "-k", "64KiB-1", "--gpu-baseline-runs=2")
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
-    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 4 runs in 1 session, at most 2 per case, 2 cases*"])
+    result.stdout.fnmatch_lines(["gpucomm baseline: *cpu.json (measured, 4 runs in 1 session, at most 2 per case, "
+                                 "2 cases*"])
 
 
 def test_saving_needs_a_baseline_name(pytester):
@@ -376,7 +377,8 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     # no single ops: a tail comparison would halve the median's level, and on a loaded runner a one-run
     # baseline with a CV over 100 % then catches no drop short of 100 % ("not gated")
     assert pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", "--gpucomm-tail-time=0", *FAST).ret == 0
-    _scale(pytester.path / "baselines" / "cpu.json", 1e6)  # far beyond any CPU noise, even on a loaded runner (one baseline run)
+    # far beyond any CPU noise, even on a loaded runner (one baseline run)
+    _scale(pytester.path / "baselines" / "cpu.json", 1e6)
     result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-tail-time=0", *FAST)
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB: *",
@@ -562,7 +564,8 @@ def test_a_recording_run_leaves_out_figures_of_0_and_says_so(pytester):
                                  "0 GB/s (a collective of one rank has busbw 0), nothing to gate",
                                  "gpucomm: saved 2 cases of this run *"])
     cases = json.loads((pytester.path / "baselines" / "cpu.json").read_text())["cases"]
-    assert sorted(k.split("|")[0] for k in cases) == ["test_one.py::test_pair[4KiB-0->1]", "test_one.py::test_pair[4KiB-1->0]"]
+    assert sorted(k.split("|")[0] for k in cases) == ["test_one.py::test_pair[4KiB-0->1]",
+                                                       "test_one.py::test_pair[4KiB-1->0]"]
 
 
 # --- folds: small collectives measured in several process groups before their verdict ---------------------

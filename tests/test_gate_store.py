@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import jsonschema
@@ -236,7 +235,8 @@ def _bad_files(tmp_path):
         "corrupt": ('{"schema": "pytest-gpucomm-baseline",\n "name": h200}', r"invalid JSON at line 2 column 10"),
         "truncated": (_valid_text(tmp_path)[:200], r"truncated"),
         "empty": ("", r"empty"),
-        "wrong_schema": (json.dumps(dict(good, schema="something-else")), r"not a pytest-gpucomm baseline.*something-else"),
+        "wrong_schema": (json.dumps(dict(good, schema="something-else")),
+                         r"not a pytest-gpucomm baseline.*something-else"),
         "missing_field": (json.dumps(missing), r"at \$\.cases\[.*\]\.runs\[0\]: 'samples_gbps' is missing"),
         "ill_typed": (json.dumps(ill_typed), r"at \$\.cases\[.*\]\.size_bytes: '1MB' is not of type 'integer'"),
         "newer_version": (json.dumps(newer), rf"schema_version {SCHEMA_VERSION + 1}.*upgrade pytest-gpucomm"),
@@ -245,7 +245,8 @@ def _bad_files(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kind", ["corrupt", "truncated", "empty", "wrong_schema", "missing_field", "ill_typed", "newer_version", "not_object"]
+    "kind", ["corrupt", "truncated", "empty", "wrong_schema", "missing_field", "ill_typed", "newer_version",
+             "not_object"]
 )
 def test_bad_file_raises_baseline_error_naming_file_and_problem_and_save_leaves_it_unchanged(tmp_path, kind):
     text, pattern = _bad_files(tmp_path)[kind]

@@ -6,7 +6,6 @@ at the end (world 2, gloo, srun's variables set by hand)."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,16 +72,18 @@ def record(test_id: str, samples: list[float], times: Any = None, op: str = "all
                       tail=tail)
 
 
-def gate_of(tmp_path: Path, nodeids: list[str] = [NODEID], runs: int = 3, tails_kept: bool = True,
+def gate_of(tmp_path: Path, nodeids: Optional[list[str]] = None, runs: int = 3, tails_kept: bool = True,
             **settings: Any) -> Gate:
-    """A gate over a baseline of ``runs`` runs of each case (medians 0.2 % apart; single ops of the natural
-    tail, each run its own seed)."""
+    """A gate over a baseline of ``runs`` runs of each case (``nodeids``, by default ``[NODEID]``; medians 0.2 %
+    apart; single ops of the natural tail, each run its own seed)."""
+    nodeids = [NODEID] if nodeids is None else nodeids
     path = tmp_path / "cpu.json"
     # other cases of the file, not run in this session: with them the file measures its run-to-run spread of
     # the share of slow ops (gate.tails.fit_spread) instead of leaning on the assumed default
     others = [f"test_c.py::test_other[{k}]" for k in range(FILLERS)] if tails_kept else []
     for i in range(runs):
-        recs = [record(n, steady(100.0 * (0.998, 1.0, 1.002)[i % 3]), single_ops(100 + 10 * i + j) if tails_kept else None)
+        recs = [record(n, steady(100.0 * (0.998, 1.0, 1.002)[i % 3]),
+                       single_ops(100 + 10 * i + j) if tails_kept else None)
                 for j, n in enumerate(list(nodeids) + others)]
         save_run(path, name="cpu", run_id=f"r{i}", date="2026-01-01T00:00:00+00:00", fingerprint={},
                  cases={r.key: r for r in recs})
@@ -241,7 +242,8 @@ def test_the_tails_tested_join_the_comparisons_and_share_the_level(tmp_path):
     d = v.to_dict()
     assert d["alpha"] == pytest.approx(0.01 * CASE_ALPHA_SHARE / (6 * 2))  # alpha x case share / (m x looks)
     assert d["tail"]["level"] == pytest.approx(d["alpha"])
-    assert g.judge(nodeids[0], today(7), None, None).to_dict()["tail"]["level"] == pytest.approx(0.01 * CASE_ALPHA_SHARE / 6)
+    assert (g.judge(nodeids[0], today(7), None, None).to_dict()["tail"]["level"]
+            == pytest.approx(0.01 * CASE_ALPHA_SHARE / 6))
     plain = gate_of(tmp_path / "p", nodeids[:2], tails_kept=False)
     assert (plain.n_comparisons, plain.n_tail_comparisons) == (2, 0)
     u = plain.judge(nodeids[0], today(7), None, None).to_dict()["tail"]
@@ -257,7 +259,8 @@ def test_a_regression_of_a_training_pattern_says_what_it_costs_a_step(tmp_path):
     ratio = v.ratio
     assert ratio == pytest.approx(0.9, rel=2e-3)
     base = 41.3 * ratio
-    assert f"\n  {label} takes 41.30 ms instead of {base:.2f} ms ({41.3 / base - 1:+.1%}) per training step" in v.message
+    assert (f"\n  {label} takes 41.30 ms instead of {base:.2f} ms ({41.3 / base - 1:+.1%}) per training step"
+            in v.message)
     unnamed = g.judge(NODEID, FakeMeasurement(steady(90.0), {"step_comm_s": 0.0413}), None, None)
     assert "\n  all_reduce takes 41.30 ms instead of " in unnamed.message
     assert "per training step" not in g.judge(NODEID, FakeMeasurement(steady(90.0)), None, None).message
@@ -410,12 +413,13 @@ def test_a_rank_slow_on_a_few_single_ops_is_a_TAIL_against_a_baseline_recorded_w
     against the recording.  On a loaded CPU the share of slow single ops moves by a factor e^0.9 from run to
     run (gate.tails.DEFAULT_SHARE_SPREAD, which a one-case baseline of one run takes), so the effect must be
     large: the slow rank makes 30 % of the single ops 100 ms slower (about 170 x their median, beyond the
-    baseline's p99 of about 13 x, and of 27 x on a heavily loaded machine), about 30 x the baseline's share of 1 %, with the tail tolerance at 0 and
-    alpha 0.2, a level of 0.01 for the case's tail (the rule's power is the simulations' to show: against one
-    baseline run, today's log share has an sd of 1.17 and a 32 x share gave p = 0.0027 once on this 2-core
-    machine under -n 2); the median's tolerance is 50 %: this test is about the tail.  The second run is not
-    saved: two recordings made under different loads (the other xdist worker's jobs) once measured a
-    run-to-run sd of 1.7 from their one degree of freedom, and a 35 x share was then p = 0.02."""
+    baseline's p99 of about 13 x, and of 27 x on a heavily loaded machine), about 30 x the baseline's share of
+    1 %, with the tail tolerance at 0 and alpha 0.2, a level of 0.01 for the case's tail (the rule's power is
+    the simulations' to show: against one baseline run, today's log share has an sd of 1.17 and a 32 x share
+    gave p = 0.0027 once on this 2-core machine under -n 2); the median's tolerance is 50 %: this test is about
+    the tail.  The second run is not saved: two recordings made under different loads (the other xdist
+    worker's jobs) once measured a run-to-run sd of 1.7 from their one degree of freedom, and a 35 x share was
+    then p = 0.02."""
     from test_launched import ARGS, free_port, run_all, slurm_env
 
     (tmp_path / "test_tail.py").write_text(ONE_ALL_REDUCE)

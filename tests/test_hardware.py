@@ -55,8 +55,8 @@ def test_rocm_topo_reads_the_matrix_and_not_its_header():
 
 
 def test_rocm_topo_keeps_mixed_link_types():
-    text = "       GPU0        GPU1        GPU2\nGPU0   0           XGMI        PCIE\nGPU1   XGMI        0           PCIE\n" \
-           "GPU2   PCIE        PCIE        0\n"
+    text = ("       GPU0        GPU1        GPU2\nGPU0   0           XGMI        PCIE\n"
+            "GPU1   XGMI        0           PCIE\nGPU2   PCIE        PCIE        0\n")
     assert parse_rocm_topo(text) == {"0-1": "XGMI", "0-2": "PCIE", "1-2": "PCIE"}
 
 

@@ -216,7 +216,8 @@ def test_comparison_alternates_the_engines_and_takes_the_median_of_the_rounds_pa
     (row,) = rows
     assert (row["cuda_gbps"], row["hip_gbps"]) == (100.0, 100.0)
     # the rounds' pairs: 99/100, 120/90, 100/101; their median, not the medians' ratio
-    assert row["paired_ratios"] == pytest.approx([0.99, 120 / 90, 100 / 101]) and row["ratio"] == pytest.approx(100 / 101)
+    assert (row["paired_ratios"] == pytest.approx([0.99, 120 / 90, 100 / 101])
+            and row["ratio"] == pytest.approx(100 / 101))
     assert engines.ENV_ENGINE not in os.environ and engines.ENV_HIP_LIBRARY not in os.environ  # put back
 
 

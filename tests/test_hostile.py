@@ -1,7 +1,6 @@
 """Hostile input and faults (CPU): errors before the work, nothing lost at the end, nothing left behind."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

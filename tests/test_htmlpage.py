@@ -185,7 +185,8 @@ def test_the_page_lists_the_class_offsets_and_the_bands_and_cases_that_failed_at
 
 
 def test_status_class_follows_whether_the_status_fails_the_test():
-    assert [htmlpage.status_class(s) for s in ("REGRESSION", "TAIL", "FLOOR", "FAIL", "NOT GATED", "NEW")] == ["fail"] * 6
+    assert ([htmlpage.status_class(s) for s in ("REGRESSION", "TAIL", "FLOOR", "FAIL", "NOT GATED", "NEW")]
+            == ["fail"] * 6)
     assert [htmlpage.status_class(s) for s in ("ok", "floor-ok", "improved")] == ["pass"] * 3
     assert [htmlpage.status_class(s) for s in ("new", "not gated", "measured", "no such status")] == ["info"] * 4
 

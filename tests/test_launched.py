@@ -194,8 +194,8 @@ def test_torchrun_two_simulated_nodes_of_one_rank_each(small: Path) -> None:
 
 def slurm_env(rank: int, world: int, port: int, **extra: str) -> dict[str, str]:
     return clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
-                     SLURM_NTASKS_PER_NODE=str(world), SLURM_NODEID="0", SLURM_STEP_NODELIST="localhost", SLURM_STEP_ID="0",
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
+                     SLURM_NTASKS_PER_NODE=str(world), SLURM_NODEID="0", SLURM_STEP_NODELIST="localhost",
+                     SLURM_STEP_ID="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
 
 
 @pytest.mark.slow
@@ -269,7 +269,8 @@ def test_a_named_launcher_without_its_variables_is_a_usage_error(pytester: pytes
     pytester.makepyfile(COLLECTIVE)
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*invalid launcher environment (--gpucomm-launch=torchrun): torchrun: RANK is not set*"])
+    result.stderr.fnmatch_lines(["*invalid launcher environment (--gpucomm-launch=torchrun): "
+                                 "torchrun: RANK is not set*"])
 
 
 def test_auto_with_a_broken_launcher_environment_leaves_runs_without_gpucomm_tests_alone(

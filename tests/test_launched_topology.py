@@ -68,7 +68,8 @@ def test_collectives_over_each_group_kind_and_node_pairs_on_two_nodes_of_two_ran
                                                                   for n, r in enumerate(intra)]
         inter = by_test[f"test_topology_small.py::test_collective[inter-node-4KiB-{op}]"]
         assert [(r["world_size"], r["info"]["group"], r["devices"]) for r in inter] == [
-            (2, "local rank 0 across 2 nodes", ["rank0", "rank2"]), (2, "local rank 1 across 2 nodes", ["rank1", "rank3"])]
+            (2, "local rank 0 across 2 nodes", ["rank0", "rank2"]),
+            (2, "local rank 1 across 2 nodes", ["rank1", "rank3"])]
         assert [r["devices"] for r in intra] == [["rank0", "rank1"], ["rank2", "rank3"]]
     for pattern in ("ring", "pairwise"):
         [pair] = by_test[f"test_topology_small.py::test_node_pairs[4KiB-{pattern}]"]

@@ -11,7 +11,8 @@ import pytest
 
 from pytest_gpucomm.cli import main
 from pytest_gpucomm.gate.cases import case_key
-from pytest_gpucomm.analysis.matrices import ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines, report_matrix_lines
+from pytest_gpucomm.analysis.matrices import (ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines,
+                                              report_matrix_lines)
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -45,7 +46,8 @@ def test_a_peer_copy_test_makes_one_matrix_with_every_pair_in_natural_device_ord
 
 def test_the_patterns_and_collectives_make_no_matrix():
     rows = _peer_rows(2) + [
-        {**_row("test_copy_all_pairs", "copy_all_pairs", "cuda:0", "cuda:1", MIB, 5.0), "devices": ["cuda:0", "cuda:1", "cuda:2"]},
+        {**_row("test_copy_all_pairs", "copy_all_pairs", "cuda:0", "cuda:1", MIB, 5.0),
+         "devices": ["cuda:0", "cuda:1", "cuda:2"]},
         {**_row("test_collective", "all_reduce", "cuda:0", "cuda:1", MIB, 5.0), "kind": "collective"}]
     assert [m.op for m in copy_matrices(rows)] == ["copy"]
 
@@ -153,7 +155,8 @@ def test_a_one_way_matrix_names_only_the_copies_it_holds():
 def test_a_wide_matrix_is_printed_in_slices_of_destinations():
     lines = matrix_lines(copy_matrices(_peer_rows(MAX_COLUMNS + 3, sizes=(GIB,))))
     heads = [line.split() for line in lines if line.split() and all(c.startswith("cuda:") for c in line.split())]
-    assert heads == [[f"cuda:{i}" for i in range(MAX_COLUMNS)], [f"cuda:{i}" for i in range(MAX_COLUMNS, MAX_COLUMNS + 3)]]
+    assert heads == [[f"cuda:{i}" for i in range(MAX_COLUMNS)],
+                     [f"cuda:{i}" for i in range(MAX_COLUMNS, MAX_COLUMNS + 3)]]
 
 
 def test_a_single_cell_matrix_and_the_one_way_tests_the_first_matrix_holds_are_left_out_of_the_text():
@@ -191,7 +194,8 @@ def test_pair(gpu_pair, size, comm):
 """
 
 
-def test_a_run_on_3_devices_prints_the_peer_copy_matrix_and_gpucomm_show_prints_it_from_the_report(pytester, monkeypatch):
+def test_a_run_on_3_devices_prints_the_peer_copy_matrix_and_gpucomm_show_prints_it_from_the_report(
+        pytester, monkeypatch):
     monkeypatch.setenv("GPUCOMM_CPU_DEVICES", "3")
     pytester.makepyfile(test_m=SUITE)
     result = pytester.runpytest_subprocess("--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider",

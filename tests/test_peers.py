@@ -136,7 +136,8 @@ def test_pairs_from_the_environment_and_the_ini_and_the_command_line_first(pytes
     assert _collected(result, "test_pair") == 16
     result = pytester.runpytest("--collect-only", "--gpucomm-pairs=from0", *FAST)
     result.stdout.fnmatch_lines(["gpucomm settings: *pairs=from0*",
-                                 "gpucomm pairs: from0 (--gpucomm-pairs from the command line): 14 of 56 ordered pairs, "
+                                 "gpucomm pairs: from0 (--gpucomm-pairs from the command line): 14 of 56 "
+                                 "ordered pairs, "
                                  "7 of 28 links"])
 
 
@@ -225,7 +226,8 @@ def test_host_pattern_buffers_beyond_the_hosts_share_fail_with_the_reason(monkey
     with pytest.raises(copies.CopyError, match=r"copy_all_pairs every pair of 8 devices \(67108864 bytes\): its 56 "
                                                r"copies need 7\.0 GiB of host buffers, more than 25% of this host's "
                                                r"1\.0 GiB; lower --gpucomm-max-size or GPUCOMM_CPU_DEVICES"):
-        copies.measure_pattern("all_pairs", [f"cpu:{i}" for i in range(8)], 64 << 20, TimingSettings(), copies.BufferPool())
+        copies.measure_pattern("all_pairs", [f"cpu:{i}" for i in range(8)], 64 << 20, TimingSettings(),
+                               copies.BufferPool())
 
 
 PATTERN_TESTS = """
@@ -258,12 +260,15 @@ def test_every_pattern_runs_on_8_logical_devices_with_a_row_per_hub(pytester, mo
     by_op: dict[str, list[dict]] = {}
     for r in rows:
         by_op.setdefault(r["op"], []).append(r)
-    assert {op: len(rs) for op, rs in by_op.items()} == {"copy_one_to_all": 17, "copy_all_to_one": 8, "copy_all_pairs": 1}
+    assert {op: len(rs) for op, rs in by_op.items()} == {"copy_one_to_all": 17, "copy_all_to_one": 8,
+                                                         "copy_all_pairs": 1}
     hub3 = next(r for r in by_op["copy_one_to_all"] if r["test"].endswith("[4KiB-hub3]"))
     assert hub3["devices"] == ["cpu:3"] + [f"cpu:{i}" for i in range(8) if i != 3]
-    assert hub3["bytes_per_iter"] == 7 * 4096 and set(hub3["info"]["link_gbps"]) == {f"3->{i}" for i in range(8) if i != 3}
+    assert (hub3["bytes_per_iter"] == 7 * 4096
+            and set(hub3["info"]["link_gbps"]) == {f"3->{i}" for i in range(8) if i != 3})
     into5 = next(r for r in by_op["copy_all_to_one"] if r["test"].endswith("[4KiB-hub5]"))
-    assert into5["devices"][-1] == "cpu:5" and set(into5["info"]["link_gbps"]) == {f"{i}->5" for i in range(8) if i != 5}
+    assert (into5["devices"][-1] == "cpu:5"
+            and set(into5["info"]["link_gbps"]) == {f"{i}->5" for i in range(8) if i != 5})
     (every,) = by_op["copy_all_pairs"]
     assert every["info"]["links"] == 56 and every["bytes_per_iter"] == 56 * 4096
     for r in rows:
@@ -288,7 +293,8 @@ def test_bad_peers_and_devices_of_a_pattern_are_usage_errors(pytester):
     result = pytester.runpytest(*FAST)
     out = result.stdout.str()
     for message in ["test_no_peer: comm.copy_one_to_all(peers=...) needs a peer other than the hub, each once; got []",
-                    "test_one_device: comm.copy_all_pairs(devices=...) needs two devices or more, each once; got ['cpu:1']",
+                    "test_one_device: comm.copy_all_pairs(devices=...) needs two devices or more, each once; "
+                    "got ['cpu:1']",
                     "test_unknown_device: device 'cpu:9' is not one of the devices in use (cpu:0, cpu:1)"]:
         assert message in out
     result.assert_outcomes(failed=3)

@@ -86,18 +86,21 @@ def test_gpu_pair_runs_every_ordered_pair_with_readable_ids(pytester):
     "args, env, ini, message",
     [
         (["--gpucomm-min-time=abc"], {}, "", "invalid --gpucomm-min-time 'abc' (from the command line)*"),
-        ([], {"GPUCOMM_MIN_TIME": "-1"}, "", "invalid --gpucomm-min-time '-1' (from the GPUCOMM_MIN_TIME environment variable)*"),
-        ([], {}, "gpucomm_min_time = soon", "invalid --gpucomm-min-time 'soon' (from the ini key gpucomm_min_time in *tox.ini)*"),
+        ([], {"GPUCOMM_MIN_TIME": "-1"}, "", "invalid --gpucomm-min-time '-1' (from the GPUCOMM_MIN_TIME environment "
+                                             "variable)*"),
+        ([], {}, "gpucomm_min_time = soon", "invalid --gpucomm-min-time 'soon' (from the ini key "
+                                            "gpucomm_min_time in *tox.ini)*"),
         (["--gpucomm-max-size=16XB"], {}, "", "invalid size '16XB' (from --gpucomm-max-size from the command line)*"),
         (["--gpucomm-device=tpu"], {}, "", "invalid --gpucomm-device 'tpu' (from the command line)*"),
         (["--gpucomm-timeout=0"], {}, "", "invalid --gpucomm-timeout '0' (from the command line)*positive*"),
         # the pairs of the pair tests, and the CPU variants' device count
         (["--gpucomm-pairs=ring"], {}, "", "invalid --gpucomm-pairs 'ring' (from the command line): expected all, "
                                            "neighbours, from0 or auto"),
-        ([], {"GPUCOMM_PAIRS": "some"}, "", "invalid --gpucomm-pairs 'some' (from the GPUCOMM_PAIRS environment variable)*"),
+        ([], {"GPUCOMM_PAIRS": "some"}, "", "invalid --gpucomm-pairs 'some' (from the GPUCOMM_PAIRS environment "
+                                            "variable)*"),
         ([], {}, "gpucomm_pairs = 0", "invalid --gpucomm-pairs '0' (from the ini key gpucomm_pairs in *tox.ini)*"),
-        ([], {"GPUCOMM_CPU_DEVICES": "1"}, "", "invalid GPUCOMM_CPU_DEVICES '1' (from the GPUCOMM_CPU_DEVICES environment "
-                                               "variable): *a whole number from 2 to 64*"),
+        ([], {"GPUCOMM_CPU_DEVICES": "1"}, "", "invalid GPUCOMM_CPU_DEVICES '1' (from the GPUCOMM_CPU_DEVICES "
+                                               "environment variable): *a whole number from 2 to 64*"),
         ([], {"GPUCOMM_CPU_DEVICES": str(MAX_CPU_DEVICES + 1)}, "", "invalid GPUCOMM_CPU_DEVICES '65'*"),
         ([], {"GPUCOMM_CPU_DEVICES": "eight"}, "", "invalid GPUCOMM_CPU_DEVICES 'eight'*"),
     ],
@@ -126,14 +129,20 @@ def test_command_line_beats_environment_beats_ini(pytester, monkeypatch):
 @pytest.mark.parametrize(
     "marker, message",
     [
-        ("bandwidth(min_gbs=1)", "*test_bad.py::test_a: invalid @bandwidth marker: *unexpected keyword argument 'min_gbs'*"),
-        ("bandwidth(min_gbps=-1)", "*test_bad.py::test_a: @bandwidth(min_gbps=-1): min_gbps must be a non-negative finite number*"),
-        ("bandwidth(min_gbps='fast')", "*test_bad.py::test_a: @bandwidth(min_gbps='fast'): min_gbps must be a number, got str*"),
-        ("bandwidth(min_gbps=1, size='16XB')", "*invalid size '16XB' (from test_bad.py::test_a @bandwidth(size=...))*unknown unit*"),
+        ("bandwidth(min_gbs=1)", "*test_bad.py::test_a: invalid @bandwidth marker: "
+                                 "*unexpected keyword argument 'min_gbs'*"),
+        ("bandwidth(min_gbps=-1)", "*test_bad.py::test_a: @bandwidth(min_gbps=-1): "
+                                   "min_gbps must be a non-negative finite number*"),
+        ("bandwidth(min_gbps='fast')", "*test_bad.py::test_a: @bandwidth(min_gbps='fast'): "
+                                       "min_gbps must be a number, got str*"),
+        ("bandwidth(min_gbps=1, size='16XB')", "*invalid size '16XB' (from test_bad.py::test_a "
+                                               "@bandwidth(size=...))*unknown unit*"),
         ("bandwidth(min_gbps=1, size='0')", "*invalid size '0' (from test_bad.py::test_a @bandwidth(size=...))*"),
         ("latency(max_us=-3)", "*test_bad.py::test_a: @latency(max_us=-3): max_us must be a positive finite number*"),
-        ("latency(max_us=3, percentile=101)", "*test_bad.py::test_a: @latency(percentile=101): percentile must be within 0..100*"),
-        ("latency(max_us=3, pct=99)", "*test_bad.py::test_a: invalid @latency marker: *unexpected keyword argument 'pct'*"),
+        ("latency(max_us=3, percentile=101)", "*test_bad.py::test_a: @latency(percentile=101): "
+                                              "percentile must be within 0..100*"),
+        ("latency(max_us=3, pct=99)", "*test_bad.py::test_a: invalid @latency marker: "
+                                      "*unexpected keyword argument 'pct'*"),
         ("gpus('two')", "*test_bad.py::test_a: @gpus('two'): expected a positive whole number*"),
     ],
 )
@@ -206,7 +215,8 @@ def test_sizes_above_max_size_are_collected_and_skipped_with_the_reason(pytester
     "marker, message",
     [
         ("sizes('4KB', '16XB')", "*invalid size '16XB' (from test_sweep.py::test_a @sizes(#1=...))*"),
-        ("sizes(start='4KB')", "*test_sweep.py::test_a: invalid @sizes marker: give a list of sizes, or both start= and stop=*"),
+        ("sizes(start='4KB')", "*test_sweep.py::test_a: invalid @sizes marker: "
+                               "give a list of sizes, or both start= and stop=*"),
         ("sizes(start='4KB', stop='1MB', factor=1)", "*@sizes(factor=1): factor must be greater than 1*"),
         ("sizes(start='1MB', stop='4KB')", "*stop 4000 bytes is smaller than start 1000000 bytes*"),
     ],
@@ -431,7 +441,8 @@ def test_auto_on_a_machine_without_a_gpu_runs_the_cpu_variants(pytester, monkeyp
         monkeypatch.setenv(name, value)
     result = pytester.runpytest_subprocess(*FAST)
     result.stdout.fnmatch_lines(["gpucomm settings: device=auto, *",
-                                 "gpucomm hardware: no GPU used: CPU *, * cores; 2 logical host devices; gloo; torch *"])
+                                 "gpucomm hardware: no GPU used: CPU *, * cores; "
+                                 "2 logical host devices; gloo; torch *"])
     result.assert_outcomes(passed=2)
 
 

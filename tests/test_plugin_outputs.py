@@ -102,7 +102,8 @@ def test_the_curves_section_follows_the_table_and_is_the_json_reports_curves(sim
         assert e["comparison"] is None  # no baseline
         rows = [r for r in doc["rows"] if r["devices"] == e["label"].split(", ")[1].split("->")]
         assert e["model"]["peak_gbps"] == pytest.approx(max(r["gbps"] for r in rows))
-        assert e["model"]["latency_floor_s"] == pytest.approx(min(rows, key=lambda r: r["size_bytes"])["median_us"] * 1e-6)
+        assert e["model"]["latency_floor_s"] == pytest.approx(
+            min(rows, key=lambda r: r["size_bytes"])["median_us"] * 1e-6)
     assert block == expected
     assert not any("; vs baseline:" in line for line in block)
 
@@ -202,7 +203,8 @@ def test_without_matplotlib_gpucomm_plots_is_a_usage_error_naming_the_extra_befo
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert re.search(re.escape("--gpucomm-plots=figs (from the command line): the plots need matplotlib, which "
-                               "cannot be imported (") + r".+" + re.escape(f"): install the plots extra, {EXTRA}"), err), err
+                               "cannot be imported (") + r".+" + re.escape(f"): install the plots extra, {EXTRA}"),
+                     err), err
     assert "passed" not in result.stdout.str() and not (sim.path / "report.json").exists()
     assert not (sim.path / "figs").exists()
     # matplotlib is only needed when plots are asked for

@@ -60,7 +60,8 @@ def run(tmp_path_factory):
     base = record_baseline(d)
     proc = run_pytest(d, "--gpu-baseline=cpu", "--gpucomm-json=report.json", sim_run=5, slow=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the slowed case is a REGRESSION
-    return SimpleNamespace(dir=d, baseline=base, report=d / "report.json", check=json.loads((d / "check.json").read_text()))
+    return SimpleNamespace(dir=d, baseline=base, report=d / "report.json",
+                           check=json.loads((d / "check.json").read_text()))
 
 
 def test_the_sessions_document_reads_back_from_its_json_and_from_the_file_it_wrote_byte_for_byte(run):

@@ -175,7 +175,8 @@ def test_the_sketch_baseline_gives_the_verdicts_of_the_whole_histograms():
             assert 0.2 < raw_tail  # many verdicts near the level: the p-values are what is compared
             logp = [abs(math.log(a.p_value / b.p_value)) for a, b in zip(tests, raw)]
             assert np.median(logp) < math.log(1.3) and np.quantile(logp, 0.9) < math.log(2)
-        shares = [abs(math.log(a.baseline_share / b.baseline_share)) for a, b in zip(tests, raw) if a.quantile == b.quantile]
+        shares = [abs(math.log(a.baseline_share / b.baseline_share)) for a, b in zip(tests, raw)
+                  if a.quantile == b.quantile]
         assert np.median(shares) < 0.1  # the sketch's interpolated share is within 10 % of the counted one
 
 
@@ -342,7 +343,8 @@ def test_the_noise_fit_runs_on_a_tiny_recorded_file(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tail_noise.py"), "--fit", str(tiny),
                         "--fit-json", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "pooled over 1 file(s), 2 cases, 2 resolved (4 df)" in r.stdout and "run-to-run sd of the log share" in r.stdout
+    assert ("pooled over 1 file(s), 2 cases, 2 resolved (4 df)" in r.stdout
+            and "run-to-run sd of the log share" in r.stdout)
     fit = json.loads(out.read_text())
     case = next(iter(fit["files"].values()))["cases"]["all_reduce 4096"]
     assert case["runs"] == 3 and 0 < case["body_sigma"] < 1 and case["share_sd"] is not None

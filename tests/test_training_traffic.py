@@ -14,11 +14,10 @@ import torch
 
 from pytest_gpucomm.gate import decision, store  # noqa: F401  (loaded once, before pytester's runs)
 from pytest_gpucomm.ops.collective_results import BenchResult, WrongResult
-from pytest_gpucomm.ops.model_shapes import MODELS, ModelShape
+from pytest_gpucomm.ops.model_shapes import MODELS
 from pytest_gpucomm.ops.pattern_runs import PatternResult, check_rows
-from pytest_gpucomm.ops.patterns import (CPU_SCALE, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, PATTERNS,
-                                         SCALED_BUCKETS_FEWER, _DataParallel, _Experts, ddp_buckets, moe_counts, plan,
-                                         to_measurement)
+from pytest_gpucomm.ops.patterns import (CPU_SCALE, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, SCALED_BUCKETS_FEWER,
+                                         _DataParallel, _Experts, ddp_buckets, moe_counts, plan, to_measurement)
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_training_traffic.py"
 
@@ -270,7 +269,8 @@ def test_the_patterns_run_and_check_their_results_on_a_gloo_world_of_4(pytester)
         assert r["busbw_gbps"] > 0 and r["n"] >= 10 and len(info["ranks"]["rank"]) == 4, name
         # single iterations, one by one: at least TAIL_MIN_OPS, the slowest rank's, ordered percentiles
         tail = info["tail"]
-        assert tail["n"] >= 20 and tail["budget_s"] == pytest.approx(0.006) and tail["timer"] == "host clock per operation", name
+        assert (tail["n"] >= 20 and tail["budget_s"] == pytest.approx(0.006)
+                and tail["timer"] == "host clock per operation"), name
         assert 0 < tail["p50_us"] <= tail["p99_us"] <= tail["max_us"], name
         assert sum(c for _, c in tail["hist"]["bins"]) == tail["n"] and len(tail["own_p50_us"]) == 4, name
     assert rows["test_dp"]["op"] == "dp_grad_sync" and rows["test_dp"]["info"]["buckets"] == 4

@@ -53,7 +53,8 @@ def test_unknown_unit_error_lists_the_known_units():
 
 @pytest.mark.parametrize(
     "n, text",
-    [(512, "512 B"), (4096, "4 KiB"), (2**30, "1 GiB"), (1_500_000, "1.5 MB"), (16_000_000, "16 MB"), (1536, "1.5 KiB")],
+    [(512, "512 B"), (4096, "4 KiB"), (2**30, "1 GiB"), (1_500_000, "1.5 MB"), (16_000_000, "16 MB"),
+     (1536, "1.5 KiB")],
 )
 def test_format_size_is_exact_binary_or_decimal(n, text):
     assert format_size(n) == text

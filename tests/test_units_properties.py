@@ -23,7 +23,8 @@ def test_every_accepted_size_prints_and_its_exact_forms_read_back(n):
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(max_size=20),
-                 st.builds(lambda x, u: f"{x}{u}", st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(UNITS)),
+                 st.builds(lambda x, u: f"{x}{u}", st.floats(allow_nan=True, allow_infinity=True),
+                           st.sampled_from(UNITS)),
                  st.builds(lambda x, u: f"{x}{u}", st.integers(), st.sampled_from(UNITS))))
 def test_the_parser_accepts_a_size_within_range_or_raises_its_own_error_naming_the_value(value):
     try:
