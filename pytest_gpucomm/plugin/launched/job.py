@@ -43,7 +43,7 @@ from ...ranks.errors import JobBroken
 from .arrival import Meeting, arrive, depart, wait_for_all
 from .deaths import ident
 from .exchange import JobExchange
-from .supervise import arrived, joined
+from .supervise import arrived, departed, joined
 
 if TYPE_CHECKING:
     from ...env.hardware import DeviceInfo
@@ -87,6 +87,12 @@ class LaunchedSession:
         """Where this rank meets the others before the job's process groups are made (:mod:`.arrival`)."""
         return Meeting.of(self.launch, max(self.timeout_s, JOIN_MIN_S))
 
+    @property
+    def meets(self) -> bool:
+        """Whether the ranks meet first (:mod:`.arrival`), not under torchrun with restarts
+        (:meth:`.arrival.Meeting.why_not`): there they join through torch's rendezvous alone."""
+        return not Meeting.why_not(self.launch)
+
     def depart(self, how: Optional[str], say: Optional[Callable[[str], None]] = None) -> bool:
         """This rank ends its session without having joined the job, ``how``: the others learn it at once
         (:func:`.arrival.depart`; where this rank serves the rendezvous, it stays until every rank has come, and
@@ -97,8 +103,8 @@ class LaunchedSession:
         if self._arrived or self._started:
             return False
         self._arrived = True
-        arrived()
-        return how is not None and depart(self.meeting(), how, say=say)
+        departed()
+        return how is not None and self.meets and depart(self.meeting(), how, say=say)
 
     def start(self, info: Optional["DeviceInfo"]) -> None:
         """Join the job's process groups (once per session); ``info`` None (no gpucomm test collected): the
@@ -136,24 +142,35 @@ class LaunchedSession:
         timeout = datetime.timedelta(seconds=join_s)
         # the ranks meet first in the rendezvous' store (.arrival): a rank that ends before it joins is named at
         # once, instead of the others waiting out the join's timeout inside init_process_group
-        meeting = self.meeting()
-        rendezvous = meeting.connect()
-        self._arrived = True
-        arrived()
-        arrive(rendezvous, meeting)
-        wait_for_all(rendezvous, meeting, time.monotonic() + join_s)
-        rendezvous.set_timeout(timeout)
-        # the default group's keys under torch's own prefix, as init_process_group's rendezvous would put them
-        kwargs: dict[str, Any] = dict(backend=self.backend, store=dist.PrefixStore("default_pg", rendezvous),
-                                      rank=la.rank, world_size=la.world_size, timeout=timeout)
+        self._arrived = True  # from here this rank's end is not a departure it announces itself
+        arrived()  # its supervising parent still does, should it die before it joined
+        kwargs: dict[str, Any] = dict(backend=self.backend, rank=la.rank, world_size=la.world_size, timeout=timeout)
+        if self.meets:
+            started = time.monotonic()
+            meeting = self.meeting()
+            try:
+                rendezvous = meeting.connect()
+                arrive(rendezvous, meeting)
+                wait_for_all(rendezvous, meeting, started + join_s, started)
+            except JobBroken:
+                departed()  # the others know, or learned already: nothing for the parent to tell
+                raise
+            rendezvous.set_timeout(timeout)
+            # the default group's keys under torch's own prefix, as init_process_group's rendezvous puts them
+            kwargs["store"] = dist.PrefixStore("default_pg", rendezvous)
+        else:
+            host = f"[{la.master_addr}]" if ":" in la.master_addr else la.master_addr
+            kwargs["init_method"] = "env://" if la.launcher == "torchrun" else f"tcp://{host}:{la.master_port}"
         if self.backend != "gloo":
             kwargs["device_id"] = torch.device(channel.device)  # bind the communicator to this rank's GPU
+        # a store's or the network's error is a rank gone after the meeting, named; a backend's (NCCL) goes on whole
+        store_errors = tuple(getattr(dist, n) for n in ("DistStoreError", "DistNetworkError") if hasattr(dist, n))
         try:
             dist.init_process_group(**kwargs)
-        except Exception as e:  # a rank gone between the meeting and here: torch's store error, named
+        except store_errors as e:
             raise JobBroken(f"gpucomm: {la.launcher} rank {la.rank} ({la.host}) could not make the job's process "
-                            f"group after every rank had come ({type(e).__name__}: {str(e).strip()[:300]}); "
-                            "the session stops here", ranks=(), label="joining the job", timeout_s=join_s) from None
+                            f"group ({type(e).__name__}: {' '.join(str(e).split())}); the session stops here",
+                            ranks=(), label="joining the job", timeout_s=join_s) from None
         self._owns_default = True
         # control messages in a gloo group of their own (on CPU too): they never queue behind a test's ops; their
         # keys under the job's own prefix in the rendezvous' store, where a rank's supervising parent finds them

@@ -86,7 +86,12 @@ class LaunchedMode:
         #: whether this rank tells the others when it ends without joining: not where every rank ends alike
         #: before the meeting (an option refused), nor where a conftest made its own process group
         self.departs = True
-        meeting(self.session.meeting().to_json())  # its supervising parent tells the others should it end first
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Tell this rank's supervising parent where the ranks meet: should the rank end before it comes there,
+        the parent tells the others (:mod:`.arrival`)."""
+        if self.session.meets:
+            meeting(self.session.meeting().to_json())
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from ...report.text import fit
@@ -127,7 +132,7 @@ class LaunchedMode:
             if measures:
                 self._join_nodes()
         except JobBroken as e:  # a rank hung or gone: no test can run; the session ends failed (exit status 1)
-            self._broken_at_start(session, str(e))
+            self._broken_at_start(session, str(e), getattr(e, "summary", ""))
             raise session.Failed(str(e)) from None
         except pytest.UsageError as e:  # this rank's own (its GPU missing): the others learn it at the end
             self.usage_error = str(e)
@@ -149,17 +154,16 @@ class LaunchedMode:
 
         return say
 
-    def _broken_at_start(self, session: pytest.Session, message: str) -> None:
+    def _broken_at_start(self, session: pytest.Session, message: str, summary: str) -> None:
         """The job could not start: the whole message among the notes at the end of the output, wrapped to the
-        terminal, and its first clause (``gpucomm: rank 1 (hostB) ended before it joined the job``) on pytest's
-        last line."""
+        terminal, and its ``summary`` (``gpucomm: rank 1 (hostB) ended before it joined the job``; else the
+        message's first clause) on pytest's last line."""
         from ...report.text import fit
         from ..finish import terminal_width
 
         width = terminal_width(session.config)
         self.notes += fit([message], width)
-        head, sep, _ = message.partition(": ")
-        first = head + sep + message[len(head) + len(sep):].split(": ")[0].split("; ")[0] if sep else message
+        first = summary or message.split("; ")[0]
         session.shouldfail = first if len(first) <= width - 4 else first[:width - 7] + "..."
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -183,7 +187,9 @@ class LaunchedMode:
         elif not session.items:
             how = "it collected no tests"
         else:
-            how = f"its session ended with exit status {int(session.exitstatus)}"
+            status = int(session.exitstatus)
+            names = {int(c): c.name.lower().replace("_", " ") for c in pytest.ExitCode}
+            how = f"its session ended with exit status {status}" + (f" ({names[status]})" if status in names else "")
         log = rank_log(session.config, self.launch)
         return how + (f"; its output: {log}" if log else "")
 

@@ -10,10 +10,10 @@ the job at the session's end it says so (:func:`left`).  If the child ends in be
 SIGKILL included, or exiting on its own -- the parent writes how into the job's store and wakes every rank
 (:func:`~.deaths.announce`): the others say ``rank 3 (hostB, cuda:1) died: killed by SIGKILL`` at once,
 instead of waiting out their deadline to say it "did not finish".  A child that ends before it came to the
-ranks' meeting (:mod:`.arrival`; where to meet is the first thing it tells the parent, :func:`meeting`) is
-announced there instead: ``rank 3 (hostB) ended before it joined the job: killed by SIGKILL``.  Then the
-parent ends as its child did (the same signal, no core file of its own, or the same exit code), so the
-launcher sees what it would have seen without it.
+ranks' meeting (:mod:`.arrival`; where to meet is the first thing it tells the parent, :func:`meeting`), or
+came there but had not joined yet, is announced there instead: ``rank 3 (hostB) ended before it joined the
+job: killed by SIGKILL``.  Then the parent ends as its child did (the same signal, no core file of its own,
+or the same exit code), so the launcher sees what it would have seen without it.
 
 Signals: the parent passes on to the child SIGTERM and SIGHUP, which launchers and schedulers send to end a
 rank (the child, in the same process group, usually gets them from the same ``killpg`` too: the plugin's
@@ -48,7 +48,8 @@ import sys
 import threading
 from typing import Any, Optional
 
-__all__ = ["supervise", "meeting", "arrived", "joined", "left", "supervisor_pid", "why_unsupervised", "describe_end"]
+__all__ = ["supervise", "meeting", "arrived", "departed", "joined", "left", "supervisor_pid", "why_unsupervised",
+           "describe_end"]
 
 #: the signals the parent passes on to the child
 FORWARDED = ("SIGTERM", "SIGHUP")
@@ -84,8 +85,15 @@ def meeting(text: str) -> None:
 
 
 def arrived() -> None:
-    """The child came to the meeting (to join, or to say itself that it will not): the parent need not."""
+    """The child comes to the meeting to join: should it end before it joined, the parent still tells the
+    others (they may wait for it there)."""
     _tell("A")
+
+
+def departed() -> None:
+    """The child told the others itself that it ends without joining, or learned at the meeting that the job
+    cannot start: the parent has nothing to tell them."""
+    _tell("D")
 
 
 def joined(host: str, port: int, namespace: str, rank: int, world_size: int) -> None:
@@ -164,8 +172,13 @@ def supervise(world_size: int, first: bool) -> None:
             pass
     read_fd, write_fd = os.pipe()
     parent = os.getpid()
+    # the signals the parent handles are held from before the fork until its handlers are in place: one sent
+    # to it in between (a launcher's SIGTERM under load) reaches its handler, not the default that ends it
+    held = {getattr(signal, name) for name in (*FORWARDED, *IGNORED)}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     pid = os.fork()
     if pid == 0:  # the child: the rank
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         os.close(read_fd)
         _die_with(parent)
         _Child.fd, _Child.parent = write_fd, parent
@@ -173,7 +186,7 @@ def supervise(world_size: int, first: bool) -> None:
     os.close(write_fd)
     code = 70  # EX_SOFTWARE, if the parent itself fails
     try:
-        code = _Parent(pid, read_fd).run()
+        code = _Parent(pid, read_fd).run(before)
     finally:
         os._exit(code)
 
@@ -222,7 +235,8 @@ class _Parent:
         self.fd: Optional[int] = read_fd
         self.buffer = b""
         self.job: Optional[dict[str, Any]] = None  # where the child joined, until it left
-        self.meeting: Optional[str] = None  # where the child meets the others, until it came there
+        self.meeting: Optional[str] = None  # where the child meets the others, until it joined or departed
+        self.came = False  # the child came to the meeting (its session's, not a later one's)
         self.sent: list[int] = []
 
     def _forward(self, signum: int, frame: Any) -> None:
@@ -232,16 +246,18 @@ class _Parent:
         except OSError:
             pass
 
-    def run(self) -> int:
+    def run(self, mask: Any = ()) -> int:
+        """Supervise; ``mask``: the signal mask to restore once the handlers are in place."""
         for name in FORWARDED:
             signal.signal(getattr(signal, name), self._forward)
         for name in IGNORED:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         status = self._wait()
         self._drain()
         if self.job is not None:
             self._report(describe_end(status, self.sent))
-        elif self.meeting is not None:  # it ended before it came to the meeting: the others would wait for it
+        elif self.meeting is not None:  # it ended before it joined: the others would wait for it at the meeting
             self._depart(describe_end(status, self.sent))
         return self._mirror(status)
 
@@ -271,15 +287,17 @@ class _Parent:
             kind, _, rest = line.decode(errors="replace").partition("\t")
             if kind == "J":
                 try:
-                    self.job = json.loads(rest)
+                    self.job, self.came, self.meeting = json.loads(rest), True, None
                 except ValueError:
                     self.job = None
             elif kind == "L":
                 self.job = None
-            elif kind == "M":
+            elif kind == "M" and not self.came:  # a later session's (pytester's, in a test) is not the rank's
                 self.meeting = rest
             elif kind == "A":
-                self.meeting = None
+                self.came = True
+            elif kind == "D":
+                self.meeting, self.came = None, True
 
     def _drain(self) -> None:
         """What the child wrote just before it ended."""
@@ -306,6 +324,8 @@ class _Parent:
     def _depart(self, how: str) -> None:
         """Tell the other ranks that the child ended, ``how``, before it came to meet them (and where it
         served the rendezvous, serve it until they have all come)."""
+        for name in ("SIGTERM", "SIGHUP", "SIGINT"):  # nothing to pass on now: they end the wait (and this parent)
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
         try:
             from .arrival import Meeting, depart
 
