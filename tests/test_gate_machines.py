@@ -284,7 +284,9 @@ def test_a_name_only_shipped_is_found_and_saving_to_it_makes_the_users_own_file(
                               *FAST).ret == 0
     real = shipped_module.shipped_folder
     monkeypatch.setattr(shipped_module, "shipped_folder", lambda part: theirs if part == "baselines" else real(part))
-    result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
+    # which file is read is this test's question, not the verdict: a real CPU copy judged against one run
+    # recorded seconds before was once 22 % and 32 % slower under -n 8 on the GPU machine (a REGRESSION)
+    result = pytester.runpytest("--gpu-baseline=cpu", "--gpu-tolerance=0.9", *FAST)
     assert result.ret == 0
     result.stdout.fnmatch_lines([f"gpucomm baseline: {theirs / 'cpu.json'} (measured, 1 run*",
                                  f"gpucomm baseline file: cpu, shipped with pytest-gpucomm (no cpu.json in "
