@@ -140,7 +140,7 @@ def cause(out: Path, small: list[str], base_env: dict[str, str], var: str, today
     baseline, or set ``today``), with the cause test's lines."""
     name, _, value = var.partition("=")
     recorded, now = (base_env, {**base_env, name: value}) if today else ({**base_env, name: value}, base_env)
-    baseline = out / "cause.json"
+    baseline = out / "cause-baseline.json"  # not the report of the run named "cause" (cause.json)
     for session in ("s1", "s2"):
         for _ in range(2):
             pytest_run(out, f"record-{session}", *small, f"--gpu-baseline={baseline}", "--gpu-baseline-save",
