@@ -123,13 +123,21 @@ def run_all(cmds: list[list[str]], envs: list[dict[str, str]], cwd: Path,
     for pids in left.values():
         for pid in pids:
             os.kill(pid, 9)
-    for d in done:
+    for i, d in enumerate(done):
+        if isinstance(d, subprocess.TimeoutExpired):  # what each process printed: the end of the hung one's says why
+            outs = [x[1] if isinstance(x, tuple) else _text(getattr(x, "output", None)) for x in done]
+            raise AssertionError(f"process {i} did not end within {LIMIT_S} s; the end of each one's output:\n"
+                                 + "\n".join(f"--- process {j}:\n{o[-4000:]}" for j, o in enumerate(outs))) from d
         if isinstance(d, BaseException):
             raise d
     assert not any(left.values()), f"processes left behind: {left}"
     if ends is not None:
         ends.extend(d[2] for d in done)
     return [(d[0], d[1]) for d in done]
+
+
+def _text(raw: Any) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw or "")
 
 
 def torchrun(nnodes: int, node_rank: int, nproc: int, port: int, *args: str) -> list[str]:
