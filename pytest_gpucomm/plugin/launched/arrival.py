@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ...ranks.errors import JobBroken
+from .deaths import absent
 
 if TYPE_CHECKING:
     from ...env.launch import Launch
@@ -176,8 +177,8 @@ def _gone(store: Any, m: Meeting) -> dict[int, tuple[str, str]]:
 
 
 def _missing(store: Any, m: Meeting) -> list[int]:
-    """The ranks that have not come (one request for every rank: only when the meeting's time is up)."""
-    return [r for r in range(m.world_size) if not store.check([f"{m.prefix}rank/{r}"])]
+    """The ranks that have not come (only when the meeting's time is up)."""
+    return absent(store, [f"{m.prefix}rank/{r}" for r in range(m.world_size)])
 
 
 def gone_message(gone: Mapping[int, tuple[str, str]]) -> str:
@@ -191,17 +192,27 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {named}"
 
 
-def _wait(store: Any, m: Meeting, key: str, deadline: float) -> bool:
-    """Wait for ``key`` until ``deadline`` (``time.monotonic()``); whether it came.  The store is asked
-    whether the key is there every :data:`POLL_S` (its own blocking wait cannot be interrupted, and one that
-    times out writes a warning of torch's to stderr each time)."""
+def _until(ready: Callable[[], bool], deadline: float) -> bool:
+    """Ask ``ready()`` (one store request) every :data:`POLL_S` until it says yes or ``deadline``
+    (``time.monotonic()``); whether it did.  A store's own blocking wait cannot be interrupted, and one that
+    times out writes a warning of torch's to stderr each time."""
     while True:
-        if store.check([key]):
+        if ready():
             return True
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         time.sleep(min(POLL_S, left))
+
+
+def _wait(store: Any, key: str, deadline: float) -> bool:
+    """Wait for ``key`` until ``deadline``; whether it came."""
+    return _until(lambda: bool(store.check([key])), deadline)
+
+
+def _all_seen(store: Any, m: Meeting, deadline: float) -> bool:
+    """Wait until every rank has read what it needs from the meeting (``seen``), or ``deadline``."""
+    return _until(lambda: int(store.add(f"{m.prefix}seen", 0)) >= m.world_size, deadline)
 
 
 def _broken(message: str, summary: str, ranks: list[int], m: Meeting) -> JobBroken:
@@ -219,7 +230,7 @@ def wait_for_all(store: Any, m: Meeting, deadline: float, started: Optional[floa
     started = time.monotonic() if started is None else started
     p = m.prefix
     try:
-        came = _wait(store, m, f"{p}done", deadline)
+        came = _wait(store, f"{p}done", deadline)
         gone = _gone(store, m) if came else {}
         if not gone and store.check([f"{p}all"]):
             store.add(f"{p}seen", 1)
@@ -266,16 +277,6 @@ def linger(store: Any, m: Meeting, deadline: float, say: Optional[Callable[[str]
     except Exception:  # noqa: BLE001 - nothing more to wait for
         pass
 
-
-def _all_seen(store: Any, m: Meeting, deadline: float) -> bool:
-    """Wait until every rank has read what it needs from the meeting (``seen``), or ``deadline``."""
-    while True:
-        if int(store.add(f"{m.prefix}seen", 0)) >= m.world_size:
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(POLL_S, left))
 
 
 def depart(m: Meeting, how: str, deadline: Optional[float] = None,

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .supervise import supervisor_pid
 
-__all__ = ["DEAD", "announce", "dead_ranks", "describe_deaths", "ident", "PeerWatch"]
+__all__ = ["DEAD", "absent", "announce", "dead_ranks", "describe_deaths", "ident", "PeerWatch"]
 
 #: the value of ``abort/<rank>`` that says another rank died (``dead 3``)
 DEAD = "dead "
@@ -61,6 +61,20 @@ def dead_ranks(store: Any) -> dict[int, str]:
         _, _, how = _text(store.get(f"dead/{r}")).partition("\t")
         out.append((i, r, how))  # the counter orders the deaths as they were told (a clock's ms can tie)
     return {r: how for _, r, how in sorted(out)}
+
+
+def absent(store: Any, keys: Sequence[str]) -> list[int]:
+    """The indices of ``keys`` not set in ``store``, found by halves (``check`` of many keys at once: one
+    request where every key is there)."""
+    def search(lo: int, hi: int) -> list[int]:
+        if lo >= hi or store.check(list(keys[lo:hi])):
+            return []
+        if hi - lo == 1:
+            return [lo]
+        mid = (lo + hi) // 2
+        return search(lo, mid) + search(mid, hi)
+
+    return search(0, len(keys))
 
 
 def _text(value: Any) -> str:

@@ -47,7 +47,7 @@ from typing import Any, Optional, Sequence
 
 from ...env.launch import Launch
 from ...ranks.errors import JobBroken
-from .deaths import DEAD, PeerWatch, dead_ranks, describe_deaths
+from .deaths import DEAD, PeerWatch, absent, dead_ranks, describe_deaths
 from .supervise import left
 
 __all__ = ["JobExchange", "Watchdog", "GRACE_S", "END_S"]
@@ -288,12 +288,7 @@ class JobExchange:
 
     def _missing(self, seq: int, ranks: list[int]) -> list[int]:
         """The ranks without their ``arrive/<seq>/<rank>`` key, found by halves."""
-        if not ranks or self._store.check([f"arrive/{seq}/{r}" for r in ranks]):
-            return []
-        if len(ranks) == 1:
-            return ranks
-        mid = len(ranks) // 2
-        return self._missing(seq, ranks[:mid]) + self._missing(seq, ranks[mid:])
+        return [ranks[i] for i in absent(self._store, [f"arrive/{seq}/{r}" for r in ranks])]
 
     def _arrive(self, seq: int, deadline: float, what: str, timeout_s: float) -> None:
         """Announce this rank at exchange ``seq`` and wait until every rank has, or raise :class:`JobBroken`

@@ -177,7 +177,7 @@ class LaunchedMode:
             how = "a usage error: " + " ".join(self.usage_error.split())
         elif errors:
             crash = getattr(errors[0].longrepr, "reprcrash", None)
-            text = getattr(crash, "message", None) or str(errors[0].longrepr).strip().splitlines()[-1:]
+            text = getattr(crash, "message", None) or (str(errors[0].longrepr).strip().splitlines() or [""])[-1]
             what = " ".join(str(text).split())
             what = what if len(what) <= 160 else what[:157] + "..."
             how = (f"{len(errors)} error{'s' if len(errors) > 1 else ''} during collection "
