@@ -80,3 +80,10 @@ def test_every_run_asks_for_the_gpu_and_uses_only_options_the_plugin_has():
         assert "--gpucomm-device=gpu" in line and "--pyargs pytest_gpucomm.suites" in line
         for option in re.findall(r"(--gpu[a-z-]*)", line):
             assert re.search(rf"\s{re.escape(option)}\b", known), option
+
+
+@pytest.mark.parametrize("job", [GITHUB["jobs"]["gate"], GITLAB["gpucomm"]], ids=["github", "gitlab"])
+def test_the_gate_fails_where_fewer_than_half_the_cases_could_be_judged(job):
+    # a baseline that judges nothing must not let the job pass (issue 43): the gate asks for half the cases
+    (line,) = _pytest_lines(_scripts(job))
+    assert "--gpu-min-judged=0.5" in line

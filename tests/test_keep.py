@@ -424,8 +424,8 @@ def test_merge_times_out_on_the_lock_of_its_output(two) -> None:
 
 
 def test_show_of_a_missing_name_lists_the_available_ones(base: Path) -> None:
-    code, _, err = gpucomm("baselines", "show", "h100", "--baseline-dir", base.parent)
-    assert code == 2 and "no baseline named 'h100'" in err and "available baselines: h200" in err
+    code, _, err = gpucomm("baselines", "show", "b200", "--baseline-dir", base.parent)
+    assert code == 2 and "no baseline named 'b200'" in err and "available baselines: h200" in err
     assert "--baseline-dir" in err
 
 
@@ -507,5 +507,5 @@ def test_env_says_same_when_nothing_but_the_host_and_date_changed(tmp_path: Path
 
 
 def test_env_with_an_unknown_baseline_exits_2_naming_it(tmp_path: Path) -> None:
-    code, _, err = gpucomm("env", "--baseline", "h100", "--baseline-dir", tmp_path)
-    assert code == 2 and err.startswith("gpucomm: error: --baseline h100: no baseline named 'h100'")
+    code, _, err = gpucomm("env", "--baseline", "b200", "--baseline-dir", tmp_path)
+    assert code == 2 and err.startswith("gpucomm: error: --baseline b200: no baseline named 'b200'")

@@ -102,7 +102,10 @@ def test_every_line_of_a_gated_run_fits_the_terminal_and_nothing_is_printed_twic
 def test_the_full_table_with_v_lists_every_row_with_its_test_id(folder):
     lines, report = gated_run(folder, 120, "-v")
     summary = lines[lines.index(next(line for line in lines if "gpucomm results" in line)) + 1:]
-    assert summary[0].split()[:3] == ["test", "op", "devices"]
+    assert summary[0].startswith("gpucomm gate: ")  # how much of the run the gate judged, first
+    head = next(i for i, line in enumerate(summary) if line.split()[:3] == ["test", "op", "devices"])
+    assert all(line.startswith(("gpucomm gate:", "    ")) for line in summary[:head])  # then the table
+    summary = summary[head:]
     for row in report["rows"]:  # one line each, in the order of the compact table's sweeps
         assert sum(f" {row['test'].split('::')[-1]} " in f" {line} " for line in summary) == 1
 

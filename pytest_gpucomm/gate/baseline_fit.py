@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..ops.specs import op_group
+from ..ops.specs import op_group, op_kind
 from .decision import (FALLBACK_DF, CaseModel, Prior, fit_case, fit_prior, prediction, prior_class,
                        run_location)
-from .levels import common_spread
+from .levels import case_class, common_spread
 from .tails import TailSpread, fit_spread
 
 if TYPE_CHECKING:
+    from .prior import CorpusPrior
     from .store import Baseline
 
 __all__ = ["BaselineFit", "fit_baseline", "borrowed_priors", "fit_tail_spread"]
@@ -34,11 +35,12 @@ class BaselineFit:
     commons: dict[str, dict[str, Any]]
 
 
-def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Optional["Baseline"] = None
-                 ) -> BaselineFit:
+def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Optional["Baseline"] = None,
+                 corpus: Optional["CorpusPrior"] = None) -> BaselineFit:
     """Every measured case's model and its class's prior (DECISION_RULE steps 1-2; the one-session cases' from
-    ``spread_source``, :func:`borrowed_priors`), each case's run locations, and per group the spread of the
-    runs' common offset; ``path`` names the file in errors."""
+    ``spread_source``, :func:`borrowed_priors`, else from the ``corpus`` prior of their level class where it is
+    trusted), each case's run locations, and per group the spread of the runs' common offset; ``path`` names
+    the file in errors."""
     session_of = {r.run_id: r.session for r in baseline.runs}
     fitted: dict[str, tuple[CaseModel, str]] = {}
     locs: dict[str, dict[str, dict[str, float]]] = {}
@@ -54,6 +56,12 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
         centers.setdefault(group, []).append(model.center)
     priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
     borrowed = borrowed_priors(fitted, spread_source)
+    if corpus is not None:
+        for key, (m, _) in fitted.items():
+            e = baseline.cases[key]
+            p = corpus.trusted(case_class(op_kind(e.op), e.size_bytes)) if m.sessions == 1 else None
+            if p is not None and key not in borrowed:
+                borrowed[key] = p.as_prior()
     commons: dict[str, dict[str, Any]] = {}
     for g, v in locs.items():
         common = common_spread(list(v.values()), centers[g], session_of)

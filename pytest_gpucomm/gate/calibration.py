@@ -148,8 +148,10 @@ def sessions_of(dates: dict[str, str], gap_min: float,
     return out
 
 
-def _models(cases: list[Case], runs_of: dict[str, list[str]], session: dict[str, int]) -> dict[str, tuple[Any, Any]]:
-    """Per case (with runs in ``runs_of``), its model and its class's prior, as the gate fits them."""
+def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[str, int],
+            corpus: Any = None) -> dict[str, tuple[Any, Any]]:
+    """Per case (with runs in ``runs_of``), its model and its class's prior, as the gate fits them; a case of
+    one session takes the ``corpus`` prior (``prior.CorpusPrior``) of its class where that is trusted."""
     from .decision import fit_case, fit_prior
 
     fitted = {}
@@ -158,7 +160,14 @@ def _models(cases: list[Case], runs_of: dict[str, list[str]], session: dict[str,
         if ids:
             fitted[c.key] = (fit_case([c.runs[r] for r in ids], [str(session[r]) for r in ids]), c.klass)
     priors = {k: fit_prior(m for m, kk in fitted.values() if kk == k) for k in {kk for _, kk in fitted.values()}}
-    return {key: (m, priors[k]) for key, (m, k) in fitted.items()}
+    out = {key: (m, priors[k]) for key, (m, k) in fitted.items()}
+    if corpus is not None:
+        klass = {c.key: c.member.klass for c in cases if c.member is not None}
+        for key, (m, _) in out.items():
+            p = corpus.trusted(klass.get(key, "")) if m.sessions == 1 else None
+            if p is not None:
+                out[key] = (m, p.as_prior())
+    return out
 
 
 def _shifted(loc: Any, d: float) -> Any:
@@ -168,7 +177,7 @@ def _shifted(loc: Any, d: float) -> Any:
 
 
 def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *, m: int, tolerance: float,
-           alpha: float, max_remeasures: int, folds: int = 1) -> Any:
+           alpha: float, max_remeasures: int, folds: int = 1, class_spread: float = 0.0) -> Any:
     """The verdict on ``first`` and the next ``folds - 1`` runs of ``again`` pooled (the case's folds), with
     the rest of ``again`` as its re-measures, every run scaled down by ``d``."""
     from .decision import judge
@@ -182,10 +191,10 @@ def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *
 
     return judge(_shifted(first, d), model, prior, measure_again if len(later) else None, tolerance=tolerance,
                  alpha=alpha, n_comparisons=m, max_remeasures=min(max_remeasures, len(later)),
-                 folds=pre).comparison
+                 folds=pre, class_spread=class_spread).comparison
 
 
-def _new_counts(drops: Sequence[float]) -> dict[str, Any]:
+def new_counts(drops: Sequence[float]) -> dict[str, Any]:
     return {"suites": 0, "false_alarm_suites": 0, "level_false_alarms": {k: 0 for k in LEVELS}, "judged": 0,
             "not_gated": 0, "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops},
             "caught_all": {d: [0, 0] for d in drops}, "uniform": {d: [0, 0] for d in drops}, "detectable": [],
@@ -197,13 +206,14 @@ def _new_counts(drops: Sequence[float]) -> dict[str, Any]:
 LEVELS = ("case", "class", "band", "residual")
 
 
-def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], fit: Any,
+def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], fit: Any,
            drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int,
            per_case: bool = False, folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Judge one suite (one current run of every case, with its re-measures) as the plugin does: each case
     at its share of alpha, then the run at the levels (``fit``: ``levels.fit_levels`` over these cases).
     A/A; a uniform drop of every case at each of ``drops``; a 10 % drop of each op band in turn and, with
     ``per_case``, of each case in turn (caught: a verdict or a failing level covers it)."""
+    from .decision import class_scatter
     from .levels import LEVEL_SHARES, judge_run
 
     kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * LEVEL_SHARES["case"],
@@ -211,11 +221,16 @@ def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], 
 
     def run(drop_of: Any) -> tuple[dict[str, Any], Any]:
         out, dev, var = {}, {}, {}
+        seen: dict[str, list[float]] = {}  # per class, the first runs' log ratios so far (the plugin's Floors.cases)
         for key, model, prior, runs, _ in judged:
+            klass = fit.members[key].klass if key in fit.members else ""
             c = _judge(runs[0], runs[1:], model, prior, drop_of(key), folds=(folds or {}).get(key, 1),
-                       **kw)  # type: ignore[arg-type]
+                       class_spread=class_scatter(seen.get(klass, [])), **kw)  # type: ignore[arg-type]
+            seen.setdefault(klass, []).append(runs[0].loc + math.log(1.0 - drop_of(key)) - model.center)
             out[key], dev[key], var[key] = c, math.log(c.ratio), c.spread.sd ** 2
-        return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha, folds=folds)
+        floors = {k: c.spread.runs_now for k, c in out.items()}
+        return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha, folds=folds, floors=floors,
+                              runs={k: c.runs_now for k, c in out.items()})
 
     def caught(out: dict[str, Any], lv: Any, keys: Sequence[str]) -> bool:
         covered = lv.failed_keys()
@@ -263,21 +278,24 @@ def _suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], 
     counts["judged"] += len(judged)
     counts["false_alarm_suites"] += any(fails.values())
     return {"cases": len(judged), "statuses": statuses, "false_alarm": any(fails.values()),
-            "false_levels": [k for k, f in fails.items() if f]}
+            "false_levels": [k for k, f in fails.items() if f],
+            "not_gated": sorted(k for k, g in gated.items() if not g)}
 
 
-def _fit_levels(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
-                session_of: dict[str, Any]) -> Any:
-    """The levels' models (``levels.fit_levels``) over the runs in ``runs_of`` of the cases in ``models``."""
+def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
+                session_of: dict[str, Any], corpus: Any = None) -> Any:
+    """The levels' models (``levels.fit_levels``) over the runs in ``runs_of`` of the cases in ``models``; the
+    ``corpus`` prior gives the residuals' session part of a baseline of one session."""
     from .levels import fit_levels
 
     cs = [c for c in cases if c.key in models and c.member is not None]
     return fit_levels({c.key: {r: c.runs[r].loc for r in runs_of[c.key]} for c in cs},
                       {c.key: models[c.key][0].center for c in cs}, {c.key: c.member for c in cs},
-                      {r: str(s) for r, s in session_of.items()})
+                      {r: str(s) for r, s in session_of.items()},
+                      corpus.residual_sessions() if corpus is not None else None)
 
 
-def _rates(counts: dict[str, Any]) -> dict[str, Any]:
+def rates(counts: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     def share(pair: list[int]) -> Optional[float]:
@@ -314,13 +332,13 @@ def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, 
     session's next runs; a case of a session with fewer runs has as many as it has)."""
     order = {r: i for i, r in enumerate(sorted(session, key=lambda r: (session[r], r)))}
     sessions = sorted(set(session.values()))
-    counts = _new_counts(drops)
+    counts = new_counts(drops)
     suites: list[dict[str, Any]] = []
     klass_of = {c.key: c.member.klass for c in cases if c.member is not None}
     for s in sessions:
         train = {c.key: [r for r in c.runs if session[r] != s] for c in cases}
-        models = _models(cases, train, session)
-        fit = _fit_levels(cases, train, models, session)
+        models = models_of(cases, train, session)
+        fit = fit_levels_of(cases, train, models, session)
         held = sorted({r for c in cases for r in c.runs if session[r] == s}, key=order.__getitem__)
         for i, run in enumerate(held):
             rest = held[i + 1:] + held[:i]  # the session's other runs, the next ones first
@@ -329,10 +347,10 @@ def loso(cases: list[Case], session: dict[str, int], drops: Sequence[float], *, 
             if judged:
                 k_of = {key: min(len(runs), (folds or {}).get(klass_of.get(key, ""), 1))
                         for key, _, _, runs, _ in judged}
-                suites.append({"session": s, "run": run, **_suite(
+                suites.append({"session": s, "run": run, **judge_suite(
                     counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures,
                     per_case=per_case_every > 0 and len(suites) % per_case_every == 0, folds=k_of)})
-    return {"sessions": len(sessions), **_rates(counts), "per_suite": suites}
+    return {"sessions": len(sessions), **rates(counts), "per_suite": suites}
 
 
 def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
@@ -343,7 +361,7 @@ def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
     from .decision import prediction
     from .levels import run_offsets
 
-    models = _models(cases, {c.key: list(c.runs) for c in cases}, session)
+    models = models_of(cases, {c.key: list(c.runs) for c in cases}, session)
     per_case = {}
     for c in cases:
         model, prior = models[c.key]
@@ -372,7 +390,7 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
     from .decision import RunLocation
 
     rng = np.random.default_rng(seed)
-    counts = _new_counts(drops)
+    counts = new_counts(drops)
     pc, common = model["cases"], model["common_sd"]
     run_ids = sorted(session, key=lambda r: (session[r], r))
     new_runs = [f"new{i}" for i in range(max([1, *(folds or {}).values()]) + max_remeasures)]
@@ -392,12 +410,12 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
                 runs[r] = RunLocation(loc, f["within_se"] ** 2, 50)
             sims.append(Case(c.key, c.group, c.klass, runs, c.member))
         train = {c.key: [r for r in c.runs if not r.startswith("new")] for c in sims}
-        models = _models(sims, train, sess_of)
-        fit = _fit_levels(sims, train, models, sess_of)
+        models = models_of(sims, train, sess_of)
+        fit = fit_levels_of(sims, train, models, sess_of)
         judged = [(c.key, *models[c.key], [c.runs[r] for r in new_runs], c.group) for c in sims]
-        _suite(counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures,
+        judge_suite(counts, judged, fit, drops, tolerance=tolerance, alpha=alpha, max_remeasures=max_remeasures,
                folds=k_of)
-    return _rates(counts)
+    return rates(counts)
 
 
 def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int], *, runs_per_session: int = 4,
@@ -422,7 +440,7 @@ def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int]
                 r: RunLocation(f["center"] + s_off[i] + float(rng.normal(0.0, f["run_sd"]))
                                + float(rng.normal(0.0, f["within_se"])), f["within_se"] ** 2, 50)
                 for r, i in runs_of.items()}, c.member))
-        models = _models(sims, {c.key: list(c.runs) for c in sims}, runs_of)
+        models = models_of(sims, {c.key: list(c.runs) for c in sims}, runs_of)
         drops = []
         for c in sims:
             mod, prior = models[c.key]
@@ -442,11 +460,11 @@ def _parse_drops(text: str) -> tuple[float, ...]:
     return drops
 
 
-def _pct(v: Optional[float]) -> str:
+def pct(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-def _report_lines(name: str, r: dict[str, Any]) -> list[str]:
+def report_lines(name: str, r: dict[str, Any]) -> list[str]:
     det = r["detectable_drop"] or {}
     lev = r["level_detectable_drop"]
     gated = r["level_gated_share"]
@@ -454,17 +472,17 @@ def _report_lines(name: str, r: dict[str, Any]) -> list[str]:
         f"{name}: {r['false_alarm_suites']} of {r['suites']} suites with a false REGRESSION at any level ("
         + ", ".join(f"{k} {n}" for k, n in r["level_false_alarm_suites"].items()) + f"; {r['case_judgements']} case "
         "judgements: " + ", ".join(f"{n} {k}" for k, n in sorted(r["aa_statuses"].items())) + ")",
-        f"  cases not gated (by their own verdict or their residual): {_pct(r['not_gated_share'])}; the cases' own "
-        f"smallest drop caught: median {_pct(det.get('median'))}, 90th pct {_pct(det.get('p90'))}, max "
-        f"{_pct(det.get('max'))}",
+        f"  cases not gated (by their own verdict or their residual): {pct(r['not_gated_share'])}; the cases' own "
+        f"smallest drop caught: median {pct(det.get('median'))}, 90th pct {pct(det.get('p90'))}, max "
+        f"{pct(det.get('max'))}",
         "  gated at each level, and the median smallest drop caught: " + "; ".join(
-            f"{k} {_pct(gated[k])}, {_pct((lev[k] or {}).get('median'))}" for k in ("class", "band", "case")),
+            f"{k} {pct(gated[k])}, {pct((lev[k] or {}).get('median'))}" for k in ("class", "band", "case")),
         "  suites failing a uniform drop of every case: "
-        + ", ".join(f"{k} {_pct(v)}" for k, v in r["uniform_detection"].items()),
-        f"  a 10% drop of one op band caught: {_pct(r['one_band_10pct'])} of {r['one_band_judged']}; of one case: "
-        f"{_pct(r['one_case_10pct'])} of {r['one_case_judged']}",
+        + ", ".join(f"{k} {pct(v)}" for k, v in r["uniform_detection"].items()),
+        f"  a 10% drop of one op band caught: {pct(r['one_band_10pct'])} of {r['one_band_judged']}; of one case: "
+        f"{pct(r['one_case_10pct'])} of {r['one_case_judged']}",
         "  cases called REGRESSION by their own verdict at a uniform drop, of the gated cases: "
-        + ", ".join(f"{k} {_pct(v)}" for k, v in r["detection_gated"].items()),
+        + ", ".join(f"{k} {pct(v)}" for k, v in r["detection_gated"].items()),
     ]
     return lines
 
@@ -566,13 +584,13 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
         real = None
     else:
         real = loso(cases, session, args.drops, per_case_every=args.per_case_every, **kw)
-        for line in _report_lines("leave-one-session-out", real):
+        for line in report_lines("leave-one-session-out", real):
             print(line)
     doc["leave_one_session_out"] = real
     sim = None
     if args.sim_suites:
         sim = simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, seed=args.seed, **kw)
-        for line in _report_lines(f"fitted simulation ({args.sim_suites} suites)", sim):
+        for line in report_lines(f"fitted simulation ({args.sim_suites} suites)", sim):
             print(line)
     doc["simulation"] = sim
     if args.table:
@@ -590,16 +608,16 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
                 rows.append({"alpha": a, "remeasures": k, "loso": briefs[0], "simulation": briefs[1]})
                 print(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
                     "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, "
-                                           f"not gated {_pct(x['not_gated'])}, "
-                                           f"3% {_pct(x['drift3_all'])}, 10% {_pct(x['drop10_gated'])} | "
-                                           f"{_pct(x['drop10_all'])}")
+                                           f"not gated {pct(x['not_gated'])}, "
+                                           f"3% {pct(x['drift3_all'])}, 10% {pct(x['drop10_gated'])} | "
+                                           f"{pct(x['drop10_all'])}")
                     for x in briefs))
         doc["table"] = rows
         proj = projection(cases, model, (n_sessions, 8, 12, 20), tolerance=args.tolerance, alpha=args.alpha,
                           max_remeasures=args.remeasures)
         print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
-              + "; ".join(f"{n} sessions: not gated {_pct(v['not_gated_share'])}, median smallest drop caught "
-                          f"{_pct(v['detectable_drop_median'])}" for n, v in proj.items()))
+              + "; ".join(f"{n} sessions: not gated {pct(v['not_gated_share'])}, median smallest drop caught "
+                          f"{pct(v['detectable_drop_median'])}" for n, v in proj.items()))
         doc["projection"] = {str(n): v for n, v in proj.items()}
     return doc
 

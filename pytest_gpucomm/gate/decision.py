@@ -10,6 +10,7 @@ imports numpy and scipy: import it only when judging.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
@@ -38,6 +39,8 @@ __all__ = [
     "judge",
     "detectable_drop",
     "corrected_alpha",
+    "class_scatter",
+    "Floors",
     "DECISION_RULE",
     "DETECTION_POWER",
     "GATED_DROP_FACTOR",
@@ -65,11 +68,19 @@ All statistics work on log bandwidth, so a shift is a ratio.
    4 degrees of freedom; about the median case's on 2 x H200); with one run, s_w is assumed too (1 %).
    A baseline of one session (a report taken as a baseline, a first recording) borrows both spreads,
    with their degrees of freedom, from the baseline file of the same hardware where one is found
-   (baselines/<model>.json: the same case's, else the median of its class's), and says so.
+   (baselines/<model>.json: the same case's, else the median of its class's), and says so; else, on a GPU,
+   from the corpus prior (gate.prior: Smyth's prior of the session and run parts over every case of its
+   level class on every machine the project holds runs of, trusted from 2 machines; the machines' own
+   disagreement is in its degrees of freedom).  A class the prior does not cover keeps them assumed: 5a.
 3. Prediction.  A new session's mean of k independent runs differs from the centre by a variance
    V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
    u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.3 %).  Its degrees of freedom combine
    those of s_b (S - 1 + d0) and of s_w (runs less sessions) by Satterthwaite's rule (Student t).
+3a. Floors (Floors): V(k) is never below the variance of today's fresh runs over k; where a spread is
+   assumed, the run spread is never below the spread of a run's samples (the baseline runs' median, today's
+   largest), and V never below how far the run's cases of the same class scatter about their median log
+   ratio (1.4826 MAD, squared; from 5 cases: those judged before it in a live run, all in gpucomm compare).
+   A floor adds no degrees of freedom.
 4. Verdict, at tolerance t (default 5 %), with the multiple-comparison correction on the bound that
    decides: q = t-quantile at 1 - a, a = alpha * CASE_ALPHA_SHARE (0.1) / (m * looks): m the gated cases of the
    session, looks the pooled comparisons that may decide a regression (one per re-measure), alpha 0.01.
@@ -90,6 +101,12 @@ All statistics work on log bandwidth, so a shift is a ratio.
    measured before its verdict in K process groups of its own (--gpucomm-folds, DEFAULT_FOLDS 2; the
    session's group and K - 1 kept beside it), and its first look pools them (k = K); the folds spend no look
    of alpha (only the re-measures after them may decide).
+5a. No verdict without evidence.  Where the baseline cannot tell a case's spread (one session and no prior
+   for its class: the session or run spread assumed), the case is never "ok" (at best "not gated"), fails
+   only where its fresh runs of today agree (never on one run alone), and its spread is never taken below
+   what the runs show (step 3a, Floors: the spread of a run's samples, the scatter of the run's cases of its
+   class).  Today's fresh runs of any case (its first, folds and re-measures) are a floor too: their variance
+   over k, so that a glitch pooled with a normal re-measure is not a regression.
 6. The levels, at the end of the session: the run judged as a whole, at three levels, each at its share of
    alpha (gate.levels.LEVEL_SHARES: 0.1 for the cases' own verdicts at their tests, steps 4-5, and their
    tails; 0.2 for the class offsets, 0.35 for the op bands, 0.35 for the case residuals; Bonferroni within
@@ -151,11 +168,13 @@ _Z95 = 1.959963984540054
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunLocation:
-    """One run of one case: the median of its log bandwidth and that median's variance."""
+    """One run of one case: the median of its log bandwidth, that median's variance, its number of samples and
+    the spread of its samples (the robust sd of their log bandwidth, IQR / 1.349; 0 where not known)."""
 
     loc: float
     se2: float
     n: int
+    sd: float = 0.0
 
     @property
     def gbps(self) -> float:
@@ -197,13 +216,14 @@ def run_location(samples_gbps: Sequence[float], what: str = "samples") -> RunLoc
         if denom > 0:
             rho = min(max(float(c[1:] @ c[:-1]) / denom, 0.0), 0.9)
     n_eff = max(n * (1.0 - rho) / (1.0 + rho), 1.0)
-    return RunLocation(loc, (math.pi / 2.0) * sd * sd / n_eff, n)
+    return RunLocation(loc, (math.pi / 2.0) * sd * sd / n_eff, n, sd)
 
 
 def _pooled(runs: Sequence[RunLocation]) -> RunLocation:
     """Runs measured without a new process state in between: one run."""
     k = len(runs)
-    return RunLocation(sum(r.loc for r in runs) / k, sum(r.se2 for r in runs) / (k * k), sum(r.n for r in runs))
+    return RunLocation(sum(r.loc for r in runs) / k, sum(r.se2 for r in runs) / (k * k), sum(r.n for r in runs),
+                       max(r.sd for r in runs))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,6 +241,7 @@ class CaseModel:
     within_df: int
     mean_se2: float  # the baseline runs' own variance (u^2): their median
     inv_n: float  # mean over sessions of 1 / runs in it
+    sample2: float = 0.0  # the spread of the baseline runs' samples (RunLocation.sd squared): their median
 
     @property
     def center_gbps(self) -> float:
@@ -247,7 +268,8 @@ def fit_case(runs: Sequence[RunLocation], sessions: Sequence[Optional[str]]) -> 
     # the runs' own error: the median, so that one run with a wide spread of samples cannot inflate it
     return CaseModel(center=center, sessions=s_count, runs=len(runs), between2=between2, within2=within2,
                      within_df=within_df, mean_se2=float(np.median([r.se2 for r in runs])),
-                     inv_n=sum(1.0 / len(v) for v in by.values()) / s_count)
+                     inv_n=sum(1.0 / len(v) for v in by.values()) / s_count,
+                     sample2=float(np.median([r.sd * r.sd for r in runs])))
 
 
 @dataclass(frozen=True)
@@ -295,24 +317,56 @@ def prior_of_variances(estimates: Iterable[tuple[float, float]]) -> Prior:
 
 
 @dataclass(frozen=True)
+class Floors:
+    """Spreads the runs themselves show (DECISION_RULE step 3a), each a variance of log bandwidth: never is a
+    spread assumed tighter than these.
+
+    ``runs_now``: the variance of today's fresh runs of the case about their mean (its first run, folds and
+    re-measures), a floor of the prediction variance of their mean times k, whatever the baseline says;
+    ``samples``: the spread of one run's samples (the baseline runs' median, or today's largest), a floor of an
+    assumed run-to-run spread; ``cases``: how far the cases of the case's class judged so far in this run
+    scatter about their median log ratio (a robust variance), a floor of the prediction variance where the
+    session or run spread is assumed."""
+
+    runs_now: float = 0.0
+    samples: float = 0.0
+    cases: float = 0.0
+
+
+NO_FLOORS = Floors()
+
+
+#: what each floor of :class:`Floors` is, in a verdict's words
+_FLOOR_WORDS = {"runs_now": "today's runs of the case disagree", "samples": "the spread of a run's samples",
+                "cases": "how far this run's cases of its class scatter"}
+
+
+@dataclass(frozen=True)
 class Spread:
-    """The prediction spread of a new session's mean of ``k`` runs (DECISION_RULE step 3)."""
+    """The prediction spread of a new session's mean of ``k`` runs (DECISION_RULE step 3): its sd and degrees
+    of freedom, the session and run parts, which of them are assumed (``assumed``: "", "session", "run" or
+    "session and run") and which observed floor raised it (``floor``: "" or a :class:`Floors` field)."""
 
     sd: float
     df: float
     session_sd: float
     run_sd: float
+    assumed: str = ""
+    floor: str = ""
+    runs_now: float = 0.0  # Floors.runs_now / k: the variance of today's mean that its runs show
 
 
-def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread:
+def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, floors: Floors = NO_FLOORS) -> Spread:
     """V(k) and its degrees of freedom (Satterthwaite) for the mean of ``k`` independent new runs whose own
-    mean variance is ``se2_now``."""
+    mean variance is ``se2_now``; never below the spreads the runs show (``floors``, step 3a)."""
     if k < 1:
         raise ValueError(f"prediction: k must be >= 1, got {k}")
     s_n, u2, inv_n = model.sessions, model.mean_se2, model.inv_n
     se2_now = max(se2_now, 0.0)
     known_w = math.isfinite(model.within2)
     terms: list[tuple[float, float, float]] = []  # (coefficient, estimated variance, its degrees of freedom)
+    assumed: list[str] = []
+    floor = ""
     if s_n >= 2:
         b2 = model.between2
         if prior.df > 0:
@@ -335,14 +389,26 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread
             sess2, run_x2 = used, 0.0
             terms = [(1.0 + 1.0 / s_n, used, df_b)]
             v = used * (1.0 + 1.0 / s_n) + max(se2_now - u2, 0.0) / k
-    else:  # one session: its spread from the class's prior, else assumed
-        sess2, df_s = (prior.s2, prior.df) if prior.df > 0 else (FALLBACK_SESSION_SPREAD**2, FALLBACK_DF)
-        if known_w:
+    else:  # one session: its spread from a prior (the class's, another file's, the corpus'), else assumed
+        if prior.df > 0:
+            sess2, df_s = prior.s2, prior.df
+        else:
+            sess2, df_s = FALLBACK_SESSION_SPREAD**2, FALLBACK_DF
+            assumed.append("session")
+        if known_w and prior.run_s2 is not None and prior.run_df > 0:
+            # the session's runs, moderated towards the prior's run spread, never below what they show
+            d0 = prior.run_df if math.isfinite(prior.run_df) else DF_NORMAL
+            mod = (d0 * (prior.run_s2 + u2) + model.within_df * model.within2) / (d0 + model.within_df)
+            w2, df_w = max(model.within2, mod), float(model.within_df) + d0
+        elif known_w:
             w2, df_w = model.within2, float(model.within_df)
         elif prior.run_s2 is not None:
             w2, df_w = prior.run_s2 + u2, max(prior.run_df, 1.0)
         else:
             w2, df_w = FALLBACK_RUN_SPREAD**2 + u2, FALLBACK_DF
+            assumed.append("run")
+            if floors.samples > w2 - u2:  # a run's median is not assumed steadier than its samples
+                w2, floor = floors.samples + u2, "samples"
         run_x2 = max(w2 - u2, 0.0)
         # the new session's offset and the baseline session's, the runs' spread now and in the baseline's mean
         v = 2.0 * sess2 + (run_x2 + se2_now) / k + w2 * inv_n
@@ -352,9 +418,27 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float) -> Spread
         terms = [(2.0, sess2, df_s), (1.0 / k + inv_n, w2 if known_w else run_x2, df_w)]
     v = max(v, MIN_SPREAD**2)
     denom = sum((c * x) ** 2 / d for c, x, d in terms if d > 0 and math.isfinite(d))
-    df_v = v * v / denom if denom > 0 else DF_NORMAL
+    df_v = v * v / denom if denom > 0 else DF_NORMAL  # the model's degrees of freedom: a floor adds none
+    if assumed and floors.cases > v:
+        v, floor = floors.cases, "cases"
+    if floors.runs_now / k > v:  # today's runs of the case disagree more than the baseline predicts
+        v, floor = floors.runs_now / k, "runs_now"
     return Spread(sd=math.sqrt(v), df=min(float(df_v), DF_NORMAL), session_sd=math.sqrt(sess2),
-                  run_sd=math.sqrt(run_x2))
+                  run_sd=math.sqrt(run_x2), assumed=" and ".join(assumed), floor=floor, runs_now=floors.runs_now / k)
+
+
+#: the fewest cases of a class judged so far whose scatter is a floor (Floors.cases)
+MIN_SCATTER_CASES = 5
+
+
+def class_scatter(log_ratios: Sequence[float]) -> float:
+    """How far a run's cases of one class scatter about their median log ratio: the square of 1.4826 times
+    their median absolute deviation (a robust variance, blind to a minority of cases that moved); 0 below
+    MIN_SCATTER_CASES cases (``Floors.cases``)."""
+    if len(log_ratios) < MIN_SCATTER_CASES:
+        return 0.0
+    x = np.asarray(log_ratios, dtype=float)
+    return float((1.4826 * np.median(np.abs(x - np.median(x)))) ** 2)
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -386,10 +470,11 @@ def check_tolerance(tolerance: float) -> float:
 
 
 def detectable_drop(model: CaseModel, prior: Prior, *, tolerance: float, level: float, k: int,
-                    se2_now: Optional[float] = None, power: float = DETECTION_POWER) -> float:
+                    se2_now: Optional[float] = None, power: float = DETECTION_POWER,
+                    floors: Floors = NO_FLOORS) -> float:
     """The smallest drop (a fraction: 0.08 = 8 %) that the bound at per-case level ``level`` (alpha / m) on
     the mean of ``k`` runs catches with probability ``power``."""
-    sp = prediction(model, prior, k, model.mean_se2 if se2_now is None else se2_now)
+    sp = prediction(model, prior, k, model.mean_se2 if se2_now is None else se2_now, floors)
     q = t_quantile(1.0 - level, sp.df)
     return 1.0 - (1.0 - tolerance) * bounded_exp(-(q + float(_sstats.norm.ppf(power))) * sp.sd)
 
@@ -426,7 +511,7 @@ class Comparison:
 
     @property
     def gated(self) -> bool:
-        return self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance
+        return self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance and not self.spread.assumed
 
     @property
     def ratio_text(self) -> str:
@@ -437,13 +522,14 @@ class Comparison:
 def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIOR, *,
             fresh: Optional[Sequence[bool]] = None, tolerance: float = DEFAULT_TOLERANCE,
             alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
-            max_runs: int = 1 + DEFAULT_MAX_REMEASURES, folds: int = 1) -> Comparison:
+            max_runs: int = 1 + DEFAULT_MAX_REMEASURES, folds: int = 1, class_spread: float = 0.0) -> Comparison:
     """Judge this session's runs of a case (``now``: the first run, its folds and its re-measures) against
     the case's baseline model.  ``fresh[i]`` says whether run i + 1 (``now[i + 1]``) drew a new process
     state (default: all did); one that did not is merged into the run before it.  ``folds``: the runs
     measured before the first look (the first and the folds, DECISION_RULE step 5).  ``max_runs``: the runs
     the procedure may pool (folds + re-measures); each pooled look after the first may decide, so the level
-    is alpha / (n_comparisons * (max_runs - folds)), or alpha / n_comparisons without re-measures."""
+    is alpha / (n_comparisons * (max_runs - folds)), or alpha / n_comparisons without re-measures.
+    ``class_spread``: how far the run's cases of the case's class scatter (``Floors.cases``)."""
     tolerance = check_tolerance(tolerance)
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
         raise ValueError(f"folds must be a whole number >= 1, got {folds!r}")
@@ -463,14 +549,18 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     k = len(runs)
     loc = sum(r.loc for r in runs) / k
     se2_now = sum(r.se2 for r in runs) / k
-    sp = prediction(model, prior, k, se2_now)
+    floors = Floors(runs_now=float(np.var([r.loc for r in runs], ddof=1)) if k > 1 else 0.0,
+                    samples=max([model.sample2, *(r.sd * r.sd for r in runs)]), cases=max(float(class_spread), 0.0))
+    sp = prediction(model, prior, k, se2_now, floors)
     q = t_quantile(1.0 - alpha_c, sp.df)
     z95 = t_quantile(0.975, sp.df)
     d = loc - model.center
     ratio = math.exp(d)
     upper, lower = bounded_exp(d + q * sp.sd), bounded_exp(d - q * sp.sd)
     ci_low, ci_high = bounded_exp(d - z95 * sp.sd), bounded_exp(d + z95 * sp.sd)
-    drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now)
+    # the runs to come are not seen yet: the smallest drop caught takes today's spread as it stands
+    drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now,
+                           floors=floors)
     lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
     est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% PI"
     tol = f"{tolerance:.0%}"
@@ -485,13 +575,21 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
         status = "improved"
         reason = (f"bandwidth is {est} of the baseline; even its lower bound {lower:.3g}x is above {hi_limit:.3g}x; "
                   "consider recording a new baseline")
+    elif sp.assumed:
+        status = "not gated"
+        reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
+                  f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance, but not judged: with {base_txt} "
+                  f"and no prior for its class, its {sp.assumed} spread is assumed, not measured"
+                  + (f" (raised to what the runs show: {_FLOOR_WORDS[sp.floor]})" if sp.floor else "")
+                  + "; record runs in more sessions (other boots or days)")
     elif drop > GATED_DROP_FACTOR * tolerance:
         status = "not gated"
         reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
                   f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance, but with {base_txt} this case "
                   f"only catches drops of {drop:.1%} or more ({DETECTION_POWER:.0%} of the time; a drop of "
-                  f"{GATED_DROP_FACTOR * tolerance:.0%} could pass); record more baseline runs in more sessions, "
-                  "or raise the tolerance")
+                  f"{GATED_DROP_FACTOR * tolerance:.0%} could pass)"
+                  + (f", its spread raised to what the runs show ({_FLOOR_WORDS[sp.floor]})" if sp.floor else "")
+                  + "; record more baseline runs in more sessions, or raise the tolerance")
     else:
         status = "ok"
         reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
@@ -520,7 +618,8 @@ class Judged:
 def judge(first: RunLocation, model: CaseModel, prior: Prior,
           measure_again: Optional[Callable[[], tuple[RunLocation, bool]]], *,
           tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA, n_comparisons: int = 1,
-          max_remeasures: int = DEFAULT_MAX_REMEASURES, folds: Sequence[RunLocation] = ()) -> Judged:
+          max_remeasures: int = DEFAULT_MAX_REMEASURES, folds: Sequence[RunLocation] = (),
+          class_spread: float = 0.0) -> Judged:
     """Compare ``first`` pooled with its ``folds`` (the case measured again in new process states before the
     verdict, each a run of its own: DECISION_RULE step 5); when the ratio is below 1 - tolerance (even if
     already a regression), and then while the pooled ratio is below 1 - tolerance and not yet a regression,
@@ -530,7 +629,7 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
         raise ValueError(f"max_remeasures must be >= 0, got {max_remeasures}")
     k0 = 1 + len(folds)
     kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons, folds=k0,
-              max_runs=k0 + (max_remeasures if measure_again is not None else 0))
+              max_runs=k0 + (max_remeasures if measure_again is not None else 0), class_spread=class_spread)
     runs: list[RunLocation] = [first, *folds]
     fresh: list[bool] = [True] * len(folds)
     c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
@@ -542,4 +641,10 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
         runs.append(again)
         fresh.append(bool(is_fresh))
         c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
+    if c.failed and c.spread.assumed and c.runs_now < 2:
+        # nothing says how far a run of this case moves (its spread is assumed) and no second run of today
+        # agrees: a first run alone is no evidence (step 5a)
+        c = dataclasses.replace(c, status="not gated", reason=(
+            f"{c.ratio_text} of the baseline, but not judged: with its {c.spread.assumed} spread assumed, one run of "
+            "today is no evidence (a second run in a new process state would have to agree; none was measured)"))
     return Judged(c, runs, k0)

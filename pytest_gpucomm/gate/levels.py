@@ -220,12 +220,17 @@ class LevelFit:
     cases: dict[str, tuple[Residual, Prior]]
     weights: dict[str, float] = field(default_factory=dict)
     within: dict[str, float] = field(default_factory=dict)  # per class: the residuals' within-session share
+    #: per class, where the baseline is of one session: the residuals' part drawn once per session, (variance,
+    #: degrees of freedom), from the corpus prior (gate.prior); a class missing here has it assumed
+    sessions: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, float],
-               members: Mapping[str, Member], session_of: Mapping[str, Optional[str]]) -> LevelFit:
+               members: Mapping[str, Member], session_of: Mapping[str, Optional[str]],
+               sessions: Optional[Mapping[str, tuple[float, float]]] = None) -> LevelFit:
     """The level models from the baseline's runs: ``runs``: case key -> run id -> location, ``centers``:
-    case key -> its centre (``decision.fit_case``), over the cases of ``members`` only."""
+    case key -> its centre (``decision.fit_case``), over the cases of ``members`` only; ``sessions``: per
+    class the residuals' session part for a baseline of one session (``LevelFit.sessions``)."""
     keys = [k for k in members if k in runs and k in centers]
     members = {k: members[k] for k in keys}
     per_run: dict[str, dict[str, float]] = {}
@@ -263,7 +268,8 @@ def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, fl
     within = {c: within_share(r for k, (r, _) in cases.items() if members[k].klass == c)
               for c in sorted({m.klass for m in members.values()})}
     return LevelFit(members=members, classes=classes,
-                    bands=models(band_res, band_class), cases=cases, weights=weights, within=within)
+                    bands=models(band_res, band_class), cases=cases, weights=weights, within=within,
+                    sessions=dict(sessions or {}))
 
 
 @dataclass(frozen=True)
@@ -284,6 +290,7 @@ class LevelVerdict:
     detectable_drop: float
     tolerance: float
     why: str = ""  # "not judged": why not
+    assumed: bool = False  # its spread between sessions is assumed (a baseline of one session, no prior): not gated
 
     @property
     def failed(self) -> bool:
@@ -291,7 +298,8 @@ class LevelVerdict:
 
     @property
     def gated(self) -> bool:
-        return self.status != "not judged" and self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance
+        return (self.status != "not judged" and not self.assumed
+                and self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance)
 
     @property
     def level_name(self) -> str:
@@ -322,6 +330,9 @@ class LevelVerdict:
                  f"{self.df:.0f} df)")
         if self.status == "regression":
             return f"{bound} is below the {self.tolerance:.0%} tolerance limit {limit:.3g}x"
+        if self.assumed:
+            return (f"{bound}: not shown beyond the {self.tolerance:.0%} tolerance; not gated: with a baseline of one "
+                    "session and no prior for its class, its spread between sessions is assumed")
         caught = f"catches drops of {self.detectable_drop:.1%} or more ({DETECTION_POWER:.0%} of the time)"
         return f"{bound}: not shown beyond the {self.tolerance:.0%} tolerance; " + (
             caught if self.status == "ok" else f"only {caught}: a drop of "
@@ -336,7 +347,7 @@ class LevelVerdict:
                 "ratio": self.ratio, "upper_bound": self.upper_bound, "lower_bound": self.lower_bound,
                 "alpha": self.alpha, "quantile": self.quantile, "df": self.df, "sd": self.sd,
                 "detectable_drop": self.detectable_drop, "tolerance": self.tolerance, "gated": self.gated,
-                "text": self.text()}
+                "assumed": self.assumed, "text": self.text()}
 
 
 @dataclass
@@ -405,33 +416,55 @@ class RunLevels:
 
 
 def _bounds(level: str, name: str, keys: Sequence[str], d: float, sd: float, df: float, *, tolerance: float,
-            alpha: float) -> LevelVerdict:
-    """The verdict on a log change ``d`` whose null spread is ``sd`` (``df`` degrees of freedom) at ``alpha``."""
+            alpha: float, assumed: bool = False, runs: int = 2) -> LevelVerdict:
+    """The verdict on a log change ``d`` whose null spread is ``sd`` (``df`` degrees of freedom) at ``alpha``;
+    ``assumed``: part of that spread is assumed, not measured (never "ok": "not gated" at best; and with fewer
+    than 2 fresh ``runs`` of today behind it, no regression either: decision step 5a)."""
     q = t_quantile(1.0 - alpha, df)
     upper, lower = bounded_exp(d + q * sd), bounded_exp(d - q * sd)
     drop = 1.0 - (1.0 - tolerance) * bounded_exp(-(q + t_quantile(DETECTION_POWER, DF_NORMAL)) * sd)
     status = "regression" if upper < 1.0 - tolerance else ("improved" if lower > 1.0 + tolerance else "ok")
-    if status == "ok" and drop > GATED_DROP_FACTOR * tolerance:
+    if status == "ok" and (assumed or drop > GATED_DROP_FACTOR * tolerance):
+        status = "not gated"
+    if status == "regression" and assumed and runs < 2:
         status = "not gated"
     return LevelVerdict(level, name, tuple(keys), status, math.exp(d), upper, lower, alpha, q, df, sd, drop,
-                        tolerance)
+                        tolerance, assumed=assumed)
+
+
+def _with_sessions(sd: float, df: float, session: Optional[tuple[float, float]]) -> tuple[float, float, bool]:
+    """A residual's spread fitted on the runs of one session, with the part drawn once per session added for
+    the baseline's session and today's: from ``session`` (a prior's variance and degrees of freedom), else
+    assumed (FALLBACK_SESSION_SPREAD, FALLBACK_DF); (sd, df by Satterthwaite, assumed)."""
+    from .decision import FALLBACK_DF, FALLBACK_SESSION_SPREAD
+
+    s2, sdf = session if session is not None else (FALLBACK_SESSION_SPREAD ** 2, FALLBACK_DF)
+    v = sd * sd + 2.0 * s2
+    denom = (sd * sd) ** 2 / max(df, 1.0) + ((2.0 * s2) ** 2 / sdf if math.isfinite(sdf) and sdf > 0 else 0.0)
+    return math.sqrt(v), min(v * v / denom if denom > 0 else DF_NORMAL, DF_NORMAL), session is None
 
 
 def _pseudo(level: str, name: str, keys: Sequence[str], x: float, fitted: Optional[tuple[Residual, Prior]], *,
-            tolerance: float, alpha: float, k: int = 1, within: float = 0.0) -> LevelVerdict:
+            tolerance: float, alpha: float, k: int = 1, within: float = 0.0,
+            session: Optional[tuple[float, float]] = None, floor: float = 0.0, runs: int = 2) -> LevelVerdict:
     """A band's or a case's residual (of ``k`` runs pooled) against the baseline runs' residuals (shrunk
-    spread)."""
+    spread); where those runs are of one session, with the part drawn once per session from ``session`` (the
+    corpus prior's), else assumed; never below ``floor`` (the variance today's runs of it show)."""
     if fitted is None or fitted[0].runs < 2:
         return LevelVerdict(level, name, tuple(keys), "not judged", math.exp(x), math.nan, math.nan, alpha,
                             math.nan, math.nan, math.nan, math.nan, tolerance,
                             why="fewer than 2 baseline runs have its residual")
     r, prior = fitted
     sd, df = residual_spread(r, prior, k, within)
-    return _bounds(level, name, keys, x - r.center, sd, df, tolerance=tolerance, alpha=alpha)
+    assumed = False
+    if r.sessions == 1:
+        sd, df, assumed = _with_sessions(sd, df, session)
+    return _bounds(level, name, keys, x - r.center, max(sd, math.sqrt(max(floor, 0.0))), df, tolerance=tolerance,
+                   alpha=alpha, assumed=assumed, runs=runs)
 
 
 def _class_verdict(name: str, keys: Sequence[str], offset: float, common: Optional[Common], case_var: float, *,
-                   tolerance: float, alpha: float) -> LevelVerdict:
+                   tolerance: float, alpha: float, runs: int = 2) -> LevelVerdict:
     """A class's offset against the spread of the baseline runs' offsets (decision step 6, per class)."""
     from .decision import FALLBACK_DF, FALLBACK_RUN_SPREAD, FALLBACK_SESSION_SPREAD
 
@@ -444,7 +477,9 @@ def _class_verdict(name: str, keys: Sequence[str], offset: float, common: Option
     else:
         c2, df = common.sd ** 2, common.df
     sd = math.sqrt(c2 + (math.pi / 2.0) * case_var / len(keys))
-    return _bounds("class", name, keys, offset, sd, df, tolerance=tolerance, alpha=alpha)
+    # one baseline session: how far the offset moves between sessions is assumed (gate.decision's fallback)
+    return _bounds("class", name, keys, offset, sd, df, tolerance=tolerance, alpha=alpha,
+                   assumed=common is None or common.sessions < 2, runs=runs)
 
 
 def _size_range(sizes: Iterable[int]) -> str:
@@ -454,16 +489,21 @@ def _size_range(sizes: Iterable[int]) -> str:
 
 def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, float], *,
               tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-              shares: Optional[Mapping[str, float]] = None, folds: Optional[Mapping[str, int]] = None
-              ) -> RunLevels:
+              shares: Optional[Mapping[str, float]] = None, folds: Optional[Mapping[str, int]] = None,
+              floors: Optional[Mapping[str, float]] = None, runs: Optional[Mapping[str, int]] = None) -> RunLevels:
     """Judge a run at the three levels.  ``dev``: case key -> today's log deviation from the case's centre
     (its runs pooled, as its verdict did); ``case_var``: case key -> its verdict's prediction variance (the
     class offset's own-noise term, as in step 6); ``fit``: :func:`fit_levels` over today's cases; ``folds``:
     case key -> the runs it was measured in before its verdict (1 where missing; a band: its cases' fewest).
     The re-measures a case's verdict asked for are not counted there: they were made because the case looked
-    slow."""
+    slow.  ``floors``: case key -> the variance its runs of today show about their mean over their number
+    (``decision.Floors.runs_now`` / k, where its runs disagree): a case's residual is not judged tighter, nor a
+    band's (its cases' floors weighed as its mean).  ``runs``: case key -> its fresh runs of today (1 where
+    missing): a level whose spread is assumed fails only on cases of 2 fresh runs or more (decision step 5a)."""
     tolerance = check_tolerance(tolerance)
     folds = dict(folds or {})
+    floors = dict(floors or {})
+    fresh = {k: int((runs or {}).get(k, 1)) for k in dev}
     shares = dict(LEVEL_SHARES if shares is None else shares)
     dev = {k: v for k, v in dev.items() if k in fit.members}
     res, bands, offsets = residuals(dev, fit.members, fit.weights)
@@ -476,7 +516,8 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
     a_class = alpha * shares["class"] / max(1, len(judged_classes))
     classes = [_class_verdict(c, ks, offsets[c][0], fit.classes.get(c),
                               float(np.median([case_var.get(k, 0.0) for k in ks])), tolerance=tolerance,
-                              alpha=a_class) for c, ks in sorted(by_class.items())]
+                              alpha=a_class, runs=int(np.median([fresh[k] for k in ks])))
+               for c, ks in sorted(by_class.items())]
     judged_bands = {b: ks for b, ks in by_band.items() if len(ks) >= MIN_BAND_CASES and b in fit.bands}
     band_vs = []
     for b, ks in by_band.items():
@@ -484,9 +525,13 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
             continue
         mem = fit.members[ks[0]]
         name = f"{mem.band_name}, {_size_range(fit.members[k].size_bytes for k in ks)}"
+        w = [fit.weights.get(k, 1.0) for k in ks]
+        band_floor = sum(wi * wi * floors.get(k, 0.0) for wi, k in zip(w, ks)) / sum(w) ** 2 if sum(w) > 0 else 0.0
         band_vs.append(_pseudo("band", name, ks, bands[b][0], fit.bands.get(b), tolerance=tolerance,
                                alpha=alpha * shares["band"] / max(1, len(judged_bands)),
-                               k=min(folds.get(k, 1) for k in ks), within=fit.within.get(mem.klass, 0.0)))
+                               k=min(folds.get(k, 1) for k in ks), within=fit.within.get(mem.klass, 0.0),
+                               session=fit.sessions.get(mem.klass), floor=band_floor,
+                               runs=min(fresh[k] for k in ks)))
     judged_cases = [k for k in dev if k in fit.cases]
     cases = []
     for k in dev:
@@ -494,5 +539,6 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
         cases.append(_pseudo("case", f"{mem.band_name}, {format_size(mem.size_bytes)}", [k], res[k],
                              fit.cases.get(k), tolerance=tolerance,
                              alpha=alpha * shares["residual"] / max(1, len(judged_cases)),
-                             k=folds.get(k, 1), within=fit.within.get(mem.klass, 0.0)))
+                             k=folds.get(k, 1), within=fit.within.get(mem.klass, 0.0),
+                             session=fit.sessions.get(mem.klass), floor=floors.get(k, 0.0), runs=fresh[k]))
     return RunLevels(classes=classes, bands=band_vs, cases=cases, alpha=alpha, shares=shares)

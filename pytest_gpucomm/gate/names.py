@@ -180,6 +180,9 @@ def _resolve_name(name: str, dirs: list[Path], shipped: Optional[Path], must_exi
     if shipped is not None:
         listed += f"; {SHIPPED}: {', '.join(available_baselines([shipped])) or 'none'}"
     origin = f" ({how})" if how else ""
+    record = (f"; record one for this machine: add --gpu-baseline-save to this command and run it 4 times or more, "
+              f"on 2 boots or days or more (each is a session of the baseline); the runs go to "
+              f"{_first(dirs)}/{name}.json, which auto takes from then on" if how.startswith("auto") else "")
     raise BaselineNotFound(
-        f"no baseline named {name!r}{origin} in {where}; available baselines: {listed}"
+        f"no baseline named {name!r}{origin} in {where}; available baselines: {listed}{record}"
     )

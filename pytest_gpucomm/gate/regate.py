@@ -113,6 +113,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     ``alpha``, ``strict`` and ``tail_tolerance`` override the run's, for every row (a test's own tolerance
     too).  Raises ReportError / BaselineError on unreadable input."""
     from . import Gate, GateSettings
+    from .prior import PRIOR_FILE
     from .store import to_baseline
     from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS
 
@@ -125,12 +126,14 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
         tail_tolerance=float(tail_tolerance if tail_tolerance is not None
                              else _number(run, "tail_tolerance", DEFAULT_TAIL_TOLERANCE)),
         folds=MAX_FOLDS,  # as many as each row recorded (a report of an earlier version: none)
+        prior_path=PRIOR_FILE,
     )
     gate = Gate(gs)
     gate.layout = str(((report.get("launch") or {}).get("layout")) or "")
     pairs = measurements_of(report, where)
     gate.use(reference.path, to_baseline(reference.path, reference.doc), dict(report.get("fingerprint") or {}),
              {t for t, _ in pairs})
+    gate.preview(pairs)
     out: list[RegatedRow] = []
     notes: list[str] = []
     for row, (test, m) in zip(report["rows"], pairs):
@@ -168,6 +171,8 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
                                                              r.verdict.message)
             r.verdict.details.update(extra)
             r.verdict.status = Status(status)
-    settings = {k: v for k, v in dataclasses.asdict(gs).items() if k not in ("search_dirs", "shipped_dir")}
+    settings = {k: v for k, v in dataclasses.asdict(gs).items()
+                if k not in ("search_dirs", "shipped_dir", "prior_path")}
+    settings["prior"] = str(gs.prior_path) if gs.prior_path is not None else None
     return Regated(rows=out, levels=levels, header=gate.header_lines(), settings=settings,
                    reference=reference, notes=notes)

@@ -46,6 +46,7 @@ from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAU
                      DEFAULT_TOLERANCE, Status)
 
 if TYPE_CHECKING:
+    from .prior import CorpusPrior
     from ..env.device_state import DeviceChange
     from ..measurement import Measurement, Remeasure
     from .decision import CaseModel, Prior, RunLocation
@@ -97,6 +98,8 @@ class GateSettings:
     max_remeasures: int = DEFAULT_MAX_REMEASURES
     tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
     folds: int = DEFAULT_FOLDS  # the runs of a case of levels.FOLDED_CLASSES before its verdict
+    #: the corpus' spread prior (gate.prior) for the one-session cases no file of this hardware covers; None: none
+    prior_path: Optional[Path] = None
 
 
 @dataclass
@@ -190,6 +193,11 @@ class Gate:
         #: where a baseline of one session takes its spreads from (use_spreads_of), and what it says of that
         self._spread_source: Optional[Baseline] = None
         self.spread_note = ""
+        #: the spread prior of the corpus (gate.prior), for the one-session cases no file of this hardware covers
+        self._corpus: Optional["CorpusPrior"] = None
+        #: per level class, the first runs' log ratios judged so far this session (decision.Floors.cases)
+        self._scatter: dict[str, list[float]] = {}
+        self._every: dict[str, list[float]] = {}  # the same over the whole run, where it is known first (preview)
         self.located: Optional[Located] = None  # where the file was found (load)
         self.machine: Optional[MachineFit] = None  # the file's runs of this machine (use; gate.machines)
 
@@ -245,6 +253,7 @@ class Gate:
         self.fingerprint = dict(fingerprint or {})
         self.path, self.baseline = Path(path), self.machine.baseline if self.machine is not None else None
         self._models, self._commons, self._tail_spread = None, {}, None
+        self._corpus, self._scatter, self._every = None, {}, {}
         if self.baseline is not None:
             # floor-only cases are checked against their floor, not tested: they spend no alpha
             gated = sum(1 for e in self.baseline.cases.values() if e.has_runs and e.test_id in nodeids)
@@ -259,18 +268,23 @@ class Gate:
 
     def _find_spreads(self, model: str, fingerprint: dict[str, Any]) -> None:
         """For a baseline with cases of one session: the file of the same hardware (``<model name>.json`` in
-        the search folders), when it is another file with runs in two sessions or more (``use_spreads_of``)."""
+        the search folders), when it is another file with runs of this machine in two sessions or more
+        (``use_spreads_of``); else, on a GPU, the corpus prior (``gate.prior``, :meth:`use_corpus`)."""
         from .machines import fit_machine
         from .names import baseline_name_for_model
         from .schema import BaselineError
         from .store import load_baseline
 
         b = self.baseline
-        name = baseline_name_for_model(model) if model else None
-        if b is None or name is None:
+        if b is None:
             return
         session_of = {r.run_id: r.session or r.run_id for r in b.runs}
         if not any(len({session_of.get(r.run_id, r.run_id) for r in e.runs}) == 1 for e in b.cases.values() if e.runs):
+            return
+        if (fingerprint or {}).get("kind") == "gpu" and self.settings.prior_path is not None:
+            self.use_corpus(self.settings.prior_path)
+        name = baseline_name_for_model(model) if model else None
+        if name is None:
             return
         shipped = (self.settings.shipped_dir,) if self.settings.shipped_dir is not None else ()
         for d in self.settings.search_dirs + shipped:
@@ -286,6 +300,19 @@ class Gate:
                                          f"{plural(len({r.session or r.run_id for r in src.runs}), 'session')})")
             return
 
+    def use_corpus(self, path: Path) -> None:
+        """Where no file of the same hardware lends its spreads, the one-session cases of a trusted class take
+        them from the corpus prior in ``path`` (``gate.prior``); a prior file that is missing or damaged is a
+        usage error naming it, never a silent fallback to assumed spreads."""
+        from .prior import PriorError, load_prior
+        from .schema import BaselineError
+
+        try:
+            self._corpus = load_prior(path)
+        except PriorError as e:
+            raise BaselineError(str(e)) from None
+        self._models = None
+
     def use_spreads_of(self, source: Optional["Baseline"], why: str = "") -> None:
         """Where the baseline has cases of one session only, take their session and run spreads from
         ``source`` (a file of the same hardware, with runs in several sessions): the same case's, else the
@@ -298,7 +325,8 @@ class Gate:
             from .baseline_fit import fit_baseline
 
             assert self.baseline is not None
-            fit = fit_baseline(self.baseline, self.path, self._spread_source)
+            fit = fit_baseline(self.baseline, self.path, self._spread_source,
+                               self._corpus if self._spread_source is None else None)
             self._models, self._locs, self._commons = fit.models, fit.locs, fit.commons
         return self._models
 
@@ -341,16 +369,7 @@ class Gate:
         ]
         if b.source == "published":
             lines.append(f"gpucomm baseline source: {b.source_detail}")
-        one = sum(1 for m, _ in self._fit().values() if m.sessions == 1) if b.runs else 0
-        if one and self.spread_note:
-            lines.append(f"gpucomm baseline: {plural(one, 'case')} of one session borrow their spreads from "
-                         f"{self.spread_note}")
-        elif one:
-            from .decision import FALLBACK_SESSION_SPREAD
-
-            lines.append(f"gpucomm baseline WARNING: every run of {one} case{'s' if one > 1 else ''} comes from one "
-                         f"session (one host boot and day): the spread between sessions is assumed "
-                         f"({FALLBACK_SESSION_SPREAD:.1%}), not measured; record runs in more sessions")
+        lines += self._one_session_lines()
         if b.runs:
             if self.env_diff:
                 lines.append("gpucomm environment changed since the baseline: "
@@ -358,6 +377,54 @@ class Gate:
             else:
                 lines.append("gpucomm environment: same as when the baseline was recorded")
         return lines
+
+    def _one_session_lines(self) -> list[str]:
+        """The header's lines on the cases recorded in one session: where their spreads come from (a file of
+        the same hardware, the corpus prior), and how many have them assumed (not gated)."""
+        b = self.baseline
+        if b is None or not b.runs:
+            return []
+        models = self._fit()
+        one = [k for k, (m, _) in models.items() if m.sessions == 1]
+        if not one:
+            return []
+        if self.spread_note:
+            return [f"gpucomm baseline: {plural(len(one), 'case')} of one session borrow their spreads from "
+                    f"{self.spread_note}"]
+        assumed = [k for k in one if models[k][1].df <= 0]
+        lines = []
+        if self._corpus is not None and len(assumed) < len(one):
+            lines.append(f"gpucomm baseline: {plural(len(one) - len(assumed), 'case')} of one session borrow their "
+                         f"spreads from {self._corpus.note()}")
+        if assumed:
+            from .decision import FALLBACK_SESSION_SPREAD
+
+            why = ("no file of this hardware with runs in several sessions, and the corpus prior does not cover "
+                   "their class" if self._corpus is not None else "no file of this hardware with runs in several "
+                   "sessions, and no prior for this kind of machine")
+            lines.append(f"gpucomm baseline WARNING: {plural(len(assumed), 'case')} of one session (one host boot "
+                         f"and day) cannot be judged: {why}; the spread between sessions is assumed "
+                         f"({FALLBACK_SESSION_SPREAD:.1%}) and they are not gated; record runs in more sessions")
+        return lines
+
+    def preview(self, items: list[tuple[str, "Measurement"]]) -> None:
+        """Every measurement of the run known before the first verdict (``gpucomm compare``): the scatter of
+        each class's cases (``decision.Floors.cases``) is taken over all of them, not only over those judged
+        before (as in a live run)."""
+        from .cases import case_key
+        from .decision import run_location
+        from .levels import case_class
+
+        if self.baseline is None:
+            return
+        models = self._fit()
+        every: dict[str, list[float]] = {}
+        for nodeid, m in items:
+            key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size, self.layout)
+            if key in models and m.samples_gbps:
+                loc = run_location(m.samples_gbps, f"{nodeid}: this run's samples").loc
+                every.setdefault(case_class(case_kind(m.op), m.size_bytes), []).append(loc - models[key][0].center)
+        self._every = every
 
     # -- the decision ------------------------------------------------------------------------------
     def judge(self, nodeid: str, m: Measurement, tolerance: Optional[float],
@@ -370,7 +437,8 @@ class Gate:
         measures the case in its i-th other process group (None: no more): a case of a folded class
         (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
         them (the tail verdict reads the first run and the re-measures only)."""
-        from .decision import CASE_ALPHA_SHARE, judge, run_location
+        from .decision import CASE_ALPHA_SHARE, class_scatter, judge, run_location
+        from .levels import case_class
         from .cause import likely_causes
         from .tail_verdict import judge_tail
         from .floors import check_floor
@@ -415,8 +483,12 @@ class Gate:
             return v
         model, prior = self._fit()[key]
         fold_log, fold_locs = self._folds(nodeid, m, fold)
+        klass = case_class(case_kind(m.op), m.size_bytes)
+        seen = self._scatter.setdefault(klass, [])
         j = judge(first, model, prior, again, tolerance=tol, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
-                  n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures, folds=fold_locs)
+                  n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures, folds=fold_locs,
+                  class_spread=class_scatter(self._every.get(klass, seen)))
+        seen.append(first.loc - model.center)
         c = j.comparison
         status = verdict_status(c.status)
         if status is Status.NOT_GATED and self.settings.strict:
@@ -428,6 +500,8 @@ class Gate:
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
                              "log_ratio": math.log(c.ratio), "remeasures": again_log,
+                             "spread_assumed": c.spread.assumed, "spread_floor": c.spread.floor,
+                             "runs_now_var": c.spread.runs_now,
                              "folds": 1 + len(fold_log), "fold_runs": fold_log})
         pooled: list[str] = []
         if fold_log:
@@ -520,12 +594,16 @@ class Gate:
         dev: dict[str, float] = {}
         var: dict[str, float] = {}
         folds: dict[str, int] = {}
+        floors: dict[str, float] = {}
+        runs: dict[str, int] = {}
         for v in verdicts:
             key = v.get("case") if v else None
             if key in models and v.get("log_ratio") is not None:
                 dev[key] = float(v["log_ratio"])
                 var[key] = float(v.get("prediction_sd") or 0.0) ** 2
                 folds[key] = int(v.get("folds") or 1)
+                floors[key] = float(v.get("runs_now_var") or 0.0)
+                runs[key] = int(v.get("runs_pooled") or 1)
         if not dev:
             return None
         members = {}
@@ -534,8 +612,10 @@ class Gate:
             members[key] = member(key, test_id=e.test_id, op=e.op, kind=case_kind(e.op), size_bytes=e.size_bytes,
                                   dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)
         session_of = {r.run_id: r.session for r in self.baseline.runs}
-        fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of)
-        return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha, folds=folds)
+        fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of,
+                         self._corpus.residual_sessions() if self._corpus is not None else None)
+        return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha, folds=folds,
+                         floors=floors, runs=runs)
 
     @staticmethod
     def _what(m: Measurement) -> str:

@@ -27,7 +27,7 @@ import pytest
 
 from .fixtures import comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpus, group_kind, process_group, size  # noqa: F401  (fixtures)
 from .devices import check_requirements
-from .finish import finish_session, terminal_width, write_summary
+from .finish import finish_session, last_line, terminal_width, write_summary
 from .judging import check_test, live_status
 from .markers import MARKER_LINES, uses_gpucomm
 from .session import collected, collection_lines, open_session, start_rank
@@ -61,7 +61,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         state.close()
+        _say_last(config, last_line(state))
     restore(config)
+
+
+def _say_last(config: pytest.Config, line: Optional[str]) -> None:
+    """A line after pytest's own last line (its counts): where the gate judged fewer than half the cases, the
+    run must not end on a bare "passed"."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        from ..report.text import fit
+
+        for text in fit([line], terminal_width(config)):
+            reporter.write_line(text, bold=True, yellow=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -9,7 +9,7 @@ baseline and hands its records to the controller (:mod:`.xdist`), which writes t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import pytest
 
@@ -63,6 +63,11 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
         if not state.settings.baseline_save:
             apply_levels(state.records, state.levels)
             state.notes += state.judging.causes.explain_levels(state.gate, state.records, state.levels)
+    if state.records and state.settings.baseline and writes and not state.settings.baseline_save:
+        from ..report.run import coverage
+
+        state.coverage = coverage(state.records)
+        _junit_coverage(session.config, state.coverage)
     if state.records and writes:  # before the run is saved into the baseline
         from .reporting import baseline_document, curves_of
 
@@ -81,8 +86,36 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
     if failed_levels:
         state.notes.append(f"gpucomm: FAILED: {plural(len(failed_levels), 'regression')} at the levels (the "
                            "'gpucomm REGRESSION' lines above)")
-    if (state.write_failed or failed_levels) and session.exitstatus == pytest.ExitCode.OK:
+    cov, need = state.coverage, state.settings.min_judged
+    too_few = (cov is not None and cov.total > 0 and cov.share < need and not state.settings.baseline_save
+               and state.worker is None)
+    if too_few:
+        state.notes.append(f"gpucomm: FAILED: {cov.judged} of {cov.total} cases judged, fewer than "
+                           f"--gpu-min-judged={need:g} of them ({cov.why()})")
+    if (state.write_failed or failed_levels or too_few) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _junit_coverage(config: pytest.Config, cov: Any) -> None:
+    """The run's coverage as properties of the JUnit test suite (``--junitxml``): ``gpucomm.judged``,
+    ``gpucomm.cases``, ``gpucomm.not_judged`` ("yes" where fewer than half were judged)."""
+    if cov is None:
+        return
+    for plugin in config.pluginmanager.get_plugins():  # pytest's LogXML, where --junitxml is given
+        add = getattr(plugin, "add_global_property", None)
+        if callable(add) and hasattr(plugin, "logfile"):
+            add("gpucomm.judged", str(cov.judged))
+            add("gpucomm.cases", str(cov.total))
+            add("gpucomm.not_judged", "yes" if cov.loud else "no")
+
+
+def last_line(state: "State") -> Optional[str]:
+    """The session's very last line, after pytest's own, where fewer than half the cases measured against a
+    baseline were judged (a pass must not read as a verdict); None otherwise."""
+    cov = state.coverage
+    if cov is None or not cov.loud or not state.speaks or state.worker is not None:
+        return None
+    return cov.last_line(state.settings.baseline or "")
 
 
 def write_summary(terminalreporter: Any, state: "State") -> None:

@@ -43,6 +43,7 @@ class Judging:
         """The regression gate of the session (inactive without --gpu-baseline), made at first use."""
         if self._gate is None:
             from ..gate import Gate, GateSettings
+            from ..gate.prior import prior_path
             from ..gate.shipped import default_baseline_dir, shipped_folder
 
             s = self.settings
@@ -52,7 +53,7 @@ class Judging:
                 spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,),
                 shipped_dir=shipped_folder("baselines"), max_runs=s.baseline_runs,
                 tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict, tail_tolerance=s.tail_tolerance,
-                folds=s.folds,
+                folds=s.folds, prior_path=prior_path(s.prior),
             ))
         return self._gate
 

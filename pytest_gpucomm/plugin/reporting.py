@@ -97,7 +97,8 @@ def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
         }
     if not extra:
         return extra
-    return {**extra, "levels": state.levels.to_dict() if state.levels is not None else None}
+    return {**extra, "levels": state.levels.to_dict() if state.levels is not None else None,
+            "coverage": state.coverage.to_dict() if state.coverage is not None else None}
 
 
 def session_levels(state: "State") -> Optional["RunLevels"]:
@@ -162,8 +163,14 @@ def summary_lines(state: "State", width: int = 120, full: bool = False) -> list[
     if workers > 1:
         notes.append(f"gpucomm: {workers} pytest-xdist workers measured side by side: their measurements may have "
                      "slowed each other (compare with a run without -n)")
-    return render(report.document, report.baseline, headline=state.from_workers.headline, gate_header=header,
-                  notes=notes + state.notes, width=width, full=full)
+    lines = render(report.document, report.baseline, headline=state.from_workers.headline, gate_header=header,
+                   notes=notes + state.notes, width=width, full=full)
+    if state.coverage is None:
+        return lines
+    from ..report.text import fit
+
+    # the section's first line says how much of the run the gate could judge
+    return fit([state.coverage.headline(state.settings.baseline or "")], width) + lines
 
 
 def _save_baseline(state: "State", finished: bool, date: str) -> None:

@@ -60,6 +60,16 @@ _OPTIONS = [
      "installed package, as with --pyargs).", "DIR"),
     ("--gpu-baseline-runs", "gpucomm_baseline_runs", "gpucomm_baseline_runs", "GPUCOMM_BASELINE_RUNS",
      f"Runs kept per case when saving (the oldest beyond this are dropped). Default: {DEFAULT_MAX_RUNS}.", "K"),
+    ("--gpu-baseline-prior", "gpucomm_baseline_prior", "gpucomm_baseline_prior", "GPUCOMM_BASELINE_PRIOR",
+     "The spread prior that cases recorded in one session only take their spread between sessions from, where no "
+     "baseline file of this hardware has runs in several sessions: a PATH (write one from your own machines' "
+     "baselines with python -m pytest_gpucomm.gate.prior FILE... -o PATH), or 'none' (those cases are not gated). "
+     "Default: the prior shipped with pytest-gpucomm, fitted on the shipped baselines.", "PATH|none"),
+    ("--gpu-min-judged", "gpucomm_min_judged", "gpucomm_min_judged", "GPUCOMM_MIN_JUDGED",
+     "Fail the session (exit status 1) when fewer than this share of its cases measured against a baseline could "
+     "be judged (gated, or failing): a gate that judged nothing does not pass. The CI templates use 0.5. "
+     "Default: 0 (the summary's first and last lines say how many were judged; the run does not fail on it).",
+     "FRACTION"),
     ("--gpu-tolerance", "gpucomm_tolerance", "gpucomm_tolerance", "GPUCOMM_TOLERANCE",
      f"A slowdown smaller than this fraction is never a regression (a test's @bandwidth(tolerance=...) "
      f"overrides it). Default: {DEFAULT_TOLERANCE}.", "FRACTION"),
@@ -164,6 +174,8 @@ class Settings:
     folds: int = DEFAULT_FOLDS
     cause_cases: int = DEFAULT_CAUSE_CASES
     env_names: tuple[str, ...] = ()  # --gpucomm-env: more variables recorded (names or patterns)
+    prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
+    min_judged: float = 0.0  # --gpu-min-judged
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that shaped the figures, for the JSON report."""
@@ -171,7 +183,7 @@ class Settings:
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
                 "alpha": self.alpha, "strict": self.baseline_strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
-                "env_names": list(self.env_names),
+                "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -451,7 +463,20 @@ def read_settings(config: pytest.Config) -> Settings:
         folds=_get(config, "--gpucomm-folds", _parse_folds, DEFAULT_FOLDS),
         cause_cases=_get(config, "--gpucomm-cause", _parse_cause, DEFAULT_CAUSE_CASES),
         env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
+        prior=_get(config, "--gpu-baseline-prior", lambda v, n, o: v.strip(), None),
+        min_judged=_get(config, "--gpu-min-judged", _parse_min_judged, 0.0),
     )
+
+
+def _parse_min_judged(value: str, name: str, origin: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or not 0 <= x <= 1:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected a share of the cases from 0 to 1, "
+                                "e.g. 0.5")
+    return x
 
 
 def read_launch_options(config: pytest.Config) -> tuple[str, Optional[str]]:

@@ -68,6 +68,7 @@ class State:
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.write_failed = False  # an output (report, baseline) could not be written at the end
         self.levels: Any = None  # the run judged at the levels (gate.levels.RunLevels), set at the session's end
+        self.coverage: Any = None  # how many cases the gate judged (report.run.Coverage), set at the session's end
         self.curves: list[dict[str, Any]] = []  # the "curves" section (curves.curve_report), set at its end
         #: the baseline file's document as judged against (before this run saved into it), set at its end
         self.baseline_doc: Optional[dict[str, Any]] = None

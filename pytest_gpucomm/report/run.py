@@ -11,6 +11,7 @@ the session's records after the run was judged at the gate's levels.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement, Record
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_gbps", "fmt_us", "table_rows",
            "render_table", "gate_columns", "table_lines", "tail_cell", "tail_counts", "counts_line",
-           "sensitivity_lines", "level_lines", "straggler_lines", "live_text", "junit_properties", "apply_levels",
-           "json_document"]
+           "sensitivity_lines", "level_lines", "Coverage", "coverage", "JUDGED", "straggler_lines", "live_text",
+           "junit_properties", "apply_levels", "json_document"]
 
 HEADERS = [
     "test",
@@ -153,6 +154,84 @@ def counts_line(rows: Sequence[Row]) -> str:
     """``gpucomm verdicts: 1 REGRESSION, 8 ok; tails tested on 3 cases: 0 TAIL``."""
     counts = Counter(r.status for r in rows)
     return "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + tail_counts(rows)
+
+
+#: the verdicts that judged their case: it is gated (ok), or the evidence decided (a failure, an improvement)
+JUDGED = frozenset({Status.OK.value, Status.REGRESSION.value, Status.IMPROVED.value, Status.TAIL.value,
+                    Status.FLOOR.value, Status.FLOOR_OK.value})
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How many of a run's cases measured against a baseline the gate could judge (a verdict in
+    :data:`JUDGED`), and why not the others: not gated with their spread between sessions assumed (a baseline of
+    one session, no prior for their class), not gated with a measured spread too wide for the tolerance, or new
+    (no entry in the baseline)."""
+
+    judged: int
+    total: int
+    assumed: int
+    wide: int
+    new: int
+
+    @property
+    def share(self) -> float:
+        return self.judged / self.total if self.total else 1.0
+
+    @property
+    def loud(self) -> bool:
+        """Fewer than half judged: the run cannot read as passed."""
+        return self.total > 0 and 2 * self.judged < self.total
+
+    def why(self) -> str:
+        parts = [f"{n} {what}" for n, what in (
+            (self.assumed, "not gated, their spread between sessions assumed (a baseline of one session and no "
+                           "prior for their class)"),
+            (self.wide, "not gated, their spread too wide for the tolerance"),
+            (self.new, "new, not in the baseline")) if n]
+        return "; ".join(parts)
+
+    def fix(self, name: str) -> str:
+        """What to record (``name``: the baseline as --gpu-baseline names it)."""
+        steps = []
+        if self.assumed or self.wide:
+            steps.append(f"record runs on other boots or days (pytest ... --gpu-baseline={name} --gpu-baseline-save, "
+                         "4 runs a session)")
+        if self.wide:
+            steps.append("or raise --gpu-tolerance")
+        if self.new:
+            steps.append(f"record the new cases (--gpu-baseline={name} --gpu-baseline-save)")
+        return "; ".join(steps)
+
+    def headline(self, name: str) -> str:
+        """The summary's first line: ``gpucomm gate: judged 18 of 20 cases against baseline h200 (2 not gated,
+        ...)``, or, where fewer than half were, ``gpucomm gate: NOT JUDGED: only 0 of 20 cases ...``."""
+        if self.loud:
+            return (f"gpucomm gate: NOT JUDGED: only {self.judged} of {self.total} cases could be judged against "
+                    f"baseline {name} ({self.why()}): a pass says nothing of the others; {self.fix(name)}")
+        rest = f" ({self.why()})" if self.why() else ""
+        return f"gpucomm gate: judged {self.judged} of {self.total} cases against baseline {name}{rest}"
+
+    def last_line(self, name: str) -> str:
+        """The session's last line where fewer than half were judged."""
+        return (f"gpucomm: NOT JUDGED: {self.judged} of {self.total} cases judged against baseline {name}; "
+                f"{self.fix(name)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"judged": self.judged, "cases": self.total, "share": self.share, "not_gated_assumed": self.assumed,
+                "not_gated_wide": self.wide, "new": self.new, "fewer_than_half": self.loud}
+
+
+def coverage(items: Iterable["Row | Record"]) -> Optional[Coverage]:
+    """The :class:`Coverage` of the rows' verdicts against a baseline; None where none has a verdict."""
+    verdicts = [r.verdict for r in rows_of(items) if r.verdict is not None and r.verdict.data]
+    if not verdicts:
+        return None
+    judged = sum(1 for v in verdicts if v.status in JUDGED)
+    new = sum(1 for v in verdicts if v.status in (Status.NEW.value, Status.NEW_STRICT.value))
+    not_gated = [v for v in verdicts if v.status in (Status.NOT_GATED.value, Status.NOT_GATED_STRICT.value)]
+    assumed = sum(1 for v in not_gated if v.data.get("spread_assumed"))
+    return Coverage(judged, len(verdicts), assumed, len(not_gated) - assumed, new)
 
 
 def sensitivity_lines(verdicts: Sequence[RowVerdict], tests: Optional[Sequence[str]] = None, *,
