@@ -705,3 +705,15 @@ def test_a_bad_min_judged_is_a_usage_error_naming_the_value(pytester):
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*invalid --gpu-min-judged '1.5' (from the command line): expected a share of the "
                                  "cases from 0 to 1*"])
+
+
+def test_a_prior_file_that_cannot_be_read_is_a_usage_error_naming_it(pytester):
+    pytester.makepyfile(TEST_FILE)
+    result = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-prior=gone.json")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*invalid --gpu-baseline-prior 'gone.json' (from the command line): gone.json: spread "
+                                 "prior file does not exist*"])
+    (pytester.path / "bad.json").write_text('{"schema": "x"}')
+    result = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-prior=bad.json")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*the spread prior bad.json is not a valid spread prior: its schema is 'x'*"])

@@ -13,7 +13,10 @@
 * :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).
 * :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``; prune and
   merge in :mod:`.keep_prune` and :mod:`.keep_merge`, what they share in :mod:`.keep_files`).
-* :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults.
+* :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults; the
+  corpus prior checked leave-one-machine-out in :mod:`.calibration_corpus`.
+* :mod:`.prior`       -- the spread prior of the corpus: one-session cases of hardware no file covers take their
+  spread between sessions from it (``spread_prior.json``, fitted on the shipped baselines).
 * what changed in the environment since the baseline was recorded is :mod:`pytest_gpucomm.env.fingerprint`'s.
 * :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
   and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`); what it fits of

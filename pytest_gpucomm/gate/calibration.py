@@ -490,7 +490,11 @@ def report_lines(name: str, r: dict[str, Any]) -> list[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pytest_gpucomm.gate.calibration",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("baseline", type=Path, help="a baseline file (baselines/NAME.json)")
+    p.add_argument("baseline", type=Path, nargs="+",
+                   help="a baseline file (baselines/NAME.json); with --corpus, every file of the corpus")
+    p.add_argument("--corpus", action="store_true",
+                   help="check the corpus prior leave-one-machine-out (gate.calibration_corpus) on the files' GPU "
+                        "machines, instead of one file's sessions")
     p.add_argument("--drops", type=_parse_drops, default=DEFAULT_DROPS, metavar="PCT[,PCT]",
                    help="drops, in percent, at which detection is reported. Default: 3,5,7,10,20.")
     p.add_argument("--session-gap-min", type=float, default=10.0, metavar="MINUTES",
@@ -529,6 +533,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--per-case-every {args.per_case_every}: expected 0 or more")
     from .schema import BaselineError
 
+    if args.corpus:
+        return _corpus(args)
+    if len(args.baseline) != 1:
+        p.error(f"expected one baseline file (or --corpus with several), got {len(args.baseline)}")
+    args.baseline = args.baseline[0]
+
     try:
         from .store import load_baseline
 
@@ -551,6 +561,36 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         doc = docs[0] if len(docs) == 1 else {"baseline": str(args.baseline), "machines": docs}
         args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    """``--corpus``: the prior checked leave-one-machine-out (``calibration_corpus``), printed and, with --json,
+    written."""
+    from .calibration_corpus import leave_one_machine_out, machine_lines
+    from .prior import corpus_of_files
+    from .schema import BaselineError
+
+    try:
+        machines = corpus_of_files(args.baseline)
+    except BaselineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if len(machines) < 2:
+        print(f"error: {', '.join(map(str, args.baseline))}: {len(machines)} GPU machine(s): leaving one out needs "
+              "two or more", file=sys.stderr)
+        return 2
+    r = leave_one_machine_out(machines, args.drops, tolerance=args.tolerance, alpha=args.alpha,
+                              max_remeasures=args.remeasures, per_case_every=args.per_case_every,
+                              folds={c: args.folds for c in FOLDED_CLASSES})
+    for name, x in r.items():
+        for line in machine_lines(name, x):
+            print(line)
+    if args.json:
+        brief = {name: {k: ({kk: vv for kk, vv in v.items() if kk != "per_suite"} if isinstance(v, dict) else v)
+                        for k, v in x.items()} for name, x in r.items()}
+        args.json.write_text(json.dumps({"corpus": [str(b) for b in args.baseline], "machines": brief}, indent=1,
+                                        default=str) + "\n", encoding="utf-8")
     return 0
 
 

@@ -463,9 +463,22 @@ def read_settings(config: pytest.Config) -> Settings:
         folds=_get(config, "--gpucomm-folds", _parse_folds, DEFAULT_FOLDS),
         cause_cases=_get(config, "--gpucomm-cause", _parse_cause, DEFAULT_CAUSE_CASES),
         env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
-        prior=_get(config, "--gpu-baseline-prior", lambda v, n, o: v.strip(), None),
+        prior=_get(config, "--gpu-baseline-prior", _parse_prior, None),
         min_judged=_get(config, "--gpu-min-judged", _parse_min_judged, 0.0),
     )
+
+
+def _parse_prior(value: str, name: str, origin: str) -> str:
+    """A prior file that can be read (checked now, not when a one-session case first needs it), or "none"."""
+    from ..gate.prior import PriorError, load_prior, prior_path
+
+    path = prior_path(value.strip())
+    if path is not None:
+        try:
+            load_prior(path)
+        except PriorError as e:
+            raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): {e}") from None
+    return value.strip()
 
 
 def _parse_min_judged(value: str, name: str, origin: str) -> float:
