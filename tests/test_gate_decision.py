@@ -567,3 +567,43 @@ def test_case_group_puts_patterns_and_node_pairs_with_the_collectives_and_copies
     from pytest_gpucomm.gate.verdicts import case_group
 
     assert case_group(op) == group
+
+
+# -- the floors and no verdict without evidence (issue 43) ----------------------------------------------------------
+
+ONE_RUN = fit_case([at(1.0)], ["s0"])  # a one-run baseline: both spreads assumed
+
+
+def test_the_scatter_of_a_runs_cases_is_a_robust_variance_blind_to_a_minority_that_moved():
+    from pytest_gpucomm.gate.decision import class_scatter
+
+    assert class_scatter([0.01, -0.01, 0.0, 0.02]) == 0.0  # fewer than 5 cases: none
+    steady = [0.01, -0.01, 0.0, 0.02, -0.02, 0.005, -0.005]
+    moved = steady + [-0.36, -0.36]  # two cases 30 % slower
+    assert math.sqrt(class_scatter(moved)) < 0.03  # two cases 36 % off move it from 1.5 % to 2.2 %, no further
+    assert math.sqrt(class_scatter(steady)) == pytest.approx(1.4826 * 0.01, rel=1e-6)
+
+
+def test_an_assumed_spread_is_raised_to_what_the_runs_show_and_a_measured_one_is_not():
+    wide = RunLocation(math.log(0.9), 1e-6, 100, sd=0.08)  # its samples spread 8 %
+    c = compare([wide], ONE_RUN)
+    assert c.spread.assumed == "session and run" and c.spread.floor == "samples" and c.spread.run_sd >= 0.08
+    assert compare([at(0.9)], ONE_RUN, class_spread=0.2 ** 2).spread.floor == "cases"
+    measured = compare([RunLocation(math.log(0.9), 1e-6, 100, sd=0.08)], STEADY, class_spread=0.2 ** 2)
+    assert measured.spread.assumed == "" and measured.spread.floor == ""  # the baseline knows its spread
+
+
+def test_a_case_whose_spread_is_assumed_is_never_ok_and_never_fails_on_one_run():
+    assert compare([at(1.0)], ONE_RUN).status == "not gated"  # no "ok" on an assumption
+    one = judge(at(0.5), ONE_RUN, NO_PRIOR, None)
+    assert one.comparison.status == "not gated" and "one run of today is no evidence" in one.comparison.reason
+    two = judge(at(0.5), ONE_RUN, NO_PRIOR, Again(0.5))  # a second fresh run agrees: evidence
+    assert two.comparison.status == "regression" and two.comparison.runs_now == 2
+    same_state = judge(at(0.5), ONE_RUN, NO_PRIOR, Again(0.5, fresh=False))  # merged into the first: no second run
+    assert same_state.comparison.status == "not gated"
+
+
+def test_a_prior_makes_a_one_session_case_judged():
+    c = compare([at(1.0)], fit_case([at(1.0), at(1.001), at(0.999)], ["s"] * 3),
+                Prior(0.002 ** 2, math.inf, run_s2=0.001 ** 2, run_df=50.0))
+    assert c.spread.assumed == "" and c.status == "ok" and c.gated

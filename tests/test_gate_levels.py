@@ -187,3 +187,21 @@ def test_a_bad_tolerance_is_refused_naming_the_value():
     fit, centers = _fit(rng)
     with pytest.raises(ValueError, match=r"tolerance.*got -0\.1"):
         judge_run(_today(rng, centers), fit, {}, tolerance=-0.1)
+
+
+def test_a_one_session_residual_takes_its_session_part_from_the_prior_else_is_never_ok_nor_fails_on_one_run():
+    from pytest_gpucomm.gate.levels import _pseudo
+
+    one_session = fit_residual([0.001, -0.001, 0.0005, -0.0005], ["s"] * 4)
+    fitted = (one_session, Prior(0.0, 0.0))
+    kw = dict(tolerance=0.05, alpha=0.001)
+    with_prior = _pseudo("case", "x", ["k"], 0.0, fitted, session=(0.003 ** 2, math.inf), **kw)
+    assert with_prior.status == "ok" and with_prior.gated and not with_prior.assumed
+    assumed = _pseudo("case", "x", ["k"], 0.0, fitted, **kw)
+    assert assumed.status == "not gated" and assumed.assumed and not assumed.gated
+    assert _pseudo("case", "x", ["k"], math.log(0.5), fitted, runs=1, **kw).status == "not gated"
+    assert _pseudo("case", "x", ["k"], math.log(0.5), fitted, runs=2, **kw).status == "regression"
+    # today's runs of the case disagree by 30 %: its residual is not judged tighter than that
+    floored = _pseudo("case", "x", ["k"], math.log(0.85), fitted, session=(0.003 ** 2, math.inf),
+                      floor=0.15 ** 2, **kw)
+    assert floored.status != "regression" and floored.sd >= 0.15

@@ -336,8 +336,12 @@ def test_resolve_auto_uses_detected_model(tmp_path):
         resolve_baseline("auto", search_dirs=[d1, d2], detected_model=None)
     with pytest.raises(BaselineError, match="'Matrox G200'.*not one this plugin knows"):
         resolve_baseline("auto", search_dirs=[d1, d2], detected_model="Matrox G200")
-    with pytest.raises(BaselineNotFound, match="no baseline named 'h100'.*auto"):
+    with pytest.raises(BaselineNotFound, match="no baseline named 'h100'.*auto") as e:
         resolve_baseline("auto", search_dirs=[d1, d2], detected_model="NVIDIA H100 80GB HBM3")
+    # the way forward: the command that records one, and where its runs go (issue 43)
+    assert (f"record one for this machine: add --gpu-baseline-save to this command and run it 4 times or more, on "
+            f"2 boots or days or more (each is a session of the baseline); the runs go to {d1}/h100.json, which auto "
+            "takes from then on") in str(e.value)
 
 
 def test_resolve_unknown_name_lists_available(tmp_path):
