@@ -148,8 +148,9 @@ def test_the_wheel_carries_the_suites_and_baselines_and_runs_them_from_a_fresh_v
     names = zipfile.ZipFile(wheel).namelist()
     assert {n for n in names if n.startswith(("pytest_gpucomm/suites/", "pytest_gpucomm/baselines/"))} == {
         *(f"pytest_gpucomm/suites/{p.name}" for p in (ROOT / "suites").glob("*.py")),
-        "pytest_gpucomm/baselines/__init__.py", "pytest_gpucomm/baselines/h200.json",
-        "pytest_gpucomm/baselines/mi300x.json"}
+        "pytest_gpucomm/baselines/__init__.py", "pytest_gpucomm/baselines/h100.json",
+        "pytest_gpucomm/baselines/h200.json", "pytest_gpucomm/baselines/mi300x.json"}
+    assert "pytest_gpucomm/gate/spread_prior.json" in names  # the corpus prior the gate reads (issue 43)
     # the wheel's packages are the folders of the package and the two shipped parts
     assert {".".join(Path(n).parent.parts) for n in names if n.endswith("/__init__.py")} == \
         _package_folders() | {"pytest_gpucomm.suites", "pytest_gpucomm.baselines"}

@@ -76,7 +76,8 @@ All statistics work on log bandwidth, so a shift is a ratio.
    V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
    u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.3 %).  Its degrees of freedom combine
    those of s_b (S - 1 + d0) and of s_w (runs less sessions) by Satterthwaite's rule (Student t).
-3a. Floors (Floors): V(k) is never below the variance of today's fresh runs over k; where a spread is
+3a. Floors (Floors): V(k) is never below the variance of today's fresh runs over k where they disagree
+   beyond what the model allows a run (above the 99.9th percentile of chi-square: a glitch); where a spread is
    assumed, the run spread is never below the spread of a run's samples (the baseline runs' median, today's
    largest), and V never below how far the run's cases of the same class scatter about their median log
    ratio (1.4826 MAD, squared; from 5 cases: those judged before it in a live run, all in gpucomm compare).
@@ -129,6 +130,11 @@ All statistics work on log bandwidth, so a shift is a ratio.
      freedom), times (1 + 1/S) for the centre's own error.  A case measured in K folds has the share of that
      variance that lies within sessions (pooled over its class's cases from the baseline runs' sums of
      squares: 97 % for small collectives on 2 x H200) divided by K; a band, by its cases' fewest folds.
+   * A baseline of one session: a band's and a case's residual add twice the part drawn once per session (the
+     baseline's session and today's), from the corpus prior's residual spread of its class (gate.prior), else
+     assumed; a class offset's session part is assumed.  What is assumed is never "ok", and fails only on
+     cases of two fresh runs of today (step 5a).  A case's residual, and a band's (its cases' weighed as its
+     mean), is never judged tighter than its runs of today show (step 3a).
    The tolerance applies at each level to what that level measures: a class offset beyond it (every case of
    the class slower), a band or a case slower than its class by more than it.  A drop that a class shares
    is judged once, by the class's test, not by each of its cases.  "Gated" at a level: a drop of twice the
@@ -336,6 +342,14 @@ class Floors:
 NO_FLOORS = Floors()
 
 
+def _RUNS_NOW_LIMIT(k: int) -> float:
+    """How many times a run's variance the variance of k runs may be before they count as disagreeing: the 99.9th
+    percentile of chi-square over its degrees of freedom (10.8 for two runs), so that runs that differ as the
+    model says runs do never raise the spread (a floor of one degree of freedom would cost power every second
+    time), while a glitch does (decision step 3a)."""
+    return float(_sstats.chi2.ppf(0.999, k - 1)) / (k - 1)
+
+
 #: what each floor of :class:`Floors` is, in a verdict's words
 _FLOOR_WORDS = {"runs_now": "today's runs of the case disagree", "samples": "the spread of a run's samples",
                 "cases": "how far this run's cases of its class scatter"}
@@ -421,10 +435,15 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, floors: F
     df_v = v * v / denom if denom > 0 else DF_NORMAL  # the model's degrees of freedom: a floor adds none
     if assumed and floors.cases > v:
         v, floor = floors.cases, "cases"
-    if floors.runs_now / k > v:  # today's runs of the case disagree more than the baseline predicts
+    # today's runs disagree beyond what the model allows a run (their variance above its 99.9th percentile: a
+    # glitch, or a state the baseline never saw): their mean is not predicted tighter than they show
+    per_run = (sess2 if s_n >= 2 and not known_w else run_x2) + se2_now  # one run's variance in a session
+    glitch = floors.runs_now > 0 and k > 1 and floors.runs_now > per_run * _RUNS_NOW_LIMIT(k)
+    if glitch and floors.runs_now / k > v:
         v, floor = floors.runs_now / k, "runs_now"
     return Spread(sd=math.sqrt(v), df=min(float(df_v), DF_NORMAL), session_sd=math.sqrt(sess2),
-                  run_sd=math.sqrt(run_x2), assumed=" and ".join(assumed), floor=floor, runs_now=floors.runs_now / k)
+                  run_sd=math.sqrt(run_x2), assumed=" and ".join(assumed), floor=floor,
+                  runs_now=floors.runs_now / k if glitch else 0.0)
 
 
 #: the fewest cases of a class judged so far whose scatter is a floor (Floors.cases)
