@@ -607,3 +607,12 @@ def test_a_prior_makes_a_one_session_case_judged():
     c = compare([at(1.0)], fit_case([at(1.0), at(1.001), at(0.999)], ["s"] * 3),
                 Prior(0.002 ** 2, math.inf, run_s2=0.001 ** 2, run_df=50.0))
     assert c.spread.assumed == "" and c.status == "ok" and c.gated
+
+
+def test_a_run_whose_samples_spread_far_wider_than_the_baselines_carries_that_to_the_levels():
+    # seen on one H100: a device->host 256 MiB run at 0.68x with its samples spread 24 %, re-measured at 1.0x; its
+    # own verdict was safe, but its residual at the levels, judged on the baseline's spreads only, failed
+    wide = RunLocation(LOG_TRUE + math.log(0.68), 0.01, 100, sd=0.24)
+    c = compare([wide, at(1.0)], STEADY, fresh=[True])
+    assert c.status != "regression" and c.spread.runs_now >= 0.01 / 2
+    assert compare([at(0.999), at(1.0)], STEADY, fresh=[True]).spread.runs_now == 0.0  # runs like the baseline's

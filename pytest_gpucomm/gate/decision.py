@@ -367,7 +367,10 @@ class Spread:
     run_sd: float
     assumed: str = ""
     floor: str = ""
-    runs_now: float = 0.0  # Floors.runs_now / k: the variance of today's mean that its runs show
+    #: the variance of today's mean that its runs show beyond the model's: their disagreement where it is a glitch
+    #: (Floors.runs_now / k), or their samples' spread beyond the baseline runs' (se2_now - u^2) / k, the larger;
+    #: a floor of the case's residual and band at the levels, which read the baseline's spreads only
+    runs_now: float = 0.0
 
 
 def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, floors: Floors = NO_FLOORS) -> Spread:
@@ -443,7 +446,7 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, floors: F
         v, floor = floors.runs_now / k, "runs_now"
     return Spread(sd=math.sqrt(v), df=min(float(df_v), DF_NORMAL), session_sd=math.sqrt(sess2),
                   run_sd=math.sqrt(run_x2), assumed=" and ".join(assumed), floor=floor,
-                  runs_now=floors.runs_now / k if glitch else 0.0)
+                  runs_now=max(floors.runs_now / k if glitch else 0.0, max(se2_now - u2, 0.0) / k))
 
 
 #: the fewest cases of a class judged so far whose scatter is a floor (Floors.cases)
