@@ -59,9 +59,9 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
     if corpus is not None:
         for key, (m, _) in fitted.items():
             e = baseline.cases[key]
-            p = corpus.trusted(case_class(op_kind(e.op), e.size_bytes)) if m.sessions == 1 else None
+            p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), m.sessions)
             if p is not None and key not in borrowed:
-                borrowed[key] = p.as_prior()
+                borrowed[key] = p
     commons: dict[str, dict[str, Any]] = {}
     for g, v in locs.items():
         common = common_spread(list(v.values()), centers[g], session_of)

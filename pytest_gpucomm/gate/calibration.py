@@ -164,9 +164,9 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
     if corpus is not None:
         klass = {c.key: c.member.klass for c in cases if c.member is not None}
         for key, (m, _) in out.items():
-            p = corpus.trusted(klass.get(key, "")) if m.sessions == 1 else None
+            p = corpus.prior_for(klass.get(key, ""), m.sessions)
             if p is not None:
-                out[key] = (m, p.as_prior())
+                out[key] = (m, p)
     return out
 
 

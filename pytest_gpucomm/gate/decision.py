@@ -106,8 +106,9 @@ All statistics work on log bandwidth, so a shift is a ratio.
    for its class: the session or run spread assumed), the case is never "ok" (at best "not gated"), fails
    only where its fresh runs of today agree (never on one run alone), and its spread is never taken below
    what the runs show (step 3a, Floors: the spread of a run's samples, the scatter of the run's cases of its
-   class).  Today's fresh runs of any case (its first, folds and re-measures) are a floor too: their variance
-   over k, so that a glitch pooled with a normal re-measure is not a regression.
+   class).  Today's fresh runs of any case (its first, folds and re-measures) are a floor too where they
+   disagree beyond what the model allows (step 3a), so that a glitch pooled with a normal re-measure is not a
+   regression.
 6. The levels, at the end of the session: the run judged as a whole, at three levels, each at its share of
    alpha (gate.levels.LEVEL_SHARES: 0.1 for the cases' own verdicts at their tests, steps 4-5, and their
    tails; 0.2 for the class offsets, 0.35 for the op bands, 0.35 for the case residuals; Bonferroni within
@@ -328,7 +329,8 @@ class Floors:
     spread assumed tighter than these.
 
     ``runs_now``: the variance of today's fresh runs of the case about their mean (its first run, folds and
-    re-measures), a floor of the prediction variance of their mean times k, whatever the baseline says;
+    re-measures), a floor of the prediction variance of their mean times k where it lies beyond what the model
+    allows a run (a glitch: :func:`_runs_now_limit`), whatever the baseline says;
     ``samples``: the spread of one run's samples (the baseline runs' median, or today's largest), a floor of an
     assumed run-to-run spread; ``cases``: how far the cases of the case's class judged so far in this run
     scatter about their median log ratio (a robust variance), a floor of the prediction variance where the
@@ -342,7 +344,7 @@ class Floors:
 NO_FLOORS = Floors()
 
 
-def _RUNS_NOW_LIMIT(k: int) -> float:
+def _runs_now_limit(k: int) -> float:
     """How many times a run's variance the variance of k runs may be before they count as disagreeing: the 99.9th
     percentile of chi-square over its degrees of freedom (10.8 for two runs), so that runs that differ as the
     model says runs do never raise the spread (a floor of one degree of freedom would cost power every second
@@ -441,7 +443,7 @@ def prediction(model: CaseModel, prior: Prior, k: int, se2_now: float, floors: F
     # today's runs disagree beyond what the model allows a run (their variance above its 99.9th percentile: a
     # glitch, or a state the baseline never saw): their mean is not predicted tighter than they show
     per_run = (sess2 if s_n >= 2 and not known_w else run_x2) + se2_now  # one run's variance in a session
-    glitch = floors.runs_now > 0 and k > 1 and floors.runs_now > per_run * _RUNS_NOW_LIMIT(k)
+    glitch = floors.runs_now > 0 and k > 1 and floors.runs_now > per_run * _runs_now_limit(k)
     if glitch and floors.runs_now / k > v:
         v, floor = floors.runs_now / k, "runs_now"
     return Spread(sd=math.sqrt(v), df=min(float(df_v), DF_NORMAL), session_sd=math.sqrt(sess2),

@@ -98,6 +98,12 @@ class CorpusPrior:
         p = self.classes.get(klass)
         return p if p is not None and p.trusted else None
 
+    def prior_for(self, klass: str, sessions: int) -> Any:
+        """The ``decision.Prior`` a case of level class ``klass`` whose baseline runs come from ``sessions``
+        sessions takes from the corpus: its class's, where it is trusted and the case has one session; else None."""
+        p = self.trusted(klass) if sessions == 1 else None
+        return p.as_prior() if p is not None else None
+
     def residual_sessions(self) -> dict[str, tuple[float, float]]:
         """Per trusted class, the residuals' session part (``levels.LevelFit.sessions``)."""
         return {k: (p.residual_s2, p.residual_df) for k, p in self.classes.items() if p.trusted and p.residual_df > 0}

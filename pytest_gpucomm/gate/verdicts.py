@@ -281,24 +281,24 @@ class Gate:
         session_of = {r.run_id: r.session or r.run_id for r in b.runs}
         if not any(len({session_of.get(r.run_id, r.run_id) for r in e.runs}) == 1 for e in b.cases.values() if e.runs):
             return
-        if (fingerprint or {}).get("kind") == "gpu" and self.settings.prior_path is not None:
-            self.use_corpus(self.settings.prior_path)
         name = baseline_name_for_model(model) if model else None
-        if name is None:
-            return
         shipped = (self.settings.shipped_dir,) if self.settings.shipped_dir is not None else ()
-        for d in self.settings.search_dirs + shipped:
+        for d in (self.settings.search_dirs + shipped) if name is not None else ():
             path = Path(d) / f"{name}.json"
             if not path.is_file() or (self.path is not None and path.resolve() == self.path.resolve()):
                 continue
             try:
                 src = fit_machine(load_baseline(path), fingerprint).baseline  # its runs of this machine, if any
             except BaselineError:
-                return
+                break
             if len({r.session or r.run_id for r in src.runs}) >= 2:
                 self.use_spreads_of(src, f"{path} ({plural(len(src.runs), 'run')} in "
                                          f"{plural(len({r.session or r.run_id for r in src.runs}), 'session')})")
-            return
+            break
+        # the corpus prior: the one-session cases' spreads where no file lends them, and on a GPU the residuals'
+        # session part at the levels in any case (a file of the same hardware lends the cases' spreads only)
+        if (fingerprint or {}).get("kind") == "gpu" and self.settings.prior_path is not None:
+            self.use_corpus(self.settings.prior_path)
 
     def use_corpus(self, path: Path) -> None:
         """Where no file of the same hardware lends its spreads, the one-session cases of a trusted class take
