@@ -59,7 +59,7 @@ def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..gate.regate import regate
+    from .regate import regate
     from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit

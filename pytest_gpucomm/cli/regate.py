@@ -2,7 +2,7 @@
 
 A report made on the GPU machine can be judged elsewhere (a CI job with no GPU, a laptop), against the
 baseline it was judged against in the run, another baseline file, or another report (taken as a one-run
-baseline, ``saved.report_as_baseline``).  It is the same gate, not a copy of it: a :class:`~.gate.Gate`
+baseline, ``saved.report_as_baseline``).  It is the same gate, not a copy of it: a :class:`~pytest_gpucomm.gate.Gate`
 built with the run's settings, fed the report's measurements in its order, then the run judged at the
 gate's levels (class offsets, op bands, case residuals).
 
@@ -112,9 +112,9 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     """Judge every row of a checked ``report`` against ``reference`` (see the module doc).  ``tolerance``,
     ``alpha``, ``strict`` and ``tail_tolerance`` override the run's, for every row (a test's own tolerance
     too).  Raises ReportError / BaselineError on unreadable input."""
-    from . import Gate, GateSettings
-    from .prior import PRIOR_FILE
-    from .store import to_baseline
+    from ..gate import Gate, GateSettings
+    from ..gate.prior import PRIOR_FILE
+    from ..gate.store import to_baseline
     from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS
 
     run = dict(report.get("settings") or {})
