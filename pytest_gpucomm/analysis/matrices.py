@@ -23,7 +23,7 @@ one test swept fewer sizes).  ``sizes=`` asks for others.
 **Today's figure** is the table's: computed from the row's samples where it has them.  **The baseline's
 figure** of a cell (:func:`cell_baseline`): with a baseline file, the median over the case's runs of each
 run's median GB/s (``baseline_figures.BaselineFigures``: what the plots and ``curves.sweeps_from_baseline``
-take), found by the case key the gate uses (``gate.store.case_key``, with the report's layout across
+take), found by the case key the gate uses (``vocab.case_key``, with the report's layout across
 nodes), or the case's published floor where it has no measured run (marked "*"); without one, the figure
 the row's verdict was judged against (a saved report's ``row["baseline"]["baseline_gbps"]``), so ``gpucomm
 show REPORT`` gives the run's ratios without the baseline file.  A cell the baseline lacks reads "new".

@@ -9,7 +9,7 @@
   record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names` (the user's folder, then the
   baselines shipped with the package: :mod:`.shipped`), a file's runs of this machine in :mod:`.machines`.
 * :mod:`.tails`       -- the TAIL rule: a case's one-op tail against the baseline's (the histograms and
-  sketches it reads in :mod:`.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
+  sketches it reads in :mod:`pytest_gpucomm.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
 * :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults; the
   corpus prior checked leave-one-machine-out in :mod:`.calibration_corpus`.
 * :mod:`.prior`       -- the spread prior of the corpus: one-session cases of hardware no file covers take their

@@ -21,7 +21,7 @@ from ..files.jsontext import json_path
 from ..files.formats import BASELINE_SCHEMA, BASELINE_VERSION
 
 if TYPE_CHECKING:
-    from .sketches import TailSketch
+    from ..sketches import TailSketch
 
 __all__ = [
     "SCHEMA_ID",
@@ -225,9 +225,9 @@ def check_tails(path: Path, doc: dict) -> None:
 
 
 def tail_sketch(path: Path, d: Any, where: list[Any]) -> TailSketch:
-    """The :class:`~pytest_gpucomm.gate.sketches.TailSketch` of a run's ``tail``, or a BaselineError naming the file
+    """The :class:`~pytest_gpucomm.sketches.TailSketch` of a run's ``tail``, or a BaselineError naming the file
     and the place."""
-    from .sketches import TailSketch
+    from ..sketches import TailSketch
 
     at = f"{path}: invalid baseline: at {json_path(where)}"
     bad = [q for q in (d.get("ratios") or {}) if not _level(q)] if isinstance(d, dict) else []

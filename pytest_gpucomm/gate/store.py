@@ -30,7 +30,7 @@ file of version 1 is upgraded on read, :mod:`pytest_gpucomm.files.formats`, and 
              "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
              "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50},
              "tail": {"n": 9800, "p50_us": 20.1,           # optional: the run's single ops, each timed on
-                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.sketches.TailSketch:
+                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (sketches.TailSketch:
                       "max_ratio": 2.9}}                    # quantile / median per level, slowest op / median)
           ],
           "floor_gbps": 44.0                 # optional; published cases: the minimum acceptable median
@@ -91,7 +91,7 @@ from .schema import (MAX_NESTING, SCHEMA_ID, SCHEMA_VALIDATOR, SCHEMA_VERSION, B
                      check_samples, check_tails, describe_error, nesting_depth_exceeds, tail_sketch, too_deep)
 
 if TYPE_CHECKING:
-    from .sketches import TailSketch
+    from ..sketches import TailSketch
 
 __all__ = [
     "LOCK_TIMEOUT_S",

@@ -70,9 +70,9 @@ share is within the run-to-run spread plus the baseline's error, and it is caugh
 A tail that only doubles the share of a near slow mode (1.5 % -> 3 % of ops 1.5 x slower) moves the
 p99-level share by 2 x, inside that spread: it is not reliably caught.
 
-Today's samples may be given raw or as a :class:`~.sketches.Histogram`: a sparse histogram of the times in bins
-0.5 % wide (the compact form a measurement carries in ``info["tail"]["hist"]``); counting the iterations
-above a threshold from it is exact except within the threshold's own bin, which is not counted.
+Today's samples may be given raw or as a :class:`~pytest_gpucomm.sketches.Histogram`: a sparse histogram of
+the times in bins 0.5 % wide (the compact form a measurement carries in ``info["tail"]["hist"]``); counting the
+iterations above a threshold from it is exact except within the threshold's own bin, which is not counted.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from ..vocab import DEFAULT_ALPHA
-from .sketches import Histogram, TailSketch, positive_times
+from ..sketches import Histogram, TailSketch, positive_times
 
 __all__ = [
     "DEFAULT_TAIL_TOLERANCE",
