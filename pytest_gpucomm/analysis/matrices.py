@@ -70,8 +70,6 @@ def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def node_label(row: Mapping[str, Any]) -> str:
     """The node a report row was measured on (``"node 1 (hostB)"``), "" on one host."""
-    from ..measurement import Measurement
-
     return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
                        info=dict(_info(row))).node_label
 
@@ -126,8 +124,6 @@ class Pair(NamedTuple):
 
 def _figure(row: Mapping[str, Any]) -> float:
     """Today's GB/s of a row, as the table computes it: from its samples where the row has them."""
-    from ..measurement import Measurement
-
     test = row.get("test", "?")
     try:
         if "samples_s" in row:

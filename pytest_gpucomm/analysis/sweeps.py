@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..measurement import Measurement
 from ..units import GB, describe_duration, describe_size, size_token
 
 __all__ = ["SweepPoint", "Sweep", "sweeps", "sweeps_from_report", "sweeps_from_baseline", "sweep_id", "sweep_key",
@@ -233,8 +234,6 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
 
 def sweeps_from_report(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[Sweep]:
     """The sweeps of a JSON report (``report.json_document``: its rows, with samples)."""
-    from ..measurement import Measurement
-
     rows = doc.get("rows")
     if not isinstance(rows, list):
         raise ValueError(f"not a pytest-gpucomm report: no list of rows (format {doc.get('format')!r})")

@@ -51,6 +51,7 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence, TextIO
 
+from ..report.saved import ReportError
 from . import baselines, compare, env, html, plot, show
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
 
@@ -78,7 +79,6 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
         return int(e.code or 0)
     from ..gate.schema import BaselineError
     from ..report.plots import PlotsUnavailable
-    from ..report.saved import ReportError
 
     func: Callable[..., int] = args.func
     try:

@@ -21,6 +21,9 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, Optional, TextIO
 
+from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
+from ..env.hardware import detect, fingerprint
+from ..report.saved import load_reference
 from ..report.text import command_width
 from ..units import plural
 from .baseline_files import bad_input_types, baseline_dir, common_options, error, print_lines
@@ -65,9 +68,6 @@ def _flat(obj: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     """Run ``gpucomm env``: this machine's fingerprint, and with ``--baseline`` what changed since the
     baseline's newest run; returns the exit code (0 done, 2 bad input)."""
-    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
-    from ..env.hardware import detect, fingerprint
-
     out = out or sys.stdout
     err = err or sys.stderr
     device, where = getattr(args, "device", None), "--device"
@@ -82,8 +82,6 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
     fp = fingerprint(info)
     result: Optional[dict[str, Any]] = None
     if getattr(args, "baseline", None):
-        from ..report.saved import load_reference
-
         try:
             from ..gate.shipped import shipped_folder
 
@@ -118,6 +116,4 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
 
 
 def _absent(v: Any) -> bool:
-    from ..env.fingerprint import ABSENT
-
     return v is ABSENT

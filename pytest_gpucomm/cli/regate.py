@@ -27,7 +27,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from ..gate import Gate, GateSettings
+from ..gate.prior import PRIOR_FILE
+from ..measurement import Measurement, Remeasure
 from ..report.saved import Reference, measurements_of
+from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS, Status
 
 __all__ = ["Regated", "RegatedRow", "regate", "OFFLINE_NOTE"]
 
@@ -71,8 +75,6 @@ class _Replay:
         self.wanted_more = False
 
     def __call__(self) -> Any:
-        from ..measurement import Measurement, Remeasure
-
         if self.used >= len(self.recorded):
             self.wanted_more = True
             raise _NoMoreRecorded()
@@ -89,8 +91,6 @@ class _NoMoreRecorded(Exception):
 def _folds_of(recorded: Mapping[str, Any]) -> Any:
     """The row's recorded folds (its verdict's ``fold_runs``), handed back by number as the gate asks; None
     past the last (the gate judges on the runs the report holds)."""
-    from ..measurement import Measurement
-
     runs = [a["measurement"] for a in (recorded.get("fold_runs") or [])
             if isinstance(a, Mapping) and isinstance(a.get("measurement"), Mapping)]
 
@@ -112,10 +112,7 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
     """Judge every row of a checked ``report`` against ``reference`` (see the module doc).  ``tolerance``,
     ``alpha``, ``strict`` and ``tail_tolerance`` override the run's, for every row (a test's own tolerance
     too).  Raises ReportError / BaselineError on unreadable input."""
-    from ..gate import Gate, GateSettings
-    from ..gate.prior import PRIOR_FILE
     from ..gate.store import to_baseline
-    from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS
 
     run = dict(report.get("settings") or {})
     gs = GateSettings(
@@ -164,7 +161,6 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
         out.append(RegatedRow(test, m, v, recorded.get("status") if recorded else None))
     levels = gate.levels([r.verdict.to_dict() for r in out])
     if levels is not None:  # the verdicts after the levels (RunLevels.update)
-        from ..vocab import Status
 
         for r in out:
             status, r.verdict.message, extra = levels.update(r.verdict.details.get("case"), r.verdict.status.value,

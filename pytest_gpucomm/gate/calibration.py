@@ -44,7 +44,11 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
-from .levels import FOLDED_CLASSES
+from .decision import (CASE_ALPHA_SHARE, RunLocation, class_scatter, corrected_alpha, detectable_drop, fit_case,
+                       fit_prior, judge, prediction, prior_class, run_location)
+from .levels import FOLDED_CLASSES, LEVEL_SHARES, fit_levels, judge_run, member, run_offsets
+from .prior import corpus_of_files
+from .verdicts import case_group, case_kind
 
 __all__ = ["Case", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
@@ -98,10 +102,7 @@ def _machines(b: Any) -> list[tuple[Any, int]]:
 
 def _cases(b: Any, path: Path, machine: Any) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """:func:`load_cases` of a loaded baseline ``b`` (read from ``path``, which its messages name)."""
-    from .decision import prior_class, run_location
     from .machines import Shape
-    from .levels import member
-    from .verdicts import case_group, case_kind
 
     runs = [r for r in b.runs if machine is None or Shape.of(r.fingerprint) in (machine, None)]
     kept = {r.run_id for r in runs}
@@ -152,8 +153,6 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
             corpus: Any = None) -> dict[str, tuple[Any, Any]]:
     """Per case (with runs in ``runs_of``), its model and its class's prior, as the gate fits them; a case of
     one session takes the ``corpus`` prior (``prior.CorpusPrior``) of its class where that is trusted."""
-    from .decision import fit_case, fit_prior
-
     fitted = {}
     for c in cases:
         ids = [r for r in runs_of.get(c.key, []) if r in c.runs]
@@ -171,8 +170,6 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
 
 
 def _shifted(loc: Any, d: float) -> Any:
-    from .decision import RunLocation
-
     return RunLocation(loc.loc + math.log(1.0 - d), loc.se2, loc.n) if d else loc
 
 
@@ -180,8 +177,6 @@ def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *
            alpha: float, max_remeasures: int, folds: int = 1, class_spread: float = 0.0) -> Any:
     """The verdict on ``first`` and the next ``folds - 1`` runs of ``again`` pooled (the case's folds), with
     the rest of ``again`` as its re-measures, every run scaled down by ``d``."""
-    from .decision import judge
-
     pre = [_shifted(r, d) for r in again[:folds - 1]]
     later = again[folds - 1:]
     it: Iterator[Any] = iter(later)
@@ -213,9 +208,6 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
     at its share of alpha, then the run at the levels (``fit``: ``levels.fit_levels`` over these cases).
     A/A; a uniform drop of every case at each of ``drops``; a 10 % drop of each op band in turn and, with
     ``per_case``, of each case in turn (caught: a verdict or a failing level covers it)."""
-    from .decision import class_scatter
-    from .levels import LEVEL_SHARES, judge_run
-
     kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * LEVEL_SHARES["case"],
               max_remeasures=max_remeasures)
 
@@ -286,8 +278,6 @@ def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict
                 session_of: dict[str, Any], corpus: Any = None) -> Any:
     """The levels' models (``levels.fit_levels``) over the runs in ``runs_of`` of the cases in ``models``; the
     ``corpus`` prior gives the residuals' session part of a baseline of one session."""
-    from .levels import fit_levels
-
     cs = [c for c in cases if c.key in models and c.member is not None]
     return fit_levels({c.key: {r: c.runs[r].loc for r in runs_of[c.key]} for c in cs},
                       {c.key: models[c.key][0].center for c in cs}, {c.key: c.member for c in cs},
@@ -358,9 +348,6 @@ def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
     ``decision.fit_case`` on every run, and per group the spread of a run's common offset."""
     import numpy as np
 
-    from .decision import prediction
-    from .levels import run_offsets
-
     models = models_of(cases, {c.key: list(c.runs) for c in cases}, session)
     per_case = {}
     for c in cases:
@@ -386,8 +373,6 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
     is the case's centre + the group's common offset of the run + the case's session offset + its run offset
     + its within-run error; the common part is taken out of the case's run spread (what is left, at least 0)."""
     import numpy as np
-
-    from .decision import RunLocation
 
     rng = np.random.default_rng(seed)
     counts = new_counts(drops)
@@ -424,8 +409,6 @@ def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int]
     """How the share of cases not gated and the smallest detectable drop would fall with more baseline
     sessions: baselines of ``s`` sessions x ``runs_per_session`` runs drawn from the fitted model."""
     import numpy as np
-
-    from .decision import CASE_ALPHA_SHARE, RunLocation, corrected_alpha, detectable_drop
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -568,7 +551,6 @@ def _corpus(args: argparse.Namespace) -> int:
     """``--corpus``: the prior checked leave-one-machine-out (``calibration_corpus``), printed and, with --json,
     written."""
     from .calibration_corpus import leave_one_machine_out, machine_lines
-    from .prior import corpus_of_files
     from .schema import BaselineError
 
     try:

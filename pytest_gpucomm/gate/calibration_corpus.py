@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
 from .calibration import Case, fit_levels_of, judge_suite, models_of, new_counts, pct, rates, report_lines as _lines
+from .prior import fit_corpus
 
 __all__ = ["one_session", "leave_one_machine_out", "machine_lines"]
 
@@ -67,8 +68,6 @@ def leave_one_machine_out(machines: Mapping[str, tuple[list[Case], Mapping[str, 
                           fit: Optional[Callable[[Mapping[str, Any]], Any]] = None, **kw: Any) -> dict[str, Any]:
     """Per machine with runs in two sessions or more: :func:`one_session` with the prior fitted on the other
     machines (``fit``: ``prior.fit_corpus``), and without a prior."""
-    from .prior import fit_corpus
-
     fit = fit or fit_corpus
     out = {}
     for name, (cases, session) in machines.items():

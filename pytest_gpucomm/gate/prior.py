@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from ..files.atomic import write_atomic
+from ..files.reading import read_regular_file
+
 __all__ = ["PRIOR_FILE", "SCHEMA", "MIN_MACHINES", "ClassPrior", "CorpusPrior", "PriorError", "fit_corpus",
            "load_prior", "prior_path", "corpus_of_files", "main"]
 
@@ -230,8 +233,6 @@ def prior_path(value: Optional[str]) -> Optional[Path]:
 def load_prior(path: Path = PRIOR_FILE) -> CorpusPrior:
     """Read a prior file; a file that is missing, too large, not JSON or not a prior is a :class:`PriorError`
     that names it."""
-    from ..files.reading import read_regular_file
-
     where = f"the spread prior {path}"
     try:
         text = read_regular_file(path, what="spread prior", limit=MAX_PRIOR_BYTES, limit_name="its size limit",
@@ -294,8 +295,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     for p in sorted(prior.classes.values(), key=lambda p: p.klass):
         print(f"  {p.describe()}")
     if args.output is not None:
-        from ..files.atomic import write_atomic
-
         write_atomic(args.output, json.dumps(prior.to_document(), indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.output}")
     return 0

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import jsonschema
 
-from ..files.jsontext import json_path
 from ..files.formats import BASELINE_SCHEMA, BASELINE_VERSION
+from ..files.jsontext import first_non_finite, json_path
 
 if TYPE_CHECKING:
     from ..sketches import TailSketch
@@ -174,8 +174,6 @@ def check_finite(path: Path, doc: Any) -> None:
     """Refuse a NaN or an infinity anywhere (Python's json reads them, but they are not JSON: a file that held
     one in a fingerprint loaded, and then the next run could not be saved to it); the schema has already
     named those in the samples and the figures it knows (the samples, most of a file, are left out here)."""
-    from ..files.jsontext import first_non_finite
-
     found = first_non_finite(doc, skip=("samples_gbps",))
     if found:
         raise BaselineError(f"{path}: invalid baseline: at {found[0]}: {found[1]!r} is not a finite "

@@ -84,7 +84,8 @@ from filelock import FileLock, Timeout
 
 from ..files.atomic import remove_stale_temp_files, write_atomic
 from ..files.formats import upgrade_baseline
-from ..files.jsontext import json_path
+from ..files.jsontext import json_path, parse_json_bytes
+from ..files.reading import read_regular_file
 from ..vocab import DEFAULT_MAX_RUNS
 from .cases import CaseRecord
 from .schema import (MAX_NESTING, SCHEMA_ID, SCHEMA_VALIDATOR, SCHEMA_VERSION, BaselineError, check_finite,
@@ -205,12 +206,8 @@ class Baseline:
 def read_document(path: Path) -> dict:
     """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
     path = Path(path)
-    from ..files.reading import read_regular_file
-
     raw = read_regular_file(path, what="baseline", limit=int(MAX_BASELINE_BYTES),
                             limit_name="pytest_gpucomm.gate.store.MAX_BASELINE_BYTES", error=BaselineError)
-    from ..files.jsontext import parse_json_bytes
-
     doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: too_deep(path))
     if nesting_depth_exceeds(doc, MAX_NESTING):
         raise too_deep(path)
