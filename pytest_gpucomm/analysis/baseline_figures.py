@@ -74,7 +74,7 @@ class BaselineFigures:
     document: Mapping[str, Any]
 
     @classmethod
-    def of(cls, baseline: Any) -> "BaselineFigures":
+    def of(cls, baseline: object) -> "BaselineFigures":
         """The figures of a baseline document; ValueError naming what was found where it is not one (a
         report given as the baseline, another format, no cases)."""
         if not isinstance(baseline, Mapping):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
 from ..measurement import Measurement
 from ..units import format_size
@@ -58,7 +58,7 @@ MATRIX_LIMIT = 6
 MAX_COLUMNS = 9
 
 
-def natural_key(name: str) -> list[Any]:
+def natural_key(name: str) -> list[Union[int, str]]:
     """Sort key that puts ``cuda:2`` before ``cuda:10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -320,7 +320,7 @@ def report_matrix_lines(report: Any, baseline: "BaselineFigures | Mapping[str, A
         return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
 
 
-def _grid(m: CopyMatrix, size: int, cell: Any, line_width: Optional[int] = None) -> list[str]:
+def _grid(m: CopyMatrix, size: int, cell: Callable[[Cell], str], line_width: Optional[int] = None) -> list[str]:
     text = {k: cell(c) for k, c in m.cells[size].items()}
     width = max([len(t) for t in text.values()] + [len(d) for d in m.destinations] + [3])
     label = max(len(s) for s in m.sources)

@@ -67,13 +67,13 @@ def print_lines(out: TextIO, lines: Iterable[str], width: Optional[int] = None) 
         print(line, file=out)
 
 
-def baseline_dir(args: Any) -> Path:
+def baseline_dir(args: argparse.Namespace) -> Path:
     """``--baseline-dir``, else ``$GPUCOMM_BASELINE_DIR``, else ``./baselines``."""
     given = getattr(args, "baseline_dir", None)
     return Path(given or os.environ.get(BASELINE_DIR_ENV, "").strip() or DEFAULT_BASELINE_DIR).expanduser()
 
 
-def baseline_dir_source(args: Any) -> str:
+def baseline_dir_source(args: argparse.Namespace) -> str:
     """Where the baseline directory came from, for messages."""
     if getattr(args, "baseline_dir", None):
         return "given by --baseline-dir"
@@ -82,7 +82,7 @@ def baseline_dir_source(args: Any) -> str:
     return f"the default, ./{DEFAULT_BASELINE_DIR}"
 
 
-def resolve(spec: str, args: Any, *, must_exist: bool = True, writes: bool = False) -> Path:
+def resolve(spec: str, args: argparse.Namespace, *, must_exist: bool = True, writes: bool = False) -> Path:
     """The file a NAME, PATH or ``auto`` means: a NAME in the baseline directory, then among the shipped
     baselines, unless the command ``writes`` the file (a shipped file is never written: KeepError)."""
     from ..gate.names import BaselineNotFound, locate_baseline
@@ -127,7 +127,7 @@ def _is_report(path: Path) -> bool:
     return isinstance(doc, Mapping) and doc.get("format") == REPORT_FORMAT
 
 
-def lock_timeout(args: Any) -> float:
+def lock_timeout(args: argparse.Namespace) -> float:
     """``--lock-timeout`` in seconds (> 0), else the plugin's (``gate.store.LOCK_TIMEOUT_S``)."""
     from ..gate.store import LOCK_TIMEOUT_S
 

@@ -52,7 +52,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, TextIO
 
 from ..report.text import DEFAULT_WIDTH, command_width, fit, fit_table
 from ..units import format_size, plural
@@ -61,6 +61,9 @@ from .baseline_files import (BASELINE_DIR_ENV, KeepError, bad_input_types, basel
                              common_options, error, print_lines, read_baseline, resolve, run_groups, sessions)
 from .baselines_merge import run_merge
 from .baselines_prune import run_prune
+
+if TYPE_CHECKING:
+    from .common import Subcommands
 
 __all__ = [
     "DEFAULT_BASELINE_DIR",
@@ -77,12 +80,12 @@ __all__ = [
 # ------------------------------------------------------------------------------------------------
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "Subcommands") -> None:
     """The ``gpucomm`` command's hook: add ``baselines`` to its subcommands."""
     add_baselines_parser(sub)
 
 
-def add_baselines_parser(subparsers: Any) -> None:
+def add_baselines_parser(subparsers: "Subcommands") -> None:
     """Add ``baselines`` (``list``, ``show``, ``prune``, ``merge``) to an argparse ``add_subparsers()`` object."""
     bp = subparsers.add_parser("baselines", help="List, show, prune and merge baseline files.",
                                description="Keep baseline files by hand (exit 0 done, 2 bad input).")
@@ -168,7 +171,7 @@ def _runs_text(runs: Sequence[Mapping[str, Any]]) -> str:
     return f"{groups} ({len(runs)} records)" if groups != len(runs) else str(groups)
 
 
-def _list(args: Any, out: TextIO, err: TextIO) -> int:
+def _list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The baseline directory's files, then those shipped with the package (marked so; one the directory has
     a file of the same name for is marked as not taken)."""
     from ..gate.shipped import SHIPPED, shipped_folder
@@ -205,7 +208,7 @@ def _files(d: Path) -> list[Path]:
 def _table(files: list[Path], bad: list[str], shadowed: set[str], width: int) -> list[str]:
     """One row per file (``bad`` gets the message of each that cannot be read); a name in ``shadowed`` is
     marked as not taken (a file of the baseline directory has it); laid out to fit ``width``."""
-    rows: list[list[Any]] = []
+    rows: list[list[object]] = []
     for p in files:
         name = p.stem + (" (not taken: yours is)" if p.stem in shadowed else "")
         try:
@@ -224,7 +227,7 @@ def _table(files: list[Path], bad: list[str], shadowed: set[str], width: int) ->
                      leave_out=["sessions", "first", "source", "hardware"])
 
 
-def _show(args: Any, out: TextIO) -> int:
+def _show(args: argparse.Namespace, out: TextIO) -> int:
     path = resolve(args.name, args)
     doc = read_baseline(path)
     print_lines(out, describe_document(doc, path, command_width()))
@@ -270,14 +273,14 @@ def describe_document(doc: Mapping[str, Any], path: Path, width: int = DEFAULT_W
     return lines
 
 
-def _case_rows(cases: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
+def _case_rows(cases: Mapping[str, Mapping[str, Any]]) -> list[list[object]]:
     """One row per op, ranks, dtype, layout and size (the op named on a group's first row): how many cases
     (tests) hold it, their runs (``16`` or ``3-16``), their floors."""
     at: dict[tuple, list[Mapping[str, Any]]] = {}
     for c in cases.values():
         at.setdefault((c["op"], c["world_size"], c.get("dtype") or "-", c.get("layout") or "", c["size_bytes"]),
                       []).append(c)
-    rows: list[list[Any]] = []
+    rows: list[list[object]] = []
     last = None
     for key in sorted(at):
         op, ws, dtype, layout, size = key

@@ -3,6 +3,7 @@ docstring), written under C's lock."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -89,7 +90,7 @@ def merge_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, name: str, wh
             "max_runs": max_runs, "runs": runs, "cases": cases, **extra}
 
 
-def run_merge(args: Any, out: TextIO) -> int:
+def run_merge(args: argparse.Namespace, out: TextIO) -> int:
     from ..gate.store import update_document
 
     timeout = lock_timeout(args)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 from pathlib import Path
@@ -65,7 +66,7 @@ def prune_document(doc: Mapping[str, Any], path: Path, *, keep: Optional[int] = 
     return new
 
 
-def run_prune(args: Any, out: TextIO) -> int:
+def run_prune(args: argparse.Namespace, out: TextIO) -> int:
     from ..gate.store import update_document
 
     timeout = lock_timeout(args)

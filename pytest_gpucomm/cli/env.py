@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Iterable, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, TextIO
 
 from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
 from ..env.hardware import detect, fingerprint
@@ -28,15 +28,18 @@ from ..report.text import command_width
 from ..units import plural
 from .baseline_files import bad_input_types, baseline_dir, common_options, error, print_lines
 
+if TYPE_CHECKING:
+    from .common import Subcommands
+
 __all__ = ["add_parser", "add_env_parser", "run_env"]
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "Subcommands") -> None:
     """The ``gpucomm`` command's hook: add ``env`` to its subcommands."""
     add_env_parser(sub)
 
 
-def add_env_parser(subparsers: Any) -> None:
+def add_env_parser(subparsers: "Subcommands") -> None:
     """Add ``env`` to an argparse ``add_subparsers()`` object."""
     p = subparsers.add_parser("env", parents=[common_options()], help="This machine's fingerprint, and what changed "
                               "since a baseline was recorded.")
@@ -49,7 +52,7 @@ def add_env_parser(subparsers: Any) -> None:
     p.set_defaults(func=run_env)
 
 
-def _flat(obj: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+def _flat(obj: object, prefix: str = "") -> Iterable[tuple[str, object]]:
     """``(dotted.key, value)`` for each leaf of a fingerprint; an empty object or list is one leaf, ``(none)``."""
     if isinstance(obj, Mapping):
         if not obj and prefix:
@@ -115,5 +118,5 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
     return 0
 
 
-def _absent(v: Any) -> bool:
+def _absent(v: object) -> bool:
     return v is ABSENT

@@ -41,14 +41,22 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
-from .decision import (CASE_ALPHA_SHARE, RunLocation, class_scatter, corrected_alpha, detectable_drop, fit_case,
-                       fit_prior, judge, prediction, prior_class, run_location)
-from .levels import FOLDED_CLASSES, LEVEL_SHARES, fit_levels, judge_run, member, run_offsets
-from .prior import corpus_of_files
+from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocation, class_scatter, corrected_alpha,
+                       detectable_drop, fit_case, fit_prior, judge, prediction, prior_class, run_location)
+from .levels import (FOLDED_CLASSES, LEVEL_SHARES, LevelFit, Member, RunLevels, fit_levels, judge_run, member,
+                     run_offsets)
+from .prior import CorpusPrior, corpus_of_files
 from .verdicts import case_group, case_kind
+
+if TYPE_CHECKING:
+    from .machines import Shape
+    from .store import Baseline
+
+#: a case of a suite to judge: its key, its model and prior, its runs (the first, then its re-measures), its group
+Judged = tuple[str, CaseModel, Prior, list[RunLocation], str]
 
 __all__ = ["Case", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
@@ -67,11 +75,11 @@ class Case:
     key: str
     group: str
     klass: str
-    runs: dict[str, Any]
-    member: Any = None  # gate.levels.Member: its class and band for the levels
+    runs: dict[str, RunLocation]
+    member: Optional[Member] = None  # its class and band for the levels
 
 
-def machines_of(path: Path) -> list[tuple[Any, int]]:
+def machines_of(path: Path) -> list[tuple["Shape", int]]:
     """The machines (``machines.Shape``) of a baseline file's runs and how many runs each has, the most runs
     first; runs whose fingerprint has no kind are left out (they count for every machine, as in the plugin)."""
     from .store import load_baseline
@@ -79,7 +87,8 @@ def machines_of(path: Path) -> list[tuple[Any, int]]:
     return _machines(load_baseline(path))
 
 
-def load_cases(path: Path, machine: Any = None) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+def load_cases(path: Path,
+               machine: Optional["Shape"] = None) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """The measured cases of a baseline file, the date of each run id and its session label (or None);
     ``machine`` (a ``machines.Shape``): that machine's runs only, and those with no known machine, as the
     plugin judges a run of that machine (``machines.MATCH_RULE``)."""
@@ -88,11 +97,11 @@ def load_cases(path: Path, machine: Any = None) -> tuple[list[Case], dict[str, s
     return _cases(load_baseline(path), path, machine)
 
 
-def _machines(b: Any) -> list[tuple[Any, int]]:
+def _machines(b: "Baseline") -> list[tuple["Shape", int]]:
     """:func:`machines_of` of a loaded baseline ``b``."""
     from .machines import Shape
 
-    counts: dict[Any, int] = {}
+    counts: dict["Shape", int] = {}
     for r in b.runs:
         shape = Shape.of(r.fingerprint)
         if shape is not None:
@@ -100,7 +109,8 @@ def _machines(b: Any) -> list[tuple[Any, int]]:
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe()))
 
 
-def _cases(b: Any, path: Path, machine: Any) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+def _cases(b: "Baseline", path: Path,
+           machine: Optional["Shape"]) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """:func:`load_cases` of a loaded baseline ``b`` (read from ``path``, which its messages name)."""
     from .machines import Shape
 
@@ -150,7 +160,7 @@ def sessions_of(dates: dict[str, str], gap_min: float,
 
 
 def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[str, int],
-            corpus: Any = None) -> dict[str, tuple[Any, Any]]:
+            corpus: Optional[CorpusPrior] = None) -> dict[str, tuple[CaseModel, Prior]]:
     """Per case (with runs in ``runs_of``), its model and its class's prior, as the gate fits them; a case of
     one session takes the ``corpus`` prior (``prior.CorpusPrior``) of its class where that is trusted."""
     fitted = {}
@@ -169,19 +179,20 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
     return out
 
 
-def _shifted(loc: Any, d: float) -> Any:
+def _shifted(loc: RunLocation, d: float) -> RunLocation:
     return RunLocation(loc.loc + math.log(1.0 - d), loc.se2, loc.n) if d else loc
 
 
-def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *, m: int, tolerance: float,
-           alpha: float, max_remeasures: int, folds: int = 1, class_spread: float = 0.0) -> Any:
+def _judge(first: RunLocation, again: Sequence[RunLocation], model: CaseModel, prior: Prior, d: float, *, m: int,
+           tolerance: float, alpha: float, max_remeasures: int, folds: int = 1,
+           class_spread: float = 0.0) -> Comparison:
     """The verdict on ``first`` and the next ``folds - 1`` runs of ``again`` pooled (the case's folds), with
     the rest of ``again`` as its re-measures, every run scaled down by ``d``."""
     pre = [_shifted(r, d) for r in again[:folds - 1]]
     later = again[folds - 1:]
-    it: Iterator[Any] = iter(later)
+    it: Iterator[RunLocation] = iter(later)
 
-    def measure_again() -> tuple[Any, bool]:
+    def measure_again() -> tuple[RunLocation, bool]:
         return _shifted(next(it), d), True
 
     return judge(_shifted(first, d), model, prior, measure_again if len(later) else None, tolerance=tolerance,
@@ -201,7 +212,7 @@ def new_counts(drops: Sequence[float]) -> dict[str, Any]:
 LEVELS = ("case", "class", "band", "residual")
 
 
-def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], fit: Any,
+def judge_suite(counts: dict[str, Any], judged: list[Judged], fit: LevelFit,
            drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int,
            per_case: bool = False, folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Judge one suite (one current run of every case, with its re-measures) as the plugin does: each case
@@ -211,7 +222,7 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
     kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * LEVEL_SHARES["case"],
               max_remeasures=max_remeasures)
 
-    def run(drop_of: Any) -> tuple[dict[str, Any], Any]:
+    def run(drop_of: Callable[..., float]) -> tuple[dict[str, Comparison], RunLevels]:
         out, dev, var = {}, {}, {}
         seen: dict[str, list[float]] = {}  # per class, the first runs' log ratios so far (the plugin's Floors.cases)
         for key, model, prior, runs, _ in judged:
@@ -224,7 +235,7 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
         return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha, folds=folds, floors=floors,
                               runs={k: c.runs_now for k, c in out.items()})
 
-    def caught(out: dict[str, Any], lv: Any, keys: Sequence[str]) -> bool:
+    def caught(out: dict[str, Comparison], lv: RunLevels, keys: Sequence[str]) -> bool:
         covered = lv.failed_keys()
         return any(out[k].failed or k in covered for k in keys)
 
@@ -274,13 +285,14 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
             "not_gated": sorted(k for k, g in gated.items() if not g)}
 
 
-def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
-                session_of: dict[str, Any], corpus: Any = None) -> Any:
+def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[CaseModel, Prior]],
+                  session_of: dict[str, int], corpus: Optional[CorpusPrior] = None) -> LevelFit:
     """The levels' models (``levels.fit_levels``) over the runs in ``runs_of`` of the cases in ``models``; the
     ``corpus`` prior gives the residuals' session part of a baseline of one session."""
     cs = [c for c in cases if c.key in models and c.member is not None]
     return fit_levels({c.key: {r: c.runs[r].loc for r in runs_of[c.key]} for c in cs},
-                      {c.key: models[c.key][0].center for c in cs}, {c.key: c.member for c in cs},
+                      {c.key: models[c.key][0].center for c in cs},
+                      {c.key: c.member for c in cs if c.member is not None},
                       {r: str(s) for r, s in session_of.items()},
                       corpus.residual_sessions() if corpus is not None else None)
 

@@ -6,9 +6,12 @@ file."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..vocab import case_key
+
+if TYPE_CHECKING:
+    from ..measurement import Measurement
 
 __all__ = ["case_key", "CaseRecord"]
 
@@ -33,8 +36,8 @@ class CaseRecord:
         return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size, self.layout)
 
     @classmethod
-    def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
-        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side); a measurement
+    def from_measurement(cls, measurement: "Measurement", test_id: str, layout: str = "") -> "CaseRecord":
+        """Build from a measurement (read by its attributes: any object with them will do); a measurement
         with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.sketches.TailSketch`."""
         samples = [float(v) for v in measurement.samples_gbps]
         tail = None

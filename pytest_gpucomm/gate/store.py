@@ -529,7 +529,7 @@ def update_document(path: Path, change: Callable[[Optional[dict]], Optional[dict
         ) from None
 
 
-def _check_to_write(path: Path, doc: Any) -> None:
+def _check_to_write(path: Path, doc: object) -> None:
     """What :func:`read_document` checks of a file, on a document about to be written: BaselineError
     ("refusing to write an invalid baseline") naming ``path`` and the first problem."""
     at = f"{path}: refusing to write an invalid baseline"

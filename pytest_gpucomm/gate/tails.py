@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -129,7 +129,7 @@ class _Run:
 
     p50_s: float
     n: Optional[int]
-    source: Any
+    source: Union[TailSketch, Histogram, tuple[float, float]]
 
     def ratio(self, q: float) -> Optional[float]:
         """Its q-quantile over its median; None where it has too few ops (or, as (p50, p99), only the p99)."""
