@@ -26,8 +26,12 @@ import numpy as np
 from ..measurement import Measurement
 from ..units import GB, describe_duration, describe_size, size_token
 
-__all__ = ["SweepPoint", "Sweep", "sweeps", "sweeps_from_report", "sweeps_from_baseline", "sweep_id", "sweep_key",
-           "form_of_id"]
+__all__ = ["SweepKey", "SweepPoint", "Sweep", "sweeps", "sweeps_from_report", "sweeps_from_baseline", "sweep_id",
+           "sweep_key", "form_of_id"]
+
+#: the key of a sweep (:func:`sweep_key`): the test id without its size, op, devices, world size, dtype, node
+#: label, and the form where there is no test id
+SweepKey = tuple[str, str, tuple[str, ...], int, Optional[str], str, str]
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ def sweep_id(test_id: str, size_bytes: int, requested_bytes: Optional[int] = Non
     return test_id
 
 
-def sweep_key(test_id: str, m: Measurement) -> tuple[Any, ...]:
+def sweep_key(test_id: str, m: Measurement) -> SweepKey:
     """The key of the sweep a measurement of test ``test_id`` belongs to: the test id without its size
     (:func:`sweep_id`), op, devices, world size, dtype, node, and the form where there is no test id."""
     sid = sweep_id(test_id, int(m.size_bytes), (m.info or {}).get("requested_bytes")) if test_id else ""
@@ -209,7 +213,7 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
     left out, as is a measurement whose figure is 0 (the busbw of a collective on one rank, where nothing
     crosses a bus: nccl-tests reports 0 too) and a group of fewer than ``min_sizes`` sizes.  A size
     measured twice in one group is a ValueError naming the size and both tests."""
-    groups: dict[tuple[Any, ...], list[tuple[str, Measurement]]] = {}
+    groups: dict[SweepKey, list[tuple[str, Measurement]]] = {}
     for item in items:
         test_id, m = _as_pair(item)
         if "step_comm_s" in (m.info or {}):
@@ -257,8 +261,8 @@ def sweeps_from_baseline(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[
     cases = doc.get("cases")
     if not isinstance(cases, Mapping):
         raise ValueError(f"not a pytest-gpucomm baseline: no cases (schema {doc.get('schema')!r})")
-    groups: dict[tuple[Any, ...], list[tuple[str, SweepPoint]]] = {}
-    heads: dict[tuple[Any, ...], dict[str, Any]] = {}
+    groups: dict[SweepKey, list[tuple[str, SweepPoint]]] = {}
+    heads: dict[SweepKey, dict[str, Any]] = {}
     for name, case in cases.items():
         runs = [r.get("summary") or {} for r in case.get("runs", [])]
         runs = [r for r in runs if r.get("median_gbps") and r.get("p50_us")]

@@ -145,7 +145,7 @@ def run_baselines(args: argparse.Namespace, out: Optional[TextIO] = None, err: O
 # ------------------------------------------------------------------------------------------------
 
 
-def hardware_of(fp: Optional[Mapping[str, Any]]) -> str:
+def hardware_of(fp: Optional[Mapping[str, object]]) -> str:
     """A fingerprint's hardware in a few words: ``2 x NVIDIA H200``, ``2 nodes x 8 x NVIDIA H200``, ``CPU Intel
     Xeon ...`` (a run with no GPU); ``-`` when the fingerprint does not say."""
     if not fp or not fp.get("model"):

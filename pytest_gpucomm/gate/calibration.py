@@ -41,7 +41,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypedDict
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
 from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocation, class_scatter, corrected_alpha,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 #: a case of a suite to judge: its key, its model and prior, its runs (the first, then its re-measures), its group
 Judged = tuple[str, CaseModel, Prior, list[RunLocation], str]
 
-__all__ = ["Case", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
+__all__ = ["Case", "Counts", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
 #: drops (fractions) at which detection is reported by default
 DEFAULT_DROPS = (0.03, 0.05, 0.07, 0.10, 0.20)
@@ -200,7 +200,27 @@ def _judge(first: RunLocation, again: Sequence[RunLocation], model: CaseModel, p
                  folds=pre, class_spread=class_spread).comparison
 
 
-def new_counts(drops: Sequence[float]) -> dict[str, Any]:
+class Counts(TypedDict):
+    """What :func:`judge_suite` counts over the suites of a calibration, and :func:`rates` reads: a pair is
+    [caught or gated, judged]; a drop's counts are by the drop."""
+
+    suites: int
+    false_alarm_suites: int
+    level_false_alarms: dict[str, int]
+    judged: int
+    not_gated: int
+    aa_statuses: dict[str, int]
+    caught_gated: dict[float, list[int]]
+    caught_all: dict[float, list[int]]
+    uniform: dict[float, list[int]]
+    detectable: list[float]
+    level_detectable: dict[str, list[float]]
+    level_gated: dict[str, list[int]]
+    one_band: list[int]
+    one_case: list[int]
+
+
+def new_counts(drops: Sequence[float]) -> Counts:
     return {"suites": 0, "false_alarm_suites": 0, "level_false_alarms": {k: 0 for k in LEVELS}, "judged": 0,
             "not_gated": 0, "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops},
             "caught_all": {d: [0, 0] for d in drops}, "uniform": {d: [0, 0] for d in drops}, "detectable": [],
@@ -212,7 +232,7 @@ def new_counts(drops: Sequence[float]) -> dict[str, Any]:
 LEVELS = ("case", "class", "band", "residual")
 
 
-def judge_suite(counts: dict[str, Any], judged: list[Judged], fit: LevelFit,
+def judge_suite(counts: Counts, judged: list[Judged], fit: LevelFit,
            drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int,
            per_case: bool = False, folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Judge one suite (one current run of every case, with its re-measures) as the plugin does: each case
@@ -297,7 +317,7 @@ def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict
                       corpus.residual_sessions() if corpus is not None else None)
 
 
-def rates(counts: dict[str, Any]) -> dict[str, Any]:
+def rates(counts: Counts) -> dict[str, Any]:
     import numpy as np
 
     def share(pair: list[int]) -> Optional[float]:
