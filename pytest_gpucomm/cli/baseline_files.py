@@ -12,8 +12,6 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 
-from ..env.hardware import detect
-from ..report.saved import REPORT_FORMAT, ReportError, read_json
 from ..report.text import fit
 from ..vocab import DEFAULT_BASELINE_DIR
 
@@ -56,6 +54,7 @@ def error(err: TextIO, message: str) -> int:
 def bad_input_types() -> tuple[type[Exception], ...]:
     """The errors of a file or value the user gave: printed as such, exit 2."""
     from ..gate.schema import BaselineError
+    from ..report.saved import ReportError
 
     return (KeepError, BaselineError, ReportError)
 
@@ -90,6 +89,8 @@ def resolve(spec: str, args: argparse.Namespace, *, must_exist: bool = True, wri
 
     model = None
     if (spec or "").strip() == "auto":
+        from ..env.hardware import detect
+
         model = detect().model
     try:
         found = locate_baseline(spec, search_dirs=[baseline_dir(args)], detected_model=model, must_exist=must_exist,
@@ -120,6 +121,8 @@ def read_baseline(path: Path) -> dict[str, Any]:
 
 
 def _is_report(path: Path) -> bool:
+    from ..report.saved import REPORT_FORMAT, ReportError, read_json
+
     try:
         doc = read_json(path, "report")
     except ReportError:

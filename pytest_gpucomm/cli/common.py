@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from ..report.document import ReportDocument
-from ..report.terminal import matrix_section
-from ..report.text import fit
-from ..units import format_size, parse_size
-from ..vocab import DEFAULT_BASELINE_DIR, Status
+from ..vocab import DEFAULT_BASELINE_DIR
 
 if TYPE_CHECKING:
     from ..analysis.baseline_figures import BaselineFigures
+    from ..report.document import ReportDocument
     from ..report.saved import Reference
 
     #: what ``add_subparsers()`` returns: each subcommand's module adds its parser to it
@@ -67,6 +64,8 @@ def baseline_dirs(args: argparse.Namespace) -> list[Path]:
 
 def load_document(path: str) -> "ReportDocument":
     """The saved report ``path`` as its document (``ReportDocument.load``)."""
+    from ..report.document import ReportDocument
+
     return ReportDocument.load(path)
 
 
@@ -166,6 +165,8 @@ def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[Inpu
 
 def checked_statuses(doc: "ReportDocument", where: str) -> None:
     """CommandError naming the row whose status is no word of ``vocab.Status``."""
+    from ..vocab import Status
+
     for i, row in enumerate(doc.rows):
         try:
             Status(row.status)
@@ -185,6 +186,9 @@ def matrix_lines(doc: "ReportDocument", baseline: Optional["BaselineFigures"],
     """Every copy matrix of the document (``terminal.matrix_section``, fitted to ``width``), against
     ``baseline`` when given, else against the figures the run's verdicts were judged against; at ``sizes``
     (``--matrix-size``) when given."""
+    from ..report.terminal import matrix_section
+    from ..units import format_size, parse_size
+
     asked = None
     if sizes:
         try:
@@ -194,6 +198,8 @@ def matrix_lines(doc: "ReportDocument", baseline: Optional["BaselineFigures"],
     lines = matrix_section(doc, baseline, sizes=asked, width=width)
     if asked and not lines:
         measured = sorted({r.measurement.size_bytes for r in doc.rows if r.measurement.kind == "copy"})
+        from ..report.text import fit
+
         at = ", ".join(format_size(s) for s in measured) or "no size"
         lines = fit([f"gpucomm copy matrices: none at {', '.join(format_size(s) for s in asked)} (--matrix-size); "
                      f"the report's copies were measured at {at}"], width)

@@ -21,9 +21,6 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, TextIO
 
-from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
-from ..env.hardware import detect, fingerprint
-from ..report.saved import load_reference
 from ..report.text import command_width
 from ..units import plural
 from .baseline_files import bad_input_types, baseline_dir, common_options, error, print_lines
@@ -71,6 +68,9 @@ def _flat(obj: object, prefix: str = "") -> Iterable[tuple[str, object]]:
 def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     """Run ``gpucomm env``: this machine's fingerprint, and with ``--baseline`` what changed since the
     baseline's newest run; returns the exit code (0 done, 2 bad input)."""
+    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
+    from ..env.hardware import detect, fingerprint
+
     out = out or sys.stdout
     err = err or sys.stderr
     device, where = getattr(args, "device", None), "--device"
@@ -85,6 +85,8 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
     fp = fingerprint(info)
     result: Optional[dict[str, Any]] = None
     if getattr(args, "baseline", None):
+        from ..report.saved import load_reference
+
         try:
             from ..gate.shipped import shipped_folder
 
@@ -119,4 +121,6 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
 
 
 def _absent(v: object) -> bool:
+    from ..env.fingerprint import ABSENT
+
     return v is ABSENT

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
-from ..report.html import write_html
 from .common import (EXIT_OK, add_baseline_dir, add_force, checked_output, inputs_of, load_report_and_baseline,
                      report_parser)
 
@@ -28,6 +27,8 @@ def add_parser(sub: "Subcommands") -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..report.html import write_html
+
     doc, ref = load_report_and_baseline(args)
     page = checked_output(args.output, "-o", inputs_of(args, ref), args.force)
     write_html(page.path, doc, ref.figures if ref is not None else None, replace=page.replace,

@@ -7,10 +7,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
-from ..env.fingerprint import ABSENT, format_fingerprint_diff
-from ..report.run import counts_line, table_lines
-from ..report.terminal import curve_section
-from ..report.text import command_width, fit
 from .common import (EXIT_OK, add_baseline_dir, checked_statuses, hardware_line, load_report_and_baseline,
                      matrix_lines, report_parser)
 
@@ -34,6 +30,10 @@ def add_parser(sub: "Subcommands") -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..report.run import counts_line, table_lines
+    from ..report.terminal import curve_section
+    from ..report.text import command_width, fit
+
     doc, ref = load_report_and_baseline(args)
     figures = ref.figures if ref is not None else None
     checked_statuses(doc, args.report)
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         text.append(f"judged in the run against {section.path} ({section.comparisons} comparisons)")
     diff = section.environment_diff if section is not None else None
     if diff:
+        from ..env.fingerprint import ABSENT, format_fingerprint_diff
+
         text.append("environment changed since the baseline: " + format_fingerprint_diff(
             [(k, ABSENT if a is None else a, ABSENT if b is None else b) for k, a, b in diff]))
     levels = section.levels if section is not None else None
