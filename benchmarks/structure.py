@@ -49,7 +49,7 @@ class Arrow:
     local: bool  # written inside a function
 
 
-def _part(module: str, package_dir: Path) -> Optional[str]:
+def _part(module: str) -> Optional[str]:
     """The part of the package a dotted module name belongs to: its folder, or a root module's name, or
     ``__init__`` for the package itself; None outside the package."""
     parts = module.split(".")
@@ -110,7 +110,7 @@ def _arrows(files: dict[Path, ast.AST], package_dir: Path) -> list[Arrow]:
     for path, tree in files.items():
         source = _part_of_file(path, package_dir)
         for module, line, local in _imports(tree, path, package_dir):
-            target = _part(module, package_dir)
+            target = _part(module)
             if target is not None and target != source:
                 out.append(Arrow(source, target, f"{path.relative_to(package_dir.parent)}:{line}", local))
     return out
@@ -120,7 +120,7 @@ def _local_imports(files: dict[Path, ast.AST], package_dir: Path) -> tuple[int, 
     """Import statements written inside a function: all of them, and those of the package."""
     every = package = 0
     for path, tree in files.items():
-        found = [(line, _part(module, package_dir) is not None)
+        found = [(line, _part(module) is not None)
                  for module, line, local in _imports(tree, path, package_dir) if local]
         every += len({line for line, _ in found})
         package += len({line for line, ours in found if ours})
