@@ -121,7 +121,7 @@ def _body_sigma(hist: Any, w: float) -> float:
 
 def fit_run(tail: dict[str, Any], where: str) -> dict[str, Any]:
     """One run's figures: n, p50, body sigma, slow share and factor, p99 / p50."""
-    from pytest_gpucomm.gate.sketches import BIN_RATIO, Histogram
+    from pytest_gpucomm.sketches import BIN_RATIO, Histogram
 
     try:
         h = Histogram.from_dict(tail["hist"], where)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .units import SizeError, format_size, parse_size
+from .vocab import __version__  # defined in the vocabulary, below the layers that print it
 
 __all__ = [
     "bandwidth",
@@ -31,8 +32,6 @@ __all__ = [
     "settings_of",
     "__version__",
 ]
-
-__version__ = "0.1.0"
 
 #: the markers, as ``pytest.mark.<name>`` (resolved on first use, see ``__getattr__``):
 #: ``@bandwidth(min_gbps=40, size="16MB")``: the median GB/s (busbw for collectives) must reach min_gbps;

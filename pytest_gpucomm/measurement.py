@@ -29,7 +29,7 @@ __all__ = ["Measurement", "MeasurementInfo", "RanksInfo", "TailInfo", "Histogram
 
 
 class HistogramDict(TypedDict):
-    """A sparse histogram of single-op times as JSON (:meth:`pytest_gpucomm.gate.sketches.Histogram.to_dict`):
+    """A sparse histogram of single-op times as JSON (:meth:`pytest_gpucomm.sketches.Histogram.to_dict`):
     bin i holds times in [origin_s x ratio^i, origin_s x ratio^(i+1)); ``bins`` are [i, count], ascending."""
 
     ratio: float

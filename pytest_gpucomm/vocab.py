@@ -1,14 +1,19 @@
-"""One vocabulary for the whole plugin: the verdict statuses, the defaults, the dtypes, the marker and
-fixture names.  Every other module takes these from here, so a default or a name is defined once.
+"""One vocabulary for the whole plugin: the version, the verdict statuses, the defaults, the dtypes, the marker
+and fixture names, and the key that names a case.  Every other module takes these from here, so a default or a
+name is defined once (the package root re-exports the version).
 
 Standard library only: the worker processes, the plugin's import and the gate all read it.
 """
 
 from __future__ import annotations
 
+import re
 from enum import Enum
+from typing import Optional
 
 __all__ = [
+    "__version__",
+    "case_key",
     "TAIL_TIME_FACTOR",
     "Status",
     "DTYPES",
@@ -47,6 +52,27 @@ __all__ = [
     "MAX_BASELINE_RUNS",
     "MAX_SWEEP_SIZES",
 ]
+
+__version__ = "0.1.0"
+
+
+def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
+             layout: str = "") -> str:
+    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``, and
+    ``|<layout>`` for a job across nodes (launched mode), ``<nodes>x<ranks per node>`` (e.g. ``2x8``).
+
+    Every part is kept verbatim, so the key is stable across runs and readable in the file; e.g.
+    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.  A job on one host
+    has no layout part: its keys are those of the rank pool.  The gate keys its baseline files by it, and the
+    analysis finds a measurement's case in one by it.
+    """
+    if layout and not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", layout):
+        raise ValueError(f"layout must be '<nodes>x<ranks per node>' (e.g. '2x8'), got {layout!r}")
+    if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
+        raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
+    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
+    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}" + (f"|{layout}" if layout else "")
 
 
 class Status(str, Enum):

@@ -30,7 +30,7 @@ from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 
 from pytest_gpucomm import cli
 from pytest_gpucomm.report.terminal import CURVES_HEADING, curve_line
-from pytest_gpucomm.gate.regate import OFFLINE_NOTE
+from pytest_gpucomm.cli.regate import OFFLINE_NOTE
 from pytest_gpucomm.report import plots
 from pytest_gpucomm.report.saved import REPORT_VERSION
 

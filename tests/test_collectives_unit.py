@@ -319,7 +319,7 @@ def test_every_op_and_form_gives_its_expected_result_on_gloo(gloo_pool, op, in_p
 def test_to_measurement_puts_the_single_op_figures_and_their_histogram_in_info_tail():
     import numpy as np
 
-    from pytest_gpucomm.gate.sketches import Histogram
+    from pytest_gpucomm.sketches import Histogram
 
     times = tuple(1e-4 * (1 + 0.01 * i) for i in range(1200))  # 100 us .. 1.3 ms
     results = [_result(0, op_times_s=times, op_own_p50_s=1e-4, op_own_p99_s=2e-4, op_timer="host clock per operation",

@@ -20,7 +20,7 @@ from pytest_gpucomm import cli
 from pytest_gpucomm.files import formats
 from pytest_gpucomm.files.formats import (BASELINE_VERSION, REPORT_VERSION, FormatError, upgrade_baseline,
                                           upgrade_report)
-from pytest_gpucomm.gate.regate import OFFLINE_NOTE
+from pytest_gpucomm.cli.regate import OFFLINE_NOTE
 from pytest_gpucomm.gate.store import SCHEMA_VERSION, load_baseline, read_document
 from pytest_gpucomm.report import saved
 from pytest_gpucomm.vocab import Status

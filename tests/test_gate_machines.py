@@ -306,10 +306,10 @@ def _gpucomm(*argv) -> tuple[int, str, str]:
     import argparse
     import io
 
-    from pytest_gpucomm.gate import keep
+    from pytest_gpucomm.cli import baselines
 
     p = argparse.ArgumentParser(prog="gpucomm")
-    keep.add_baselines_parser(p.add_subparsers(dest="command", required=True))
+    baselines.add_baselines_parser(p.add_subparsers(dest="command", required=True))
     args = p.parse_args([str(a) for a in argv])
     out, err = io.StringIO(), io.StringIO()
     return args.func(args, out=out, err=err), out.getvalue(), err.getvalue()

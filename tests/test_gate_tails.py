@@ -20,7 +20,7 @@ from pytest_gpucomm.gate import tails
 from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import load_baseline
 from pytest_gpucomm.gate.decision import CASE_ALPHA_SHARE
-from pytest_gpucomm.gate.sketches import Histogram, TailSketch, tail_figures
+from pytest_gpucomm.sketches import Histogram, TailSketch, tail_figures
 from pytest_gpucomm.plugin.markers import BandwidthSpec, LatencySpec, Marks, check_thresholds, latency_percentile_us
 from pytest_gpucomm.measurement import Measurement, Remeasure
 from pytest_gpucomm.report.run import json_document, render_table, tail_cell, tail_counts

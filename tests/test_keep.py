@@ -1,5 +1,5 @@
-"""Tests of pytest_gpucomm.gate.keep: ``gpucomm baselines list|show|prune|merge`` and ``gpucomm env``, on small
-baselines saved with gate.store.save_run in a temporary directory."""
+"""Tests of pytest_gpucomm.cli.baselines and .env: ``gpucomm baselines list|show|prune|merge`` and ``gpucomm
+env``, on small baselines saved with gate.store.save_run in a temporary directory."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from pytest_gpucomm.gate import keep, keep_prune
+from pytest_gpucomm.cli import baseline_files, baselines, baselines_prune, env
 from pytest_gpucomm.gate.cases import CaseRecord
 from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import (
@@ -59,8 +59,8 @@ def parser() -> argparse.ArgumentParser:
     """The command line as cli.py builds it: ``gpucomm`` with the ``baselines`` and ``env`` subcommands."""
     p = argparse.ArgumentParser(prog="gpucomm")
     sub = p.add_subparsers(dest="command", required=True)
-    keep.add_baselines_parser(sub)
-    keep.add_env_parser(sub)
+    baselines.add_baselines_parser(sub)
+    env.add_env_parser(sub)
     return p
 
 
@@ -94,7 +94,7 @@ def test_list_gives_one_line_per_baseline_with_its_source_counts_dates_and_hardw
 
 
 def test_list_reads_the_directory_from_the_environment_as_the_plugin_does(base: Path, monkeypatch) -> None:
-    monkeypatch.setenv(keep.BASELINE_DIR_ENV, str(base.parent))
+    monkeypatch.setenv(baseline_files.BASELINE_DIR_ENV, str(base.parent))
     code, out, _ = gpucomm("baselines", "list")
     assert code == 0 and any(line.startswith("h200") for line in out.splitlines())
 
@@ -290,7 +290,7 @@ def test_prune_waits_for_the_lock_of_a_save_and_times_out_with_a_clear_message(b
 
 def test_prune_under_the_lock_prunes_what_the_file_holds_then(base: Path, monkeypatch) -> None:
     """A save between the first read and the lock is not lost: the prune is applied to the file re-read."""
-    real = keep_prune.prune_document
+    real = baselines_prune.prune_document
     calls = []
 
     def prune_then_save(doc, path, **how):
@@ -299,7 +299,7 @@ def test_prune_under_the_lock_prunes_what_the_file_holds_then(base: Path, monkey
             save(base, "r4", [A], 4)
         return real(doc, path, **how)
 
-    monkeypatch.setattr(keep_prune, "prune_document", prune_then_save)
+    monkeypatch.setattr(baselines_prune, "prune_document", prune_then_save)
     code, out, _ = gpucomm("baselines", "prune", base, "--keep", "2")
     assert code == 0 and run_ids(base) == ["r3", "r4"] and "the file changed while this ran" in out
     assert "runs removed (2): r1" in out.split("the file changed")[1]

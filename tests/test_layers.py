@@ -34,7 +34,8 @@ def test_only_the_plugin_folder_imports_pytest():
 
 def test_the_package_root_holds_only_the_public_api_and_the_shared_vocabulary():
     root = sorted(p.name for p in ROOT.glob("*.py"))
-    assert root == ["__init__.py", "__main__.py", "_lazy.py", "measurement.py", "summary.py", "units.py", "vocab.py"]
+    assert root == ["__init__.py", "__main__.py", "_lazy.py", "measurement.py", "sketches.py", "summary.py", "units.py",
+                    "vocab.py"]
     folders = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert folders == ["analysis", "cli", "compare", "env", "files", "gate", "ops", "plugin", "ranks", "report"]
 
@@ -97,6 +98,59 @@ def test_every_import_of_the_package_names_a_module_or_name_that_exists():
                 if name != "*" and name not in text:
                     missing.append(f"{rel}:{line} {target}.{name}")
     assert missing == []
+
+
+#: the package's layers, bottom to top (docs/architecture.md): each imports only its own layer and those below.
+#: The root modules of the shared vocabulary are the bottom layer, the lazy public API (the package's
+#: ``__init__``) and the ``python -m`` entry the top.  benchmarks/structure.py counts the same arrows.
+LAYERS = (
+    ("vocab", "units", "summary", "measurement", "sketches", "_lazy"),
+    ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("gate",), ("report",), ("compare",), ("cli",),
+    ("plugin",), ("__init__",), ("__main__",),
+)
+
+#: arrows back up that the layers allow, as (importing part, imported part): none.  The version string, which
+#: the HTML report prints, was the last one: it is defined in vocab.py and the package root re-exports it.
+ALLOWED_UP: frozenset[tuple[str, str]] = frozenset()
+
+
+def _part_of(rel: Path) -> str:
+    """The layer part a file (relative to the package) belongs to: its folder, or a root module's name."""
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imported_parts(rel: Path) -> list[tuple[int, str]]:
+    """(line, part) of every import of the package in a file, at any depth (in functions and under
+    ``TYPE_CHECKING`` too); ``from .. import vocab`` names the module ``vocab``, not the package root."""
+    out = []
+    for line, mod, names, level in _imports(ROOT / rel):
+        target = _target(rel, mod, level)
+        if not target.startswith("pytest_gpucomm"):
+            continue
+        parts = target.split(".")[1:]
+        if parts:
+            out.append((line, parts[0]))
+            continue
+        for name in names or ["__init__"]:  # `from pytest_gpucomm import x`: the module x, else the root
+            sub = ROOT / name
+            out.append((line, name if sub.with_suffix(".py").is_file() or (sub / "__init__.py").is_file()
+                        else "__init__"))
+    return out
+
+
+def test_each_folder_imports_only_the_folders_below_it_in_the_layer_order():
+    """gate/ judges and imports no report, ops/ and analysis/ borrow no word of the gate, nothing below the
+    package root's public API imports it (issue 44): every import, in a function too, points down the order."""
+    rank = {part: i for i, layer in enumerate(LAYERS) for part in layer}
+    parts = {_part_of(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")}
+    assert parts <= set(rank), f"a part of the package outside the layer order: {sorted(parts - set(rank))}"
+    up = []
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT)
+        source = _part_of(rel)
+        up += [f"{rel}:{line} {source} -> {target}" for line, target in _imported_parts(rel)
+               if rank[target] > rank[source] and (source, target) not in ALLOWED_UP]
+    assert up == []
 
 
 def test_the_gate_asks_op_specs_and_imports_no_op_module():

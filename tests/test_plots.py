@@ -327,7 +327,7 @@ def test_one_way_copies_of_several_tests_share_one_matrix_with_the_host_as_a_row
 
 
 def _hist_series(row):
-    from pytest_gpucomm.gate.sketches import BIN_RATIO, Histogram
+    from pytest_gpucomm.sketches import BIN_RATIO, Histogram
 
     bins = row["info"]["tail"]["hist"]["bins"]
     n = sum(c for _, c in bins)
@@ -337,7 +337,7 @@ def _hist_series(row):
 
 
 def test_the_latency_figure_draws_todays_single_ops_against_the_baselines_tail_sketches(report, baseline):
-    from pytest_gpucomm.gate.sketches import TailSketch
+    from pytest_gpucomm.sketches import TailSketch
 
     row = _rows(report, "test_small.py::test_ar")[0]  # the smallest size
     case = _case(baseline, row)

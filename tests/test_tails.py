@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_gpucomm.gate.sketches import Histogram, TailSketch, tail_figures
+from pytest_gpucomm.sketches import Histogram, TailSketch, tail_figures
 from pytest_gpucomm.gate.tails import (DEFAULT_SHARE_SPREAD, DEFAULT_TAIL_TOLERANCE, EXPECTED_SHARE, MIX_DF,
                                        SPREAD_PRIOR_DF,
                                        TailSpread, baseline_ratio, fit_spread, mixture_sf,

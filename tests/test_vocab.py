@@ -20,7 +20,7 @@ def test_only_missed_thresholds_regressions_tails_strict_new_strict_not_gated_an
 def test_the_measuring_time_the_start_timeout_and_the_baseline_folder_are_the_vocabularys_everywhere():
     import inspect
 
-    from pytest_gpucomm.gate import keep
+    from pytest_gpucomm.cli import baselines
     from pytest_gpucomm.ops import timing
     from pytest_gpucomm import vocab
     from pytest_gpucomm.ops import collectives, nodes, patterns
@@ -37,4 +37,4 @@ def test_the_measuring_time_the_start_timeout_and_the_baseline_folder_are_the_vo
         assert default(f, "dtype") == vocab.DEFAULT_DTYPE == "float32", f
     assert default(pool.RankPool.__init__, "start_timeout_s") == vocab.RANK_START_TIMEOUT_S == 120.0
     assert default(spawn.Zygote.__init__, "start_timeout_s") == vocab.RANK_START_TIMEOUT_S
-    assert keep.DEFAULT_BASELINE_DIR == vocab.DEFAULT_BASELINE_DIR == "baselines"  # keep's name, kept for callers
+    assert baselines.DEFAULT_BASELINE_DIR == vocab.DEFAULT_BASELINE_DIR == "baselines"  # its name there, kept

@@ -4,7 +4,7 @@ per-iteration figures, and its sweeps -- read from the file's document once, in 
 The copy matrices (``matrices.cell_baseline``), the plots (the sweeps' band, the matrices' ratios, the
 latency figures) and the curves' comparison (``curves.sweeps_from_baseline``) all ask a
 :class:`BaselineFigures` instead of reaching into the document on their own.  A case is found by the key the
-gate uses (``gate.store.case_key``, with the report's layout across nodes).
+gate uses (``vocab.case_key``, with the report's layout across nodes).
 
 **A case's figure** (:attr:`CaseFigures.median_gbps`): the median over its runs of each run's median GB/s
 (the run's summary, else the median of its per-iteration figures), as the plots and
@@ -20,6 +20,8 @@ import statistics
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from ..vocab import case_key
 
 if TYPE_CHECKING:
     from .curves import Sweep
@@ -72,7 +74,7 @@ class BaselineFigures:
     document: Mapping[str, Any]
 
     @classmethod
-    def of(cls, baseline: Any) -> "BaselineFigures":
+    def of(cls, baseline: object) -> "BaselineFigures":
         """The figures of a baseline document; ValueError naming what was found where it is not one (a
         report given as the baseline, another format, no cases)."""
         if not isinstance(baseline, Mapping):
@@ -87,10 +89,8 @@ class BaselineFigures:
 
     def case(self, test: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
              layout: str = "") -> Optional[CaseFigures]:
-        """The case of a measurement (by the gate's key, ``gate.store.case_key``), None where the baseline
+        """The case of a measurement (by the gate's key, ``vocab.case_key``), None where the baseline
         lacks it."""
-        from ..gate.cases import case_key
-
         case = (self.document.get("cases") or {}).get(case_key(test, op, int(size_bytes), dtype, int(world_size),
                                                                layout))
         return CaseFigures.of(case) if isinstance(case, Mapping) else None

@@ -23,7 +23,7 @@ one test swept fewer sizes).  ``sizes=`` asks for others.
 **Today's figure** is the table's: computed from the row's samples where it has them.  **The baseline's
 figure** of a cell (:func:`cell_baseline`): with a baseline file, the median over the case's runs of each
 run's median GB/s (``baseline_figures.BaselineFigures``: what the plots and ``curves.sweeps_from_baseline``
-take), found by the case key the gate uses (``gate.store.case_key``, with the report's layout across
+take), found by the case key the gate uses (``vocab.case_key``, with the report's layout across
 nodes), or the case's published floor where it has no measured run (marked "*"); without one, the figure
 the row's verdict was judged against (a saved report's ``row["baseline"]["baseline_gbps"]``), so ``gpucomm
 show REPORT`` gives the run's ratios without the baseline file.  A cell the baseline lacks reads "new".
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
 from ..measurement import Measurement
 from ..units import format_size
@@ -58,7 +58,7 @@ MATRIX_LIMIT = 6
 MAX_COLUMNS = 9
 
 
-def natural_key(name: str) -> list[Any]:
+def natural_key(name: str) -> list[Union[int, str]]:
     """Sort key that puts ``cuda:2`` before ``cuda:10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -70,8 +70,6 @@ def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def node_label(row: Mapping[str, Any]) -> str:
     """The node a report row was measured on (``"node 1 (hostB)"``), "" on one host."""
-    from ..measurement import Measurement
-
     return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
                        info=dict(_info(row))).node_label
 
@@ -126,8 +124,6 @@ class Pair(NamedTuple):
 
 def _figure(row: Mapping[str, Any]) -> float:
     """Today's GB/s of a row, as the table computes it: from its samples where the row has them."""
-    from ..measurement import Measurement
-
     test = row.get("test", "?")
     try:
         if "samples_s" in row:
@@ -324,7 +320,7 @@ def report_matrix_lines(report: Any, baseline: "BaselineFigures | Mapping[str, A
         return [f"gpucomm: no copy matrices: {type(e).__name__}: {e}"]
 
 
-def _grid(m: CopyMatrix, size: int, cell: Any, line_width: Optional[int] = None) -> list[str]:
+def _grid(m: CopyMatrix, size: int, cell: Callable[[Cell], str], line_width: Optional[int] = None) -> list[str]:
     text = {k: cell(c) for k, c in m.cells[size].items()}
     width = max([len(t) for t in text.values()] + [len(d) for d in m.destinations] + [3])
     label = max(len(s) for s in m.sources)

@@ -286,7 +286,11 @@ class OutlierNode:
         return {"node": self.node, "host": self.host, "ranks": sorted(self.ranks), "cases": self.cases}
 
 
-def _case_key(label: str, m: Measurement) -> tuple[Any, ...]:
+#: a measured case as the stragglers group its ranks: the test's label, op, kind, size, dtype and devices
+CaseKey = tuple[str, str, str, int, Optional[str], tuple[str, ...]]
+
+
+def _case_key(label: str, m: Measurement) -> CaseKey:
     return (label, m.op, m.kind, m.size_bytes, m.dtype, m.devices)
 
 
@@ -320,7 +324,7 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
                 "why": (f"late in {label} ({m.op} {format_size(m.size_bytes)}): {lags} after the first rank "
                         f"(median; the ranks' median lag {fmt_s(cr.median_lag_s)})"),
             })
-    groups: dict[tuple[Any, ...], list[tuple[str, Measurement]]] = {}
+    groups: dict[CaseKey, list[tuple[str, Measurement]]] = {}
     for label, m in cases:
         if "node" in m.info:
             groups.setdefault(_case_key(label, m), []).append((label, m))

@@ -23,10 +23,15 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..measurement import Measurement
 from ..units import GB, describe_duration, describe_size, size_token
 
-__all__ = ["SweepPoint", "Sweep", "sweeps", "sweeps_from_report", "sweeps_from_baseline", "sweep_id", "sweep_key",
-           "form_of_id"]
+__all__ = ["SweepKey", "SweepPoint", "Sweep", "sweeps", "sweeps_from_report", "sweeps_from_baseline", "sweep_id",
+           "sweep_key", "form_of_id"]
+
+#: the key of a sweep (:func:`sweep_key`): the test id without its size, op, devices, world size, dtype, node
+#: label, and the form where there is no test id
+SweepKey = tuple[str, str, tuple[str, ...], int, Optional[str], str, str]
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class SweepPoint:
     lo_gbps: Optional[float] = None
     hi_gbps: Optional[float] = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"size_bytes": self.size_bytes, "median_s": self.median_s, "gbps": self.gbps, "n": self.n,
                 "lo_gbps": self.lo_gbps, "hi_gbps": self.hi_gbps}
 
@@ -130,8 +135,9 @@ class Sweep:
                 "points": [p.to_dict() for p in self.points]}
 
     @classmethod
-    def from_measurements(cls, measurements: Sequence[Any], *, source: str = "", key: tuple[Any, ...] = ()) -> "Sweep":
-        """The sweep of ``measurements`` (``measurement.Measurement``, duck-typed), one per size, all of one
+    def from_measurements(cls, measurements: Sequence[Measurement], *, source: str = "",
+                          key: tuple[Any, ...] = ()) -> "Sweep":
+        """The sweep of ``measurements``, one per size, all of one
         op, place, world, dtype and form (ValueError naming the first that differs)."""
         if not measurements:
             raise ValueError(f"no measurements for a sweep{f' ({source})' if source else ''}")
@@ -147,16 +153,16 @@ class Sweep:
                    figure="busbw" if first.kind == "collective" else "algbw", key=key, source=source)
 
 
-def _form_of(m: Any) -> str:
+def _form_of(m: Measurement) -> str:
     in_place = (m.info or {}).get("in_place")
     return "" if in_place is None else ("in place" if in_place else "out of place")
 
 
-def _measurement_head(m: Any) -> tuple[Any, ...]:
+def _measurement_head(m: Measurement) -> tuple[object, ...]:
     return (m.op, m.where, int(m.world_size), m.dtype, _form_of(m), m.kind)
 
 
-def _point_of(m: Any) -> SweepPoint:
+def _point_of(m: Measurement) -> SweepPoint:
     figures = np.asarray(m.samples_gbps, dtype=float)
     lo, hi = (float(np.percentile(figures, 10)), float(np.percentile(figures, 90))) if figures.size else (None, None)
     return SweepPoint(size_bytes=int(m.size_bytes), median_s=float(m.median_s), gbps=float(m.gbps), n=int(m.n),
@@ -182,14 +188,14 @@ def sweep_id(test_id: str, size_bytes: int, requested_bytes: Optional[int] = Non
     return test_id
 
 
-def sweep_key(test_id: str, m: Any) -> tuple[Any, ...]:
+def sweep_key(test_id: str, m: Measurement) -> SweepKey:
     """The key of the sweep a measurement of test ``test_id`` belongs to: the test id without its size
     (:func:`sweep_id`), op, devices, world size, dtype, node, and the form where there is no test id."""
     sid = sweep_id(test_id, int(m.size_bytes), (m.info or {}).get("requested_bytes")) if test_id else ""
     return (sid, m.op, tuple(m.devices), int(m.world_size), m.dtype, m.node_label, "" if sid else _form_of(m))
 
 
-def _as_pair(item: Any) -> tuple[str, Any]:
+def _as_pair(item: Any) -> tuple[str, Measurement]:
     if isinstance(item, tuple) and len(item) == 2:
         return str(item[0]), item[1]
     if hasattr(item, "measurement"):  # a state.Record
@@ -207,7 +213,7 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
     left out, as is a measurement whose figure is 0 (the busbw of a collective on one rank, where nothing
     crosses a bus: nccl-tests reports 0 too) and a group of fewer than ``min_sizes`` sizes.  A size
     measured twice in one group is a ValueError naming the size and both tests."""
-    groups: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
+    groups: dict[SweepKey, list[tuple[str, Measurement]]] = {}
     for item in items:
         test_id, m = _as_pair(item)
         if "step_comm_s" in (m.info or {}):
@@ -233,8 +239,6 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
 
 def sweeps_from_report(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[Sweep]:
     """The sweeps of a JSON report (``report.json_document``: its rows, with samples)."""
-    from ..measurement import Measurement
-
     rows = doc.get("rows")
     if not isinstance(rows, list):
         raise ValueError(f"not a pytest-gpucomm report: no list of rows (format {doc.get('format')!r})")
@@ -257,8 +261,8 @@ def sweeps_from_baseline(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[
     cases = doc.get("cases")
     if not isinstance(cases, Mapping):
         raise ValueError(f"not a pytest-gpucomm baseline: no cases (schema {doc.get('schema')!r})")
-    groups: dict[tuple[Any, ...], list[tuple[str, SweepPoint]]] = {}
-    heads: dict[tuple[Any, ...], dict[str, Any]] = {}
+    groups: dict[SweepKey, list[tuple[str, SweepPoint]]] = {}
+    heads: dict[SweepKey, dict[str, Any]] = {}
     for name, case in cases.items():
         runs = [r.get("summary") or {} for r in case.get("runs", [])]
         runs = [r for r in runs if r.get("median_gbps") and r.get("p50_us")]

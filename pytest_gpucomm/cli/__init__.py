@@ -17,7 +17,7 @@ REPORT is a file written by ``pytest --gpucomm-json=REPORT``.  BASELINE / B is a
 ``--baseline-dir``, default ``$GPUCOMM_BASELINE_DIR`` or ``./baselines``, as ``--gpu-baseline-dir``), the
 path of a baseline file, or the path of another report (taken as a one-run baseline: two reports compared).
 
-``compare`` is the plugin's gate (:mod:`pytest_gpucomm.gate.regate`): the run's settings from the report (its
+``compare`` is the plugin's gate (:mod:`pytest_gpucomm.cli.regate`): the run's settings from the report (its
 tolerance, alpha, strictness, tail tolerance; ``--tolerance`` etc. override them), the re-measures the run
 made replayed from the report; against the baseline the run used, it gives the run's verdicts.
 

@@ -10,7 +10,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..vocab import DEFAULT_BASELINE_DIR
 
@@ -19,10 +19,16 @@ if TYPE_CHECKING:
     from ..report.document import ReportDocument
     from ..report.saved import Reference
 
-__all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "report_parser", "add_baseline_dir",
+    #: what ``add_subparsers()`` returns: each subcommand's module adds its parser to it
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Input", "report_parser", "add_baseline_dir",
            "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
            "matrix_lines", "checked_statuses", "add_force", "Output", "same_file", "not_an_input",
            "checked_output", "inputs_of"]
+
+#: one of a command's input files, for the checks of an output path: what it is (for messages), its path
+Input = tuple[str, "str | os.PathLike[str]"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -31,7 +37,7 @@ class CommandError(Exception):
     """Bad input: printed as ``gpucomm: error: <message>``, exit status 2."""
 
 
-def report_parser(sub: Any, name: str, help: str, baseline_help: str,
+def report_parser(sub: "Subcommands", name: str, help: str, baseline_help: str,
                   report_help: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of a subcommand that reads one report (REPORT) and may take a baseline (``--baseline B``);
     the caller adds its own options, then :func:`add_baseline_dir`."""
@@ -117,7 +123,7 @@ def same_file(a: "str | os.PathLike[str]", b: "str | os.PathLike[str]") -> bool:
 
 
 def not_an_input(path: "str | os.PathLike[str]", option: str,
-                 inputs: Sequence[tuple[str, "str | os.PathLike[str]"]]) -> None:
+                 inputs: Sequence[Input]) -> None:
     """CommandError where ``path`` is one of the command's ``inputs`` ((what, path) pairs), naming both: a
     command never writes onto what it reads, not even with ``--force``."""
     for what, given in inputs:
@@ -126,7 +132,7 @@ def not_an_input(path: "str | os.PathLike[str]", option: str,
                                "writes onto its own input, not even with --force; write to another file")
 
 
-def checked_output(given: str, option: str, inputs: Sequence[tuple[str, "str | os.PathLike[str]"]],
+def checked_output(given: str, option: str, inputs: Sequence[Input],
                    force: bool) -> Output:
     """The file ``given`` (the value of ``option``) as an :class:`Output`, or CommandError (exit 2) where it is
     one of ``inputs`` (:func:`not_an_input`), a folder or another non-regular file, or an existing file and
@@ -149,9 +155,9 @@ def checked_output(given: str, option: str, inputs: Sequence[tuple[str, "str | o
     return Output(path, replace=True, existed=True)
 
 
-def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[tuple[str, "str | os.PathLike[str]"]]:
+def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[Input]:
     """The files a command that read ``args.report`` and ``ref`` reads, as :func:`not_an_input` takes them."""
-    found: list[tuple[str, "str | os.PathLike[str]"]] = [("the report", args.report)]
+    found: list[Input] = [("the report", args.report)]
     if ref is not None:
         found.append(("the baseline" if ref.kind == "baseline" else "the report taken as the baseline", ref.path))
     return found

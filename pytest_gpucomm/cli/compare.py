@@ -1,4 +1,4 @@
-"""``gpucomm compare BASELINE REPORT [--json OUT [--force]]``: the gate on a saved report (``gate.regate``),
+"""``gpucomm compare BASELINE REPORT [--json OUT [--force]]``: the gate on a saved report (``cli.regate``),
 which makes the report's document again with its new verdicts (``ReportDocument.rejudged``); that document is
 printed as ``show`` prints one (fitted to the terminal's width; ``-v``: the table with every column), with what
 changed since the run, and written with ``--json`` (never onto the report or the baseline it read; over an
@@ -59,7 +59,7 @@ def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..gate.regate import regate
+    from .regate import regate
     from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit

@@ -5,15 +5,18 @@ only with ``--force`` (``common.checked_output``)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .common import (EXIT_OK, add_baseline_dir, add_force, checked_output, inputs_of, load_report_and_baseline,
                      report_parser)
 
+if TYPE_CHECKING:
+    from .common import Subcommands
+
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "Subcommands") -> None:
     p = report_parser(sub, "html", "one self-contained HTML page of a saved report",
                       "draw and compare against this baseline (NAME, file or report)")
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="the HTML file to write (a new file)")

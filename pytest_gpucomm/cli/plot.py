@@ -11,15 +11,18 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .common import (EXIT_OK, CommandError, add_baseline_dir, add_force, inputs_of, load_report_and_baseline,
                      not_an_input, report_parser)
 
+if TYPE_CHECKING:
+    from .common import Input, Subcommands
+
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "Subcommands") -> None:
     p = report_parser(sub, "plot", "draw the plots of a saved report",
                       "draw against this baseline (NAME, file or report)")
     p.add_argument("-o", "--output", metavar="DIR", required=True,
@@ -30,14 +33,14 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _check_folder(args: argparse.Namespace, inputs: list[tuple[str, Any]]) -> None:
+def _check_folder(args: argparse.Namespace, inputs: list["Input"]) -> None:
     folder = Path(args.output)
     if os.path.lexists(folder) and not folder.is_dir():
         not_an_input(args.output, "-o", inputs)
         raise CommandError(f"-o {args.output}: is a file, not a folder")
 
 
-def _checked_files(args: argparse.Namespace, names: list[str], inputs: list[tuple[str, Any]]) -> list[Path]:
+def _checked_files(args: argparse.Namespace, names: list[str], inputs: list["Input"]) -> list[Path]:
     """The files of ``names`` in the folder that exist already (CommandError unless --force), after checking
     that none is an input."""
     targets = [Path(args.output) / name for name in names]

@@ -5,15 +5,18 @@ run at the levels, the copy matrices and the curves of a saved report, fitted to
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .common import (EXIT_OK, add_baseline_dir, checked_statuses, hardware_line, load_report_and_baseline,
                      matrix_lines, report_parser)
 
+if TYPE_CHECKING:
+    from .common import Subcommands
+
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: "Subcommands") -> None:
     p = report_parser(sub, "show", "the table, verdicts, copy matrices and curves of a saved JSON report",
                       "compare the copy matrices and curves with this baseline (NAME, file or report)",
                       "a JSON report (pytest --gpucomm-json=REPORT)")

@@ -88,7 +88,7 @@ def _at(where: str) -> str:
 # -- reports ---------------------------------------------------------------------------------------------
 
 
-def _report_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+def _report_1_to_2(doc: dict[str, object]) -> dict[str, object]:
     """Version 1, any layout (see the module doc) -> 2."""
     rows = doc.get("rows")
     if isinstance(rows, list):
@@ -102,7 +102,7 @@ def _report_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _row_1_to_2(row: Mapping[str, Any]) -> Mapping[str, Any]:
+def _row_1_to_2(row: Mapping[str, object]) -> Mapping[str, object]:
     verdict = row.get("baseline")
     changed_verdict = isinstance(verdict, Mapping) and (
         verdict.get("status") == "noisy" or isinstance(verdict.get("remeasured"), bool))
@@ -122,10 +122,10 @@ def _row_1_to_2(row: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 #: version -> the step that turns a report of that version into the next version's
-REPORT_STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _report_1_to_2}
+REPORT_STEPS: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {1: _report_1_to_2}
 
 
-def upgrade_report(doc: Mapping[str, Any], where: str = "",
+def upgrade_report(doc: Mapping[str, object], where: str = "",
                    error: Callable[[str], Exception] = FormatError) -> dict[str, Any]:
     """A report (its ``format`` checked by the caller) in today's layout: a copy of ``doc`` upgraded step by
     step from its ``version`` (``doc`` itself is not changed; the copy shares what no step changed).
@@ -146,7 +146,7 @@ def upgrade_report(doc: Mapping[str, Any], where: str = "",
 # -- baseline files --------------------------------------------------------------------------------------
 
 
-def _baseline_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+def _baseline_1_to_2(doc: dict[str, object]) -> dict[str, object]:
     """Version 1, any layout (see the module doc) -> 2."""
     cases, runs = doc.get("cases"), doc.get("runs")
     measured = isinstance(cases, Mapping) and any(isinstance(c, Mapping) and isinstance(c.get("runs"), list)
@@ -163,10 +163,10 @@ def _baseline_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 #: version -> the step that turns a baseline document of that version into the next version's
-BASELINE_STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _baseline_1_to_2}
+BASELINE_STEPS: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {1: _baseline_1_to_2}
 
 
-def upgrade_baseline(doc: Mapping[str, Any], where: str = "",
+def upgrade_baseline(doc: Mapping[str, object], where: str = "",
                      error: Callable[[str], Exception] = FormatError) -> dict[str, Any]:
     """A baseline document (its ``schema`` checked by the caller) in today's layout: a copy of ``doc``
     upgraded step by step from its ``schema_version`` (``doc`` itself is not changed).  ``error(message)``,

@@ -13,9 +13,12 @@ import json
 import math
 import os
 import re
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
-__all__ = ["parse_json_bytes", "json_path", "first_non_finite"]
+__all__ = ["JsonKey", "parse_json_bytes", "json_path", "first_non_finite"]
+
+#: a step of a JSON path: an object's key or an array's index
+JsonKey = Union[str, int]
 
 
 def parse_json_bytes(raw: bytes, path: "str | os.PathLike[str]", what: str, error: Callable[[str], Exception],
@@ -48,7 +51,7 @@ def parse_json_bytes(raw: bytes, path: "str | os.PathLike[str]", what: str, erro
         raise error(f"{path}: invalid JSON: {e}") from None
 
 
-def json_path(parts: Iterable[Any]) -> str:
+def json_path(parts: Iterable[JsonKey]) -> str:
     """The JSON path of the keys and indexes ``parts``: ``$.rows[3].samples_s[0]``, ``$.cases["a|b"]``."""
     out = "$"
     for p in parts:
@@ -57,11 +60,11 @@ def json_path(parts: Iterable[Any]) -> str:
     return out
 
 
-def first_non_finite(doc: Any, skip: Iterable[str] = ()) -> Optional[tuple[str, float]]:
+def first_non_finite(doc: object, skip: Iterable[str] = ()) -> Optional[tuple[str, float]]:
     """The JSON path and value of a NaN or an infinity in ``doc`` (Python's json reads them, but they are not
     JSON), None where there is none; the values of object keys in ``skip`` are not looked at."""
     left_out = set(skip)
-    stack: list[tuple[Any, list[Any]]] = [(doc, [])]
+    stack: list[tuple[object, list[JsonKey]]] = [(doc, [])]
     while stack:
         value, where = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):

@@ -9,10 +9,7 @@
   record in :mod:`.cases`, NAME|PATH|auto resolved to a file in :mod:`.names` (the user's folder, then the
   baselines shipped with the package: :mod:`.shipped`), a file's runs of this machine in :mod:`.machines`.
 * :mod:`.tails`       -- the TAIL rule: a case's one-op tail against the baseline's (the histograms and
-  sketches it reads in :mod:`.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
-* :mod:`.regate`      -- the gate run again on a saved report (``gpucomm compare``).
-* :mod:`.keep`        -- keeping baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``; prune and
-  merge in :mod:`.keep_prune` and :mod:`.keep_merge`, what they share in :mod:`.keep_files`).
+  sketches it reads in :mod:`pytest_gpucomm.sketches`; a case's tail verdict in :mod:`.tail_verdict`).
 * :mod:`.calibration` -- leave-one-session-out on a baseline file, the figures behind the gate's defaults; the
   corpus prior checked leave-one-machine-out in :mod:`.calibration_corpus`.
 * :mod:`.prior`       -- the spread prior of the corpus: one-session cases of hardware no file covers take their
@@ -21,6 +18,10 @@
 * :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
   and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`); what it fits of
   a baseline once per session in :mod:`.baseline_fit`.
+
+The gate judges and does nothing else: the commands that run it again on a saved report (``gpucomm compare``,
+:mod:`pytest_gpucomm.cli.regate`) and keep baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``)
+are the ``gpucomm`` command's (:mod:`pytest_gpucomm.cli`), above the reports, which this package never imports.
 
 Importing this package, building a ``Gate`` and asking ``.active`` / ``.loaded`` is cheap: the decision
 and store names are resolved on first use (module ``__getattr__``), so numpy, scipy, jsonschema and

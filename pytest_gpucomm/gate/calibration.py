@@ -41,12 +41,24 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypedDict
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
-from .levels import FOLDED_CLASSES
+from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocation, class_scatter, corrected_alpha,
+                       detectable_drop, fit_case, fit_prior, judge, prediction, prior_class, run_location)
+from .levels import (FOLDED_CLASSES, LEVEL_SHARES, LevelFit, Member, RunLevels, fit_levels, judge_run, member,
+                     run_offsets)
+from .prior import CorpusPrior, corpus_of_files
+from .verdicts import case_group, case_kind
 
-__all__ = ["Case", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
+if TYPE_CHECKING:
+    from .machines import Shape
+    from .store import Baseline
+
+#: a case of a suite to judge: its key, its model and prior, its runs (the first, then its re-measures), its group
+Judged = tuple[str, CaseModel, Prior, list[RunLocation], str]
+
+__all__ = ["Case", "Counts", "load_cases", "machines_of", "sessions_of", "loso", "fit_model", "simulate", "main"]
 
 #: drops (fractions) at which detection is reported by default
 DEFAULT_DROPS = (0.03, 0.05, 0.07, 0.10, 0.20)
@@ -63,11 +75,11 @@ class Case:
     key: str
     group: str
     klass: str
-    runs: dict[str, Any]
-    member: Any = None  # gate.levels.Member: its class and band for the levels
+    runs: dict[str, RunLocation]
+    member: Optional[Member] = None  # its class and band for the levels
 
 
-def machines_of(path: Path) -> list[tuple[Any, int]]:
+def machines_of(path: Path) -> list[tuple["Shape", int]]:
     """The machines (``machines.Shape``) of a baseline file's runs and how many runs each has, the most runs
     first; runs whose fingerprint has no kind are left out (they count for every machine, as in the plugin)."""
     from .store import load_baseline
@@ -75,7 +87,8 @@ def machines_of(path: Path) -> list[tuple[Any, int]]:
     return _machines(load_baseline(path))
 
 
-def load_cases(path: Path, machine: Any = None) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+def load_cases(path: Path,
+               machine: Optional["Shape"] = None) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """The measured cases of a baseline file, the date of each run id and its session label (or None);
     ``machine`` (a ``machines.Shape``): that machine's runs only, and those with no known machine, as the
     plugin judges a run of that machine (``machines.MATCH_RULE``)."""
@@ -84,11 +97,11 @@ def load_cases(path: Path, machine: Any = None) -> tuple[list[Case], dict[str, s
     return _cases(load_baseline(path), path, machine)
 
 
-def _machines(b: Any) -> list[tuple[Any, int]]:
+def _machines(b: "Baseline") -> list[tuple["Shape", int]]:
     """:func:`machines_of` of a loaded baseline ``b``."""
     from .machines import Shape
 
-    counts: dict[Any, int] = {}
+    counts: dict["Shape", int] = {}
     for r in b.runs:
         shape = Shape.of(r.fingerprint)
         if shape is not None:
@@ -96,12 +109,10 @@ def _machines(b: Any) -> list[tuple[Any, int]]:
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].describe()))
 
 
-def _cases(b: Any, path: Path, machine: Any) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
+def _cases(b: "Baseline", path: Path,
+           machine: Optional["Shape"]) -> tuple[list[Case], dict[str, str], dict[str, Optional[str]]]:
     """:func:`load_cases` of a loaded baseline ``b`` (read from ``path``, which its messages name)."""
-    from .decision import prior_class, run_location
     from .machines import Shape
-    from .levels import member
-    from .verdicts import case_group, case_kind
 
     runs = [r for r in b.runs if machine is None or Shape.of(r.fingerprint) in (machine, None)]
     kept = {r.run_id for r in runs}
@@ -149,11 +160,9 @@ def sessions_of(dates: dict[str, str], gap_min: float,
 
 
 def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[str, int],
-            corpus: Any = None) -> dict[str, tuple[Any, Any]]:
+            corpus: Optional[CorpusPrior] = None) -> dict[str, tuple[CaseModel, Prior]]:
     """Per case (with runs in ``runs_of``), its model and its class's prior, as the gate fits them; a case of
     one session takes the ``corpus`` prior (``prior.CorpusPrior``) of its class where that is trusted."""
-    from .decision import fit_case, fit_prior
-
     fitted = {}
     for c in cases:
         ids = [r for r in runs_of.get(c.key, []) if r in c.runs]
@@ -170,23 +179,20 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
     return out
 
 
-def _shifted(loc: Any, d: float) -> Any:
-    from .decision import RunLocation
-
+def _shifted(loc: RunLocation, d: float) -> RunLocation:
     return RunLocation(loc.loc + math.log(1.0 - d), loc.se2, loc.n) if d else loc
 
 
-def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *, m: int, tolerance: float,
-           alpha: float, max_remeasures: int, folds: int = 1, class_spread: float = 0.0) -> Any:
+def _judge(first: RunLocation, again: Sequence[RunLocation], model: CaseModel, prior: Prior, d: float, *, m: int,
+           tolerance: float, alpha: float, max_remeasures: int, folds: int = 1,
+           class_spread: float = 0.0) -> Comparison:
     """The verdict on ``first`` and the next ``folds - 1`` runs of ``again`` pooled (the case's folds), with
     the rest of ``again`` as its re-measures, every run scaled down by ``d``."""
-    from .decision import judge
-
     pre = [_shifted(r, d) for r in again[:folds - 1]]
     later = again[folds - 1:]
-    it: Iterator[Any] = iter(later)
+    it: Iterator[RunLocation] = iter(later)
 
-    def measure_again() -> tuple[Any, bool]:
+    def measure_again() -> tuple[RunLocation, bool]:
         return _shifted(next(it), d), True
 
     return judge(_shifted(first, d), model, prior, measure_again if len(later) else None, tolerance=tolerance,
@@ -194,7 +200,27 @@ def _judge(first: Any, again: Sequence[Any], model: Any, prior: Any, d: float, *
                  folds=pre, class_spread=class_spread).comparison
 
 
-def new_counts(drops: Sequence[float]) -> dict[str, Any]:
+class Counts(TypedDict):
+    """What :func:`judge_suite` counts over the suites of a calibration, and :func:`rates` reads: a pair is
+    [caught or gated, judged]; a drop's counts are by the drop."""
+
+    suites: int
+    false_alarm_suites: int
+    level_false_alarms: dict[str, int]
+    judged: int
+    not_gated: int
+    aa_statuses: dict[str, int]
+    caught_gated: dict[float, list[int]]
+    caught_all: dict[float, list[int]]
+    uniform: dict[float, list[int]]
+    detectable: list[float]
+    level_detectable: dict[str, list[float]]
+    level_gated: dict[str, list[int]]
+    one_band: list[int]
+    one_case: list[int]
+
+
+def new_counts(drops: Sequence[float]) -> Counts:
     return {"suites": 0, "false_alarm_suites": 0, "level_false_alarms": {k: 0 for k in LEVELS}, "judged": 0,
             "not_gated": 0, "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops},
             "caught_all": {d: [0, 0] for d in drops}, "uniform": {d: [0, 0] for d in drops}, "detectable": [],
@@ -206,20 +232,17 @@ def new_counts(drops: Sequence[float]) -> dict[str, Any]:
 LEVELS = ("case", "class", "band", "residual")
 
 
-def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[Any], str]], fit: Any,
+def judge_suite(counts: Counts, judged: list[Judged], fit: LevelFit,
            drops: Sequence[float], *, tolerance: float, alpha: float, max_remeasures: int,
            per_case: bool = False, folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Judge one suite (one current run of every case, with its re-measures) as the plugin does: each case
     at its share of alpha, then the run at the levels (``fit``: ``levels.fit_levels`` over these cases).
     A/A; a uniform drop of every case at each of ``drops``; a 10 % drop of each op band in turn and, with
     ``per_case``, of each case in turn (caught: a verdict or a failing level covers it)."""
-    from .decision import class_scatter
-    from .levels import LEVEL_SHARES, judge_run
-
     kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * LEVEL_SHARES["case"],
               max_remeasures=max_remeasures)
 
-    def run(drop_of: Any) -> tuple[dict[str, Any], Any]:
+    def run(drop_of: Callable[..., float]) -> tuple[dict[str, Comparison], RunLevels]:
         out, dev, var = {}, {}, {}
         seen: dict[str, list[float]] = {}  # per class, the first runs' log ratios so far (the plugin's Floors.cases)
         for key, model, prior, runs, _ in judged:
@@ -232,7 +255,7 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
         return out, judge_run(dev, fit, var, tolerance=tolerance, alpha=alpha, folds=folds, floors=floors,
                               runs={k: c.runs_now for k, c in out.items()})
 
-    def caught(out: dict[str, Any], lv: Any, keys: Sequence[str]) -> bool:
+    def caught(out: dict[str, Comparison], lv: RunLevels, keys: Sequence[str]) -> bool:
         covered = lv.failed_keys()
         return any(out[k].failed or k in covered for k in keys)
 
@@ -282,20 +305,19 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
             "not_gated": sorted(k for k, g in gated.items() if not g)}
 
 
-def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[Any, Any]],
-                session_of: dict[str, Any], corpus: Any = None) -> Any:
+def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[CaseModel, Prior]],
+                  session_of: dict[str, int], corpus: Optional[CorpusPrior] = None) -> LevelFit:
     """The levels' models (``levels.fit_levels``) over the runs in ``runs_of`` of the cases in ``models``; the
     ``corpus`` prior gives the residuals' session part of a baseline of one session."""
-    from .levels import fit_levels
-
     cs = [c for c in cases if c.key in models and c.member is not None]
     return fit_levels({c.key: {r: c.runs[r].loc for r in runs_of[c.key]} for c in cs},
-                      {c.key: models[c.key][0].center for c in cs}, {c.key: c.member for c in cs},
+                      {c.key: models[c.key][0].center for c in cs},
+                      {c.key: c.member for c in cs if c.member is not None},
                       {r: str(s) for r, s in session_of.items()},
                       corpus.residual_sessions() if corpus is not None else None)
 
 
-def rates(counts: dict[str, Any]) -> dict[str, Any]:
+def rates(counts: Counts) -> dict[str, Any]:
     import numpy as np
 
     def share(pair: list[int]) -> Optional[float]:
@@ -358,9 +380,6 @@ def fit_model(cases: list[Case], session: dict[str, int]) -> dict[str, Any]:
     ``decision.fit_case`` on every run, and per group the spread of a run's common offset."""
     import numpy as np
 
-    from .decision import prediction
-    from .levels import run_offsets
-
     models = models_of(cases, {c.key: list(c.runs) for c in cases}, session)
     per_case = {}
     for c in cases:
@@ -386,8 +405,6 @@ def simulate(cases: list[Case], session: dict[str, int], model: dict[str, Any], 
     is the case's centre + the group's common offset of the run + the case's session offset + its run offset
     + its within-run error; the common part is taken out of the case's run spread (what is left, at least 0)."""
     import numpy as np
-
-    from .decision import RunLocation
 
     rng = np.random.default_rng(seed)
     counts = new_counts(drops)
@@ -424,8 +441,6 @@ def projection(cases: list[Case], model: dict[str, Any], sessions: Sequence[int]
     """How the share of cases not gated and the smallest detectable drop would fall with more baseline
     sessions: baselines of ``s`` sessions x ``runs_per_session`` runs drawn from the fitted model."""
     import numpy as np
-
-    from .decision import CASE_ALPHA_SHARE, RunLocation, corrected_alpha, detectable_drop
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -568,7 +583,6 @@ def _corpus(args: argparse.Namespace) -> int:
     """``--corpus``: the prior checked leave-one-machine-out (``calibration_corpus``), printed and, with --json,
     written."""
     from .calibration_corpus import leave_one_machine_out, machine_lines
-    from .prior import corpus_of_files
     from .schema import BaselineError
 
     try:

@@ -19,13 +19,17 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
 from .calibration import Case, fit_levels_of, judge_suite, models_of, new_counts, pct, rates, report_lines as _lines
+from .prior import CorpusPrior, fit_corpus
 
-__all__ = ["one_session", "leave_one_machine_out", "machine_lines"]
+__all__ = ["Machines", "one_session", "leave_one_machine_out", "machine_lines"]
+
+#: the machines of a corpus: name -> its cases and the session of each run id (``prior.corpus_of_files``)
+Machines = Mapping[str, tuple[list[Case], Mapping[str, int]]]
 
 
-def one_session(cases: list[Case], session: Mapping[str, int], drops: Sequence[float], *, corpus: Any = None,
-                tolerance: float = DEFAULT_TOLERANCE, alpha: float = DEFAULT_ALPHA,
-                max_remeasures: int = DEFAULT_MAX_REMEASURES, per_case_every: int = 0,
+def one_session(cases: list[Case], session: Mapping[str, int], drops: Sequence[float], *,
+                corpus: Optional[CorpusPrior] = None, tolerance: float = DEFAULT_TOLERANCE,
+                alpha: float = DEFAULT_ALPHA, max_remeasures: int = DEFAULT_MAX_REMEASURES, per_case_every: int = 0,
                 folds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Each session of ``cases`` as a one-session baseline (with the ``corpus`` prior, or none), every run of
     each other session judged against it, the session's next runs as its folds and re-measures."""
@@ -63,12 +67,10 @@ def one_session(cases: list[Case], session: Mapping[str, int], drops: Sequence[f
     return {"sessions": len(sessions), **out, "per_suite": per_suite}
 
 
-def leave_one_machine_out(machines: Mapping[str, tuple[list[Case], Mapping[str, int]]], drops: Sequence[float],
-                          fit: Optional[Callable[[Mapping[str, Any]], Any]] = None, **kw: Any) -> dict[str, Any]:
+def leave_one_machine_out(machines: Machines, drops: Sequence[float],
+                          fit: Optional[Callable[[Machines], CorpusPrior]] = None, **kw: Any) -> dict[str, Any]:
     """Per machine with runs in two sessions or more: :func:`one_session` with the prior fitted on the other
     machines (``fit``: ``prior.fit_corpus``), and without a prior."""
-    from .prior import fit_corpus
-
     fit = fit or fit_corpus
     out = {}
     for name, (cases, session) in machines.items():

@@ -1,32 +1,19 @@
-"""A case of a baseline: its key (:func:`case_key`: test, op, size, dtype, world and layout), and its record in
-the run being saved (:class:`CaseRecord`, made from a measurement), which :func:`pytest_gpucomm.gate.store.save_run`
-merges into the file."""
+"""A case of a baseline: its key (:func:`~pytest_gpucomm.vocab.case_key`: test, op, size, dtype, world and
+layout, a word of the package root that the analysis shares), and its record in the run being saved
+(:class:`CaseRecord`, made from a measurement), which :func:`pytest_gpucomm.gate.store.save_run` merges into the
+file."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+from ..vocab import case_key
+
+if TYPE_CHECKING:
+    from ..measurement import Measurement
 
 __all__ = ["case_key", "CaseRecord"]
-
-
-def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
-             layout: str = "") -> str:
-    """The key of a case in a baseline: ``<test_id>|<op>|<size_bytes>B|<dtype or ->|ws<world_size>``, and
-    ``|<layout>`` for a job across nodes (launched mode), ``<nodes>x<ranks per node>`` (e.g. ``2x8``).
-
-    Every part is kept verbatim, so the key is stable across runs and readable in the file; e.g.
-    ``tests/test_comm.py::test_all_reduce[16MiB]|all_reduce|16777216B|float32|ws2``.  A job on one host
-    has no layout part: its keys are those of the rank pool.
-    """
-    if layout and not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", layout):
-        raise ValueError(f"layout must be '<nodes>x<ranks per node>' (e.g. '2x8'), got {layout!r}")
-    if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
-        raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
-    if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-        raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
-    return f"{test_id}|{op}|{int(size_bytes)}B|{dtype or '-'}|ws{int(world_size)}" + (f"|{layout}" if layout else "")
 
 
 @dataclass
@@ -49,14 +36,14 @@ class CaseRecord:
         return case_key(self.test_id, self.op, self.size_bytes, self.dtype, self.world_size, self.layout)
 
     @classmethod
-    def from_measurement(cls, measurement: Any, test_id: str, layout: str = "") -> "CaseRecord":
-        """Build from a ``measurement.Measurement`` (duck-typed: no import of the device side); a measurement
-        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.gate.sketches.TailSketch`."""
+    def from_measurement(cls, measurement: "Measurement", test_id: str, layout: str = "") -> "CaseRecord":
+        """Build from a measurement (read by its attributes: any object with them will do); a measurement
+        with single ops (``info["tail"]``) keeps their :class:`~pytest_gpucomm.sketches.TailSketch`."""
         samples = [float(v) for v in measurement.samples_gbps]
         tail = None
         info = getattr(measurement, "info", None) or {}
         if isinstance(info.get("tail"), dict) and info["tail"].get("hist"):
-            from .sketches import TailSketch
+            from ..sketches import TailSketch
 
             tail = TailSketch.from_info(info["tail"], f"{test_id}: info['tail']").to_dict()
         summary = {

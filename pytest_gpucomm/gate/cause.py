@@ -30,7 +30,11 @@ measure with an environment is the caller's (:class:`Remeasurer`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ..env.device_state import DeviceChange
+    from ..measurement import Measurement
 
 __all__ = ["DEFAULT_BUDGET", "EnvChange", "Attempt", "CauseResult", "env_changes", "likely_first", "find_cause",
            "likely_causes"]
@@ -104,7 +108,7 @@ def _attempt_text(a: Attempt, by_name: Mapping[str, EnvChange]) -> str:
     return f"{what}: {a.ratio:.2f}x" if a.ratio is not None else f"{what}: {a.error or 'failed'}"
 
 
-def env_changes(diff: Sequence[tuple[str, Any, Any]], absent: Any = None) -> list[EnvChange]:
+def env_changes(diff: Sequence[tuple[str, object, object]], absent: object = None) -> list[EnvChange]:
     """The environment variables among the differences of two fingerprints (``env.NAME`` keys of
     :func:`pytest_gpucomm.env.fingerprint.diff_fingerprints`; ``absent`` stands for a missing side)."""
     out = []
@@ -169,7 +173,7 @@ def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, tolerance: f
     return result(changes)
 
 
-def likely_causes(changes: Sequence[Any], m: Any, measured: Sequence[Any],
+def likely_causes(changes: Sequence["DeviceChange"], m: Measurement, measured: Sequence[Measurement],
                   fingerprint: Optional[Mapping[str, Any]] = None) -> list[str]:
     """The lines a verdict adds for the case measured as ``m`` (and again as ``measured``): each of the device
     ``changes`` (``env.device_state.DeviceChange``) that can slow it, a host<->device copy's PCIe link that ran

@@ -13,11 +13,12 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..analysis.curves import form_of_id, sweep_id
 from ..units import format_size, plural
 from ..vocab import DEFAULT_ALPHA, DEFAULT_TOLERANCE
-from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORMAL, GATED_DROP_FACTOR, MIN_SPREAD,
-                       NO_PRIOR, Prior, RunLocation, bounded_exp, check_tolerance, fit_case, prediction,
-                       prior_of_variances, t_quantile)
+from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORMAL, FALLBACK_DF, FALLBACK_RUN_SPREAD,
+                       FALLBACK_SESSION_SPREAD, GATED_DROP_FACTOR, MIN_SPREAD, NO_PRIOR, Prior, RunLocation,
+                       bounded_exp, check_tolerance, fit_case, prediction, prior_of_variances, t_quantile)
 
 __all__ = ["LEVELS_RULE", "LEVEL_SHARES", "FOLDED_CLASSES", "Common", "run_offsets", "common_spread",
            "Member", "member", "case_class", "residuals", "Residual",
@@ -103,8 +104,6 @@ class Member:
 def member(key: str, *, test_id: str, op: str, kind: str, size_bytes: int, dtype: Optional[str], world_size: int,
            devices: Sequence[str], layout: str = "") -> Member:
     """The :class:`Member` of the case ``key``; ``kind`` is "collective", "peer" or "host"."""
-    from ..analysis.curves import form_of_id, sweep_id
-
     klass = case_class(kind, size_bytes)
     small = size_bytes <= SMALL_BYTES
     sweep = sweep_id(test_id, size_bytes)
@@ -436,8 +435,6 @@ def _with_sessions(sd: float, df: float, session: Optional[tuple[float, float]])
     """A residual's spread fitted on the runs of one session, with the part drawn once per session added for
     the baseline's session and today's: from ``session`` (a prior's variance and degrees of freedom), else
     assumed (FALLBACK_SESSION_SPREAD, FALLBACK_DF); (sd, df by Satterthwaite, assumed)."""
-    from .decision import FALLBACK_DF, FALLBACK_SESSION_SPREAD
-
     s2, sdf = session if session is not None else (FALLBACK_SESSION_SPREAD ** 2, FALLBACK_DF)
     v = sd * sd + 2.0 * s2
     denom = (sd * sd) ** 2 / max(df, 1.0) + ((2.0 * s2) ** 2 / sdf if math.isfinite(sdf) and sdf > 0 else 0.0)
@@ -466,8 +463,6 @@ def _pseudo(level: str, name: str, keys: Sequence[str], x: float, fitted: Option
 def _class_verdict(name: str, keys: Sequence[str], offset: float, common: Optional[Common], case_var: float, *,
                    tolerance: float, alpha: float, runs: int = 2) -> LevelVerdict:
     """A class's offset against the spread of the baseline runs' offsets (decision step 6, per class)."""
-    from .decision import FALLBACK_DF, FALLBACK_RUN_SPREAD, FALLBACK_SESSION_SPREAD
-
     if len(keys) < MIN_CLASS_CASES:
         return LevelVerdict("class", name, tuple(keys), "not judged", math.exp(offset), math.nan, math.nan, alpha,
                             math.nan, math.nan, math.nan, math.nan, tolerance,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ..units import plural
+from .names import baseline_name_for_model
 from .schema import BaselineError
 
 if TYPE_CHECKING:
@@ -117,8 +118,6 @@ class Shape:
 
 
 def _chip(model: str) -> str:
-    from .names import baseline_name_for_model
-
     return baseline_name_for_model(model) or model.strip().lower()
 
 

@@ -33,7 +33,14 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+from ..files.atomic import write_atomic
+from ..files.reading import read_regular_file
+
+if TYPE_CHECKING:  # numpy and scipy: imported where a prior is fitted or used
+    from .calibration import Case
+    from .decision import CaseModel, Prior
 
 __all__ = ["PRIOR_FILE", "SCHEMA", "MIN_MACHINES", "ClassPrior", "CorpusPrior", "PriorError", "fit_corpus",
            "load_prior", "prior_path", "corpus_of_files", "main"]
@@ -67,7 +74,7 @@ class ClassPrior:
     residual_s2: float = 0.0  # the part of a case's residual (levels) drawn once per session
     residual_df: float = 0.0
 
-    def as_prior(self) -> Any:
+    def as_prior(self) -> "Prior":
         """The prior a one-session case's model is judged with (``decision.Prior``)."""
         from .decision import Prior
 
@@ -98,7 +105,7 @@ class CorpusPrior:
         p = self.classes.get(klass)
         return p if p is not None and p.trusted else None
 
-    def prior_for(self, klass: str, sessions: int) -> Any:
+    def prior_for(self, klass: str, sessions: int) -> Optional["Prior"]:
         """The ``decision.Prior`` a case of level class ``klass`` whose baseline runs come from ``sessions``
         sessions takes from the corpus: its class's, where it is trusted and the case has one session; else None."""
         p = self.trusted(klass) if sessions == 1 else None
@@ -133,7 +140,7 @@ class CorpusPrior:
 Estimate = tuple[float, float, float, float, float, float]
 
 
-def _estimates(cases: Sequence[Any], session: Mapping[str, int]) -> dict[str, list[Estimate]]:
+def _estimates(cases: Sequence["Case"], session: Mapping[str, int]) -> dict[str, list[Estimate]]:
     """Per class, each case's (session part, its df, run part, its df, its residual's session part, its df)
     from one machine's runs (``cases``: ``calibration.Case``); cases in fewer than two sessions, or without two
     runs in one, give none.  The residual is the levels' (``levels.residuals``: the case's log deviation less
@@ -141,7 +148,7 @@ def _estimates(cases: Sequence[Any], session: Mapping[str, int]) -> dict[str, li
     from .decision import RunLocation, fit_case
     from .levels import residuals
 
-    models: dict[str, Any] = {}
+    models: dict[str, "CaseModel"] = {}
     devs: dict[str, dict[str, float]] = {}
     for c in cases:
         ids = sorted(c.runs)
@@ -168,7 +175,7 @@ def _estimates(cases: Sequence[Any], session: Mapping[str, int]) -> dict[str, li
     return out
 
 
-def fit_corpus(machines: Mapping[str, tuple[Sequence[Any], Mapping[str, int]]], kind: str = "gpu") -> CorpusPrior:
+def fit_corpus(machines: Mapping[str, tuple[Sequence["Case"], Mapping[str, int]]], kind: str = "gpu") -> CorpusPrior:
     """The prior of the machines ``machines`` (name -> its cases, ``calibration.Case``, and the session of each
     run id): per class, Smyth's prior of the session parts and of the run parts over every case of every
     machine that has runs of the class in several sessions."""
@@ -193,13 +200,13 @@ def fit_corpus(machines: Mapping[str, tuple[Sequence[Any], Mapping[str, int]]], 
 
 
 def corpus_of_files(paths: Sequence[Path], leave_out: Sequence[str] = ()
-                    ) -> dict[str, tuple[list[Any], dict[str, int]]]:
+                    ) -> dict[str, tuple[list["Case"], dict[str, int]]]:
     """The GPU machines of the baseline files ``paths`` (``gate.machines.Shape``; several per file), each with
     its cases and the session of each run (labels, else runs within an hour), less those whose description
     contains a text of ``leave_out``."""
     from .calibration import load_cases, machines_of, sessions_of
 
-    out: dict[str, tuple[list[Any], dict[str, int]]] = {}
+    out: dict[str, tuple[list["Case"], dict[str, int]]] = {}
     for path in paths:
         for shape, _ in machines_of(Path(path)):
             name = shape.describe()
@@ -230,8 +237,6 @@ def prior_path(value: Optional[str]) -> Optional[Path]:
 def load_prior(path: Path = PRIOR_FILE) -> CorpusPrior:
     """Read a prior file; a file that is missing, too large, not JSON or not a prior is a :class:`PriorError`
     that names it."""
-    from ..files.reading import read_regular_file
-
     where = f"the spread prior {path}"
     try:
         text = read_regular_file(path, what="spread prior", limit=MAX_PRIOR_BYTES, limit_name="its size limit",
@@ -294,8 +299,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     for p in sorted(prior.classes.values(), key=lambda p: p.klass):
         print(f"  {p.describe()}")
     if args.output is not None:
-        from ..files.atomic import write_atomic
-
         write_atomic(args.output, json.dumps(prior.to_document(), indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.output}")
     return 0

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import jsonschema
 
-from ..files.jsontext import json_path
 from ..files.formats import BASELINE_SCHEMA, BASELINE_VERSION
+from ..files.jsontext import JsonKey, first_non_finite, json_path
 
 if TYPE_CHECKING:
-    from .sketches import TailSketch
+    from ..sketches import TailSketch
 
 __all__ = [
     "SCHEMA_ID",
@@ -145,14 +145,14 @@ class BaselineError(Exception):
     """A baseline that cannot be used; the message names the file and exactly what is wrong."""
 
 
-def nesting_depth_exceeds(doc: Any, limit: int) -> bool:
+def nesting_depth_exceeds(doc: object, limit: int) -> bool:
     """Whether arrays/objects in ``doc`` nest deeper than ``limit`` levels (the top level is level 1).
     Iterative: a document of any depth is checked without recursion."""
-    stack: list[tuple[Any, int]] = [(doc, 1)]
+    stack: list[tuple[object, int]] = [(doc, 1)]
     while stack:
         obj, depth = stack.pop()
         if isinstance(obj, Mapping):
-            children: Iterable[Any] = obj.values()
+            children: Iterable[object] = obj.values()
         elif isinstance(obj, (list, tuple)):
             children = obj
         else:
@@ -170,12 +170,10 @@ def too_deep(path: Path) -> BaselineError:
     )
 
 
-def check_finite(path: Path, doc: Any) -> None:
+def check_finite(path: Path, doc: object) -> None:
     """Refuse a NaN or an infinity anywhere (Python's json reads them, but they are not JSON: a file that held
     one in a fingerprint loaded, and then the next run could not be saved to it); the schema has already
     named those in the samples and the figures it knows (the samples, most of a file, are left out here)."""
-    from ..files.jsontext import first_non_finite
-
     found = first_non_finite(doc, skip=("samples_gbps",))
     if found:
         raise BaselineError(f"{path}: invalid baseline: at {found[0]}: {found[1]!r} is not a finite "
@@ -224,10 +222,10 @@ def check_tails(path: Path, doc: dict) -> None:
                 tail_sketch(path, run["tail"], ["cases", key, "runs", i, "tail"])
 
 
-def tail_sketch(path: Path, d: Any, where: list[Any]) -> TailSketch:
-    """The :class:`~pytest_gpucomm.gate.sketches.TailSketch` of a run's ``tail``, or a BaselineError naming the file
+def tail_sketch(path: Path, d: Any, where: list[JsonKey]) -> TailSketch:
+    """The :class:`~pytest_gpucomm.sketches.TailSketch` of a run's ``tail``, or a BaselineError naming the file
     and the place."""
-    from .sketches import TailSketch
+    from ..sketches import TailSketch
 
     at = f"{path}: invalid baseline: at {json_path(where)}"
     bad = [q for q in (d.get("ratios") or {}) if not _level(q)] if isinstance(d, dict) else []

@@ -11,9 +11,12 @@ import functools
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..vocab import DEFAULT_BASELINE_DIR
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 __all__ = ["SHIPPED", "shipped_folder", "package_folder", "in_installed_package", "default_baseline_dir",
            "install_command"]
@@ -77,7 +80,7 @@ def default_baseline_dir(rootdir: Path, invocation_dir: Path) -> Path:
     return root / DEFAULT_BASELINE_DIR
 
 
-def install_command(extra: str, distribution: Any = None) -> str:
+def install_command(extra: str, distribution: Optional["metadata.Distribution"] = None) -> str:
     """The pip command that adds the extra ``extra`` to pytest-gpucomm as it was installed, and what the extra
     adds: from the wheel or sdist file it was installed from (``pip install '/path/x.whl[plots]'``), the
     checkout of an editable install (``pip install -e '/repo[plots]'``), else by name from the package index

@@ -30,7 +30,7 @@ file of version 1 is upgraded on read, :mod:`pytest_gpucomm.files.formats`, and 
              "samples_gbps": [171.2, 170.9, ...],          # per-iteration bandwidth, GB/s (1e9 B/s), > 0
              "summary": {"median_gbps": 171.0, "p50_us": 98.1, "p99_us": 101.5, "cv": 0.01, "n": 50},
              "tail": {"n": 9800, "p50_us": 20.1,           # optional: the run's single ops, each timed on
-                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (gate.sketches.TailSketch:
+                      "ratios": {"0.9": 1.04, "0.99": 1.15, "0.999": 1.6},   # its own (sketches.TailSketch:
                       "max_ratio": 2.9}}                    # quantile / median per level, slowest op / median)
           ],
           "floor_gbps": 44.0                 # optional; published cases: the minimum acceptable median
@@ -84,14 +84,15 @@ from filelock import FileLock, Timeout
 
 from ..files.atomic import remove_stale_temp_files, write_atomic
 from ..files.formats import upgrade_baseline
-from ..files.jsontext import json_path
+from ..files.jsontext import json_path, parse_json_bytes
+from ..files.reading import read_regular_file
 from ..vocab import DEFAULT_MAX_RUNS
 from .cases import CaseRecord
 from .schema import (MAX_NESTING, SCHEMA_ID, SCHEMA_VALIDATOR, SCHEMA_VERSION, BaselineError, check_finite,
                      check_samples, check_tails, describe_error, nesting_depth_exceeds, tail_sketch, too_deep)
 
 if TYPE_CHECKING:
-    from .sketches import TailSketch
+    from ..sketches import TailSketch
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -205,12 +206,8 @@ class Baseline:
 def read_document(path: Path) -> dict:
     """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
     path = Path(path)
-    from ..files.reading import read_regular_file
-
     raw = read_regular_file(path, what="baseline", limit=int(MAX_BASELINE_BYTES),
                             limit_name="pytest_gpucomm.gate.store.MAX_BASELINE_BYTES", error=BaselineError)
-    from ..files.jsontext import parse_json_bytes
-
     doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: too_deep(path))
     if nesting_depth_exceeds(doc, MAX_NESTING):
         raise too_deep(path)
@@ -532,7 +529,7 @@ def update_document(path: Path, change: Callable[[Optional[dict]], Optional[dict
         ) from None
 
 
-def _check_to_write(path: Path, doc: Any) -> None:
+def _check_to_write(path: Path, doc: object) -> None:
     """What :func:`read_document` checks of a file, on a document about to be written: BaselineError
     ("refusing to write an invalid baseline") naming ``path`` and the first problem."""
     at = f"{path}: refusing to write an invalid baseline"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..units import describe_us, plural
 from ..vocab import Status
-from .sketches import Histogram, TailSketch
+from ..sketches import Histogram, TailSketch
 from .tails import TailTest, tail_test
 
 if TYPE_CHECKING:

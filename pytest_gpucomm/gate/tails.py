@@ -70,21 +70,21 @@ share is within the run-to-run spread plus the baseline's error, and it is caugh
 A tail that only doubles the share of a near slow mode (1.5 % -> 3 % of ops 1.5 x slower) moves the
 p99-level share by 2 x, inside that spread: it is not reliably caught.
 
-Today's samples may be given raw or as a :class:`~.sketches.Histogram`: a sparse histogram of the times in bins
-0.5 % wide (the compact form a measurement carries in ``info["tail"]["hist"]``); counting the iterations
-above a threshold from it is exact except within the threshold's own bin, which is not counted.
+Today's samples may be given raw or as a :class:`~pytest_gpucomm.sketches.Histogram`: a sparse histogram of
+the times in bins 0.5 % wide (the compact form a measurement carries in ``info["tail"]["hist"]``); counting the
+iterations above a threshold from it is exact except within the threshold's own bin, which is not counted.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from ..vocab import DEFAULT_ALPHA
-from .sketches import Histogram, TailSketch, positive_times
+from ..sketches import Histogram, TailSketch, positive_times
 
 __all__ = [
     "DEFAULT_TAIL_TOLERANCE",
@@ -129,7 +129,7 @@ class _Run:
 
     p50_s: float
     n: Optional[int]
-    source: Any
+    source: Union[TailSketch, Histogram, tuple[float, float]]
 
     def ratio(self, q: float) -> Optional[float]:
         """Its q-quantile over its median; None where it has too few ops (or, as (p50, p99), only the p99)."""

@@ -97,10 +97,10 @@ def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:
 def tail_info(results: Sequence[BenchResult]) -> TailInfo:
     """``info["tail"]``: the single-operation times' figures (the slowest rank's per op: ``n``, ``p50_us``,
     ``p99_us``, ``p999_us`` -- None below 1,000 ops --, ``max_us``, ``jitter`` = p99 / p50), their sparse
-    histogram (``hist``, :class:`pytest_gpucomm.gate.sketches.Histogram`: what the tail rule counts), each rank's
+    histogram (``hist``, :class:`pytest_gpucomm.sketches.Histogram`: what the tail rule counts), each rank's
     own ``own_p50_us`` / ``own_p99_us``, and the timer: ``timer``, ``resolution_us``, ``overhead_us``
     (the largest over the ranks), ``budget_s``."""
-    from ..gate.sketches import Histogram, tail_figures
+    from ..sketches import Histogram, tail_figures
 
     first = results[0]
     times = list(first.op_times_s)

@@ -341,7 +341,7 @@ def latency_percentile_us(m: Any, percentile: float) -> tuple[float, str]:
         if key is not None and tail.get(key) is not None:
             return float(tail[key]), of
         if isinstance(tail.get("hist"), dict):
-            from ..gate.sketches import Histogram
+            from ..sketches import Histogram
 
             return Histogram.from_dict(tail["hist"], "info['tail']['hist']").quantile(percentile / 100) * 1e6, of
     return m.latency_us(percentile), f"per iteration ({m.n} samples)"

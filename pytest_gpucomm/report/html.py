@@ -201,7 +201,7 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
 
     Raises ``saved.ReportError`` for a document that is not a report this pytest-gpucomm reads or a row
     that cannot be read back, ValueError for a ``baseline`` that is not a baseline document."""
-    from .. import __version__
+    from ..vocab import __version__
     from .plots import context_line
 
     doc, figures = as_document(report), as_figures(baseline)

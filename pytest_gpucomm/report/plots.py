@@ -410,7 +410,7 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
 
 def _exceedance_of_hist(hist: Any) -> tuple[np.ndarray, np.ndarray]:
     """Per bin (ascending): its geometric middle (s) and the share of ops in it or above."""
-    from ..gate.sketches import BIN_RATIO
+    from ..sketches import BIN_RATIO
 
     idx = sorted(hist.counts)
     counts = np.array([hist.counts[i] for i in idx], dtype=float)
@@ -450,7 +450,7 @@ def latency_figures(report: ReportLike, baseline: BaselineLike = None, *,
     (one per baseline run)."""
     Figure = _mpl()
     doc, figures = as_document(report), as_figures(baseline)
-    from ..gate.sketches import Histogram, TailSketch
+    from ..sketches import Histogram, TailSketch
 
     with_tail = [r for r in doc.rows if _tail(r) is not None]
     if sizes is not None:

@@ -1,15 +1,16 @@
 """``gpucomm baselines prune NAME --keep K | --before DATE | --run ID...``: take runs out of a baseline file
-(the rules are :mod:`.keep`'s docstring), under its lock, on what it holds then."""
+(the rules are :mod:`.baselines`' docstring), under its lock, on what it holds then."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, TextIO
 
 from ..units import plural
-from .keep_files import KeepError, lock_timeout, parse_date, read_baseline, resolve, run_groups
+from .baseline_files import KeepError, lock_timeout, parse_date, read_baseline, resolve, run_groups
 
 __all__ = ["prune_document", "run_prune"]
 
@@ -30,7 +31,7 @@ def prune_document(doc: Mapping[str, Any], path: Path, *, keep: Optional[int] = 
     ``before`` (remove the runs dated earlier) or ``run_ids`` (remove these runs, or a job id's runs): their
     samples leave every case, and a case left with no run and no floor leaves the file.  KeepError (naming
     ``path``) for an unknown run id or a run whose date is not ISO."""
-    from .store import run_group
+    from ..gate.store import run_group
 
     if [keep is not None, before is not None, bool(run_ids)].count(True) != 1:
         raise KeepError("prune: give exactly one of --keep, --before, --run")
@@ -65,8 +66,8 @@ def prune_document(doc: Mapping[str, Any], path: Path, *, keep: Optional[int] = 
     return new
 
 
-def run_prune(args: Any, out: TextIO) -> int:
-    from .store import update_document
+def run_prune(args: argparse.Namespace, out: TextIO) -> int:
+    from ..gate.store import update_document
 
     timeout = lock_timeout(args)
     path = resolve(args.name, args, writes=True)

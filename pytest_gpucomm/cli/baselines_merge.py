@@ -1,8 +1,9 @@
-"""``gpucomm baselines merge A B -o C``: the union of two baseline files (the rules are :mod:`.keep`'s
+"""``gpucomm baselines merge A B -o C``: the union of two baseline files (the rules are :mod:`.baselines`'
 docstring), written under C's lock."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, TextIO
 
 from ..units import plural
-from .keep_files import KeepError, lock_timeout, parse_date, read_baseline, resolve, run_groups, sessions
+from .baseline_files import KeepError, lock_timeout, parse_date, read_baseline, resolve, run_groups, sessions
 
 __all__ = ["merge_documents", "run_merge"]
 
@@ -37,8 +38,8 @@ def merge_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, name: str, wh
                     where_b: str = "B") -> dict[str, Any]:
     """The union of two baseline documents, named ``name`` (see the module docstring for the rules).  KeepError
     naming both files for a run id with other contents in each, or a case with two different floors."""
-    from .schema import SCHEMA_VERSION
-    from .store import run_group
+    from ..gate.schema import SCHEMA_VERSION
+    from ..gate.store import run_group
 
     a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))
     a_runs = {r["run_id"]: r for r in a["runs"]}
@@ -89,8 +90,8 @@ def merge_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, name: str, wh
             "max_runs": max_runs, "runs": runs, "cases": cases, **extra}
 
 
-def run_merge(args: Any, out: TextIO) -> int:
-    from .store import update_document
+def run_merge(args: argparse.Namespace, out: TextIO) -> int:
+    from ..gate.store import update_document
 
     timeout = lock_timeout(args)
     pa, pb = resolve(args.a, args), resolve(args.b, args)

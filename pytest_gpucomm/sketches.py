@@ -3,7 +3,8 @@ jitter), the sparse histogram a measurement carries in ``info["tail"]["hist"]`` 
 0.5 % wide), and the few numbers a baseline run keeps of them (:class:`TailSketch`: the median and the
 quantiles as ratios to it).  The tail rule that reads them is :mod:`pytest_gpucomm.gate.tails`.
 
-Pure numbers (numpy); no torch.
+Shared words, at the package root: the ranks make the histograms and figures (``ops``), the gate judges them,
+the reports draw them.  Pure numbers (numpy); no torch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..measurement import HistogramDict, TailInfo
+    from .measurement import HistogramDict, TailInfo
 
 __all__ = ["BIN_RATIO", "TailFigures", "tail_figures", "positive_times", "Histogram", "SKETCH_LEVELS", "TailSketch"]
 

@@ -2,7 +2,7 @@
 
 A report made on the GPU machine can be judged elsewhere (a CI job with no GPU, a laptop), against the
 baseline it was judged against in the run, another baseline file, or another report (taken as a one-run
-baseline, ``saved.report_as_baseline``).  It is the same gate, not a copy of it: a :class:`~.gate.Gate`
+baseline, ``saved.report_as_baseline``).  It is the same gate, not a copy of it: a :class:`~pytest_gpucomm.gate.Gate`
 built with the run's settings, fed the report's measurements in its order, then the run judged at the
 gate's levels (class offsets, op bands, case residuals).
 
@@ -25,9 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from ..gate import Gate, GateSettings, Verdict
+from ..gate.prior import PRIOR_FILE
+from ..measurement import Measurement, Remeasure
 from ..report.saved import Reference, measurements_of
+from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS, Status
+
+if TYPE_CHECKING:
+    from ..gate.levels import RunLevels
 
 __all__ = ["Regated", "RegatedRow", "regate", "OFFLINE_NOTE"]
 
@@ -39,8 +47,8 @@ OFFLINE_NOTE = ("the gate would measure this case again, and the report holds no
 @dataclass
 class RegatedRow:
     test: str
-    measurement: Any  # measurement.Measurement
-    verdict: Any  # gate.Verdict
+    measurement: Measurement
+    verdict: Verdict
     run_status: Optional[str]  # the verdict the run gave (row["baseline"]["status"]), None where it had none
 
 
@@ -49,7 +57,7 @@ class Regated:
     """The gate's verdicts on a saved report: per row, the run at the levels, the header lines."""
 
     rows: list[RegatedRow]
-    levels: Any  # gate.levels.RunLevels, None where no row was compared with measured runs
+    levels: Optional["RunLevels"]  # None where no row was compared with measured runs
     header: list[str]
     settings: dict[str, Any]
     reference: Reference
@@ -70,9 +78,7 @@ class _Replay:
         self.used = 0
         self.wanted_more = False
 
-    def __call__(self) -> Any:
-        from ..measurement import Measurement, Remeasure
-
+    def __call__(self) -> Remeasure:
         if self.used >= len(self.recorded):
             self.wanted_more = True
             raise _NoMoreRecorded()
@@ -86,11 +92,9 @@ class _NoMoreRecorded(Exception):
     pass
 
 
-def _folds_of(recorded: Mapping[str, Any]) -> Any:
+def _folds_of(recorded: Mapping[str, Any]) -> Callable[[int], Optional[Measurement]]:
     """The row's recorded folds (its verdict's ``fold_runs``), handed back by number as the gate asks; None
     past the last (the gate judges on the runs the report holds)."""
-    from ..measurement import Measurement
-
     runs = [a["measurement"] for a in (recorded.get("fold_runs") or [])
             if isinstance(a, Mapping) and isinstance(a.get("measurement"), Mapping)]
 
@@ -100,7 +104,7 @@ def _folds_of(recorded: Mapping[str, Any]) -> Any:
     return fold
 
 
-def _number(settings: Mapping[str, Any], key: str, default: Any) -> Any:
+def _number(settings: Mapping[str, Any], key: str, default: float) -> Any:
     v = settings.get(key)
     return default if v is None else v
 
@@ -108,14 +112,11 @@ def _number(settings: Mapping[str, Any], key: str, default: Any) -> Any:
 def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Optional[float] = None,
            alpha: Optional[float] = None, strict: Optional[bool] = None,
            tail_tolerance: Optional[float] = None, where: str = "",
-           search_dirs: tuple[Any, ...] = ()) -> Regated:
+           search_dirs: tuple[Path, ...] = ()) -> Regated:
     """Judge every row of a checked ``report`` against ``reference`` (see the module doc).  ``tolerance``,
     ``alpha``, ``strict`` and ``tail_tolerance`` override the run's, for every row (a test's own tolerance
     too).  Raises ReportError / BaselineError on unreadable input."""
-    from . import Gate, GateSettings
-    from .prior import PRIOR_FILE
-    from .store import to_baseline
-    from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS
+    from ..gate.store import to_baseline
 
     run = dict(report.get("settings") or {})
     gs = GateSettings(
@@ -164,8 +165,6 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
         out.append(RegatedRow(test, m, v, recorded.get("status") if recorded else None))
     levels = gate.levels([r.verdict.to_dict() for r in out])
     if levels is not None:  # the verdicts after the levels (RunLevels.update)
-        from ..vocab import Status
-
         for r in out:
             status, r.verdict.message, extra = levels.update(r.verdict.details.get("case"), r.verdict.status.value,
                                                              r.verdict.message)
