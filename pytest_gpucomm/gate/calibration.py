@@ -215,6 +215,7 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
     ``per_case``, of each case in turn (caught: a verdict or a failing level covers it)."""
     from .decision import class_scatter
     from .levels import LEVEL_SHARES, judge_run
+    from .reasons import decision_word
 
     kw = dict(m=max(1, len(judged)), tolerance=tolerance, alpha=alpha * LEVEL_SHARES["case"],
               max_remeasures=max_remeasures)
@@ -239,8 +240,9 @@ def judge_suite(counts: dict[str, Any], judged: list[tuple[Any, Any, Any, list[A
     out, lv = run(lambda k: 0.0)
     statuses: dict[str, int] = {}
     for c in out.values():
-        statuses[c.status] = statuses.get(c.status, 0) + 1
-        counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
+        word = decision_word(c.status)  # the tables count the decision's lower-case words
+        statuses[word] = statuses.get(word, 0) + 1
+        counts["aa_statuses"][word] = counts["aa_statuses"].get(word, 0) + 1
         counts["detectable"].append(c.detectable_drop)
     fails = {"case": statuses.get("regression", 0) > 0, "class": any(v.failed for v in lv.classes),
              "band": any(v.failed for v in lv.bands), "residual": any(v.failed for v in lv.cases)}
