@@ -128,7 +128,7 @@ def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, d
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
-    if getattr(ctx, "group", None) is not None:
+    if ctx.group is not None:
         raise ValueError("the inter-node pair test runs over the job's default group, not a sub-group")
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
