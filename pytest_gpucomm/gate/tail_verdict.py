@@ -97,7 +97,7 @@ class _TailRule:
                          today_p50_s=today_p50_s, today_runs=today_runs, resolution_s=resolution_s)
 
 
-def _hist_of(x: Any, where: str) -> Optional[Histogram]:
+def _hist_of(x: "Measurement", where: str) -> Optional[Histogram]:
     """A measurement's histogram of single ops, or None where it keeps none."""
     t = x.info.get("tail") if isinstance(getattr(x, "info", None), dict) else None
     return Histogram.from_dict(t["hist"], where) if isinstance(t, dict) and t.get("hist") else None

@@ -121,7 +121,7 @@ def _gbps(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else (f"{x:.2f}" if x >= 1 else f"{x:.3g}")
 
 
-def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
+def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: float) -> str:
     """What the change costs a training step, for a measurement that gives its time per step
     (``info["step_comm_s"]``; named by ``info["step_label"]``, else its op): today's step time (that of the
     runs pooled: the first run's scaled by its bandwidth over the pooled median's) against the baseline's

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import socket
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, cast
 
 from ..measurement import Measurement, MeasurementInfo
@@ -52,6 +53,7 @@ from .timed_case import (GRAPH_OPS, GRAPH_REPLAYS, REGISTER_MIN_BYTES, Collectiv
                          registered_buffers)
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from ..ranks.context import RankContext
     from .clocks import Sampler
     from .single_op_timing import SingleOps
@@ -80,10 +82,10 @@ class AllReduce(CollectiveOp):
     def factor(self, n: int) -> float:
         return 2 * (n - 1) / n
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         return small_pattern(torch, s.count, device, torch.float64) * triangular(s.world)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.all_reduce(inp, group=s.group)
 
 
@@ -95,17 +97,17 @@ class AllGather(CollectiveOp):
     nccl_tests = "all_gather_perf"
     split = True
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+    def buffers(self, new: Callable[[int], Tensor], s: Shape, in_place: bool) -> tuple[Tensor, Tensor]:
         c = s.chunk
         out = new(s.count)
         return (out[s.rank * c:(s.rank + 1) * c] if in_place else new(c)), out
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         idx = torch.arange(s.count, device=device)
         base = small_pattern(torch, s.chunk, device, torch.float64).repeat(s.world)
         return base * (idx // s.chunk + 1)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         fn(out, inp, group=s.group)
 
@@ -118,16 +120,16 @@ class ReduceScatter(CollectiveOp):
     nccl_tests = "reduce_scatter_perf"
     split = True
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+    def buffers(self, new: Callable[[int], Tensor], s: Shape, in_place: bool) -> tuple[Tensor, Tensor]:
         c = s.chunk
         inp = new(s.count)
         return inp, (inp[s.rank * c:(s.rank + 1) * c] if in_place else new(c))
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         full = small_pattern(torch, s.count, device, torch.float64) * triangular(s.world)
         return full[s.rank * s.chunk:(s.rank + 1) * s.chunk]
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         fn(out, inp, group=s.group)
 
@@ -140,13 +142,13 @@ class Broadcast(CollectiveOp):
     nccl_tests = "broadcast_perf"
     aliases = ("bcast",)
 
-    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+    def fill(self, torch: ModuleType, v: Tensor, s: Shape, device: str) -> Tensor:
         return v if s.rank == 0 else torch.full_like(v, -3)
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         return small_pattern(torch, s.count, device, torch.float64)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.broadcast(inp, src=s.peer(0), group=s.group)
 
 
@@ -157,12 +159,12 @@ class Reduce(CollectiveOp):
     forms = (IN_PLACE,)
     nccl_tests = "reduce_perf"
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         if s.rank != 0:
             return None
         return small_pattern(torch, s.count, device, torch.float64) * triangular(s.world)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.reduce(inp, dst=s.peer(0), group=s.group)
 
 
@@ -174,19 +176,19 @@ class AllToAll(CollectiveOp):
     nccl_tests = "alltoall_perf"
     split = True
 
-    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+    def fill(self, torch: ModuleType, v: Tensor, s: Shape, device: str) -> Tensor:
         r, n, c = s.rank, s.world, s.chunk
         idx = torch.arange(s.count, device=device)
         # element k of the chunk for rank j: r*n + j + 1, plus a ripple inside the chunk
         return (r * n + idx // c + 1 + (idx % c % 3) * n * n).to(v.dtype)
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         r, n, c = s.rank, s.world, s.chunk
         i = torch.arange(s.count, device=device)
         src = i // c  # source rank of this chunk
         return (src * n + r + 1 + (i % c % 3) * n * n).to(torch.float64)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.all_to_all_single(out, inp, group=s.group)
 
 
@@ -197,11 +199,11 @@ class SendRecv(CollectiveOp):
     forms = (OUT_OF_PLACE,)
     nccl_tests = "sendrecv_perf"
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         src = (s.rank - 1) % s.world
         return small_pattern(torch, s.count, device, torch.float64) * (src + 1)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         nxt, prv = s.peer((s.rank + 1) % s.world), s.peer((s.rank - 1) % s.world)
         reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, nxt, group=s.group),
                                        dist.P2POp(dist.irecv, out, prv, group=s.group)])
@@ -365,8 +367,8 @@ class _RankCase:
 
     clocks: Sampler  # the devices' clocks, read beside the timed samples (set by time())
 
-    def __init__(self, torch: Any, dist: Any, ctx: RankContext, spec: CollectiveOp, count: int, dtype: str,
-                 in_place: bool, register: bool) -> None:
+    def __init__(self, torch: ModuleType, dist: ModuleType, ctx: RankContext, spec: CollectiveOp, count: int,
+                 dtype: str, in_place: bool, register: bool) -> None:
         self.torch, self.dist, self.device, self.group = torch, dist, ctx.device, ctx.group
         self.gpu = ctx.device.startswith("cuda")
         self.pool: Any = None

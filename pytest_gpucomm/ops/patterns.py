@@ -72,6 +72,7 @@ Imports no torch: the task imports it when it runs.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 from ..measurement import Measurement, MeasurementInfo, OverlapInfo
@@ -83,6 +84,8 @@ from .pattern_runs import PatternPlan, PatternResult, check_results, check_rows,
 from .specs import COLLECTIVE, OpSpec
 
 if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.distributed import ProcessGroup
     from ..ranks.context import RankContext
 
 #: ``MODELS``, ``ModelShape`` (:mod:`.model_shapes`) and ``WrongResult`` named here too: test files add to MODELS
@@ -288,8 +291,8 @@ def _plan_pp(model: ModelShape, world: int, scale: int, info: MeasurementInfo,
 class _DataParallel:
     """The gradient in one flat buffer; each iteration all-reduces its DDP buckets, launched back to back."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, world: int, total: int, first: int, cap: int,
-                 group: Any = None) -> None:
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, world: int, total: int, first: int, cap: int,
+                 group: Optional[ProcessGroup] = None) -> None:
         self.torch, self.dist, self.world, self.group = torch, dist, world, group
         self.grad = torch.empty(total, device=device, dtype=torch.bfloat16)
         self.views, at = [], 0
@@ -298,7 +301,7 @@ class _DataParallel:
             at += k
         self.fill()
 
-    def _pattern(self, lo: int, hi: int) -> Any:
+    def _pattern(self, lo: int, hi: int) -> Tensor:
         torch = self.torch
         return torch.arange(lo, hi, device=self.grad.device, dtype=torch.int64) % 3 + 1
 
@@ -328,8 +331,8 @@ class _DataParallel:
         return acc[0], acc[1], acc[2]
 
 
-def _segment_rows(torch: Any, counts: Sequence[int], src_of: Sequence[int], dst_of: Sequence[int], width: int,
-                  device: str) -> Any:
+def _segment_rows(torch: ModuleType, counts: Sequence[int], src_of: Sequence[int], dst_of: Sequence[int], width: int,
+                  device: str) -> Tensor:
     """Rows of ``width`` made of segments, segment s of ``counts[s]`` rows from rank ``src_of[s]`` to rank
     ``dst_of[s]``: element (i, c) of a segment is ``(5 src + 3 dst + i + c) % 251 + 1`` (exact in bf16; a
     segment or a row in the wrong place changes its values)."""
@@ -347,7 +350,7 @@ def _segment_rows(torch: Any, counts: Sequence[int], src_of: Sequence[int], dst_
 class _Experts:
     """This rank's routed tokens, ordered by destination rank: dispatch (uneven all-to-all) then combine."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, counts: Sequence[Sequence[int]],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, counts: Sequence[Sequence[int]],
                  width: int) -> None:
         n = len(counts)
         self.torch, self.dist, self.device, self.rank, self.width = torch, dist, device, rank, width
@@ -384,7 +387,7 @@ class _TensorParallel:
     """One layer's forward: all-gather, reduce-scatter, all-gather, reduce-scatter of the activation in this
     rank's tensor-parallel group (the collective suite's all_gather and reduce_scatter, checked as there)."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, groups: Sequence[Sequence[int]],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, groups: Sequence[Sequence[int]],
                  count: int, backend: str) -> None:
         from .collectives import OPS
         from .timed_case import CollectiveCase
@@ -422,7 +425,7 @@ class _TensorParallel:
 class _Pipeline:
     """One micro-batch: every stage sends its activation to the next at once, then its gradient back."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, forward: Sequence[Sequence[int]],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, forward: Sequence[Sequence[int]],
                  count: int) -> None:
         from .nodes import PhaseExchange
 
@@ -456,7 +459,7 @@ class _Overlap:
     part alone or both: on GPU each part on a CUDA stream of its own, both starting after an event on the
     current stream, which waits for both at the end; on CPU the gradient sync in a second thread."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, world: int, spec: dict[str, Any],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, world: int, spec: dict[str, Any],
                  backend: str, gpu: bool) -> None:
         self.torch, self.gpu, self.layers = torch, gpu, int(spec["layers"])
         d, t = spec["dp"], spec["tp"]

@@ -34,8 +34,9 @@ import os
 import signal
 import sys
 import traceback
-from multiprocessing.connection import Client
-from typing import Any, Callable, NoReturn
+from multiprocessing.connection import Client, Connection
+from types import ModuleType
+from typing import Any, Callable, NoReturn, Optional, TextIO
 
 from pytest_gpucomm.ranks.context import RankContext, load_task
 from pytest_gpucomm.ranks.protocol import (
@@ -53,7 +54,7 @@ from pytest_gpucomm.vocab import RANK_START_TIMEOUT_S
 _PR_SET_PDEATHSIG = 1
 
 # Kept at module level so the faulthandler file object stays alive.
-_stack_file: Any = None
+_stack_file: Optional[TextIO] = None
 
 
 def set_parent_death_signal(parent_pid: int) -> None:
@@ -87,7 +88,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _serve_store(dist: Any, args: argparse.Namespace, timeout: datetime.timedelta) -> Any:
+def _serve_store(dist: ModuleType, args: argparse.Namespace, timeout: datetime.timedelta) -> Any:
     """Rank 0: the rendezvous TCPStore server, on the inherited loopback socket."""
     if args.rendezvous_fd is not None:
         try:
@@ -126,7 +127,7 @@ def _watch_process(args: argparse.Namespace) -> None:
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
 
 
-def _init_group(args: argparse.Namespace) -> Any:
+def _init_group(args: argparse.Namespace) -> ModuleType:
     """Join the process group; returns ``torch.distributed``."""
     import torch
     import torch.distributed as dist
@@ -156,7 +157,7 @@ def _init_group(args: argparse.Namespace) -> Any:
     return dist
 
 
-def _shut_down(conn: Any, rank: int, dist: Any) -> NoReturn:
+def _shut_down(conn: Connection, rank: int, dist: ModuleType) -> NoReturn:
     """Leave the process group, say goodbye and exit at once."""
     code = 0
     try:
@@ -173,7 +174,8 @@ def _shut_down(conn: Any, rank: int, dist: Any) -> NoReturn:
     # threads of comm libraries may not like it); flush what we wrote.
     sys.stdout.flush()
     sys.stderr.flush()
-    _stack_file.close()
+    if _stack_file is not None:
+        _stack_file.close()
     os._exit(code)
 
 
@@ -189,7 +191,7 @@ def _run_task(msg: Task, ctx: RankContext, cache: dict[str, Callable[..., Any]])
         return TaskError(task_id=msg.task_id, traceback=traceback.format_exc())
 
 
-def _serve(conn: Any, rank: int, ctx: RankContext, dist: Any) -> NoReturn:
+def _serve(conn: Connection, rank: int, ctx: RankContext, dist: ModuleType) -> NoReturn:
     """The task loop: run each task the controller sends, until it says to shut down or goes away."""
     cache: dict[str, Callable[..., Any]] = {}
     while True:
