@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "case_group", "case_kind"]
 
+
 class GateUsageError(Exception):
     """A baseline the options name that cannot be read or written; the message names the option and the file.
     The plugin raises it again as a usage error of the session (the gate itself is free of pytest)."""
