@@ -32,7 +32,9 @@ from pytest_gpucomm.gate.decision import (
 )
 from pytest_gpucomm.gate.floors import FloorCheck, check_floor
 from pytest_gpucomm.gate.levels import Common, common_spread
+from pytest_gpucomm.gate.reasons import comparison_reason
 from pytest_gpucomm.summary import summarize
+from pytest_gpucomm.vocab import Status
 
 TRUE_GBPS = 100.0
 LOG_TRUE = math.log(TRUE_GBPS)
@@ -243,7 +245,8 @@ def test_a_one_run_baseline_whose_samples_spread_widely_keeps_its_degrees_of_fre
     sp = prediction(model, NO_PRIOR, 1, quiet)
     assert sp.df > 30  # the measured own error dominates; counted as the assumed spread's 4 df it gave 1
     c = compare([RunLocation(wide.loc - math.log(1e6), quiet, 10)], model)
-    assert c.status == "regression", c.reason  # a million times slower (it was "not gated", quantile 318)
+    # a million times slower (it was "not gated", quantile 318)
+    assert c.status is Status.REGRESSION, comparison_reason(c)
 
 
 def test_the_prediction_spread_is_never_below_the_minimum():
@@ -258,8 +261,8 @@ def test_a_20_percent_drop_on_a_steady_baseline_is_a_regression():
     rng = np.random.default_rng(5)
     for _ in range(20):
         c = compare([sim_run(rng, 80.0)], sim_baseline(rng), n_comparisons=100)
-        assert isinstance(c, Comparison) and c.status == "regression" and c.failed
-        assert c.ratio_text in c.reason and "95% PI" in c.reason and c.upper_bound < 0.95
+        assert isinstance(c, Comparison) and c.status is Status.REGRESSION and c.failed
+        assert c.ratio_text in comparison_reason(c) and "95% PI" in comparison_reason(c) and c.upper_bound < 0.95
 
 
 def test_a_3_percent_drift_is_never_a_regression():
@@ -273,7 +276,7 @@ def test_a_3_percent_drift_is_never_a_regression():
 
         j = judge(sim_run(rng, 97.0 * math.exp(rng.normal(0.0, 0.004))), model, NO_PRIOR, again,
                   n_comparisons=100)
-        regressions += j.comparison.status == "regression"
+        regressions += j.comparison.status is Status.REGRESSION
     assert regressions == 0
 
 
@@ -288,7 +291,7 @@ def test_a_10_percent_drop_is_caught_on_a_steady_baseline():
 
         j = judge(sim_run(rng, 90.0 * math.exp(rng.normal(0.0, 0.004))), model, NO_PRIOR, again)
         assert j.comparison.gated and j.comparison.detectable_drop < 0.10
-        caught += j.comparison.status == "regression"
+        caught += j.comparison.status is Status.REGRESSION
     assert caught >= 99
 
 
@@ -296,21 +299,22 @@ def test_a_baseline_with_5_percent_run_to_run_spread_is_not_gated_and_still_catc
     rng = np.random.default_rng(6)
     model = sim_baseline(rng, sessions=4, session_sd=0.05, run_sd=0.03)
     c = compare([sim_run(rng, 100.0)], model)
-    assert c.status == "not gated" and not c.gated and not c.failed and c.detectable_drop > 0.10
-    assert f"{c.detectable_drop:.1%} or more" in c.reason and "record more baseline runs" in c.reason
+    assert c.status is Status.NOT_GATED and not c.gated and not c.failed and c.detectable_drop > 0.10
+    why = comparison_reason(c)
+    assert f"{c.detectable_drop:.1%} or more" in why and "record more baseline runs" in why
     for factor in (0.97, 0.9, 0.8, 0.7):  # no verdict passes a drop in silence: "not gated" says so
-        assert compare([sim_run(rng, 100.0 * factor)], model).status in ("not gated", "regression")
-    assert compare([sim_run(rng, 40.0)], model).status == "regression"
+        assert compare([sim_run(rng, 100.0 * factor)], model).status in (Status.NOT_GATED, Status.REGRESSION)
+    assert compare([sim_run(rng, 40.0)], model).status is Status.REGRESSION
 
 
 def test_a_20_percent_gain_is_improved_and_symmetric_to_a_drop():
     rng = np.random.default_rng(7)
     model = sim_baseline(rng)
     c = compare([sim_run(rng, 120.0)], model, n_comparisons=100)
-    assert c.status == "improved" and not c.failed and "consider recording a new baseline" in c.reason
+    assert c.status is Status.IMPROVED and not c.failed and "consider recording a new baseline" in comparison_reason(c)
     assert c.lower_bound > 1.05
     up, down = compare([at(1.2)], STEADY), compare([at(1 / 1.2)], STEADY)
-    assert (up.status, down.status) == ("improved", "regression")
+    assert (up.status, down.status) == (Status.IMPROVED, Status.REGRESSION)
     assert up.upper_bound / up.ratio == pytest.approx(down.ratio / down.lower_bound)  # the same width each way
 
 
@@ -364,16 +368,16 @@ def test_judge_does_not_measure_again_a_first_run_above_the_limit():
 def test_judge_measures_a_flagged_first_run_again_and_pools_the_runs():
     again = Again(0.5)
     j = judge(at(0.5), STEADY, NO_PRIOR, again)
-    assert j.comparison.status == "regression"  # already past its bound, still measured once more
+    assert j.comparison.status is Status.REGRESSION  # already past its bound, still measured once more
     assert again.calls == 1 and j.remeasured == 1 and j.comparison.runs_now == 2
 
 
 def test_a_glitch_then_normal_re_measures_is_not_a_regression():
     again = Again(1.0, 1.0)
     j = judge(at(0.90), STEADY, NO_PRIOR, again, max_remeasures=2)
-    assert compare([at(0.90)], STEADY).status == "regression"  # the first run alone would fail
+    assert compare([at(0.90)], STEADY).status is Status.REGRESSION  # the first run alone would fail
     # not a regression; and with today's runs 10 % apart this run could not catch a drop of 10 %: not gated
-    assert j.comparison.status == "not gated" and again.calls == 2 and j.comparison.runs_now == 3
+    assert j.comparison.status is Status.NOT_GATED and again.calls == 2 and j.comparison.runs_now == 3
     assert j.comparison.spread.floor == "runs_now"
     assert j.comparison.ratio == pytest.approx((0.90 * 1.0 * 1.0) ** (1 / 3), rel=1e-2)
 
@@ -382,13 +386,13 @@ def test_a_glitch_pooled_with_one_normal_re_measure_is_not_a_regression():
     # a copy run 32 % slow in one process and normal in the next (seen on one H100: a device->host 256 MiB run of
     # 37.5 GB/s among runs of 55.1-55.3): their mean is 18 % below, but the two runs disagree by as much
     judged = judge(at(0.68), STEADY, NO_PRIOR, Again(1.0), max_remeasures=1)
-    assert judged.comparison.ratio < 0.85 and judged.comparison.status != "regression"
+    assert judged.comparison.ratio < 0.85 and judged.comparison.status is not Status.REGRESSION
     assert compare([at(0.68), at(1.0)], STEADY, fresh=[True]).spread.floor == "runs_now"
 
 
 def test_two_runs_that_agree_are_still_judged_on_the_baseline_spread():
     c = compare([at(0.80), at(0.80)], STEADY, fresh=[True])
-    assert c.status == "regression" and c.spread.floor == ""
+    assert c.status is Status.REGRESSION and c.spread.floor == ""
 
 
 def test_judge_stops_at_max_remeasures():
@@ -451,7 +455,7 @@ def test_at_the_tolerance_limit_the_re_measure_procedure_calls_at_most_alpha_of_
         now = rng.normal(0.0, 0.004)  # this session's own offset
         j = judge(run(95.0, now), model, NO_PRIOR, lambda now=now: (run(95.0, now), True), alpha=alpha, n_comparisons=1,
                   max_remeasures=2)
-        alarms += j.comparison.status == "regression"
+        alarms += j.comparison.status is Status.REGRESSION
     assert alarms / n <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / n)
 
 
@@ -464,10 +468,10 @@ def _floor_run(ratio: float) -> RunLocation:
 
 def test_3_percent_below_the_floor_passes_at_5_percent_tolerance_and_says_how_far():
     fc = check_floor(_floor_run(0.97), 44.0, tolerance=0.05)
-    assert isinstance(fc, FloorCheck) and fc.status == "ok" and not fc.failed and fc.runs_now == 1
+    assert isinstance(fc, FloorCheck) and fc.status is Status.FLOOR_OK and not fc.failed and fc.runs_now == 1
     assert "-3.0% from the published floor 44 GB/s" in fc.reason and "within the 5% tolerance" in fc.reason
     above = check_floor(_floor_run(1.1), 44.0)
-    assert above.status == "ok" and "10.0% above the published floor 44 GB/s" in above.reason
+    assert above.status is Status.FLOOR_OK and "10.0% above the published floor 44 GB/s" in above.reason
 
 
 def test_10_percent_below_the_floor_fails_after_the_re_measures():
@@ -478,7 +482,7 @@ def test_10_percent_below_the_floor_fails_after_the_re_measures():
         return _floor_run(0.90), True
 
     fc = check_floor(_floor_run(0.90), 44.0, again, tolerance=0.05, max_remeasures=2)
-    assert fc.status == "regression" and fc.failed and len(calls) == 2 and fc.runs_now == 3
+    assert fc.status is Status.FLOOR and fc.failed and len(calls) == 2 and fc.runs_now == 3
     assert "-10.0% from the published floor 44 GB/s, beyond the 5% tolerance" in fc.reason
     assert "mean of 3 runs" in fc.reason
 
@@ -486,7 +490,7 @@ def test_10_percent_below_the_floor_fails_after_the_re_measures():
 def test_a_floor_glitch_is_measured_again_and_passes():
     runs = iter([_floor_run(1.0), _floor_run(1.0)])
     fc = check_floor(_floor_run(0.90), 44.0, lambda: (next(runs), True), tolerance=0.05, max_remeasures=2)
-    assert fc.status == "ok" and fc.runs_now == 3
+    assert fc.status is Status.FLOOR_OK and fc.runs_now == 3
 
 
 # --- 6. the common offset of a run (the levels' class offsets: tests/test_gate_levels.py) -----------------------------
@@ -594,19 +598,20 @@ def test_an_assumed_spread_is_raised_to_what_the_runs_show_and_a_measured_one_is
 
 
 def test_a_case_whose_spread_is_assumed_is_never_ok_and_never_fails_on_one_run():
-    assert compare([at(1.0)], ONE_RUN).status == "not gated"  # no "ok" on an assumption
+    assert compare([at(1.0)], ONE_RUN).status is Status.NOT_GATED  # no "ok" on an assumption
     one = judge(at(0.5), ONE_RUN, NO_PRIOR, None)
-    assert one.comparison.status == "not gated" and "one run of today is no evidence" in one.comparison.reason
+    assert one.comparison.status is Status.NOT_GATED
+    assert "one run of today is no evidence" in comparison_reason(one.comparison)
     two = judge(at(0.5), ONE_RUN, NO_PRIOR, Again(0.5))  # a second fresh run agrees: evidence
-    assert two.comparison.status == "regression" and two.comparison.runs_now == 2
+    assert two.comparison.status is Status.REGRESSION and two.comparison.runs_now == 2
     same_state = judge(at(0.5), ONE_RUN, NO_PRIOR, Again(0.5, fresh=False))  # merged into the first: no second run
-    assert same_state.comparison.status == "not gated"
+    assert same_state.comparison.status is Status.NOT_GATED
 
 
 def test_a_prior_makes_a_one_session_case_judged():
     c = compare([at(1.0)], fit_case([at(1.0), at(1.001), at(0.999)], ["s"] * 3),
                 Prior(0.002 ** 2, math.inf, run_s2=0.001 ** 2, run_df=50.0))
-    assert c.spread.assumed == "" and c.status == "ok" and c.gated
+    assert c.spread.assumed == "" and c.status is Status.OK and c.gated
 
 
 def test_a_run_whose_samples_spread_far_wider_than_the_baselines_carries_that_to_the_levels():
@@ -614,5 +619,5 @@ def test_a_run_whose_samples_spread_far_wider_than_the_baselines_carries_that_to
     # own verdict was safe, but its residual at the levels, judged on the baseline's spreads only, failed
     wide = RunLocation(LOG_TRUE + math.log(0.68), 0.01, 100, sd=0.24)
     c = compare([wide, at(1.0)], STEADY, fresh=[True])
-    assert c.status != "regression" and c.spread.runs_now >= 0.01 / 2
+    assert c.status is not Status.REGRESSION and c.spread.runs_now >= 0.01 / 2
     assert compare([at(0.999), at(1.0)], STEADY, fresh=[True]).spread.runs_now == 0.0  # runs like the baseline's

@@ -49,6 +49,7 @@ from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocati
 from .levels import (FOLDED_CLASSES, LEVEL_SHARES, LevelFit, Member, RunLevels, fit_levels, judge_run, member,
                      run_offsets)
 from .prior import CorpusPrior, corpus_of_files
+from .reasons import decision_word
 from .verdicts import case_group, case_kind
 
 if TYPE_CHECKING:
@@ -262,8 +263,9 @@ def judge_suite(counts: Counts, judged: list[Judged], fit: LevelFit,
     out, lv = run(lambda k: 0.0)
     statuses: dict[str, int] = {}
     for c in out.values():
-        statuses[c.status] = statuses.get(c.status, 0) + 1
-        counts["aa_statuses"][c.status] = counts["aa_statuses"].get(c.status, 0) + 1
+        word = decision_word(c.status)  # the tables count the decision's lower-case words
+        statuses[word] = statuses.get(word, 0) + 1
+        counts["aa_statuses"][word] = counts["aa_statuses"].get(word, 0) + 1
         counts["detectable"].append(c.detectable_drop)
     fails = {"case": statuses.get("regression", 0) > 0, "class": any(v.failed for v in lv.classes),
              "band": any(v.failed for v in lv.bands), "residual": any(v.failed for v in lv.cases)}

@@ -1,9 +1,10 @@
 """The regression decision: pure statistics on run-level locations of log bandwidth.
 
 Nothing here imports torch or touches a device, and nothing here knows about files or pytest; every
-function takes plain numbers.  The statuses are the decision's own lower-case words ("ok", "regression",
-"improved", "not gated"); :mod:`pytest_gpucomm.gate.verdicts` turns them into
-:class:`pytest_gpucomm.vocab.Status`.  The class offsets of step 6 (the runs' common offset) are in
+function takes plain numbers and returns numbers.  A comparison's status is a
+:class:`pytest_gpucomm.vocab.Status` (``OK``, ``REGRESSION``, ``IMPROVED``, ``NOT_GATED``), the one the
+verdict and the report carry; the words that explain it are made from its numbers in
+:mod:`pytest_gpucomm.gate.reasons`.  The class offsets of step 6 (the runs' common offset) are in
 :mod:`pytest_gpucomm.gate.levels`, a published floor's check in :mod:`pytest_gpucomm.gate.floors`.  This module
 imports numpy and scipy: import it only when judging.
 """
@@ -20,8 +21,7 @@ from scipy import optimize as _opt
 from scipy import special as _special
 from scipy import stats as _sstats
 
-from ..units import plural
-from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
+from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, Status
 
 __all__ = [
     "RunLocation",
@@ -352,11 +352,6 @@ def _runs_now_limit(k: int) -> float:
     return float(_sstats.chi2.ppf(0.999, k - 1)) / (k - 1)
 
 
-#: what each floor of :class:`Floors` is, in a verdict's words
-_FLOOR_WORDS = {"runs_now": "today's runs of the case disagree", "samples": "the spread of a run's samples",
-                "cases": "how far this run's cases of its class scatter"}
-
-
 @dataclass(frozen=True)
 class Spread:
     """The prediction spread of a new session's mean of ``k`` runs (DECISION_RULE step 3): its sd and degrees
@@ -505,20 +500,22 @@ def detectable_drop(model: CaseModel, prior: Prior, *, tolerance: float, level: 
 
 @dataclass(frozen=True)
 class Comparison:
-    """The verdict on one case against its baseline; see DECISION_RULE.
+    """The verdict on one case against its baseline; see DECISION_RULE.  Numbers only: the words that explain
+    it are :func:`pytest_gpucomm.gate.reasons.comparison_reason`'s.
 
     ``ratio`` and the bounds are current/baseline bandwidth (0.86 = 14 % slower); ``ci_low``/``ci_high``
     the two-sided 95 % prediction interval shown in messages, ``lower_bound``/``upper_bound`` the bounds
-    at 1 - alpha/m that decide.
+    at 1 - alpha/m that decide, ``quantile`` the t quantile at 1 - alpha/m that gave them.
     """
 
-    status: str  # "ok" | "regression" | "improved" | "not gated"
+    status: Status  # OK | REGRESSION | IMPROVED | NOT_GATED
     ratio: float
     ci_low: float
     ci_high: float
     lower_bound: float
     upper_bound: float
     alpha: float  # per-case level after the Bonferroni correction
+    quantile: float  # the t quantile at 1 - alpha, with the spread's degrees of freedom
     current_median_gbps: float
     baseline_median_gbps: float
     tolerance: float
@@ -527,20 +524,51 @@ class Comparison:
     spread: Spread
     baseline_runs: int
     baseline_sessions: int
-    reason: str
 
     @property
     def failed(self) -> bool:
-        return self.status == "regression"
+        return self.status is Status.REGRESSION
 
     @property
     def gated(self) -> bool:
         return self.detectable_drop <= GATED_DROP_FACTOR * self.tolerance and not self.spread.assumed
 
     @property
+    def beyond(self) -> bool:
+        """Even the upper bound is below the tolerance limit: a regression, unless step 5a holds it back (one
+        run of today with an assumed spread)."""
+        return self.upper_bound < 1.0 - self.tolerance
+
+    @property
     def ratio_text(self) -> str:
         """E.g. ``0.86x [0.84, 0.88] 95% PI``."""
         return f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] 95% PI"
+
+
+def _pooled_runs(now: Sequence[RunLocation], fresh: Optional[Sequence[bool]]) -> list[RunLocation]:
+    """``now`` with each run that drew no new process state (``fresh[i]`` False for ``now[i + 1]``) merged
+    into the run before it."""
+    flags = [True] * (len(now) - 1) if fresh is None else [bool(f) for f in fresh]
+    if len(flags) != len(now) - 1:
+        raise ValueError(f"compare: {len(now)} runs need {len(now) - 1} fresh flags, got {len(flags)}")
+    groups: list[list[RunLocation]] = [[now[0]]]
+    for r, f in zip(now[1:], flags):
+        if f:
+            groups.append([r])
+        else:
+            groups[-1].append(r)
+    return [_pooled(g) if len(g) > 1 else g[0] for g in groups]
+
+
+def _status(upper: float, lower: float, tolerance: float, spread: Spread, drop: float) -> Status:
+    """DECISION_RULE step 4: the verdict of the bounds at the tolerance, and whether the case is gated."""
+    if upper < 1.0 - tolerance:
+        return Status.REGRESSION
+    if lower > 1.0 + tolerance:
+        return Status.IMPROVED
+    if spread.assumed or drop > GATED_DROP_FACTOR * tolerance:
+        return Status.NOT_GATED
+    return Status.OK
 
 
 def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIOR, *,
@@ -560,16 +588,7 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     alpha_c = corrected_alpha(alpha, n_comparisons, max(1, max_runs - folds))
     if not now:
         raise ValueError("compare: no current run")
-    flags = [True] * (len(now) - 1) if fresh is None else [bool(f) for f in fresh]
-    if len(flags) != len(now) - 1:
-        raise ValueError(f"compare: {len(now)} runs need {len(now) - 1} fresh flags, got {len(flags)}")
-    groups: list[list[RunLocation]] = [[now[0]]]
-    for r, f in zip(now[1:], flags):
-        if f:
-            groups.append([r])
-        else:
-            groups[-1].append(r)
-    runs = [_pooled(g) if len(g) > 1 else g[0] for g in groups]
+    runs = _pooled_runs(now, fresh)
     k = len(runs)
     loc = sum(r.loc for r in runs) / k
     se2_now = sum(r.se2 for r in runs) / k
@@ -579,50 +598,15 @@ def compare(now: Sequence[RunLocation], model: CaseModel, prior: Prior = NO_PRIO
     q = t_quantile(1.0 - alpha_c, sp.df)
     z95 = t_quantile(0.975, sp.df)
     d = loc - model.center
-    ratio = math.exp(d)
     upper, lower = bounded_exp(d + q * sp.sd), bounded_exp(d - q * sp.sd)
-    ci_low, ci_high = bounded_exp(d - z95 * sp.sd), bounded_exp(d + z95 * sp.sd)
     # the runs to come are not seen yet: the smallest drop caught takes today's spread as it stands
     drop = detectable_drop(model, prior, tolerance=tolerance, level=alpha_c, k=max(k, max_runs), se2_now=se2_now,
                            floors=floors)
-    lo_limit, hi_limit = 1.0 - tolerance, 1.0 + tolerance
-    est = f"{ratio:.3g}x [{ci_low:.3g}, {ci_high:.3g}] 95% PI"
-    tol = f"{tolerance:.0%}"
-    runs_txt = f"{plural(k, 'run')} now"
-    base_txt = f"{plural(model.runs, 'baseline run')} in {plural(model.sessions, 'session')}"
-    if upper < lo_limit:
-        status = "regression"
-        reason = (f"bandwidth is {est} of the baseline ({runs_txt}, {base_txt}); even its upper bound {upper:.3g}x "
-                  f"at level {alpha_c:.2g} (alpha over cases and looks; quantile {q:.2f}, {sp.df:.0f} df) is below "
-                  f"the {tol} tolerance limit {lo_limit:.3g}x")
-    elif lower > hi_limit:
-        status = "improved"
-        reason = (f"bandwidth is {est} of the baseline; even its lower bound {lower:.3g}x is above {hi_limit:.3g}x; "
-                  "consider recording a new baseline")
-    elif sp.assumed:
-        status = "not gated"
-        reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
-                  f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance, but not judged: with {base_txt} "
-                  f"and no prior for its class, its {sp.assumed} spread is assumed, not measured"
-                  + (f" (raised to what the runs show: {_FLOOR_WORDS[sp.floor]})" if sp.floor else "")
-                  + "; record runs in more sessions (other boots or days)")
-    elif drop > GATED_DROP_FACTOR * tolerance:
-        status = "not gated"
-        reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
-                  f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance, but with {base_txt} this case "
-                  f"only catches drops of {drop:.1%} or more ({DETECTION_POWER:.0%} of the time; a drop of "
-                  f"{GATED_DROP_FACTOR * tolerance:.0%} could pass)"
-                  + (f", its spread raised to what the runs show ({_FLOOR_WORDS[sp.floor]})" if sp.floor else "")
-                  + "; record more baseline runs in more sessions, or raise the tolerance")
-    else:
-        status = "ok"
-        reason = (f"bandwidth is {est} of the baseline, upper bound {upper:.3g}x at level {alpha_c:.2g} (quantile "
-                  f"{q:.2f}, {sp.df:.0f} df): not shown beyond the {tol} tolerance (catches drops of {drop:.1%} "
-                  "or more)")
-    return Comparison(status=status, ratio=ratio, ci_low=ci_low, ci_high=ci_high, lower_bound=lower, upper_bound=upper,
-                      alpha=alpha_c, current_median_gbps=math.exp(loc), baseline_median_gbps=model.center_gbps,
-                      tolerance=tolerance, detectable_drop=drop, runs_now=k, spread=sp, baseline_runs=model.runs,
-                      baseline_sessions=model.sessions, reason=reason)
+    return Comparison(status=_status(upper, lower, tolerance, sp, drop), ratio=math.exp(d),
+                      ci_low=bounded_exp(d - z95 * sp.sd), ci_high=bounded_exp(d + z95 * sp.sd), lower_bound=lower,
+                      upper_bound=upper, alpha=alpha_c, quantile=q, current_median_gbps=math.exp(loc),
+                      baseline_median_gbps=model.center_gbps, tolerance=tolerance, detectable_drop=drop, runs_now=k,
+                      spread=sp, baseline_runs=model.runs, baseline_sessions=model.sessions)
 
 
 @dataclass
@@ -652,23 +636,25 @@ def judge(first: RunLocation, model: CaseModel, prior: Prior,
     if max_remeasures < 0:
         raise ValueError(f"max_remeasures must be >= 0, got {max_remeasures}")
     k0 = 1 + len(folds)
-    kw = dict(tolerance=tolerance, alpha=alpha, n_comparisons=n_comparisons, folds=k0,
-              max_runs=k0 + (max_remeasures if measure_again is not None else 0), class_spread=class_spread)
+    max_runs = k0 + (max_remeasures if measure_again is not None else 0)
     runs: list[RunLocation] = [first, *folds]
     fresh: list[bool] = [True] * len(folds)
-    c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
+
+    def look() -> Comparison:
+        return compare(runs, model, prior, fresh=fresh, tolerance=tolerance, alpha=alpha,
+                       n_comparisons=n_comparisons, folds=k0, max_runs=max_runs, class_spread=class_spread)
+
+    c = look()
     # a flagged first look is always measured again (a one-off glitch must not fail alone); after that, only
     # while the pooled runs are still below the limit and not yet a regression
     while (measure_again is not None and len(fresh) - len(folds) < max_remeasures and c.ratio < 1.0 - c.tolerance
-           and (len(fresh) == len(folds) or c.status != "regression")):
+           and (len(fresh) == len(folds) or c.status is not Status.REGRESSION)):
         again, is_fresh = measure_again()
         runs.append(again)
         fresh.append(bool(is_fresh))
-        c = compare(runs, model, prior, fresh=fresh, **kw)  # type: ignore[arg-type]
+        c = look()
     if c.failed and c.spread.assumed and c.runs_now < 2:
         # nothing says how far a run of this case moves (its spread is assumed) and no second run of today
         # agrees: a first run alone is no evidence (step 5a)
-        c = dataclasses.replace(c, status="not gated", reason=(
-            f"{c.ratio_text} of the baseline, but not judged: with its {c.spread.assumed} spread assumed, one run of "
-            "today is no evidence (a second run in a new process state would have to agree; none was measured)"))
+        c = dataclasses.replace(c, status=Status.NOT_GATED)
     return Judged(c, runs, k0)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..vocab import DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE
+from ..vocab import DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, Status
 from .decision import RunLocation, check_tolerance
 
 __all__ = ["FloorCheck", "check_floor"]
@@ -18,7 +18,7 @@ __all__ = ["FloorCheck", "check_floor"]
 class FloorCheck:
     """The verdict on a case that only has a published floor (no measured baseline runs)."""
 
-    status: str  # "ok" | "regression"
+    status: Status  # FLOOR_OK | FLOOR
     current_median_gbps: float
     floor_gbps: float
     ratio: float  # current median / floor (pooled over the re-measures)
@@ -28,13 +28,13 @@ class FloorCheck:
 
     @property
     def failed(self) -> bool:
-        return self.status == "regression"
+        return self.status is Status.FLOOR
 
 
 def check_floor(first: RunLocation, floor_gbps: float,
                 measure_again: Optional[Callable[[], tuple[RunLocation, bool]]] = None,
                 *, tolerance: float = DEFAULT_TOLERANCE, max_remeasures: int = DEFAULT_MAX_REMEASURES) -> FloorCheck:
-    """A case with a published floor: "regression" when the median bandwidth is below floor * (1 - t),
+    """A case with a published floor: FLOOR when the median bandwidth is below floor * (1 - t),
     after the same re-measures as a measured case (pooled: the mean of the runs' log medians)."""
     tolerance = check_tolerance(tolerance)
     floor = float(floor_gbps)
@@ -51,10 +51,10 @@ def check_floor(first: RunLocation, floor_gbps: float,
              f"{ratio - 1:.1%} above the published floor {floor:.4g} GB/s")
     of = f"median {med:.4g} GB/s" + (f" (mean of {len(runs)} runs)" if len(runs) > 1 else "")
     if loc < limit:
-        status = "regression"
+        status = Status.FLOOR
         reason = f"{of} is {where}, beyond the {tolerance:.0%} tolerance"
     else:
-        status = "ok"
+        status = Status.FLOOR_OK
         reason = f"{of} is {where}" + (f", within the {tolerance:.0%} tolerance" if ratio < 1 else "")
     return FloorCheck(status=status, current_median_gbps=med, floor_gbps=floor, ratio=ratio, tolerance=tolerance,
                       runs_now=len(runs), reason=reason)

@@ -49,31 +49,14 @@ if TYPE_CHECKING:
     from .prior import CorpusPrior
     from ..env.device_state import DeviceChange
     from ..measurement import Measurement, Remeasure
-    from .decision import CaseModel, Prior, RunLocation
+    from .decision import CaseModel, Comparison, Prior, RunLocation
     from .levels import RunLevels
     from .machines import MachineFit
     from .names import Located
-    from .store import Baseline
+    from .store import Baseline, CaseEntry
     from .tails import TailSpread
 
-__all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "verdict_status", "case_group", "case_kind"]
-
-#: the decision's words -> the verdict's Status: (compared with measured runs, checked against a floor)
-_STATUS_OF = {
-    False: {"ok": Status.OK, "regression": Status.REGRESSION, "improved": Status.IMPROVED,
-            "not gated": Status.NOT_GATED},
-    True: {"ok": Status.FLOOR_OK, "regression": Status.FLOOR},
-}
-
-
-def verdict_status(decision_status: str, *, floor: bool = False) -> Status:
-    """The :class:`Status` of a decision's status word: ``Comparison.status`` ("ok", "regression",
-    "improved", "not gated"), or with ``floor=True`` ``FloorCheck.status`` ("ok", "regression")."""
-    try:
-        return _STATUS_OF[floor][decision_status]
-    except KeyError:
-        what = "a floor check" if floor else "a comparison"
-        raise ValueError(f"{decision_status!r} is not a status of {what}") from None
+__all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "case_group", "case_kind"]
 
 
 class GateUsageError(Exception):
@@ -139,7 +122,7 @@ def _gbps(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else (f"{x:.2f}" if x >= 1 else f"{x:.3g}")
 
 
-def _step_line(m: Any, first_gbps: float, now_gbps: float, ratio: float) -> str:
+def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: float) -> str:
     """What the change costs a training step, for a measurement that gives its time per step
     (``info["step_comm_s"]``; named by ``info["step_label"]``, else its op): today's step time (that of the
     runs pooled: the first run's scaled by its bandwidth over the pooled median's) against the baseline's
@@ -169,6 +152,36 @@ def case_kind(op: str) -> str:
     from ..ops.specs import op_kind
 
     return op_kind(op)
+
+
+class _Remeasures:
+    """The re-measures of one case, each in a new process state (``Gate.judge``'s ``remeasure``): their runs go
+    to the decision, their measurements to the tail verdict (which pools their single ops) and their records to
+    the report (the re-measure whole, samples and single ops: ``gpucomm compare`` replays it from the JSON)."""
+
+    def __init__(self, nodeid: str, remeasure: Optional[Callable[[], "Remeasure"]]) -> None:
+        self.nodeid = nodeid
+        self.remeasure = remeasure
+        self.log: list[dict[str, Any]] = []
+        self.ms: list["Measurement"] = []
+
+    @property
+    def call(self) -> Optional[Callable[[], tuple["RunLocation", bool]]]:
+        """What the decision calls to measure again; None where the case cannot be measured again."""
+        return self.again if self.remeasure is not None else None
+
+    def again(self) -> tuple["RunLocation", bool]:
+        """Measure the case again: its run and whether it drew a new process state."""
+        from .decision import run_location
+
+        assert self.remeasure is not None
+        r = self.remeasure()
+        loc = run_location(r.measurement.samples_gbps, f"{self.nodeid}: re-measure")
+        self.ms.append(r.measurement)
+        self.log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how,
+                         **({"measurement": r.measurement.to_dict(with_samples=True)}
+                            if hasattr(r.measurement, "to_dict") else {})})
+        return loc, r.fresh
 
 
 class Gate:
@@ -437,13 +450,8 @@ class Gate:
         measures the case in its i-th other process group (None: no more): a case of a folded class
         (``levels.FOLDED_CLASSES``) is measured in ``settings.folds`` groups before its verdict, which pools
         them (the tail verdict reads the first run and the re-measures only)."""
-        from .decision import CASE_ALPHA_SHARE, class_scatter, judge, run_location
-        from .levels import case_class
-        from .cause import likely_causes
-        from .tail_verdict import judge_tail
-        from .floors import check_floor
-        from ..env.fingerprint import format_fingerprint_diff
         from .cases import case_key
+        from .decision import run_location
 
         if self.baseline is None:
             return Verdict(Status.NEW, message="no baseline yet")
@@ -456,41 +464,47 @@ class Gate:
             return Verdict(Status.NEW, message=f"not in the baseline: no entry for {key} in {self.path}")
         tol = self.settings.tolerance if tolerance is None else tolerance
         first = run_location(m.samples_gbps, f"{nodeid}: this run's samples")
-        again_log: list[dict[str, Any]] = []
-        again_ms: list[Measurement] = []  # the re-measured measurements (the tail verdict pools their single ops)
-
-        def measure_again() -> tuple[RunLocation, bool]:
-            assert remeasure is not None
-            r = remeasure()
-            loc = run_location(r.measurement.samples_gbps, f"{nodeid}: re-measure")
-            again_ms.append(r.measurement)
-            # the re-measure whole (samples, single ops): `gpucomm compare` replays it from the JSON report
-            again_log.append({"median_gbps": loc.gbps, "fresh": r.fresh, "how": r.how,
-                              **({"measurement": r.measurement.to_dict(with_samples=True)}
-                                 if hasattr(r.measurement, "to_dict") else {})})
-            return loc, r.fresh
-
-        again = measure_again if remeasure is not None else None
+        again = _Remeasures(nodeid, remeasure)
         if entry.floor_only and entry.floor_gbps is not None:  # floor_only: no run, a floor
-            fc = check_floor(first, entry.floor_gbps, again, tolerance=tol, max_remeasures=self.settings.max_remeasures)
-            v = Verdict(verdict_status(fc.status, floor=True), baseline_gbps=entry.floor_gbps, ratio=fc.ratio,
-                        remeasured=fc.runs_now - 1, details={"tolerance": tol, "remeasures": again_log})
-            v.message = f"{self._what(m)}: {fc.reason}"
-            if fc.failed:
-                v.message = (f"FLOOR: {self._what(m)}: {1 - fc.ratio:.1%} below the published floor "
-                             f"{fc.floor_gbps:.4g} GB/s\n  below the published floor: {fc.reason}\n"
-                             f"  source: {self.baseline.source_detail}")
-            return v
+            return self._judge_floor(m, first, entry.floor_gbps, again, tol)
+        v, pooled, below = self._judge_median(nodeid, key, m, first, again, tol, fold)
+        tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
+        return self._judge_tail(nodeid, entry, m, v, again, tol_tail, below[len(pooled):])
+
+    def _judge_floor(self, m: Measurement, first: RunLocation, floor_gbps: float, again: "_Remeasures",
+                     tol: float) -> Verdict:
+        """The verdict on a published case (a floor, no run: ``gate.floors``)."""
+        from .floors import check_floor
+
+        assert self.baseline is not None
+        fc = check_floor(first, floor_gbps, again.call, tolerance=tol, max_remeasures=self.settings.max_remeasures)
+        v = Verdict(fc.status, baseline_gbps=floor_gbps, ratio=fc.ratio, remeasured=fc.runs_now - 1,
+                    details={"tolerance": tol, "remeasures": again.log})
+        v.message = f"{self._what(m)}: {fc.reason}"
+        if fc.failed:
+            v.message = (f"FLOOR: {self._what(m)}: {1 - fc.ratio:.1%} below the published floor "
+                         f"{fc.floor_gbps:.4g} GB/s\n  below the published floor: {fc.reason}\n"
+                         f"  source: {self.baseline.source_detail}")
+        return v
+
+    def _judge_median(self, nodeid: str, key: str, m: Measurement, first: RunLocation, again: "_Remeasures",
+                      tol: float, fold: Optional[Callable[[int], Optional[Measurement]]]
+                      ) -> tuple[Verdict, list[str], list[str]]:
+        """The median's verdict on a case with measured baseline runs (``decision.judge``, with its folds and
+        re-measures), and the lines of its message: what was pooled, and those below the first line."""
+        from .decision import CASE_ALPHA_SHARE, class_scatter, judge
+        from .levels import case_class
+
         model, prior = self._fit()[key]
         fold_log, fold_locs = self._folds(nodeid, m, fold)
         klass = case_class(case_kind(m.op), m.size_bytes)
         seen = self._scatter.setdefault(klass, [])
-        j = judge(first, model, prior, again, tolerance=tol, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
+        j = judge(first, model, prior, again.call, tolerance=tol, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
                   n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures, folds=fold_locs,
                   class_spread=class_scatter(self._every.get(klass, seen)))
         seen.append(first.loc - model.center)
         c = j.comparison
-        status = verdict_status(c.status)
+        status = c.status
         if status is Status.NOT_GATED and self.settings.strict:
             status = Status.NOT_GATED_STRICT
         v = Verdict(status, baseline_gbps=c.baseline_median_gbps, ratio=c.ratio, ci=(c.ci_low, c.ci_high),
@@ -499,7 +513,7 @@ class Gate:
                              "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
-                             "log_ratio": math.log(c.ratio), "remeasures": again_log,
+                             "log_ratio": math.log(c.ratio), "remeasures": again.log,
                              "spread_assumed": c.spread.assumed, "spread_floor": c.spread.floor,
                              "runs_now_var": c.spread.runs_now,
                              "folds": 1 + len(fold_log), "fold_runs": fold_log})
@@ -507,9 +521,23 @@ class Gate:
         if fold_log:
             pooled.append(f"measured in {1 + len(fold_log)} process groups: {first.gbps:.2f}, "
                           + ", ".join(f"{a['median_gbps']:.2f}" for a in fold_log) + " GB/s")
-        if again_log:
-            how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again_log)
+        if again.log:
+            how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again.log)
             pooled.append(f"first run {first.gbps:.2f} GB/s, measured again: {how}")
+        below = self._median_message(v, c, m, first, again.ms, pooled)
+        return v, pooled, below
+
+    def _median_message(self, v: Verdict, c: "Comparison", m: Measurement, first: RunLocation,
+                        again_ms: list[Measurement], pooled: list[str]) -> list[str]:
+        """Set the median verdict's message: for a failure, what, where and how much on its first line (about
+        100 characters) and the evidence below it, which this returns (the runs pooled, what changed since the
+        baseline, what the change costs a training step, the devices' likely causes)."""
+        from ..env.fingerprint import format_fingerprint_diff
+        from .cause import likely_causes
+        from .reasons import comparison_reason
+
+        assert self.baseline is not None
+        reason = comparison_reason(c)
         env = format_fingerprint_diff(self.env_diff) if self.env_diff else "nothing in the fingerprint"
         step = _step_line(m, first.gbps, c.current_median_gbps, c.ratio)
         below = [f"  {p}" for p in pooled] + [f"  changed since the baseline was recorded: {env}"]
@@ -517,20 +545,29 @@ class Gate:
         state = likely_causes(self.device_changes, m, [m, *again_ms], self.fingerprint)
         below += [f"  {line}" for line in state]
         if v.status is Status.REGRESSION:
-            # the first line says what, where and how much (about 100 characters); the evidence is below it
             v.message = "\n".join([
                 f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, {_gbps(c.current_median_gbps)} vs "
                 f"{_gbps(c.baseline_median_gbps)} GB/s",
-                f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {c.reason}", *below])
+                f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {reason}", *below])
         elif v.status is Status.NOT_GATED_STRICT:
             v.message = "\n".join([f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: catches only drops of "
-                                   f"{c.detectable_drop:.1%} or more", f"  {c.reason}", *below[:len(pooled)]])
+                                   f"{c.detectable_drop:.1%} or more", f"  {reason}", *below[:len(pooled)]])
         else:
-            v.message = "; ".join([c.reason, *pooled, *state])
-        median_done = len(again_ms)
-        tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
-        looks = max(1, self.settings.max_remeasures) if remeasure is not None else 1  # the median verdict's
-        tail = judge_tail(nodeid, entry, m, again_ms, again if v.status is not Status.REGRESSION else None,
+            v.message = "; ".join([reason, *pooled, *state])
+        return below
+
+    def _judge_tail(self, nodeid: str, entry: "CaseEntry", m: Measurement, v: Verdict, again: "_Remeasures",
+                    tol_tail: float, evidence: list[str]) -> Verdict:
+        """``v`` (the median's verdict) with the tail verdict added (``gate.tail_verdict``): TAIL where the
+        tail is heavier and the median no regression, its message then with ``evidence`` (the median message's
+        lines below its first that are not about the runs pooled)."""
+        from .decision import CASE_ALPHA_SHARE
+        from .tail_verdict import judge_tail
+
+        assert self.baseline is not None
+        median_done = len(again.ms)
+        looks = max(1, self.settings.max_remeasures) if again.call is not None else 1  # the median verdict's
+        tail = judge_tail(nodeid, entry, m, again.ms, again.call if v.status is not Status.REGRESSION else None,
                           tolerance=tol_tail, looks=looks, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
                           n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures,
                           spread=self._spread, baseline_name=self.baseline.name)
@@ -538,8 +575,8 @@ class Gate:
             return v
         t, text = tail
         v.details["tail"] = t
-        v.remeasured = len(again_ms)
-        for a in again_log[median_done:]:
+        v.remeasured = len(again.ms)
+        for a in again.log[median_done:]:
             a["for"] = "tail"
         if t["status"] == Status.TAIL.value:
             if v.status is Status.REGRESSION:
@@ -548,7 +585,7 @@ class Gate:
                 v.status = Status.TAIL
                 head, _, rest = text.partition("\n")
                 v.message = "\n".join([f"TAIL: {self._what(m)}: {head}", f"  {rest}", f"  the median: {v.message}",
-                                        *below[len(pooled):]])
+                                        *evidence])
         elif t["status"] != "untested":
             v.message += f"; tail: {t['text']}"
         return v

@@ -7,12 +7,17 @@ Imports no torch: it is passed in.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["agreement", "IterationStats", "iteration_stats"]
 
 
-def agreement(torch: Any, dist: Any, device: str, group: Any = None) -> Callable[[float], float]:
+def agreement(torch: ModuleType, dist: ModuleType, device: str,
+              group: Optional[ProcessGroup] = None) -> Callable[[float], float]:
     """``agree(x)``: the largest ``x`` over the ranks of ``group`` (None: the default group), on every rank --
     how the ranks agree on a timing plan or a pace (every rank calls it, in the same order)."""
     buf = torch.zeros(1, dtype=torch.float32 if device.startswith("cuda") else torch.float64, device=device)
@@ -36,8 +41,8 @@ class IterationStats(NamedTuple):
     straggled: int  # iterations in which this rank arrived last
 
 
-def iteration_stats(torch: Any, dist: Any, own: Sequence[float], rank: int, world: int, device: str,
-                    group: Any = None) -> IterationStats:
+def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], rank: int, world: int, device: str,
+                    group: Optional[ProcessGroup] = None) -> IterationStats:
     """Per iteration, the time of the slowest rank and the rank that the others waited for; and this
     rank's summary.  Called by every rank of ``group`` (None: the default group) with its ``own`` sample
     times, after the timed samples; ``rank`` and ``world`` are its rank in that group and the group's size.

@@ -9,7 +9,12 @@ Imports no torch: the per-rank methods get it passed in.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, NamedTuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, ClassVar, NamedTuple, Optional
+
+if TYPE_CHECKING:
+    from torch import dtype as DType, Tensor
+    from torch.distributed import ProcessGroup
 
 __all__ = ["IN_PLACE", "OUT_OF_PLACE", "Shape", "small_pattern", "triangular", "CollectiveOp"]
 
@@ -26,7 +31,7 @@ class Shape(NamedTuple):
     chunk: int
     rank: int
     world: int
-    group: Any = None
+    group: Optional[ProcessGroup] = None
     ranks: tuple[int, ...] = ()
 
     def peer(self, group_rank: int) -> int:
@@ -34,7 +39,7 @@ class Shape(NamedTuple):
         return self.ranks[group_rank] if self.ranks else group_rank
 
 
-def small_pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
+def small_pattern(torch: ModuleType, n: int, device: str, dtype: DType) -> Tensor:
     """1, 2, 3, 1, 2, 3, ...: small integers, exact in every dtype, no zeros."""
     return (torch.arange(n, device=device, dtype=torch.int64) % 3 + 1).to(dtype)
 
@@ -81,22 +86,22 @@ class CollectiveOp:
         nccl-tests measures both placements, and each of ours meets the same one."""
         return form
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+    def buffers(self, new: Callable[[int], Tensor], s: Shape, in_place: bool) -> tuple[Tensor, Tensor]:
         """(input, output) of one rank; ``new(k)`` allocates ``k`` elements.  The same tensor twice (or
         a view) for an in-place form.  Here: one buffer of S in place, two out of place."""
         inp = new(s.count)
         return (inp, inp) if in_place else (inp, new(s.count))
 
-    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+    def fill(self, torch: ModuleType, v: Tensor, s: Shape, device: str) -> Tensor:
         """The input values of one rank, given ``v``: the pattern 1, 2, 3, 1, ... in the buffer's dtype
         and length.  Values that make a wrong element detectable."""
         return v * (s.rank + 1)
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         """The output one rank must see (float64), or None when it has none to check."""
         raise NotImplementedError
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         """The op, once (captured in a graph, or launched eagerly), over ``s.group``."""
         raise NotImplementedError
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import socket
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, cast
 
 from ..measurement import Measurement, MeasurementInfo
@@ -52,7 +53,11 @@ from .timed_case import (GRAPH_OPS, GRAPH_REPLAYS, REGISTER_MIN_BYTES, Collectiv
                          registered_buffers)
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from ..ranks.context import RankContext
+    from .clocks import Sampler
+    from .single_op_timing import SingleOps
+    from .timing import Plan, TimingSettings
 
 __all__ = [
     "OPS",
@@ -77,10 +82,10 @@ class AllReduce(CollectiveOp):
     def factor(self, n: int) -> float:
         return 2 * (n - 1) / n
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         return small_pattern(torch, s.count, device, torch.float64) * triangular(s.world)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.all_reduce(inp, group=s.group)
 
 
@@ -92,17 +97,17 @@ class AllGather(CollectiveOp):
     nccl_tests = "all_gather_perf"
     split = True
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+    def buffers(self, new: Callable[[int], Tensor], s: Shape, in_place: bool) -> tuple[Tensor, Tensor]:
         c = s.chunk
         out = new(s.count)
         return (out[s.rank * c:(s.rank + 1) * c] if in_place else new(c)), out
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         idx = torch.arange(s.count, device=device)
         base = small_pattern(torch, s.chunk, device, torch.float64).repeat(s.world)
         return base * (idx // s.chunk + 1)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         fn(out, inp, group=s.group)
 
@@ -115,16 +120,16 @@ class ReduceScatter(CollectiveOp):
     nccl_tests = "reduce_scatter_perf"
     split = True
 
-    def buffers(self, new: Callable[[int], Any], s: Shape, in_place: bool) -> tuple[Any, Any]:
+    def buffers(self, new: Callable[[int], Tensor], s: Shape, in_place: bool) -> tuple[Tensor, Tensor]:
         c = s.chunk
         inp = new(s.count)
         return inp, (inp[s.rank * c:(s.rank + 1) * c] if in_place else new(c))
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         full = small_pattern(torch, s.count, device, torch.float64) * triangular(s.world)
         return full[s.rank * s.chunk:(s.rank + 1) * s.chunk]
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         fn(out, inp, group=s.group)
 
@@ -137,13 +142,13 @@ class Broadcast(CollectiveOp):
     nccl_tests = "broadcast_perf"
     aliases = ("bcast",)
 
-    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+    def fill(self, torch: ModuleType, v: Tensor, s: Shape, device: str) -> Tensor:
         return v if s.rank == 0 else torch.full_like(v, -3)
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         return small_pattern(torch, s.count, device, torch.float64)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.broadcast(inp, src=s.peer(0), group=s.group)
 
 
@@ -154,12 +159,12 @@ class Reduce(CollectiveOp):
     forms = (IN_PLACE,)
     nccl_tests = "reduce_perf"
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         if s.rank != 0:
             return None
         return small_pattern(torch, s.count, device, torch.float64) * triangular(s.world)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.reduce(inp, dst=s.peer(0), group=s.group)
 
 
@@ -171,19 +176,19 @@ class AllToAll(CollectiveOp):
     nccl_tests = "alltoall_perf"
     split = True
 
-    def fill(self, torch: Any, v: Any, s: Shape, device: str) -> Any:
+    def fill(self, torch: ModuleType, v: Tensor, s: Shape, device: str) -> Tensor:
         r, n, c = s.rank, s.world, s.chunk
         idx = torch.arange(s.count, device=device)
         # element k of the chunk for rank j: r*n + j + 1, plus a ripple inside the chunk
         return (r * n + idx // c + 1 + (idx % c % 3) * n * n).to(v.dtype)
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         r, n, c = s.rank, s.world, s.chunk
         i = torch.arange(s.count, device=device)
         src = i // c  # source rank of this chunk
         return (src * n + r + 1 + (i % c % 3) * n * n).to(torch.float64)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         dist.all_to_all_single(out, inp, group=s.group)
 
 
@@ -194,11 +199,11 @@ class SendRecv(CollectiveOp):
     forms = (OUT_OF_PLACE,)
     nccl_tests = "sendrecv_perf"
 
-    def expected(self, torch: Any, s: Shape, device: str) -> Any:
+    def expected(self, torch: ModuleType, s: Shape, device: str) -> Optional[Tensor]:
         src = (s.rank - 1) % s.world
         return small_pattern(torch, s.count, device, torch.float64) * (src + 1)
 
-    def run(self, dist: Any, inp: Any, out: Any, s: Shape) -> None:
+    def run(self, dist: ModuleType, inp: Tensor, out: Tensor, s: Shape) -> None:
         nxt, prv = s.peer((s.rank + 1) % s.world), s.peer((s.rank - 1) % s.world)
         reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, nxt, group=s.group),
                                        dist.P2POp(dist.irecv, out, prv, group=s.group)])
@@ -335,27 +340,11 @@ def worker_env(backend: str, environ: Optional[Mapping[str, str]] = None) -> dic
     return {k: v for k, v in NCCL_WORKER_ENV.items() if k not in env}
 
 
-# -- per-rank side --------------------------------------------------------------------------------
+# -- per-rank side: the steps of one case, kept apart as nccl-tests' common.cu keeps them ----------------
 
-def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE, in_place: Optional[bool] = None,
-          min_time_s: float = DEFAULT_MIN_TIME_S, graph: bool = True, max_samples: int = DEFAULT_MAX_SAMPLES,
-          register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
-    """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.
-
-    The op runs over ``ctx.group`` (None: the default group), as rank ``ctx.rank`` of ``ctx.world_size``:
-    every torch.distributed call here -- the op, the agreement on the plan, the barriers -- passes that
-    group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own.
-
-    After the batched samples (the median figures), single ops are timed one by one
-    (:func:`~.single_op_timing.single_ops`): as many as fill ``tail_time_s`` (None: ``TAIL_TIME_FACTOR`` x
-    ``min_time_s``) at the agreed (slowest rank's) wall time of one, between ``TAIL_MIN_OPS`` and
-    ``TAIL_MAX_OPS``; 0 skips the phase."""
-    import torch
-    import torch.distributed as dist
-
-    from .clocks import clock_info, sampler_for
-    from .timing import TimingSettings, measure
-
+def _form(op: str, dtype: str, in_place: Optional[bool]) -> tuple[CollectiveOp, bool]:
+    """The op and the form it runs in (``in_place`` None: the op's default); a ValueError for an unknown op or
+    dtype, or a form the op does not have in torch.distributed."""
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     if dtype not in DTYPES:
@@ -367,107 +356,186 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
     if form not in spec.forms:
         raise ValueError(f"{op} has no {form.replace('_', '-')} form in torch.distributed (it has: "
                          f"{', '.join(f.replace('_', '-') for f in spec.forms)})")
-    n, r = ctx.world_size, ctx.rank
-    group = getattr(ctx, "group", None)
-    ranks = tuple(getattr(ctx, "group_ranks", ()) or ())
-    gpu = ctx.device.startswith("cuda")
-    tdtype = getattr(torch, dtype)
-    count = element_count(op, size_bytes, n, dtype)
-    pool: Any = None
-    backend: Any = None
-    pool_note = ""
-    if gpu and register and count * DTYPES[dtype] >= REGISTER_MIN_BYTES:
-        dist.all_reduce(torch.zeros(1, device=ctx.device), group=group)  # the communicator, before the pool
-        pool, backend, pool_note = registered_buffers(torch, dist, ctx.device, group)
-    case = None
-    if pool is not None:
-        try:
-            with torch.cuda.use_mem_pool(pool):  # only the buffers: fill()'s temporaries stay outside
-                case = CollectiveCase(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False,
-                             group=group, ranks=ranks)
+    return spec, in_place
+
+
+class _RankCase:
+    """One rank's case while it is measured: its buffers (registered with the communicator for large messages,
+    as nccl-tests registers them), the timed loop over them, and what became of the registration.  Every step
+    reads them from here, so that :meth:`clean_up` drops the last references to the buffers and graphs before
+    the pool and the allocator's cache are released."""
+
+    clocks: Sampler  # the devices' clocks, read beside the timed samples (set by time())
+
+    def __init__(self, torch: ModuleType, dist: ModuleType, ctx: RankContext, spec: CollectiveOp, count: int,
+                 dtype: str, in_place: bool, register: bool) -> None:
+        self.torch, self.dist, self.device, self.group = torch, dist, ctx.device, ctx.group
+        self.gpu = ctx.device.startswith("cuda")
+        self.pool: Any = None
+        self.backend: Any = None
+        self.note = ""
+        self.timed: Optional[TimedLoop] = None  # set by time()
+        group, ranks, n, r = ctx.group, tuple(ctx.group_ranks), ctx.world_size, ctx.rank
+        tdtype = getattr(torch, dtype)
+        if self.gpu and register and count * DTYPES[dtype] >= REGISTER_MIN_BYTES:
+            dist.all_reduce(torch.zeros(1, device=ctx.device), group=group)  # the communicator, before the pool
+            self.pool, self.backend, self.note = registered_buffers(torch, dist, ctx.device, group)
+        case = None
+        if self.pool is not None:
+            try:
+                with torch.cuda.use_mem_pool(self.pool):  # only the buffers: fill()'s temporaries stay outside
+                    case = CollectiveCase(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, fill=False,
+                                          group=group, ranks=ranks)
+                case.fill()
+                self.backend.register_mem_pool(self.pool)
+            except Exception as e:
+                self.note = f"{type(e).__name__}: {e}"
+                self.backend = None
+        if case is None:
+            case = CollectiveCase(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, group=group,
+                                  ranks=ranks)
+        self.case: Optional[CollectiveCase] = case
+
+    def settings(self, graph: bool, min_time_s: float, max_samples: int) -> TimingSettings:
+        """The timing engine's settings: on GPU with graphs, a batch is replays of a graph of GRAPH_OPS ops."""
+        from .timing import TimingSettings
+
+        graphs = self.gpu and graph
+        batch = GRAPH_OPS * GRAPH_REPLAYS
+        return TimingSettings(
+            min_time_s=min_time_s,
+            max_samples=max_samples,
+            warmup_min_s=RANK_WARMUP_MIN_S,
+            target_batch_s=1e-3 if graphs else 200e-6,
+            # GPU: a batch is replays of a graph of GRAPH_OPS ops, and the host waits for each batch of small
+            # ops before the next (a long queue of captured collectives slows each of them; see GRAPH_OPS)
+            batch_step=GRAPH_OPS if graphs else 1,
+            max_batch=batch if graphs else None,
+            max_inflight_iters=batch if graphs else 256,
+        )
+
+    def time(self, graph: bool, min_time_s: float, max_samples: int
+             ) -> tuple[list[float], Plan, Callable[[float], float]]:
+        """The timed samples (warm-up, the agreed plan, graph capture outside the samples; the device's clocks
+        read beside them into ``clocks``): the per-iteration times, the plan and ``agree``, the ranks'
+        agreement on a figure (the single ops agree on their pace)."""
+        from .clocks import sampler_for
+        from .timing import measure
+
+        settings = self.settings(graph, min_time_s, max_samples)
+        assert self.case is not None
+        self.timed = TimedLoop(self.torch, self.case, self.gpu, graph, eager_calls=settings.warmup_iters)
+        agree = agreement(self.torch, self.dist, self.device, self.group)
+
+        def prepare(p: Plan) -> None:
+            t = cast(TimedLoop, self.timed)  # measure calls this before timed is dropped
+            t.sample(p.batch)  # capture (on GPU) outside the timed samples
+            t.sync()
+            self.dist.barrier(group=self.group)
+
+        self.clocks = sampler_for((self.device,))
+        samples, plan = measure(self.timed, settings, agree=agree, prepare=prepare, clocks=self.clocks)
+        return samples, plan, agree
+
+    def single_ops(self, agree: Callable[[float], float], budget: float) -> Optional[SingleOps]:
+        """The single ops timed one by one after the samples (:func:`~.single_op_timing.single_op_phase`)."""
+        assert self.case is not None and self.timed is not None
+        return single_op_phase(self.torch, self.dist, self.case.run, self.timed.sync, agree, self.gpu, budget,
+                               group=self.group)
+
+    def check(self, graph_inner: int, dtype: str) -> tuple[int, Optional[tuple[int, float, float]], int, str]:
+        """Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
+        inputs, poisoned outputs, one op, compare.  The wrong elements of the worst path, the first of them
+        (index, got, expected), the elements checked, and the path ("" when only eager launches were timed)."""
+        torch, case, timed = self.torch, self.case, self.timed
+        assert case is not None and timed is not None
+        timed.release()
+        paths: list[tuple[str, Callable[[], None]]] = []
+        check_graph = None
+        if graph_inner:
+            check_graph = timed.capture(1)
+            if check_graph is not None:
+                paths.append(("a graph replay", check_graph.replay))
+        paths.append(("an eager launch" if graph_inner else "", case.run))
+        exp = case.expected()
+        wrong, first, checked, wrong_path = 0, None, 0, ""
+        for path, run_once in paths:
             case.fill()
-            backend.register_mem_pool(pool)
-        except Exception as e:
-            pool_note = f"{type(e).__name__}: {e}"
-            backend = None
-    if case is None:
-        case = CollectiveCase(torch, dist, spec, count, r, n, ctx.device, tdtype, in_place, group=group, ranks=ranks)
-    graphs = gpu and graph
-    batch = GRAPH_OPS * GRAPH_REPLAYS
-    settings = TimingSettings(
-        min_time_s=min_time_s,
-        max_samples=max_samples,
-        warmup_min_s=RANK_WARMUP_MIN_S,
-        target_batch_s=1e-3 if graphs else 200e-6,
-        # GPU: a batch is replays of a graph of GRAPH_OPS ops, and the host waits for each batch of small
-        # ops before the next (a long queue of captured collectives slows each of them; see GRAPH_OPS)
-        batch_step=GRAPH_OPS if graphs else 1,
-        max_batch=batch if graphs else None,
-        max_inflight_iters=batch if graphs else 256,
-    )
-    timed: Optional[TimedLoop]  # set to None at the end, to drop the buffers and graphs
-    timed = TimedLoop(torch, case, gpu, graph, eager_calls=settings.warmup_iters)
-    agree = agreement(torch, dist, ctx.device, group)
+            timed.sync()
+            self.dist.barrier(group=self.group)
+            run_once()
+            timed.sync()
+            if exp is None:
+                continue
+            got = case.result().to(torch.float64)
+            tol = 0.0 if dtype == "float32" else 1e-2
+            bad = (got - exp).abs() > tol * exp.abs()
+            n_bad = int(bad.sum().item())
+            checked = int(got.numel())
+            if n_bad > wrong:
+                i = int(bad.nonzero()[0].item())
+                wrong, first, wrong_path = n_bad, (i, float(got[i].item()), float(exp[i].item())), path
+            del got, bad
+        del exp, paths, check_graph
+        return wrong, first, checked, wrong_path
 
-    def prepare(p: Any) -> None:
-        t = cast(TimedLoop, timed)  # measure calls this before timed is dropped
-        t.sample(p.batch)  # capture (on GPU) outside the timed samples
-        t.sync()
-        dist.barrier(group=group)
+    def clean_up(self) -> tuple[bool, str]:
+        """Deregister the pool, drop the buffers and graphs, then release the pool and the allocator's cache;
+        whether the buffers were registered, and the graph error of the timed loop ("": none)."""
+        registered = self.pool is not None and self.backend is not None
+        if registered:
+            try:
+                self.backend.deregister_mem_pool(self.pool)
+            except Exception as e:
+                self.note = f"deregister: {type(e).__name__}: {e}"
+        assert self.timed is not None
+        graph_error = self.timed.graph_error
+        self.case = self.timed = None  # drop the buffers and graphs before the pool and the cache are released
+        if self.gpu:
+            self.torch.cuda.synchronize()
+            self.pool = None
+            self.torch.cuda.empty_cache()
+        return registered, graph_error
 
-    clocks = sampler_for((ctx.device,))
-    samples, plan = measure(timed, settings, agree=agree, prepare=prepare, clocks=clocks)
+
+def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE, in_place: Optional[bool] = None,
+          min_time_s: float = DEFAULT_MIN_TIME_S, graph: bool = True, max_samples: int = DEFAULT_MAX_SAMPLES,
+          register: bool = True, tail_time_s: Optional[float] = None) -> BenchResult:
+    """Per-rank task: time ``op`` at ``size_bytes`` and check its result.  Runs on every rank.
+
+    The op runs over ``ctx.group`` (None: the default group), as rank ``ctx.rank`` of ``ctx.world_size``:
+    every torch.distributed call here -- the op, the agreement on the plan, the barriers -- passes that
+    group, so that the groups of a kind (one per node, one per local rank) run at once, each on its own.
+
+    The steps, each of :class:`_RankCase`: the buffers (registered for large messages), the timed samples
+    (graphs captured outside them), the single ops, the check of the result, the clean-up; last, with the
+    other ranks, each iteration's time and who the others waited for.  After the batched samples (the
+    median figures), single ops are timed one by one (:func:`~.single_op_timing.single_ops`): as many as
+    fill ``tail_time_s`` (None: ``TAIL_TIME_FACTOR`` x ``min_time_s``) at the agreed (slowest rank's) wall
+    time of one, between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS``; 0 skips the phase."""
+    import torch
+    import torch.distributed as dist
+
+    from .clocks import clock_info
+
+    spec, in_place = _form(op, dtype, in_place)
+    n, r = ctx.world_size, ctx.rank
+    count = element_count(op, size_bytes, n, dtype)
+    rc = _RankCase(torch, dist, ctx, spec, count, dtype, in_place, register)
+    samples, plan, agree = rc.time(graph, min_time_s, max_samples)
     budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
-    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, group=group)
+    singles = rc.single_ops(agree, budget)
+    timed = cast(TimedLoop, rc.timed)
     # the timed samples replayed a graph if the graph of their shape was captured
     graph_inner = plan.batch if timed.use_graph and graph_shape(plan.batch)[0] in timed.graphs else 0
-    # Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
-    # inputs, poisoned outputs, one op, compare.
-    timed.release()
-    paths: list[tuple[str, Callable[[], None]]] = []
-    check_graph = None
-    if graph_inner:
-        check_graph = timed.capture(1)
-        if check_graph is not None:
-            paths.append(("a graph replay", check_graph.replay))
-    paths.append(("an eager launch" if graph_inner else "", case.run))
-    exp = case.expected()
-    wrong, first, checked, wrong_path = 0, None, 0, ""
-    for path, run_once in paths:
-        case.fill()
-        timed.sync()
-        dist.barrier(group=group)
-        run_once()
-        timed.sync()
-        if exp is None:
-            continue
-        got = case.result().to(torch.float64)
-        tol = 0.0 if dtype == "float32" else 1e-2
-        bad = (got - exp).abs() > tol * exp.abs()
-        n_bad = int(bad.sum().item())
-        checked = int(got.numel())
-        if n_bad > wrong:
-            i = int(bad.nonzero()[0].item())
-            wrong, first, wrong_path = n_bad, (i, float(got[i].item()), float(exp[i].item())), path
-        del got, bad
-    del exp, paths, check_graph
-    registered = pool is not None and backend is not None
-    if registered:
-        try:
-            backend.deregister_mem_pool(pool)
-        except Exception as e:
-            pool_note = f"deregister: {type(e).__name__}: {e}"
-    graph_error = timed.graph_error
-    case = timed = None  # drop the buffers and graphs before the pool and the cache are released
-    if gpu:
-        torch.cuda.synchronize()
-        del pool
-        torch.cuda.empty_cache()
+    del timed
+    wrong, first, checked, wrong_path = rc.check(graph_inner, dtype)
+    registered, graph_error = rc.clean_up()
     # Who the others waited for: every rank of the group, after the correctness check (see iteration_stats).
     # Rank 0 alone returns the per-iteration data, the others their summaries (compact gathered results).
-    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=group)
+    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=ctx.group)
     first_rank = r == 0
-    tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device, group=group)
+    tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device, group=ctx.group)
     return BenchResult(
         rank=r,
         in_place=in_place,
@@ -476,7 +544,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
         graph=graph_inner,
         graph_error=graph_error,
         registered=registered,
-        register_note=pool_note,
+        register_note=rc.note,
         size_bytes=count * DTYPES[dtype],
         wrong=wrong,
         checked=checked,
@@ -490,7 +558,6 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
         host=ctx.host or socket.gethostname(),
         node=ctx.node_rank,
         device=ctx.device,
-        clocks=tuple(clock_info(clocks)),
+        clocks=tuple(clock_info(rc.clocks)),
         **tail,
     )
-

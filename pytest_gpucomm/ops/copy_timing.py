@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from types import ModuleType
 from typing import Any, Callable, Optional
 
 from . import engines
@@ -147,7 +148,7 @@ class CudaCopy:
 
 
 class _maybe_stream:
-    def __init__(self, torch: Any, stream: Optional[Any]) -> None:
+    def __init__(self, torch: ModuleType, stream: Optional[Any]) -> None:
         self.ctx = torch.cuda.stream(stream) if stream is not None else None
 
     def __enter__(self) -> None:

@@ -24,6 +24,7 @@ Imports no torch: the task imports it when it runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..measurement import Measurement, MeasurementInfo
@@ -33,6 +34,9 @@ from .pattern_runs import mismatches
 from .specs import COLLECTIVE, OpSpec
 
 if TYPE_CHECKING:
+    from .timing import Plan
+    from torch import Tensor
+    from torch import dtype as DType
     from ..ranks.context import RankContext
 
 __all__ = ["OP", "PhaseResult", "exchange", "to_measurements", "phase_kwargs"]
@@ -61,15 +65,15 @@ def phase_kwargs(phases: Sequence[Any]) -> list[list[list[int]]]:
     return [[[int(s), int(d)] for s, d in p.edges] for p in phases]
 
 
-def _pattern(torch: Any, n: int, device: str, dtype: Any) -> Any:
+def _pattern(torch: ModuleType, n: int, device: str, dtype: DType) -> Tensor:
     return (torch.arange(n, device=device, dtype=torch.int64) % 3 + 1).to(dtype)
 
 
 class PhaseExchange:
     """This rank's sends and receives of one phase, as a callable (nothing to do when it waits)."""
 
-    def __init__(self, torch: Any, dist: Any, rank: int, edges: Sequence[Sequence[int]], count: int, device: str,
-                 dtype: Any) -> None:
+    def __init__(self, torch: ModuleType, dist: ModuleType, rank: int, edges: Sequence[Sequence[int]], count: int,
+                 device: str, dtype: DType) -> None:
         self.torch, self.dist, self.device, self.dtype = torch, dist, device, dtype
         sends = [d for s, d in edges if s == rank]
         recvs = [s for s, d in edges if d == rank]
@@ -128,7 +132,7 @@ def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, d
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
-    if getattr(ctx, "group", None) is not None:
+    if ctx.group is not None:
         raise ValueError("the inter-node pair test runs over the job's default group, not a sub-group")
     gpu = ctx.device.startswith("cuda")
     tdtype = getattr(torch, dtype)
@@ -144,7 +148,7 @@ def exchange(ctx: RankContext, phases: list[list[list[int]]], size_bytes: int, d
         ex = PhaseExchange(torch, dist, ctx.rank, edges, count, ctx.device, tdtype)
         timed = TimedLoop(torch, ex, gpu, use_graph=False, eager_calls=settings.warmup_iters)  # type: ignore[arg-type]
 
-        def prepare(p: Any, timed: Any = timed) -> None:
+        def prepare(p: Plan, timed: TimedLoop = timed) -> None:
             timed.sync()
             dist.barrier()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..measurement import MeasurementInfo
@@ -19,6 +20,8 @@ from ..vocab import RANK_WARMUP_MIN_S, TAIL_TIME_FACTOR
 from .collective_results import BenchResult, WrongResult
 
 if TYPE_CHECKING:
+    from .timing import Plan
+    from torch import Tensor
     from ..ranks.context import RankContext
 
 __all__ = ["PatternPlan", "PatternResult", "check_rows", "mismatches", "merge_checks", "sub_group", "PartsTimed",
@@ -50,7 +53,7 @@ class PatternResult(BenchResult):
     overlap: dict[str, float] = field(default_factory=dict)
 
 
-def check_rows(torch: Any, got: Any, exp: Any) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+def check_rows(torch: ModuleType, got: Tensor, exp: Tensor) -> tuple[int, int, Optional[tuple[int, float, float]]]:
     """(wrong, checked, first wrong (flat index, got, expected)) of ``got`` against ``exp`` (exact small
     integers in bf16; 1% relative tolerance where a sum over many ranks rounds)."""
     got = got.reshape(-1).to(torch.float64)
@@ -61,7 +64,7 @@ def check_rows(torch: Any, got: Any, exp: Any) -> tuple[int, int, Optional[tuple
     return mismatches(got, exp, 1e-2)
 
 
-def mismatches(got: Any, exp: Any, rtol: float) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+def mismatches(got: Tensor, exp: Tensor, rtol: float) -> tuple[int, int, Optional[tuple[int, float, float]]]:
     """(wrong, checked, first wrong (flat index, got, expected)) of the flat float64 tensors ``got`` and ``exp``
     of one length, an element wrong where it differs from its expected value by more than ``rtol`` of it."""
     bad = (got - exp).abs() > rtol * exp.abs()
@@ -88,7 +91,7 @@ def merge_checks(acc: list[Any], part: tuple[int, int, Optional[tuple[int, float
 _GROUPS: dict[tuple[str, tuple[tuple[int, ...], ...]], Any] = {}
 
 
-def sub_group(dist: Any, groups: Sequence[Sequence[int]], rank: int, backend: str,
+def sub_group(dist: ModuleType, groups: Sequence[Sequence[int]], rank: int, backend: str,
               use: str = "tp") -> tuple[Any, tuple[int, ...]]:
     """This rank's group of ``groups`` (global ranks; every rank calls it with the same groups) and that group's
     ranks, the groups made once per process and ``use``."""
@@ -113,7 +116,7 @@ class PartsTimed:
         self.case, self.parts = case, parts
         self.split: list[tuple[float, float]] = []
 
-    def sample(self, batch: int) -> Any:
+    def sample(self, batch: int) -> Callable[[], float]:
         marks = [self.case.iteration(*self.parts) for _ in range(batch)]
 
         def seconds() -> float:
@@ -157,7 +160,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     agree = agreement(torch, dist, ctx.device)
     timed: Any = None  # the timed case, set below: prepare reads it when measure calls it
 
-    def prepare(p: Any) -> None:
+    def prepare(p: Plan) -> None:
         timed.sync()
         dist.barrier()
 

@@ -72,6 +72,7 @@ Imports no torch: the task imports it when it runs.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 from ..measurement import Measurement, MeasurementInfo, OverlapInfo
@@ -83,6 +84,8 @@ from .pattern_runs import PatternPlan, PatternResult, check_results, check_rows,
 from .specs import COLLECTIVE, OpSpec
 
 if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.distributed import ProcessGroup
     from ..ranks.context import RankContext
 
 #: ``MODELS``, ``ModelShape`` (:mod:`.model_shapes`) and ``WrongResult`` named here too: test files add to MODELS
@@ -176,68 +179,103 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
         raise ValueError(f"scale={scale!r}: expected a whole number >= 1")
     if world < 2:
         raise ValueError(f"{pattern} needs 2 ranks or more, got a world of {world}")
-    width = max(1, model.hidden // scale)
-    act = model.seq * model.micro_batch * width  # elements of one activation
     info: MeasurementInfo = {"model": model.name, "pattern": pattern, "scale": scale}
     if pattern == OVERLAP:
-        dp = plan(DP, model, world, scale)
-        tp = plan(TP, model, world, scale, tp_groups=tp_groups)
-        fewer = scale // max(1, scale // SCALED_BUCKETS_FEWER)  # as the scaled gradient's buckets
-        layers = -(-model.layers // fewer)
-        dp_bytes, tp_bytes = dp.bytes_per_iter, tp.bytes_per_iter * layers
-        factor = (dp_bytes * dp.busbw_factor + tp_bytes * tp.busbw_factor) / (dp_bytes + tp_bytes)
-        info.update(cast(MeasurementInfo, {k: v for k, v in dp.info.items() if k not in info}))
-        info.update({"tp": tp.info["tp"], "tp_groups": tp.info["tp_groups"], "layers": model.layers,
-                     "overlap_layers": layers, "activation_bytes": tp.info["activation_bytes"], "dp_bytes": dp_bytes,
-                     "tp_bytes": tp_bytes})
-        return PatternPlan(OVERLAP, model.name, world, scale, {"dp": dp.spec, "tp": tp.spec, "layers": layers},
-                           dp_bytes + tp_bytes, factor, 1,
-                           f"the gradient sync of {format_size(dp_bytes)} in {dp.info['buckets']} buckets while "
-                           f"{layers} layers' tensor-parallel collectives run, 4 each", info)
+        return _plan_overlap(model, world, scale, info, tp_groups)
     if pattern == DP:
-        if model.params <= 0:
-            raise ValueError(f"model {model.name!r} has no data-parallel gradient in this suite")
-        total = max(1, int(model.params) // scale)
-        bucket_scale = max(1, scale // SCALED_BUCKETS_FEWER)  # scaled: 1/16 of the buckets (see the docstring)
-        first = max(1, DDP_FIRST_BUCKET_BYTES // BF16 // bucket_scale)
-        cap = max(1, DDP_BUCKET_BYTES // BF16 // bucket_scale)
-        buckets = ddp_buckets(total, first, cap)
-        info.update({"buckets": len(buckets), "params": model.params, "bucket_bytes": cap * BF16,
-                     "first_bucket_bytes": first * BF16})
-        if model.dp_note:
-            info["gradient"] = model.dp_note
-        return PatternPlan(DP, model.name, world, scale, {"total": total, "first": first, "cap": cap},
-                           total * BF16, 2 * (world - 1) / world, 1,
-                           f"one full gradient sync of {format_size(total * BF16)} in {len(buckets)} buckets", info)
+        return _plan_dp(model, world, scale, info)
     if pattern == MOE:
-        if not model.moe:
-            raise ValueError(f"model {model.name!r} has no experts")
-        tokens = model.seq * model.micro_batch
-        counts, load = moe_counts(world, tokens, model.experts, model.top_k, model.zipf, model.seed)
-        sent = [sum(row) for row in counts]
-        received = [sum(counts[i][j] for i in range(world)) for j in range(world)]
-        rows = sum(sent)
-        off = rows - sum(counts[i][i] for i in range(world))
-        mean_rows = rows / world
-        info.update({"experts": model.experts, "top_k": model.top_k, "tokens_per_rank": tokens,
-                     "moe_layers": model.moe_layers, "zipf": model.zipf, "seed": model.seed,
-                     "expert_imbalance": max(load) / (sum(load) / len(load)),
-                     "rank_imbalance": max(received) / mean_rows,
-                     "imbalance": (f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
-                                   f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
-                                   f"(weights 1/k^{model.zipf:g}, seed {model.seed})")})
-        return PatternPlan(MOE, model.name, world, scale, {"counts": counts, "width": width},
-                           int(round(2 * mean_rows * width * BF16)), off / rows if rows else 0.0,
-                           2 * model.moe_layers,
-                           "one MoE layer's dispatch and combine all-to-all", info)
+        return _plan_moe(model, world, scale, info)
     if pattern == TP:
-        groups = _tp_groups(world, tp_groups)
-        t = len(groups[0])
-        count = max(t, act // t * t)
-        info.update({"tp": t, "tp_groups": groups, "layers": model.layers, "activation_bytes": count * BF16})
-        return PatternPlan(TP, model.name, world, scale, {"groups": groups, "count": count},
-                           4 * count * BF16, (t - 1) / t, 2 * model.layers,
-                           "one layer's forward: 2 all-gathers and 2 reduce-scatters of the activation", info)
+        return _plan_tp(model, world, scale, info, tp_groups)
+    return _plan_pp(model, world, scale, info, stages)
+
+
+def _activation(model: ModelShape, scale: int) -> tuple[int, int]:
+    """The width of a token's activation and the elements of one activation, scaled."""
+    width = max(1, model.hidden // scale)
+    return width, model.seq * model.micro_batch * width
+
+
+def _plan_overlap(model: ModelShape, world: int, scale: int, info: MeasurementInfo,
+                  tp_groups: Optional[Sequence[Sequence[int]]]) -> PatternPlan:
+    """The gradient sync while the layers' tensor-parallel collectives run."""
+    dp = plan(DP, model, world, scale)
+    tp = plan(TP, model, world, scale, tp_groups=tp_groups)
+    fewer = scale // max(1, scale // SCALED_BUCKETS_FEWER)  # as the scaled gradient's buckets
+    layers = -(-model.layers // fewer)
+    dp_bytes, tp_bytes = dp.bytes_per_iter, tp.bytes_per_iter * layers
+    factor = (dp_bytes * dp.busbw_factor + tp_bytes * tp.busbw_factor) / (dp_bytes + tp_bytes)
+    info.update(cast(MeasurementInfo, {k: v for k, v in dp.info.items() if k not in info}))
+    info.update({"tp": tp.info["tp"], "tp_groups": tp.info["tp_groups"], "layers": model.layers,
+                 "overlap_layers": layers, "activation_bytes": tp.info["activation_bytes"], "dp_bytes": dp_bytes,
+                 "tp_bytes": tp_bytes})
+    return PatternPlan(OVERLAP, model.name, world, scale, {"dp": dp.spec, "tp": tp.spec, "layers": layers},
+                       dp_bytes + tp_bytes, factor, 1,
+                       f"the gradient sync of {format_size(dp_bytes)} in {dp.info['buckets']} buckets while "
+                       f"{layers} layers' tensor-parallel collectives run, 4 each", info)
+
+
+def _plan_dp(model: ModelShape, world: int, scale: int, info: MeasurementInfo) -> PatternPlan:
+    """One full gradient sync in DDP's buckets."""
+    if model.params <= 0:
+        raise ValueError(f"model {model.name!r} has no data-parallel gradient in this suite")
+    total = max(1, int(model.params) // scale)
+    bucket_scale = max(1, scale // SCALED_BUCKETS_FEWER)  # scaled: 1/16 of the buckets (see the docstring)
+    first = max(1, DDP_FIRST_BUCKET_BYTES // BF16 // bucket_scale)
+    cap = max(1, DDP_BUCKET_BYTES // BF16 // bucket_scale)
+    buckets = ddp_buckets(total, first, cap)
+    info.update({"buckets": len(buckets), "params": model.params, "bucket_bytes": cap * BF16,
+                 "first_bucket_bytes": first * BF16})
+    if model.dp_note:
+        info["gradient"] = model.dp_note
+    return PatternPlan(DP, model.name, world, scale, {"total": total, "first": first, "cap": cap},
+                       total * BF16, 2 * (world - 1) / world, 1,
+                       f"one full gradient sync of {format_size(total * BF16)} in {len(buckets)} buckets", info)
+
+
+def _plan_moe(model: ModelShape, world: int, scale: int, info: MeasurementInfo) -> PatternPlan:
+    """One MoE layer's dispatch and combine, with the experts' skewed load."""
+    if not model.moe:
+        raise ValueError(f"model {model.name!r} has no experts")
+    width, _ = _activation(model, scale)
+    tokens = model.seq * model.micro_batch
+    counts, load = moe_counts(world, tokens, model.experts, model.top_k, model.zipf, model.seed)
+    sent = [sum(row) for row in counts]
+    received = [sum(counts[i][j] for i in range(world)) for j in range(world)]
+    rows = sum(sent)
+    off = rows - sum(counts[i][i] for i in range(world))
+    mean_rows = rows / world
+    info.update({"experts": model.experts, "top_k": model.top_k, "tokens_per_rank": tokens,
+                 "moe_layers": model.moe_layers, "zipf": model.zipf, "seed": model.seed,
+                 "expert_imbalance": max(load) / (sum(load) / len(load)),
+                 "rank_imbalance": max(received) / mean_rows,
+                 "imbalance": (f"busiest expert {max(load) / (sum(load) / len(load)):.2f}x the mean expert load, "
+                               f"busiest rank receives {max(received) / mean_rows:.2f}x the mean "
+                               f"(weights 1/k^{model.zipf:g}, seed {model.seed})")})
+    return PatternPlan(MOE, model.name, world, scale, {"counts": counts, "width": width},
+                       int(round(2 * mean_rows * width * BF16)), off / rows if rows else 0.0,
+                       2 * model.moe_layers,
+                       "one MoE layer's dispatch and combine all-to-all", info)
+
+
+def _plan_tp(model: ModelShape, world: int, scale: int, info: MeasurementInfo,
+             tp_groups: Optional[Sequence[Sequence[int]]]) -> PatternPlan:
+    """One layer's forward in tensor-parallel groups."""
+    _, act = _activation(model, scale)
+    groups = _tp_groups(world, tp_groups)
+    t = len(groups[0])
+    count = max(t, act // t * t)
+    info.update({"tp": t, "tp_groups": groups, "layers": model.layers, "activation_bytes": count * BF16})
+    return PatternPlan(TP, model.name, world, scale, {"groups": groups, "count": count},
+                       4 * count * BF16, (t - 1) / t, 2 * model.layers,
+                       "one layer's forward: 2 all-gathers and 2 reduce-scatters of the activation", info)
+
+
+def _plan_pp(model: ModelShape, world: int, scale: int, info: MeasurementInfo,
+             stages: Optional[Sequence[Sequence[int]]]) -> PatternPlan:
+    """One micro-batch through the pipeline's stages, forward and back."""
+    _, act = _activation(model, scale)
     st = [[r] for r in range(world)] if stages is None else [[int(r) for r in s] for s in stages]
     if len(st) < 2 or len({len(s) for s in st}) != 1 or sorted(r for s in st for r in s) != list(range(world)):
         raise ValueError(f"pipeline stages {stages!r}: 2 stages or more of one size, each rank 0..{world - 1} once")
@@ -253,8 +291,8 @@ def plan(pattern: str, model: ModelShape, world: int, scale: int = 1, *,
 class _DataParallel:
     """The gradient in one flat buffer; each iteration all-reduces its DDP buckets, launched back to back."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, world: int, total: int, first: int, cap: int,
-                 group: Any = None) -> None:
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, world: int, total: int, first: int, cap: int,
+                 group: Optional[ProcessGroup] = None) -> None:
         self.torch, self.dist, self.world, self.group = torch, dist, world, group
         self.grad = torch.empty(total, device=device, dtype=torch.bfloat16)
         self.views, at = [], 0
@@ -263,7 +301,7 @@ class _DataParallel:
             at += k
         self.fill()
 
-    def _pattern(self, lo: int, hi: int) -> Any:
+    def _pattern(self, lo: int, hi: int) -> Tensor:
         torch = self.torch
         return torch.arange(lo, hi, device=self.grad.device, dtype=torch.int64) % 3 + 1
 
@@ -293,8 +331,8 @@ class _DataParallel:
         return acc[0], acc[1], acc[2]
 
 
-def _segment_rows(torch: Any, counts: Sequence[int], src_of: Sequence[int], dst_of: Sequence[int], width: int,
-                  device: str) -> Any:
+def _segment_rows(torch: ModuleType, counts: Sequence[int], src_of: Sequence[int], dst_of: Sequence[int], width: int,
+                  device: str) -> Tensor:
     """Rows of ``width`` made of segments, segment s of ``counts[s]`` rows from rank ``src_of[s]`` to rank
     ``dst_of[s]``: element (i, c) of a segment is ``(5 src + 3 dst + i + c) % 251 + 1`` (exact in bf16; a
     segment or a row in the wrong place changes its values)."""
@@ -312,7 +350,7 @@ def _segment_rows(torch: Any, counts: Sequence[int], src_of: Sequence[int], dst_
 class _Experts:
     """This rank's routed tokens, ordered by destination rank: dispatch (uneven all-to-all) then combine."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, counts: Sequence[Sequence[int]],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, counts: Sequence[Sequence[int]],
                  width: int) -> None:
         n = len(counts)
         self.torch, self.dist, self.device, self.rank, self.width = torch, dist, device, rank, width
@@ -349,7 +387,7 @@ class _TensorParallel:
     """One layer's forward: all-gather, reduce-scatter, all-gather, reduce-scatter of the activation in this
     rank's tensor-parallel group (the collective suite's all_gather and reduce_scatter, checked as there)."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, groups: Sequence[Sequence[int]],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, groups: Sequence[Sequence[int]],
                  count: int, backend: str) -> None:
         from .collectives import OPS
         from .timed_case import CollectiveCase
@@ -387,7 +425,7 @@ class _TensorParallel:
 class _Pipeline:
     """One micro-batch: every stage sends its activation to the next at once, then its gradient back."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, forward: Sequence[Sequence[int]],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, forward: Sequence[Sequence[int]],
                  count: int) -> None:
         from .nodes import PhaseExchange
 
@@ -421,7 +459,7 @@ class _Overlap:
     part alone or both: on GPU each part on a CUDA stream of its own, both starting after an event on the
     current stream, which waits for both at the end; on CPU the gradient sync in a second thread."""
 
-    def __init__(self, torch: Any, dist: Any, device: str, rank: int, world: int, spec: dict[str, Any],
+    def __init__(self, torch: ModuleType, dist: ModuleType, device: str, rank: int, world: int, spec: dict[str, Any],
                  backend: str, gpu: bool) -> None:
         self.torch, self.gpu, self.layers = torch, gpu, int(spec["layers"])
         d, t = spec["dp"], spec["tp"]
@@ -532,7 +570,7 @@ def run_pattern(ctx: RankContext, pattern: str, spec: dict[str, Any], min_time_s
     each iteration's time (the slowest rank's) and who arrived last (:func:`.across_ranks.iteration_stats`)."""
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
-    if getattr(ctx, "group", None) is not None:
+    if ctx.group is not None:
         raise ValueError(f"{pattern} runs over the job's default group, not a sub-group")
 
     def make_case() -> Any:

@@ -11,9 +11,13 @@ Imports no torch: it is passed in.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple, Optional, TypedDict
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypedDict
 
 from .across_ranks import iteration_stats
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["TAIL_MAX_OPS", "TAIL_MIN_OPS", "TAIL_CHUNK", "LATCH_RELEASE_S", "SingleOpFields", "SingleOps", "FlagLatch",
            "single_ops",
@@ -63,7 +67,7 @@ class FlagLatch:
     the device queue is full would otherwise wait forever); :meth:`release` then returns False.
     ``FlagLatch.create`` returns None where the driver or the stream memory operations are missing."""
 
-    def __init__(self, torch: Any, lib: Any) -> None:
+    def __init__(self, torch: ModuleType, lib: Any) -> None:
         import ctypes
         import threading
 
@@ -90,7 +94,7 @@ class FlagLatch:
     unavailable = ""
 
     @classmethod
-    def create(cls, torch: Any) -> "Optional[FlagLatch]":
+    def create(cls, torch: ModuleType) -> "Optional[FlagLatch]":
         import ctypes
 
         if getattr(torch.version, "hip", None) or not getattr(torch.version, "cuda", None):
@@ -130,7 +134,7 @@ class FlagLatch:
         return self._set()
 
 
-def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int, launches: int = 1) -> SingleOps:
+def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int, launches: int = 1) -> SingleOps:
     """Time ``n_ops`` single ops, each on its own: on GPU a pair of device events around each op, on CPU the
     host clock.  Each rank calls it with the same ``n_ops`` (the ops are collectives).
 
@@ -204,9 +208,9 @@ def single_ops(torch: Any, run: Callable[[], None], gpu: bool, n_ops: int, launc
     return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2])
 
 
-def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callable[[], None],
+def single_op_phase(torch: ModuleType, dist: ModuleType, run: Callable[[], None], sync: Callable[[], None],
                     agree: Callable[[float], float], gpu: bool, budget_s: float,
-                    group: Any = None, launches: int = 1) -> Optional[SingleOps]:
+                    group: Optional[ProcessGroup] = None, launches: int = 1) -> Optional[SingleOps]:
     """The single-op phase of a case, after its timed samples, on every rank of ``group``: ``run`` (one op,
     or one iteration of a pattern) three times (and, for short ops, 20 more) back to back to get the agreed
     (slowest rank's, ``agree``) wall time of one, then as many single ops as fill ``budget_s`` at that
@@ -232,8 +236,8 @@ def single_op_phase(torch: Any, dist: Any, run: Callable[[], None], sync: Callab
     return single_ops(torch, run, gpu, n_ops, launches)
 
 
-def single_op_fields(torch: Any, dist: Any, singles: Optional[SingleOps], budget_s: float, rank: int, world: int,
-                     device: str, group: Any = None) -> SingleOpFields:
+def single_op_fields(torch: ModuleType, dist: ModuleType, singles: Optional[SingleOps], budget_s: float, rank: int,
+                     world: int, device: str, group: Optional[ProcessGroup] = None) -> SingleOpFields:
     """:class:`~.collective_results.BenchResult`'s single-op fields (:class:`SingleOpFields`) of the phase
     ``singles``; {} where it was skipped.
     Every rank of ``group`` calls it (:func:`.across_ranks.iteration_stats`)."""

@@ -10,9 +10,15 @@ Imports no torch: it is passed in.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .collective_op import CollectiveOp, Shape, small_pattern
+
+if TYPE_CHECKING:
+    from torch import dtype as DType, Tensor
+    from torch.cuda import CUDAGraph
+    from torch.distributed import ProcessGroup
 
 __all__ = ["CollectiveCase", "TimedLoop", "REGISTER_MIN_BYTES", "GRAPH_OPS", "GRAPH_REPLAYS", "graph_shape",
            "registered_buffers"]
@@ -22,8 +28,8 @@ class CollectiveCase:
     """Buffers, the op as a callable, and its expected result, for one rank (``rank`` of ``n`` in ``group``,
     whose global ranks are ``ranks``; None and ``()``: the default group)."""
 
-    def __init__(self, torch: Any, dist: Any, op: CollectiveOp, count: int, rank: int, n: int, device: str,
-                 dtype: Any, in_place: bool, fill: bool = True, group: Any = None,
+    def __init__(self, torch: ModuleType, dist: ModuleType, op: CollectiveOp, count: int, rank: int, n: int,
+                 device: str, dtype: DType, in_place: bool, fill: bool = True, group: Optional[ProcessGroup] = None,
                  ranks: tuple[int, ...] = ()) -> None:
         self.torch, self.dist, self.op = torch, dist, op
         self.device, self.dtype, self.in_place = device, dtype, in_place
@@ -40,10 +46,10 @@ class CollectiveCase:
         v = small_pattern(self.torch, self.inp.numel(), self.device, self.dtype)
         self.inp.copy_(self.op.fill(self.torch, v, self.shape, self.device))
 
-    def expected(self) -> Any:
+    def expected(self) -> Optional[Tensor]:
         return self.op.expected(self.torch, self.shape, self.device)
 
-    def result(self) -> Any:
+    def result(self) -> Tensor:
         return self.out
 
     def run(self) -> None:
@@ -60,15 +66,15 @@ class TimedLoop:
     launches and the error is reported.
     """
 
-    def __init__(self, torch: Any, case: CollectiveCase, gpu: bool, use_graph: bool, eager_calls: int) -> None:
+    def __init__(self, torch: ModuleType, case: CollectiveCase, gpu: bool, use_graph: bool, eager_calls: int) -> None:
         self.torch, self.case, self.gpu = torch, case, gpu
         self.use_graph = gpu and use_graph
         self.eager_calls = eager_calls
         self.calls = 0
-        self.graphs: dict[int, Any] = {}
+        self.graphs: dict[int, CUDAGraph] = {}
         self.graph_error = ""
 
-    def capture(self, batch: int) -> Any:
+    def capture(self, batch: int) -> Optional[CUDAGraph]:
         """A graph of ``batch`` back-to-back ops, or None (and ``graph_error`` says why) if capture fails."""
         torch = self.torch
         try:
@@ -84,7 +90,7 @@ class TimedLoop:
             torch.cuda.synchronize()
             return None
 
-    def _graph(self, batch: int) -> Any:
+    def _graph(self, batch: int) -> Optional[CUDAGraph]:
         if batch not in self.graphs and not self.graph_error:
             g = self.capture(batch)
             if g is not None:
@@ -145,7 +151,8 @@ def graph_shape(batch: int) -> tuple[int, int]:
     return ops, batch // ops
 
 
-def registered_buffers(torch: Any, dist: Any, device: str, group: Any = None) -> tuple[Any, Any, str]:
+def registered_buffers(torch: ModuleType, dist: ModuleType, device: str,
+                       group: Optional[ProcessGroup] = None) -> tuple[Any, Any, str]:
     """A memory pool of the communication library's own allocator (ncclMemAlloc), registered with the
     communicator of ``group`` (None: the default group), as nccl-tests allocates its buffers: zero-copy
     transfers become possible for all_gather, all_to_all and send/recv.  Returns (pool, backend, note); pool

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["RankContext", "load_task"]
 
@@ -47,7 +50,7 @@ class RankContext:
     host: str = ""
     node_rank: int = 0
     n_nodes: int = 1
-    group: Any = field(default=None, compare=False, repr=False)
+    group: Optional[ProcessGroup] = field(default=None, compare=False, repr=False)
     group_kind: str = "world"
     group_ranks: tuple[int, ...] = ()
 

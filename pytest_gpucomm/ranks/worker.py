@@ -34,8 +34,9 @@ import os
 import signal
 import sys
 import traceback
-from multiprocessing.connection import Client
-from typing import Any, Callable
+from multiprocessing.connection import Client, Connection
+from types import ModuleType
+from typing import Any, Callable, NoReturn, Optional, TextIO
 
 from pytest_gpucomm.ranks.context import RankContext, load_task
 from pytest_gpucomm.ranks.protocol import (
@@ -53,7 +54,7 @@ from pytest_gpucomm.vocab import RANK_START_TIMEOUT_S
 _PR_SET_PDEATHSIG = 1
 
 # Kept at module level so the faulthandler file object stays alive.
-_stack_file: Any = None
+_stack_file: Optional[TextIO] = None
 
 
 def set_parent_death_signal(parent_pid: int) -> None:
@@ -87,7 +88,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _serve_store(dist: Any, args: argparse.Namespace, timeout: datetime.timedelta) -> Any:
+def _serve_store(dist: ModuleType, args: argparse.Namespace, timeout: datetime.timedelta) -> Any:
     """Rank 0: the rendezvous TCPStore server, on the inherited loopback socket."""
     if args.rendezvous_fd is not None:
         try:
@@ -114,17 +115,116 @@ def _merge_sys_path(controller_path: list[str] | None) -> None:
     importlib.invalidate_caches()
 
 
-def main(argv: list[str] | None = None, authkey: bytes | None = None) -> int:
-    """Run the worker loop; returns the process exit status.  ``authkey``: the control channel's key, given by
-    the zygote that forked this worker (:mod:`.zygote`); else read from stdin."""
+def _watch_process(args: argparse.Namespace) -> None:
+    """Die with the controller, leave SIGINT to it, and write the stacks on a crash (to stderr) and on SIGUSR1
+    (to the stack file, where the controller asks a hung rank for them)."""
     global _stack_file
-    args = _parse_args(argv)
     set_parent_death_signal(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller owns cleanup
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults -> log
     _stack_file = open(args.stack_file, "a", encoding="utf-8")
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+
+
+def _init_group(args: argparse.Namespace) -> ModuleType:
+    """Join the process group; returns ``torch.distributed``."""
+    import torch
+    import torch.distributed as dist
+
+    if args.device == "cuda":
+        torch.cuda.set_device(args.local_rank)
+    timeout = datetime.timedelta(seconds=args.init_timeout)
+    # The rendezvous store: rank 0 serves it on the loopback socket the
+    # controller bound and handed over (so it listens on 127.0.0.1 only and
+    # there is no free-port race); the other ranks connect to it. This is
+    # what init_method="tcp://127.0.0.1:<port>" does, minus its bind to
+    # every interface.
+    if args.rank == 0:
+        store = _serve_store(dist, args, timeout)
+    else:
+        store = dist.TCPStore(
+            "127.0.0.1", args.rendezvous_port, args.world_size, False, timeout
+        )
+    dist.init_process_group(
+        backend=args.backend,
+        store=store,
+        rank=args.rank,
+        world_size=args.world_size,
+        timeout=timeout,
+    )
+    del store  # the process group keeps its own reference
+    return dist
+
+
+def _shut_down(conn: Connection, rank: int, dist: ModuleType) -> NoReturn:
+    """Leave the process group, say goodbye and exit at once."""
+    code = 0
+    try:
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - report, still leave
+        traceback.print_exc()
+        code = 1
+    try:
+        conn.send(Bye(rank=rank))
+        conn.close()
+    except OSError:
+        pass
+    # Skip interpreter finalisation (slow with torch loaded, and native
+    # threads of comm libraries may not like it); flush what we wrote.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _stack_file is not None:
+        _stack_file.close()
+    os._exit(code)
+
+
+def _run_task(msg: Task, ctx: RankContext, cache: dict[str, Callable[..., Any]]) -> TaskOk | TaskError:
+    """Run one task on this rank: its result, or the traceback of what it raised."""
+    try:
+        _merge_sys_path(msg.sys_path)
+        fn = cache.get(msg.spec)
+        if fn is None:
+            fn = cache[msg.spec] = load_task(msg.spec)
+        return TaskOk(task_id=msg.task_id, result=fn(ctx, **(msg.kwargs or {})))
+    except BaseException:  # noqa: BLE001 - report everything, incl. SystemExit
+        return TaskError(task_id=msg.task_id, traceback=traceback.format_exc())
+
+
+def _serve(conn: Connection, rank: int, ctx: RankContext, dist: ModuleType) -> NoReturn:
+    """The task loop: run each task the controller sends, until it says to shut down or goes away."""
+    cache: dict[str, Callable[..., Any]] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            # Controller went away without saying goodbye: leave at once, a
+            # process-group teardown could block on peers.
+            os._exit(1)
+        if isinstance(msg, Shutdown):
+            _shut_down(conn, rank, dist)
+        if not isinstance(msg, Task):
+            conn.send(TaskError(task_id=None,
+                                traceback=f"rank {rank}: unknown message {msg!r}"))
+            continue
+        reply = _run_task(msg, ctx, cache)
+        try:
+            conn.send(reply)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            os._exit(1)
+        except Exception:  # result could not be pickled
+            conn.send(TaskError(
+                task_id=msg.task_id,
+                traceback="the task's return value could not be sent to the controller:\n"
+                + traceback.format_exc(),
+            ))
+
+
+def main(argv: list[str] | None = None, authkey: bytes | None = None) -> int:
+    """Run the worker loop; returns the process exit status.  ``authkey``: the control channel's key, given by
+    the zygote that forked this worker (:mod:`.zygote`); else read from stdin."""
+    args = _parse_args(argv)
+    _watch_process(args)
 
     if authkey is None:
         authkey = bytes.fromhex(sys.stdin.readline().strip())
@@ -133,31 +233,7 @@ def main(argv: list[str] | None = None, authkey: bytes | None = None) -> int:
 
     device = "cpu" if args.device == "cpu" else f"{args.device}:{args.local_rank}"
     try:
-        import torch
-        import torch.distributed as dist
-
-        if args.device == "cuda":
-            torch.cuda.set_device(args.local_rank)
-        timeout = datetime.timedelta(seconds=args.init_timeout)
-        # The rendezvous store: rank 0 serves it on the loopback socket the
-        # controller bound and handed over (so it listens on 127.0.0.1 only and
-        # there is no free-port race); the other ranks connect to it. This is
-        # what init_method="tcp://127.0.0.1:<port>" does, minus its bind to
-        # every interface.
-        if args.rank == 0:
-            store = _serve_store(dist, args, timeout)
-        else:
-            store = dist.TCPStore(
-                "127.0.0.1", args.rendezvous_port, args.world_size, False, timeout
-            )
-        dist.init_process_group(
-            backend=args.backend,
-            store=store,
-            rank=args.rank,
-            world_size=args.world_size,
-            timeout=timeout,
-        )
-        del store  # the process group keeps its own reference
+        dist = _init_group(args)
     except BaseException:
         tb = traceback.format_exc()
         print(f"rank {args.rank}: process group initialisation failed:\n{tb}",
@@ -174,55 +250,7 @@ def main(argv: list[str] | None = None, authkey: bytes | None = None) -> int:
         backend=args.backend,
         device=device,
     )
-    cache: dict[str, Callable[..., Any]] = {}
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            # Controller went away without saying goodbye: leave at once, a
-            # process-group teardown could block on peers.
-            os._exit(1)
-        if isinstance(msg, Shutdown):
-            code = 0
-            try:
-                dist.destroy_process_group()
-            except BaseException:  # noqa: BLE001 - report, still leave
-                traceback.print_exc()
-                code = 1
-            try:
-                conn.send(Bye(rank=args.rank))
-                conn.close()
-            except OSError:
-                pass
-            # Skip interpreter finalisation (slow with torch loaded, and native
-            # threads of comm libraries may not like it); flush what we wrote.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            _stack_file.close()
-            os._exit(code)
-        if not isinstance(msg, Task):
-            conn.send(TaskError(task_id=None,
-                                traceback=f"rank {args.rank}: unknown message {msg!r}"))
-            continue
-        reply: TaskOk | TaskError
-        try:
-            _merge_sys_path(msg.sys_path)
-            fn = cache.get(msg.spec)
-            if fn is None:
-                fn = cache[msg.spec] = load_task(msg.spec)
-            reply = TaskOk(task_id=msg.task_id, result=fn(ctx, **(msg.kwargs or {})))
-        except BaseException:  # noqa: BLE001 - report everything, incl. SystemExit
-            reply = TaskError(task_id=msg.task_id, traceback=traceback.format_exc())
-        try:
-            conn.send(reply)
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            os._exit(1)
-        except Exception:  # result could not be pickled
-            conn.send(TaskError(
-                task_id=msg.task_id,
-                traceback="the task's return value could not be sent to the controller:\n"
-                + traceback.format_exc(),
-            ))
+    _serve(conn, args.rank, ctx, dist)
 
 
 if __name__ == "__main__":

@@ -115,17 +115,43 @@ class LaunchedSession:
             return
         import torch
         import torch.distributed as dist
-        from torch.distributed.distributed_c10d import _get_default_store
 
-        la, channel = self.launch, self.channel
+        la = self.launch
         if dist.is_initialized():
             raise pytest.UsageError(
                 "gpucomm: launched mode: a torch.distributed process group already exists in this process "
                 "(made by a conftest or another plugin); gpucomm makes the session's own, so leave it out or "
                 "run with --gpucomm-launch=pool")
+        self._choose_device(info)
+        if la.loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # every rank on this host: gloo's sockets on loopback too
+        # the rendezvous waits for ranks that a launcher starts unevenly (nodes booting the interpreter at
+        # different speeds): at least JOIN_MIN_S; hung ranks are bounded by the exchanges' own deadlines
+        join_s = max(self.timeout_s, JOIN_MIN_S)
+        timeout = datetime.timedelta(seconds=join_s)
+        kwargs = self._group_kwargs(dist, join_s, timeout)
+        if self.backend != "gloo":
+            kwargs["device_id"] = torch.device(self.channel.device)  # bind the communicator to this rank's GPU
+        # a store's or the network's error is a rank gone after the meeting, named; a backend's (NCCL) goes on whole
+        store_errors = tuple(getattr(dist, n) for n in ("DistStoreError", "DistNetworkError") if hasattr(dist, n))
+        try:
+            dist.init_process_group(**kwargs)
+        except store_errors as e:
+            raise JobBroken(f"gpucomm: {la.launcher} rank {la.rank} ({la.host}) could not make the job's process "
+                            f"group ({type(e).__name__}: {' '.join(str(e).split())}); the session stops here",
+                            ranks=(), label="joining the job", timeout_s=join_s) from None
+        self._owns_default = True
+        self._connect_control(dist, join_s, timeout)
+
+    def _choose_device(self, info: Optional["DeviceInfo"]) -> None:
+        """This rank's backend and device (its local rank's GPU, made current); pytest.UsageError where the
+        node has no GPU for it."""
+        la, channel = self.launch, self.channel
         if info is None:
             self.backend, channel.device = "gloo", f"local rank {la.local_rank}"
         elif info.kind == "gpu":
+            import torch
+
             if la.local_rank >= info.count:
                 raise pytest.UsageError(
                     f"gpucomm: {la.launcher} local rank {la.local_rank} on {la.host} has no GPU of its own: "
@@ -134,12 +160,11 @@ class LaunchedSession:
             torch.cuda.set_device(la.local_rank)
         else:
             self.backend, channel.device = "gloo", "cpu"
-        if la.loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
-            os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # every rank on this host: gloo's sockets on loopback too
-        # the rendezvous waits for ranks that a launcher starts unevenly (nodes booting the interpreter at
-        # different speeds): at least JOIN_MIN_S; hung ranks are bounded by the exchanges' own deadlines
-        join_s = max(self.timeout_s, JOIN_MIN_S)
-        timeout = datetime.timedelta(seconds=join_s)
+
+    def _group_kwargs(self, dist: Any, join_s: float, timeout: datetime.timedelta) -> dict[str, Any]:
+        """``init_process_group``'s arguments: where this job meets (the rendezvous' store, where the ranks
+        meet first, else the launcher's ``env://`` or ``tcp://``)."""
+        la = self.launch
         # the ranks meet first in the rendezvous' store (.arrival): a rank that ends before it joins is named at
         # once, instead of the others waiting out the join's timeout inside init_process_group
         self._arrived = True  # from here this rank's end is not a departure it announces itself
@@ -161,19 +186,15 @@ class LaunchedSession:
         else:
             host = f"[{la.master_addr}]" if ":" in la.master_addr else la.master_addr
             kwargs["init_method"] = "env://" if la.launcher == "torchrun" else f"tcp://{host}:{la.master_port}"
-        if self.backend != "gloo":
-            kwargs["device_id"] = torch.device(channel.device)  # bind the communicator to this rank's GPU
-        # a store's or the network's error is a rank gone after the meeting, named; a backend's (NCCL) goes on whole
-        store_errors = tuple(getattr(dist, n) for n in ("DistStoreError", "DistNetworkError") if hasattr(dist, n))
-        try:
-            dist.init_process_group(**kwargs)
-        except store_errors as e:
-            raise JobBroken(f"gpucomm: {la.launcher} rank {la.rank} ({la.host}) could not make the job's process "
-                            f"group ({type(e).__name__}: {' '.join(str(e).split())}); the session stops here",
-                            ranks=(), label="joining the job", timeout_s=join_s) from None
-        self._owns_default = True
-        # control messages in a gloo group of their own (on CPU too): they never queue behind a test's ops; their
-        # keys under the job's own prefix in the rendezvous' store, where a rank's supervising parent finds them
+        return kwargs
+
+    def _connect_control(self, dist: Any, join_s: float, timeout: datetime.timedelta) -> None:
+        """The control messages' channel, in a gloo group of its own (on CPU too): they never queue behind a
+        test's ops; their keys under the job's own prefix in the rendezvous' store, where a rank's supervising
+        parent finds them.  Then every rank's host, device and identity, exchanged once."""
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        la, channel = self.launch, self.channel
         store = _get_default_store()
         if la.is_first:
             store.set("gpucomm/namespace", f"gpucomm/{secrets.token_hex(6)}")
