@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 
 import pytest
 
+from .. import checks
+from ..checks import CheckError, Origin
 from ..units import SizeError, describe_size, parse_size, size_token
 from ..vocab import (
     DEFAULT_TAIL_TOLERANCE,
@@ -27,7 +29,6 @@ from ..vocab import (
     FIXTURE_NAMES,
     MARKER_NAMES,
     MAX_SWEEP_SIZES,
-    MAX_TAIL_TOLERANCE,
     MAX_TIMEOUT_S,
     Status,
 )
@@ -73,6 +74,8 @@ _MARKER_HELP = {
 }
 #: the ``markers`` ini lines, one per name of vocab.MARKER_NAMES
 MARKER_LINES = [_MARKER_HELP[name] for name in MARKER_NAMES]
+
+T = TypeVar("T")
 
 
 # pytest.UsageError is @final in pytest's stubs, but a subclass is how a marker's error is a usage error
@@ -127,16 +130,16 @@ def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> 
         raise MarkerError(f"{where}: invalid @{mark.name} marker: {msg}") from None
 
 
+def _checked(check: Callable[..., T], mark: str, key: str, value: Any, where: str, **kw: Any) -> T:
+    """A marker argument through its range check (``checks``); out of range, a MarkerError naming the test."""
+    try:
+        return check(Origin.marker(where, mark, key, value), **kw)
+    except CheckError as e:
+        raise MarkerError(str(e)) from None
+
+
 def _number(value: Any, mark: str, key: str, where: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MarkerError(f"{where}: @{mark}({key}={value!r}): {key} must be a number, got {type(value).__name__}")
-    x = float(value)
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise MarkerError(
-            f"{where}: @{mark}({key}={value!r}): {key} must be a {'positive' if positive else 'non-negative'} "
-            "finite number"
-        )
-    return x
+    return _checked(checks.number, mark, key, value, where, positive=positive)
 
 
 def _size(value: Any, mark: str, key: str, where: str) -> int:
@@ -178,19 +181,10 @@ def read_bandwidth(item: pytest.Item) -> Optional[BandwidthSpec]:
     kw = _call(_bandwidth_sig, mark, where)
     min_gbps = None if kw["min_gbps"] is None else _number(kw["min_gbps"], "bandwidth", "min_gbps", where)
     size = None if kw["size"] is None else _size(kw["size"], "bandwidth", "size", where)
-    tol = None
-    if kw["tolerance"] is not None:
-        tol = _number(kw["tolerance"], "bandwidth", "tolerance", where)
-        if tol >= 1:
-            raise MarkerError(f"{where}: @bandwidth(tolerance={kw['tolerance']!r}): "
-                              f"tolerance is a fraction below 1 (0.05 = 5%)")
-    tail = None
-    if kw["tail_tolerance"] is not None:
-        tail = _number(kw["tail_tolerance"], "bandwidth", "tail_tolerance", where)
-        if tail >= MAX_TAIL_TOLERANCE:
-            raise MarkerError(f"{where}: @bandwidth(tail_tolerance={kw['tail_tolerance']!r}): tail_tolerance must be "
-                              f"below {MAX_TAIL_TOLERANCE:g} (1% x (1 + tail_tolerance) of the single ops may be "
-                              "slower than the baseline's scaled p99; 1.0: 2%)")
+    tol = None if kw["tolerance"] is None else _checked(checks.tolerance, "bandwidth", "tolerance",
+                                                         kw["tolerance"], where)
+    tail = None if kw["tail_tolerance"] is None else _checked(checks.tail_tolerance, "bandwidth", "tail_tolerance",
+                                                                kw["tail_tolerance"], where)
     return BandwidthSpec(min_gbps, size, tol, tail)
 
 
@@ -202,9 +196,7 @@ def read_latency(item: pytest.Item) -> Optional[LatencySpec]:
     kw = _call(_latency_sig, mark, where)
     max_us = None if kw["max_us"] is None else _number(kw["max_us"], "latency", "max_us", where, positive=True)
     size = None if kw["size"] is None else _size(kw["size"], "latency", "size", where)
-    pct = _number(kw["percentile"], "latency", "percentile", where)
-    if pct > 100:
-        raise MarkerError(f"{where}: @latency(percentile={kw['percentile']!r}): percentile must be within 0..100")
+    pct = _checked(checks.percentile, "latency", "percentile", kw["percentile"], where)
     return LatencySpec(max_us, size, pct)
 
 
