@@ -51,6 +51,7 @@ __all__ = [
     "read_bandwidth",
     "read_latency",
     "read_sizes",
+    "SweepSize",
     "read_gpus",
     "read_world",
     "read_rank_timeout",
@@ -235,6 +236,15 @@ def read_sizes(mark: pytest.Mark, where: str) -> list[int]:
             out.append(int(round(s)))
             s *= f
     return list(dict.fromkeys(out))  # in order, each size once
+
+
+@dataclass(frozen=True)
+class SweepSize:
+    """A size of a test's @sizes sweep, parsed once at collection (:func:`read_sizes`): the value of its
+    ``size`` parameter, which the ``size`` fixture and ``comm`` read without parsing it again (a size a test
+    parametrizes itself is parsed where it is measured)."""
+
+    nbytes: int
 
 
 def _count_sig(n: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, 
 import pytest
 
 from .group import ProcessGroup
-from .markers import marks_of
+from .markers import SweepSize, marks_of
 from ..ops.collectives import OPS, add_op_methods
 from ..measurement import Record
 from .state import State
@@ -70,7 +70,10 @@ class Comm:
             return _size_or_usage_error(size, f"{nodeid} comm.{what}(size=...)")
         callspec = getattr(self._request.node, "callspec", None)
         if callspec is not None and "size" in callspec.params:
-            return _size_or_usage_error(callspec.params["size"], f"{nodeid} parameter 'size'")
+            value = callspec.params["size"]
+            if isinstance(value, SweepSize):  # @sizes: parsed at collection
+                return value.nbytes
+            return _size_or_usage_error(value, f"{nodeid} parameter 'size'")
         marks = marks_of(self._request.node)
         for spec in (marks.bandwidth, marks.latency):
             if spec is not None and spec.size is not None:
