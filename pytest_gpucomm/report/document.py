@@ -55,10 +55,40 @@ _MEASUREMENT_KEYS = ("op", "kind", "size_bytes", "bytes_per_iter", "devices", "w
                      "samples_s")
 
 
+#: the one NaN object ``json`` reads every NaN as
+_JSON_NAN = json.loads("NaN")
+
+
 def plain(value: Any) -> Any:
-    """``value`` as JSON reads it back: tuples as lists, an enum as its value, every NaN the one NaN object of
-    ``json`` (a NaN is not equal to another NaN object: the same JSON then compares equal)."""
-    return json.loads(json.dumps(value))
+    """``value`` as JSON reads it back, copied without writing it out: tuples as lists, an enum as its value,
+    a mapping's keys as JSON writes them, every NaN the one NaN object of ``json`` (a NaN is not equal to
+    another NaN object: the same JSON then compares equal).  TypeError for what JSON cannot hold."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum of strings as its value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _JSON_NAN if math.isnan(value) else float(value)
+    if isinstance(value, Mapping):
+        return {_plain_key(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _plain_key(key: Any) -> str:
+    """A mapping's key as JSON writes it (``json.dumps``: a string, or a number, true, false, null as text)."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None or isinstance(key, bool):
+        return {None: "null", True: "true", False: "false"}[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return "NaN" if math.isnan(key) else {math.inf: "Infinity", -math.inf: "-Infinity"}.get(key, repr(float(key)))
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 def _number(value: Any) -> Optional[float]:
@@ -266,12 +296,14 @@ class Row:
 
     @classmethod
     def of_record(cls, record: Record) -> "Row":
-        """A session's record as a row (its values as JSON reads them back: :func:`plain`)."""
-        data = {"test": record.nodeid, **record.measurement.to_dict(with_samples=True), "status": record.status,
-                "checks": list(record.checks)}
-        if record.baseline is not None:
-            data["baseline"] = record.baseline
-        return cls.from_json(plain(data))
+        """A session's record as a row, as the JSON report reads it back (:func:`plain`; the measurement's
+        numbers as ``Measurement.from_dict`` makes them), copied: the session may add to the record after."""
+        m = record.measurement
+        measurement = replace(m, size_bytes=int(m.size_bytes), bytes_per_iter=int(m.bytes_per_iter),
+                              busbw_factor=float(m.busbw_factor), world_size=int(m.world_size), info=plain(m.info))
+        verdict = None if record.baseline is None else RowVerdict(plain(record.baseline))
+        return cls(test=record.nodeid, measurement=measurement, status=plain(record.status),
+                   checks=tuple(str(c) for c in record.checks), verdict=verdict)
 
 
 def rows_of(items: Iterable["Row | Record"]) -> list[Row]:
