@@ -32,6 +32,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement, Record
@@ -39,7 +40,9 @@ from ..vocab import Status
 from .saved import REPORT_FORMAT, REPORT_VERSION, ReportError, check_report
 
 if TYPE_CHECKING:
+    from ..analysis.curve_fit import CrossingSize
     from ..analysis.stragglers import CaseRanks, OutlierNode
+    from ..analysis.sweeps import Sweep
     from ..gate.levels import RunLevels
 
 __all__ = ["ReportDocument", "Row", "RowVerdict", "BaselineSection", "Levels", "CurveEntry", "plain", "rows_of",
@@ -237,9 +240,33 @@ class CurveEntry:
         return str(self.data["model"]["text"])
 
     @property
+    def sweep(self) -> str:
+        """The sweep's test id without its size (``Sweep.key[0]``), or its label where it has no test id."""
+        return str(self.data.get("sweep") or "")
+
+    def crossings(self) -> "Optional[tuple[CrossingSize, ...]]":
+        """The model's 80 %, 90 % ... points as ``analysis.curve_fit.CrossingSize`` (what ``curve_model``
+        made of the sweep), None where the entry does not hold them readably (a damaged report)."""
+        try:
+            return tuple(_crossing(c) for c in self.data["model"]["crossings"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+
+    @property
     def comparison_text(self) -> Optional[str]:
         c = self.data.get("comparison")
         return str(c.get("text_short") or c.get("text")) if isinstance(c, Mapping) and c else None
+
+
+def _crossing(c: Mapping[str, Any]) -> "CrossingSize":
+    """A crossing of a curves entry's model (``CrossingSize.to_dict``) read back."""
+    from ..analysis.curve_fit import CrossingSize
+
+    between = c.get("between")
+    return CrossingSize(share=float(c["share"]), size_bytes=None if c["size_bytes"] is None else int(c["size_bytes"]),
+                        interpolated=bool(c["interpolated"]),
+                        between=(int(between[0]), int(between[1])) if between else None,
+                        reason=str(c.get("reason") or ""))
 
 
 # -- the rows ---------------------------------------------------------------------------------------------
@@ -436,6 +463,25 @@ class ReportDocument:
     def tolerance(self) -> Any:
         """The run's --gpu-tolerance (None where the report does not say)."""
         return (self.settings or {}).get("tolerance")
+
+    @cached_property
+    def sweeps(self) -> list["Sweep"]:
+        """The rows' sweeps (``analysis.sweeps.sweeps``), made once for every view of the document that draws
+        or names them (the plots, the page's labels, the curves of a report that has no curves section)."""
+        from ..analysis.sweeps import sweeps
+
+        return sweeps([(r.test, r.measurement) for r in self.rows])
+
+    def crossings(self, sweep: "Sweep") -> "tuple[CrossingSize, ...]":
+        """The 80 %, 90 % ... points of one of :attr:`sweeps`: those of its model in the curves section,
+        which ``analysis.curves`` made of the same rows; worked out here only where the section lacks it."""
+        entries = [c for c in self.curves or () if (c.sweep, c.label) == (sweep.key[0] or sweep.label, sweep.label)]
+        found = entries[0].crossings() if len(entries) == 1 else None
+        if found is not None:
+            return found
+        from ..analysis.curve_fit import curve_model
+
+        return curve_model(sweep).crossings
 
     def test_of_case(self) -> dict[Optional[str], str]:
         """Each judged case key -> the test of its row."""
