@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import pytest
 
@@ -34,7 +34,7 @@ from ..vocab import (
 )
 
 if TYPE_CHECKING:
-    from ..measurement import Record
+    from ..measurement import Measurement, Record
 
 __all__ = [
     "MarkerError",
@@ -85,14 +85,14 @@ class MarkerError(pytest.UsageError):  # type: ignore[misc]
     """A marker with a bad argument; the message names the test and the keyword."""
 
 
-def _marks_of(obj: Any, name: str) -> list[pytest.Mark]:
+def _marks_of(obj: object, name: str) -> list[pytest.Mark]:
     """The ``@name`` marks written on ``obj`` itself (its ``pytestmark``, not its base classes')."""
     raw = vars(obj).get("pytestmark", []) if isinstance(obj, type) else getattr(obj, "pytestmark", [])
     marks: Sequence[Any] = raw if isinstance(raw, (list, tuple)) else [raw]  # Marks or MarkDecorators
     return [getattr(m, "mark", m) for m in marks if getattr(getattr(m, "mark", m), "name", None) == name]
 
 
-def _direct_marks(owner: Any, name: str) -> list[pytest.Mark]:
+def _direct_marks(owner: object, name: str) -> list[pytest.Mark]:
     """The ``@name`` marks a node itself gives: a test's parametrize marks (which override its decorators),
     else its decorators; a class's own (a base class's are overridden); a module's ``pytestmark``."""
     callspec = getattr(owner, "callspec", None)
@@ -123,7 +123,7 @@ def _show(mark: pytest.Mark) -> str:
     return f"@{mark.name}({', '.join(args)})"
 
 
-def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> dict[str, Any]:
+def _call(sig: Callable[..., dict[str, T]], mark: pytest.Mark, where: str) -> dict[str, T]:
     try:
         return sig(*mark.args, **mark.kwargs)
     except TypeError as e:
@@ -131,7 +131,7 @@ def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> 
         raise MarkerError(f"{where}: invalid @{mark.name} marker: {msg}") from None
 
 
-def _checked(check: Callable[..., T], mark: str, key: str, value: Any, where: str, **kw: Any) -> T:
+def _checked(check: Callable[..., T], mark: str, key: str, value: object, where: str, **kw: Any) -> T:
     """A marker argument through its range check (``checks``); out of range, a MarkerError naming the test."""
     try:
         return check(Origin.marker(where, mark, key, value), **kw)
@@ -139,7 +139,7 @@ def _checked(check: Callable[..., T], mark: str, key: str, value: Any, where: st
         raise MarkerError(str(e)) from None
 
 
-def _number(value: Any, mark: str, key: str, where: str, *, positive: bool = False) -> float:
+def _number(value: object, mark: str, key: str, where: str, *, positive: bool = False) -> float:
     return _checked(checks.number, mark, key, value, where, positive=positive)
 
 
@@ -165,12 +165,12 @@ class LatencySpec:
     percentile: float
 
 
-def _bandwidth_sig(min_gbps: Any = None, size: Any = None, tolerance: Any = None,
-                   tail_tolerance: Any = None) -> dict[str, Any]:
+def _bandwidth_sig(min_gbps: object = None, size: object = None, tolerance: object = None,
+                   tail_tolerance: object = None) -> dict[str, object]:
     return {"min_gbps": min_gbps, "size": size, "tolerance": tolerance, "tail_tolerance": tail_tolerance}
 
 
-def _latency_sig(max_us: Any = None, size: Any = None, percentile: Any = 50) -> dict[str, Any]:
+def _latency_sig(max_us: object = None, size: object = None, percentile: object = 50) -> dict[str, object]:
     return {"max_us": max_us, "size": size, "percentile": percentile}
 
 
@@ -247,7 +247,7 @@ class SweepSize:
     nbytes: int
 
 
-def _count_sig(n: Any) -> dict[str, Any]:
+def _count_sig(n: object) -> dict[str, object]:
     return {"n": n}
 
 
@@ -261,7 +261,7 @@ def _count(item: pytest.Item, name: str) -> Optional[int]:
     return n
 
 
-def _seconds_sig(seconds: Any) -> dict[str, Any]:
+def _seconds_sig(seconds: object) -> dict[str, object]:
     return {"seconds": seconds}
 
 
@@ -328,10 +328,11 @@ def uses_gpucomm(item: pytest.Item) -> bool:
 
 
 #: the single-op figures of ``info["tail"]`` that are exact percentiles: percentile -> key
-_TAIL_FIGURES = {50.0: "p50_us", 99.0: "p99_us", 99.9: "p999_us", 100.0: "max_us"}
+_TAIL_FIGURES: dict[float, Literal["p50_us", "p99_us", "p999_us", "max_us"]] = {
+    50.0: "p50_us", 99.0: "p99_us", 99.9: "p999_us", 100.0: "max_us"}
 
 
-def latency_percentile_us(m: Any, percentile: float) -> tuple[float, str]:
+def latency_percentile_us(m: "Measurement", percentile: float) -> tuple[float, str]:
     """The latency percentile that @latency checks, in microseconds, and what it is of: the single ops' (each
     timed on its own: ``info["tail"]``) where the measurement has them -- the exact figure at 50, 99, 99.9
     and 100, else from their histogram (within 0.25 %) --, else the per-iteration samples' (a small message's
@@ -340,8 +341,9 @@ def latency_percentile_us(m: Any, percentile: float) -> tuple[float, str]:
     if isinstance(tail, dict) and tail.get("n"):
         of = f"over {int(tail['n']):,} single ops"
         key = _TAIL_FIGURES.get(float(percentile))
-        if key is not None and tail.get(key) is not None:
-            return float(tail[key]), of
+        exact = tail.get(key) if key is not None else None
+        if exact is not None:
+            return float(exact), of
         if isinstance(tail.get("hist"), dict):
             from ..gate.sketches import Histogram
 
