@@ -62,7 +62,7 @@ _MEASUREMENT_KEYS = ("op", "kind", "size_bytes", "bytes_per_iter", "devices", "w
 _JSON_NAN = json.loads("NaN")
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Any:
     """``value`` as JSON reads it back, copied without writing it out: tuples as lists, an enum as its value,
     a mapping's keys as JSON writes them, every NaN the one NaN object of ``json`` (a NaN is not equal to
     another NaN object: the same JSON then compares equal).  TypeError for what JSON cannot hold."""
@@ -81,7 +81,7 @@ def plain(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _plain_key(key: Any) -> str:
+def _plain_key(key: object) -> str:
     """A mapping's key as JSON writes it (``json.dumps``: a string, or a number, true, false, null as text)."""
     if isinstance(key, str):
         return str.__str__(key)
@@ -94,7 +94,7 @@ def _plain_key(key: Any) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: object) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -389,7 +389,7 @@ class ReportDocument:
                    outliers=nodes, straggler_note=note)
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "") -> "ReportDocument":
+    def from_json(cls, data: object, where: str = "") -> "ReportDocument":
         """The document of a saved report's JSON (checked: ``saved.check_report``); ReportError naming
         ``where`` (the file) and what is wrong."""
         data = check_report(data, where)
@@ -488,6 +488,6 @@ class ReportDocument:
         return {r.verdict.case: r.test for r in self.rows if r.verdict is not None}
 
 
-def as_document(report: "ReportDocument | Any", where: str = "") -> ReportDocument:
+def as_document(report: object, where: str = "") -> ReportDocument:
     """``report`` as a document: a document, or a report's JSON read (:meth:`ReportDocument.from_json`)."""
     return report if isinstance(report, ReportDocument) else ReportDocument.from_json(report, where)

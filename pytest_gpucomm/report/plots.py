@@ -109,7 +109,7 @@ class PlotsUnavailable(ImportError):
     """matplotlib is not installed: the message names the extra that brings it."""
 
 
-def _mpl() -> Any:
+def _mpl() -> "type[Figure]":
     """``matplotlib.figure.Figure``, or PlotsUnavailable naming the extra."""
     try:
         import matplotlib  # noqa: F401
@@ -316,7 +316,7 @@ def _draw_crossings(ax: Any, crossings: Sequence["CrossingSize"], color: str, wh
                 color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
-def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: Any) -> None:
+def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: object) -> None:
     bmap = {p.size_bytes: p.gbps for p in base.points}
     common = [p for p in sweep.points if p.size_bytes in bmap]
     x = [p.size_bytes for p in common]
