@@ -393,7 +393,7 @@ BAD = [
     ("cut-baseline", lambda r, t: ["html", r.slow, "--baseline", _not_json(r, t), "-o", t / "p.html"],
      lambda r, t: f"{t / 'cut.json'}: the file is cut short"),
     ("tolerance", lambda r, t: ["compare", r.baseline, r.slow, "--tolerance", "1.5"],
-     lambda r, t: "invalid --tolerance 1.5: expected a fraction in [0, 1)"),
+     lambda r, t: "invalid --tolerance 1.5: expected a fraction in (0, 1)"),
     ("alpha", lambda r, t: ["compare", r.baseline, r.slow, "--alpha", "0"], lambda r, t: "invalid --alpha 0.0"),
     ("tail-tolerance", lambda r, t: ["compare", r.baseline, r.slow, "--tail-tolerance", "-1"],
      lambda r, t: "invalid --tail-tolerance -1.0"),
@@ -407,6 +407,22 @@ def test_bad_input_exits_2_with_a_message_naming_the_file_or_the_value(runs, tmp
     assert code == 2 and text == ""
     assert err.startswith("gpucomm: error: ") and message(runs, tmp_path) in err, err
     assert not (tmp_path / "figs").exists() and not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tail-tolerance", "500"], "invalid --tail-tolerance 500.0: expected a number from 0 to below 99"),
+    (["--tail-tolerance", "inf"], "invalid --tail-tolerance inf: expected a number from 0 to below 99"),
+    (["--tail-tolerance", "nan"], "invalid --tail-tolerance nan: expected a number from 0 to below 99"),
+    (["--tolerance", "0"], "invalid --tolerance 0.0: expected a fraction in (0, 1), e.g. 0.05"),
+    (["--alpha", "inf"], "invalid --alpha inf: expected a number above 0 and below 1"),
+], ids=["tail-500", "tail-inf", "tail-nan", "tolerance-0", "alpha-inf"])
+def test_compare_refuses_a_value_out_of_its_range_before_reading_any_file(tmp_path, capsys, argv, message):
+    """The plugin's own range checks (``checks``), run before the baseline and the report are read: neither
+    file exists here, and the message is about the value, not the files."""
+    code, text = gpucomm("compare", tmp_path / "missing-baseline.json", tmp_path / "missing-report.json", *argv)
+    err = capsys.readouterr().err
+    assert code == 2 and text == ""
+    assert err.startswith("gpucomm: error: ") and message in err and "does not exist" not in err, err
 
 
 def _limited_gpucomm(*argv) -> subprocess.CompletedProcess:

@@ -34,8 +34,8 @@ def test_only_the_plugin_folder_imports_pytest():
 
 def test_the_package_root_holds_only_the_public_api_and_the_shared_vocabulary():
     root = sorted(p.name for p in ROOT.glob("*.py"))
-    assert root == ["__init__.py", "__main__.py", "_lazy.py", "measurement.py", "sketches.py", "summary.py", "units.py",
-                    "vocab.py"]
+    assert root == ["__init__.py", "__main__.py", "_lazy.py", "checks.py", "measurement.py", "sketches.py",
+                    "summary.py", "units.py", "vocab.py"]
     folders = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert folders == ["analysis", "cli", "compare", "env", "files", "gate", "ops", "plugin", "ranks", "report"]
 

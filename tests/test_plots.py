@@ -21,7 +21,7 @@ import pytest
 from inprocess import run_inprocess
 
 from pytest_gpucomm.report import plots
-from pytest_gpucomm.analysis.curves import curve_model, sweeps_from_report
+from pytest_gpucomm.analysis.curves import curve_model, curve_report, sweeps_from_report
 from small_suite import SMALL_SUITE  # noqa: E402
 
 TEST_FILE = SMALL_SUITE
@@ -176,6 +176,8 @@ def test_the_80_and_90_percent_sizes_are_marked_and_said_to_be_interpolated(repo
     for r, g in zip(_copy_rows(report, "cpu:0", "cpu:1"), (1.0, 10.0, 10.0)):
         r["samples_s"] = [r["size_bytes"] / (g * 1e9)] * len(r["samples_s"])
         r["gbps"] = g
+    # the curves section as the analysis makes it of these rows (the plots draw the section's crossings)
+    report["curves"] = curve_report(sweeps_from_report(report))
     (sweep,) = [s for s in sweeps_from_report(report) if s.where == "cpu:0->cpu:1"]
     model = curve_model(sweep)
     fig = _figure(plots.sweep_figures(report), "sweep-test_copy_0-to-1")

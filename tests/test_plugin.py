@@ -93,6 +93,13 @@ def test_gpu_pair_runs_every_ordered_pair_with_readable_ids(pytester):
         (["--gpucomm-max-size=16XB"], {}, "", "invalid size '16XB' (from --gpucomm-max-size from the command line)*"),
         (["--gpucomm-device=tpu"], {}, "", "invalid --gpucomm-device 'tpu' (from the command line)*"),
         (["--gpucomm-timeout=0"], {}, "", "invalid --gpucomm-timeout '0' (from the command line)*positive*"),
+        # the tolerance's range is the decision's: 0 is refused at the start, not at the first judged test
+        (["--gpu-tolerance=0"], {}, "", "invalid --gpu-tolerance '0' (from the command line): expected a fraction in "
+                                        "(0, 1), e.g. 0.05"),
+        ([], {"GPUCOMM_TOLERANCE": "1"}, "", "invalid --gpu-tolerance '1' (from the GPUCOMM_TOLERANCE environment "
+                                             "variable)*"),
+        ([], {}, "gpucomm_alpha = 0", "invalid --gpu-alpha '0' (from the ini key gpucomm_alpha in *tox.ini): "
+                                      "expected a number above 0 and below 1*"),
         # the pairs of the pair tests, and the CPU variants' device count
         (["--gpucomm-pairs=ring"], {}, "", "invalid --gpucomm-pairs 'ring' (from the command line): expected all, "
                                            "neighbours, from0 or auto"),
@@ -144,6 +151,11 @@ def test_command_line_beats_environment_beats_ini(pytester, monkeypatch):
         ("latency(max_us=3, pct=99)", "*test_bad.py::test_a: invalid @latency marker: "
                                       "*unexpected keyword argument 'pct'*"),
         ("gpus('two')", "*test_bad.py::test_a: @gpus('two'): expected a positive whole number*"),
+        # the decision's range, checked at collection instead of raising at the first judged test
+        ("bandwidth(tolerance=0)", "*test_bad.py::test_a: @bandwidth(tolerance=0): tolerance must be a fraction in "
+                                   "(0, 1), e.g. 0.05*"),
+        ("bandwidth(tolerance=1.5)", "*test_bad.py::test_a: @bandwidth(tolerance=1.5): tolerance must be a fraction "
+                                     "in (0, 1)*"),
     ],
 )
 def test_bad_markers_are_errors_naming_the_test_and_the_keyword(pytester, marker, message):

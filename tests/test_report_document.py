@@ -127,3 +127,35 @@ def test_a_nan_in_a_verdict_compares_equal_after_the_round_trip_and_tuples_read_
     assert math.isnan(row.verdict.data["ratio"]) and row.verdict.ratio is not None
     assert row.measurement.info == {"pair": ["a", "b"]}
     assert replace(doc, settings={"tolerance": 0.1}) != doc
+
+
+def test_a_record_is_copied_into_its_row_so_that_adding_to_the_record_after_leaves_the_row_as_it_was():
+    m = Measurement(op="copy", size_bytes=4096, samples_s=[1e-6, 2e-6, 3e-6], devices=("cpu:0", "cpu:1"),
+                    busbw_factor=1, info={"links": 1})
+    record = Record("t.py::test_copy[4KiB]", m, baseline={"status": "ok", "ratio": 1.0})
+    (row,) = ReportDocument.of_run([record]).rows
+    m.info["links"] = 2
+    m.samples_s.append(4e-6)
+    record.baseline["ratio"] = 0.5  # type: ignore[index]
+    assert row.measurement.info == {"links": 1} and row.measurement.samples_s == [1e-6, 2e-6, 3e-6]
+    assert row.verdict is not None and row.verdict.ratio == 1.0
+    assert row.to_json()["busbw_factor"] == 1.0 and isinstance(row.to_json()["busbw_factor"], float)
+
+
+def test_the_views_take_the_sweeps_crossings_from_the_curves_section_the_analysis_made(run):
+    from pytest_gpucomm.analysis.curve_fit import curve_model
+
+    doc = ReportDocument.load(run.report)
+    assert doc.sweeps is doc.sweeps and len(doc.sweeps) == 2  # made once per document
+    for sweep in doc.sweeps:
+        assert doc.crossings(sweep) == curve_model(sweep).crossings
+    # the section is what the views read: a crossing written there is the one they draw
+    data = doc.to_json()
+    data["curves"][0]["model"]["crossings"][0]["size_bytes"] = 12345
+    edited = ReportDocument.from_json(data)
+    first = next(s for s in edited.sweeps if (s.key[0] or s.label) == data["curves"][0]["sweep"])
+    assert edited.crossings(first)[0].size_bytes == 12345
+    # without the section (a report of an earlier version) they are worked out from the rows
+    del data["curves"]
+    bare = ReportDocument.from_json(data)
+    assert [bare.crossings(s) for s in bare.sweeps] == [curve_model(s).crossings for s in bare.sweeps]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .. import checks
+from ..checks import CheckError, Origin
 from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, add_force, baseline_dirs,
                      checked_output, hardware_line, inputs_of, load_document, load_reference, matrix_lines)
 
@@ -37,12 +39,15 @@ def add_parser(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.tolerance is not None and not 0 <= args.tolerance < 1:
-        raise CommandError(f"invalid --tolerance {args.tolerance!r}: expected a fraction in [0, 1), e.g. 0.05")
-    if args.alpha is not None and not 0 < args.alpha < 1:
-        raise CommandError(f"invalid --alpha {args.alpha!r}: expected a number above 0 and below 1")
-    if args.tail_tolerance is not None and args.tail_tolerance < 0:
-        raise CommandError(f"invalid --tail-tolerance {args.tail_tolerance!r}: expected a number >= 0")
+    """The overriding values in their ranges (``checks``, the plugin's own), before any file is read."""
+    for option, check in (("--tolerance", checks.tolerance), ("--tail-tolerance", checks.tail_tolerance),
+                          ("--alpha", checks.alpha)):
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None:
+            try:
+                check(Origin.argument(option, value))
+            except CheckError as e:
+                raise CommandError(str(e)) from None
 
 
 def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -> list[tuple[str, Any]]:
@@ -65,9 +70,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.text import command_width, fit
     from ..vocab import Status
 
+    _check(args)
     doc = load_document(args.report)
     ref = load_reference(args.baseline, args, doc)
-    _check(args)
     json_out = checked_output(args.json, "--json", _inputs(args, ref, doc), args.force) if args.json else None
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
                tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))

@@ -56,21 +56,21 @@ def enum_name(value: Any, enum: Any, prefixes: Iterable[str]) -> Any:
     return name
 
 
-def na(value: Any) -> Any:
+def na(value: object) -> Any:
     """None for the library's and the command's "not available" markers."""
     if value is None or (isinstance(value, str) and value.strip().upper() in ("N/A", "")):
         return None
     return value
 
 
-def number(value: Any) -> Any:
+def number(value: object) -> Any:
     """The number of a ``{"value": 32, "unit": "GT/s"}`` field of amd-smi's JSON, or the value itself."""
     if isinstance(value, Mapping):
         value = value.get("value")
     return na(value)
 
 
-def gts(mts: Any) -> Any:
+def gts(mts: object) -> Any:
     """MT/s (the library's PCIe speeds) -> GT/s, as amd-smi prints them (32000 -> 32, 2500 -> 2.5)."""
     mts = na(mts)
     if not isinstance(mts, (int, float)) or isinstance(mts, bool):
@@ -78,7 +78,7 @@ def gts(mts: Any) -> Any:
     return round(mts / 1000) if mts % 1000 == 0 else round(mts / 1000, 1)
 
 
-def flag(value: Any) -> Optional[bool]:
+def flag(value: object) -> Optional[bool]:
     """A clock lock / deep-sleep flag: the library gives 0/1 (or True/False), amd-smi ENABLED/DISABLED."""
     value = na(value)
     if value is None:
@@ -96,7 +96,7 @@ def one_or_each(values: Mapping[str, Any]) -> Any:
     return dict(values) if values else None
 
 
-def pcie_gen(value: Any) -> Any:
+def pcie_gen(value: object) -> Any:
     """5 from the library's 5 or amd-smi's "Gen 5"."""
     value = na(value)
     if isinstance(value, str) and value.strip().lower().startswith("gen"):

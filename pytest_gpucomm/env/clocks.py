@@ -123,7 +123,7 @@ def summarize(device: str, readings: Sequence[Reading]) -> ClockSummary:
                         throttled_share=throttled / n, pcie=f"Gen{best[0]} x{best[1]}" if best else None)
 
 
-def throttle_text(info: Any) -> Optional[str]:
+def throttle_text(info: object) -> Optional[str]:
     """``cuda:0 throttled (power cap) in 96% of 301 clock readings: SM 1305-1980 MHz`` for each device that
     throttled during a measurement (its ``info["clocks"]``), joined with "; "; None where none did."""
     clocks = info.get("clocks") if isinstance(info, dict) else None

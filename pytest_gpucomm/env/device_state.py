@@ -32,7 +32,7 @@ class DeviceChange:
     text: str
 
 
-def _gen_width(p: Any) -> Optional[str]:
+def _gen_width(p: object) -> Optional[str]:
     if not isinstance(p, Mapping) or p.get("gen") is None and p.get("width") is None:
         return None
     return f"Gen{p.get('gen', '?')} x{p.get('width', '?')}"
@@ -48,24 +48,24 @@ def _pcie_key(g: Mapping[str, Any]) -> Optional[str]:
     return f"x{p.get('width')} of Gen{p.get('gen_max')} x{p.get('width_max')}"
 
 
-def _links_up(links: Any) -> Optional[str]:
+def _links_up(links: object) -> Optional[str]:
     if not isinstance(links, Mapping) or not links:
         return None
     up = sum(1 for v in links.values() if isinstance(v, Mapping) and v.get("up"))
     return f"{up} of {len(links)} up"
 
 
-def _clocks(c: Any) -> Optional[str]:
+def _clocks(c: object) -> Optional[str]:
     if not isinstance(c, Mapping) or c.get("sm") is None and c.get("mem") is None:
         return None
     return f"SM {c.get('sm', '?')} MHz, memory {c.get('mem', '?')} MHz"
 
 
-def _watts(w: Any) -> Optional[str]:
+def _watts(w: Optional[float]) -> Optional[str]:
     return None if w is None else f"{w:g} W"
 
 
-def _plain(v: Any) -> Optional[str]:
+def _plain(v: object) -> Optional[str]:
     return None if v is None else str(v)
 
 

@@ -64,7 +64,7 @@ def _import_pynvml() -> Any:
         raise SourceUnavailable(f"pynvml does not import ({e}): pip install nvidia-ml-py") from None
 
 
-def _text(v: Any) -> Any:
+def _text(v: object) -> Any:
     return v.decode(errors="replace") if isinstance(v, bytes) else v
 
 

@@ -21,7 +21,7 @@ another node, every local rank at once, over a ring of nodes (every link of the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 if TYPE_CHECKING:
     from ..measurement import MeasurementInfo
@@ -40,7 +40,7 @@ PAIR_PATTERNS = (RING, PAIRWISE)
 PAIRWISE_MAX_NODES = 4
 
 
-def check_group_kind(kind: Any, where: str) -> str:
+def check_group_kind(kind: object, where: str) -> str:
     """``kind`` if it is a group kind, else ValueError naming it and ``where`` it came from."""
     if kind not in GROUP_KINDS:
         raise ValueError(f"{where}: unknown group kind {kind!r}; known: {', '.join(GROUP_KINDS)}")

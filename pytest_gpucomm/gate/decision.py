@@ -21,6 +21,7 @@ from scipy import optimize as _opt
 from scipy import special as _special
 from scipy import stats as _sstats
 
+from .. import checks
 from ..vocab import DEFAULT_ALPHA, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, Status
 
 __all__ = [
@@ -482,10 +483,8 @@ def corrected_alpha(alpha: float, n_comparisons: int, looks: int = 1) -> float:
 
 
 def check_tolerance(tolerance: float) -> float:
-    tolerance = float(tolerance)
-    if not (0.0 < tolerance < 1.0):
-        raise ValueError(f"tolerance must be a fraction in (0, 1) such as 0.05, got {tolerance!r}")
-    return tolerance
+    """The tolerance, in its range (``checks.tolerance``, which the options and markers check too)."""
+    return checks.tolerance(checks.Origin.keyword("tolerance", tolerance))
 
 
 def detectable_drop(model: CaseModel, prior: Prior, *, tolerance: float, level: float, k: int,

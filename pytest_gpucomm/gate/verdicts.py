@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ..checks import Judging
 from ..units import describe_us, format_size, plural
-from ..vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE,
-                     DEFAULT_TOLERANCE, Status)
+from ..vocab import DEFAULT_MAX_REMEASURES, Status
 
 if TYPE_CHECKING:
     from .prior import CorpusPrior
@@ -64,23 +64,18 @@ class GateUsageError(Exception):
     The plugin raises it again as a usage error of the session (the gate itself is free of pytest)."""
 
 
-@dataclass(frozen=True)
-class GateSettings:
-    """What the gate needs from the options: ``spec`` is the ``--gpu-baseline`` value (NAME | PATH |
-    auto; None: no baseline, the gate is off), ``save`` is ``--gpu-baseline-save``; a NAME is looked up in
-    ``search_dirs`` (the user's), then in ``shipped_dir`` (the baselines shipped with the package)."""
+@dataclass(frozen=True, kw_only=True)
+class GateSettings(Judging):
+    """What the gate needs from the options: the values it judges with (:class:`pytest_gpucomm.checks.Judging`,
+    the plugin's settings' too), and where its baseline is: ``spec`` is the ``--gpu-baseline`` value (NAME |
+    PATH | auto; None: no baseline, the gate is off), ``save`` is ``--gpu-baseline-save``; a NAME is looked up
+    in ``search_dirs`` (the user's), then in ``shipped_dir`` (the baselines shipped with the package)."""
 
     spec: Optional[str]
     save: bool = False
     search_dirs: tuple[Path, ...] = ()
     shipped_dir: Optional[Path] = None
-    max_runs: int = DEFAULT_MAX_RUNS
-    tolerance: float = DEFAULT_TOLERANCE
-    alpha: float = DEFAULT_ALPHA
-    strict: bool = False
     max_remeasures: int = DEFAULT_MAX_REMEASURES
-    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
-    folds: int = DEFAULT_FOLDS  # the runs of a case of levels.FOLDED_CLASSES before its verdict
     #: the corpus' spread prior (gate.prior) for the one-session cases no file of this hardware covers; None: none
     prior_path: Optional[Path] = None
 

@@ -21,6 +21,7 @@ test uses a gpucomm fixture or marker (``benchmarks/plugin_import.py`` measures 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Generator, Optional
 
 import pytest
@@ -91,7 +92,7 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     return collection_lines(state_of(config), items)
 
 
-def pytest_pycollect_makemodule(module_path: Any, parent: pytest.Collector) -> Optional[pytest.Module]:
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Optional[pytest.Module]:
     """A file of the shipped suites has the same test ids wherever it is collected from (:mod:`.suites`)."""
     from .suites import suite_module
 
@@ -138,7 +139,8 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     return live_status(report, config)
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
     write_summary(terminalreporter, state_of(config))
 
 

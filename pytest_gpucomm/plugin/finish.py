@@ -9,13 +9,14 @@ baseline and hands its records to the controller (:mod:`.xdist`), which writes t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import pytest
 
 from ..units import plural
 
 if TYPE_CHECKING:
+    from ..report.run import Coverage
     from .state import State
 
 __all__ = ["Progress", "finish_session", "write_summary", "terminal_width"]
@@ -34,7 +35,7 @@ class Progress:
         if report.when == "call":
             self.report_order.setdefault(report.nodeid, len(self.report_order))
 
-    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, Optional[int], str]) -> None:
         self.finished_tests.add(nodeid)
 
     def ran_every_test(self, session: pytest.Session) -> bool:
@@ -89,14 +90,14 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
     cov, need = state.coverage, state.settings.min_judged
     too_few = (cov is not None and cov.total > 0 and cov.share < need and not state.settings.baseline_save
                and state.worker is None)
-    if too_few:
+    if too_few and cov is not None:
         state.notes.append(f"gpucomm: FAILED: {cov.judged} of {cov.total} cases judged, fewer than "
                            f"--gpu-min-judged={need:g} of them ({cov.why()})")
     if (state.write_failed or failed_levels or too_few) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _junit_coverage(config: pytest.Config, cov: Any) -> None:
+def _junit_coverage(config: pytest.Config, cov: Optional["Coverage"]) -> None:
     """The run's coverage as properties of the JUnit test suite (``--junitxml``): ``gpucomm.judged``,
     ``gpucomm.cases``, ``gpucomm.not_judged`` ("yes" where fewer than half were judged)."""
     if cov is None:
@@ -118,7 +119,7 @@ def last_line(state: "State") -> Optional[str]:
     return cov.last_line(state.settings.baseline or "")
 
 
-def write_summary(terminalreporter: Any, state: "State") -> None:
+def write_summary(terminalreporter: pytest.TerminalReporter, state: "State") -> None:
     """The "gpucomm results" section, where this process speaks and measured."""
     if not state.records or not state.speaks:
         return

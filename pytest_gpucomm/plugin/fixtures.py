@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .markers import marks_of
+from .markers import SweepSize, marks_of
 from .state import State, state_of
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ def gpu_hub(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def size(request: pytest.FixtureRequest) -> int:
     """The message size in bytes, from the test's @sizes sweep."""
-    return _param(request, "size")
+    value = _param(request, "size")
+    return value.nbytes if isinstance(value, SweepSize) else value
 
 
 @pytest.fixture

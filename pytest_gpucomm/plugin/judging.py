@@ -51,9 +51,7 @@ class Judging:
                         else default_baseline_dir(self.config.rootpath, self.config.invocation_params.dir))
             self._gate = Gate(GateSettings(
                 spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,),
-                shipped_dir=shipped_folder("baselines"), max_runs=s.baseline_runs,
-                tolerance=s.tolerance, alpha=s.alpha, strict=s.baseline_strict, tail_tolerance=s.tail_tolerance,
-                folds=s.folds, prior_path=prior_path(s.prior),
+                shipped_dir=shipped_folder("baselines"), prior_path=prior_path(s.prior), **s.judging(),
             ))
         return self._gate
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import pytest
 
+from .. import checks
+from ..checks import CheckError, Origin
 from ..units import SizeError, describe_size, parse_size, size_token
 from ..vocab import (
     DEFAULT_TAIL_TOLERANCE,
@@ -27,13 +29,12 @@ from ..vocab import (
     FIXTURE_NAMES,
     MARKER_NAMES,
     MAX_SWEEP_SIZES,
-    MAX_TAIL_TOLERANCE,
     MAX_TIMEOUT_S,
     Status,
 )
 
 if TYPE_CHECKING:
-    from ..measurement import Record
+    from ..measurement import Measurement, Record
 
 __all__ = [
     "MarkerError",
@@ -50,6 +51,7 @@ __all__ = [
     "read_bandwidth",
     "read_latency",
     "read_sizes",
+    "SweepSize",
     "read_gpus",
     "read_world",
     "read_rank_timeout",
@@ -74,6 +76,8 @@ _MARKER_HELP = {
 #: the ``markers`` ini lines, one per name of vocab.MARKER_NAMES
 MARKER_LINES = [_MARKER_HELP[name] for name in MARKER_NAMES]
 
+T = TypeVar("T")
+
 
 # pytest.UsageError is @final in pytest's stubs, but a subclass is how a marker's error is a usage error
 # (exit code 4, no traceback) and still a type of its own that callers and tests can tell apart
@@ -81,14 +85,14 @@ class MarkerError(pytest.UsageError):  # type: ignore[misc]
     """A marker with a bad argument; the message names the test and the keyword."""
 
 
-def _marks_of(obj: Any, name: str) -> list[pytest.Mark]:
+def _marks_of(obj: object, name: str) -> list[pytest.Mark]:
     """The ``@name`` marks written on ``obj`` itself (its ``pytestmark``, not its base classes')."""
     raw = vars(obj).get("pytestmark", []) if isinstance(obj, type) else getattr(obj, "pytestmark", [])
     marks: Sequence[Any] = raw if isinstance(raw, (list, tuple)) else [raw]  # Marks or MarkDecorators
     return [getattr(m, "mark", m) for m in marks if getattr(getattr(m, "mark", m), "name", None) == name]
 
 
-def _direct_marks(owner: Any, name: str) -> list[pytest.Mark]:
+def _direct_marks(owner: object, name: str) -> list[pytest.Mark]:
     """The ``@name`` marks a node itself gives: a test's parametrize marks (which override its decorators),
     else its decorators; a class's own (a base class's are overridden); a module's ``pytestmark``."""
     callspec = getattr(owner, "callspec", None)
@@ -119,7 +123,7 @@ def _show(mark: pytest.Mark) -> str:
     return f"@{mark.name}({', '.join(args)})"
 
 
-def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> dict[str, Any]:
+def _call(sig: Callable[..., dict[str, T]], mark: pytest.Mark, where: str) -> dict[str, T]:
     try:
         return sig(*mark.args, **mark.kwargs)
     except TypeError as e:
@@ -127,16 +131,16 @@ def _call(sig: Callable[..., dict[str, Any]], mark: pytest.Mark, where: str) -> 
         raise MarkerError(f"{where}: invalid @{mark.name} marker: {msg}") from None
 
 
-def _number(value: Any, mark: str, key: str, where: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MarkerError(f"{where}: @{mark}({key}={value!r}): {key} must be a number, got {type(value).__name__}")
-    x = float(value)
-    if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise MarkerError(
-            f"{where}: @{mark}({key}={value!r}): {key} must be a {'positive' if positive else 'non-negative'} "
-            "finite number"
-        )
-    return x
+def _checked(check: Callable[..., T], mark: str, key: str, value: object, where: str, **kw: Any) -> T:
+    """A marker argument through its range check (``checks``); out of range, a MarkerError naming the test."""
+    try:
+        return check(Origin.marker(where, mark, key, value), **kw)
+    except CheckError as e:
+        raise MarkerError(str(e)) from None
+
+
+def _number(value: object, mark: str, key: str, where: str, *, positive: bool = False) -> float:
+    return _checked(checks.number, mark, key, value, where, positive=positive)
 
 
 def _size(value: Any, mark: str, key: str, where: str) -> int:
@@ -161,12 +165,12 @@ class LatencySpec:
     percentile: float
 
 
-def _bandwidth_sig(min_gbps: Any = None, size: Any = None, tolerance: Any = None,
-                   tail_tolerance: Any = None) -> dict[str, Any]:
+def _bandwidth_sig(min_gbps: object = None, size: object = None, tolerance: object = None,
+                   tail_tolerance: object = None) -> dict[str, object]:
     return {"min_gbps": min_gbps, "size": size, "tolerance": tolerance, "tail_tolerance": tail_tolerance}
 
 
-def _latency_sig(max_us: Any = None, size: Any = None, percentile: Any = 50) -> dict[str, Any]:
+def _latency_sig(max_us: object = None, size: object = None, percentile: object = 50) -> dict[str, object]:
     return {"max_us": max_us, "size": size, "percentile": percentile}
 
 
@@ -178,19 +182,10 @@ def read_bandwidth(item: pytest.Item) -> Optional[BandwidthSpec]:
     kw = _call(_bandwidth_sig, mark, where)
     min_gbps = None if kw["min_gbps"] is None else _number(kw["min_gbps"], "bandwidth", "min_gbps", where)
     size = None if kw["size"] is None else _size(kw["size"], "bandwidth", "size", where)
-    tol = None
-    if kw["tolerance"] is not None:
-        tol = _number(kw["tolerance"], "bandwidth", "tolerance", where)
-        if tol >= 1:
-            raise MarkerError(f"{where}: @bandwidth(tolerance={kw['tolerance']!r}): "
-                              f"tolerance is a fraction below 1 (0.05 = 5%)")
-    tail = None
-    if kw["tail_tolerance"] is not None:
-        tail = _number(kw["tail_tolerance"], "bandwidth", "tail_tolerance", where)
-        if tail >= MAX_TAIL_TOLERANCE:
-            raise MarkerError(f"{where}: @bandwidth(tail_tolerance={kw['tail_tolerance']!r}): tail_tolerance must be "
-                              f"below {MAX_TAIL_TOLERANCE:g} (1% x (1 + tail_tolerance) of the single ops may be "
-                              "slower than the baseline's scaled p99; 1.0: 2%)")
+    tol = None if kw["tolerance"] is None else _checked(checks.tolerance, "bandwidth", "tolerance",
+                                                         kw["tolerance"], where)
+    tail = None if kw["tail_tolerance"] is None else _checked(checks.tail_tolerance, "bandwidth", "tail_tolerance",
+                                                                kw["tail_tolerance"], where)
     return BandwidthSpec(min_gbps, size, tol, tail)
 
 
@@ -202,9 +197,7 @@ def read_latency(item: pytest.Item) -> Optional[LatencySpec]:
     kw = _call(_latency_sig, mark, where)
     max_us = None if kw["max_us"] is None else _number(kw["max_us"], "latency", "max_us", where, positive=True)
     size = None if kw["size"] is None else _size(kw["size"], "latency", "size", where)
-    pct = _number(kw["percentile"], "latency", "percentile", where)
-    if pct > 100:
-        raise MarkerError(f"{where}: @latency(percentile={kw['percentile']!r}): percentile must be within 0..100")
+    pct = _checked(checks.percentile, "latency", "percentile", kw["percentile"], where)
     return LatencySpec(max_us, size, pct)
 
 
@@ -245,7 +238,16 @@ def read_sizes(mark: pytest.Mark, where: str) -> list[int]:
     return list(dict.fromkeys(out))  # in order, each size once
 
 
-def _count_sig(n: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SweepSize:
+    """A size of a test's @sizes sweep, parsed once at collection (:func:`read_sizes`): the value of its
+    ``size`` parameter, which the ``size`` fixture and ``comm`` read without parsing it again (a size a test
+    parametrizes itself is parsed where it is measured)."""
+
+    nbytes: int
+
+
+def _count_sig(n: object) -> dict[str, object]:
     return {"n": n}
 
 
@@ -259,7 +261,7 @@ def _count(item: pytest.Item, name: str) -> Optional[int]:
     return n
 
 
-def _seconds_sig(seconds: Any) -> dict[str, Any]:
+def _seconds_sig(seconds: object) -> dict[str, object]:
     return {"seconds": seconds}
 
 
@@ -326,10 +328,11 @@ def uses_gpucomm(item: pytest.Item) -> bool:
 
 
 #: the single-op figures of ``info["tail"]`` that are exact percentiles: percentile -> key
-_TAIL_FIGURES = {50.0: "p50_us", 99.0: "p99_us", 99.9: "p999_us", 100.0: "max_us"}
+_TAIL_FIGURES: dict[float, Literal["p50_us", "p99_us", "p999_us", "max_us"]] = {
+    50.0: "p50_us", 99.0: "p99_us", 99.9: "p999_us", 100.0: "max_us"}
 
 
-def latency_percentile_us(m: Any, percentile: float) -> tuple[float, str]:
+def latency_percentile_us(m: "Measurement", percentile: float) -> tuple[float, str]:
     """The latency percentile that @latency checks, in microseconds, and what it is of: the single ops' (each
     timed on its own: ``info["tail"]``) where the measurement has them -- the exact figure at 50, 99, 99.9
     and 100, else from their histogram (within 0.25 %) --, else the per-iteration samples' (a small message's
@@ -338,8 +341,9 @@ def latency_percentile_us(m: Any, percentile: float) -> tuple[float, str]:
     if isinstance(tail, dict) and tail.get("n"):
         of = f"over {int(tail['n']):,} single ops"
         key = _TAIL_FIGURES.get(float(percentile))
-        if key is not None and tail.get(key) is not None:
-            return float(tail[key]), of
+        exact = tail.get(key) if key is not None else None
+        if exact is not None:
+            return float(exact), of
         if isinstance(tail.get("hist"), dict):
             from ..sketches import Histogram
 

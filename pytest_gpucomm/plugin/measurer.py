@@ -15,16 +15,16 @@ inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import pytest
 
 from .group import ProcessGroup
-from .markers import marks_of
+from .markers import SweepSize, marks_of
 from ..ops.collectives import OPS, add_op_methods
 from ..measurement import Record
 from .state import State
-from ..units import SizeError, parse_size
+from ..units import SizeError, SizeLike, parse_size
 from ..vocab import DTYPE_ALIASES, DTYPES
 
 if TYPE_CHECKING:
@@ -44,7 +44,13 @@ class GpuPair(NamedTuple):
         return f"{self.src.split(':')[-1]}->{self.dst.split(':')[-1]}"
 
 
-def _size_or_usage_error(value: Any, where: str) -> int:
+#: a device as a test names it: its name ("cuda:1", "cpu:0") or its index
+DeviceLike = Union[str, int]
+#: a device pair as a test gives it: a ``gpu_pair``, (source, destination), or the source with ``dst=``
+PairLike = Union[GpuPair, Sequence[DeviceLike], DeviceLike]
+
+
+def _size_or_usage_error(value: SizeLike, where: str) -> int:
     try:
         return parse_size(value, where)
     except SizeError as e:
@@ -64,13 +70,16 @@ class Comm:
         self._request = request
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _size(self, size: Any, what: str) -> int:
+    def _size(self, size: Optional[SizeLike], what: str) -> int:
         nodeid = self._request.node.nodeid
         if size is not None:
             return _size_or_usage_error(size, f"{nodeid} comm.{what}(size=...)")
         callspec = getattr(self._request.node, "callspec", None)
         if callspec is not None and "size" in callspec.params:
-            return _size_or_usage_error(callspec.params["size"], f"{nodeid} parameter 'size'")
+            value = callspec.params["size"]
+            if isinstance(value, SweepSize):  # @sizes: parsed at collection
+                return value.nbytes
+            return _size_or_usage_error(value, f"{nodeid} parameter 'size'")
         marks = marks_of(self._request.node)
         for spec in (marks.bandwidth, marks.latency):
             if spec is not None and spec.size is not None:
@@ -196,7 +205,7 @@ class Comm:
                 failure = str(e)
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
 
-    def _pair(self, pair: Any, dst: Optional[str]) -> GpuPair:
+    def _pair(self, pair: PairLike, dst: Optional[DeviceLike]) -> GpuPair:
         if isinstance(pair, GpuPair):
             return pair
         if isinstance(pair, (tuple, list)) and len(pair) == 2 and dst is None:
@@ -205,7 +214,8 @@ class Comm:
             return GpuPair(self._dev(pair), self._dev(dst))
         raise pytest.UsageError(f"{self._request.node.nodeid}: comm.copy() needs a gpu_pair or src and dst devices")
 
-    def _dev(self, d: Any) -> str:
+    def _dev(self, d: object) -> str:
+        """The name of device ``d`` (a name, or an index); a UsageError where it is not one in use."""
         devs = self._state.devices.names()
         if isinstance(d, int):
             name = f"{self._state.devices.info.torch_device_type}:{d}"
@@ -218,7 +228,8 @@ class Comm:
         return name
 
     # -- copies -----------------------------------------------------------------------------------
-    def copy(self, pair: Any, size: Any = None, *, dst: Optional[str] = None, both_ways: bool = False) -> Measurement:
+    def copy(self, pair: PairLike, size: Optional[SizeLike] = None, *, dst: Optional[DeviceLike] = None,
+             both_ways: bool = False) -> Measurement:
         """Peer copy pair.src -> pair.dst (both directions at once with both_ways=True)."""
         from ..ops.copies import PEER, copy_spec
 
@@ -226,11 +237,12 @@ class Comm:
         n = self._size(size, "copy")
         return self._copy(copy_spec(PEER, [p.src, p.dst], n, both_ways=both_ways))
 
-    def copy_both_ways(self, pair: Any, size: Any = None) -> Measurement:
+    def copy_both_ways(self, pair: PairLike, size: Optional[SizeLike] = None) -> Measurement:
         return self.copy(pair, size, both_ways=True)
 
     # -- all peers at once (ops.copies.measure_pattern) -------------------------------------------------
-    def copy_one_to_all(self, hub: Any, size: Any = None, *, peers: Optional[Sequence[Any]] = None) -> Measurement:
+    def copy_one_to_all(self, hub: DeviceLike, size: Optional[SizeLike] = None, *,
+                        peers: Optional[Sequence[DeviceLike]] = None) -> Measurement:
         """``hub`` writing to every peer at once (``peers``; default: every other device in use), each copy
         ``size`` bytes.  The figure is the aggregate (every copy's bytes over the span of all of them);
         ``info`` has the per-link figure and each link's own (see :func:`.ops.copies.measure_pattern`)."""
@@ -239,7 +251,8 @@ class Comm:
         h, others = self._hub_and_peers(hub, peers, "copy_one_to_all")
         return self._copy(copy_spec(ONE_TO_ALL, [h, *others], self._size(size, "copy_one_to_all")))
 
-    def copy_all_to_one(self, hub: Any, size: Any = None, *, peers: Optional[Sequence[Any]] = None) -> Measurement:
+    def copy_all_to_one(self, hub: DeviceLike, size: Optional[SizeLike] = None, *,
+                        peers: Optional[Sequence[DeviceLike]] = None) -> Measurement:
         """Every peer (``peers``; default: every other device in use) writing to ``hub`` at once, each copy
         ``size`` bytes; figures as :meth:`copy_one_to_all`."""
         from ..ops.copies import ALL_TO_ONE, copy_spec
@@ -247,7 +260,8 @@ class Comm:
         h, others = self._hub_and_peers(hub, peers, "copy_all_to_one")
         return self._copy(copy_spec(ALL_TO_ONE, [*others, h], self._size(size, "copy_all_to_one")))
 
-    def copy_all_pairs(self, size: Any = None, *, devices: Optional[Sequence[Any]] = None) -> Measurement:
+    def copy_all_pairs(self, size: Optional[SizeLike] = None, *,
+                       devices: Optional[Sequence[DeviceLike]] = None) -> Measurement:
         """Every ordered pair of ``devices`` (default: every device in use) copying at once, each copy ``size``
         bytes; figures as :meth:`copy_one_to_all`.  Skipped, with the reason, with fewer than two devices."""
         from ..ops.copies import ALL_PAIRS, copy_spec
@@ -260,7 +274,8 @@ class Comm:
             devs = self._distinct([self._dev(d) for d in devices], "copy_all_pairs", "devices")
         return self._copy(copy_spec(ALL_PAIRS, devs, self._size(size, "copy_all_pairs")))
 
-    def _hub_and_peers(self, hub: Any, peers: Optional[Sequence[Any]], what: str) -> tuple[str, list[str]]:
+    def _hub_and_peers(self, hub: DeviceLike, peers: Optional[Sequence[DeviceLike]],
+                       what: str) -> tuple[str, list[str]]:
         h = self._dev(hub)
         if peers is None:
             return h, [d for d in self._state.devices.names() if d != h]
@@ -273,7 +288,7 @@ class Comm:
                                     f"each once; got {devs!r}")
         return devs
 
-    def host_to_device(self, device: Any, size: Any = None) -> Measurement:
+    def host_to_device(self, device: DeviceLike, size: Optional[SizeLike] = None) -> Measurement:
         """Pinned host memory -> device."""
         from ..ops.copies import HOST_DEVICE, copy_spec
 
@@ -281,7 +296,7 @@ class Comm:
         return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="h2d"))
 
     # -- collectives ------------------------------------------------------------------------------
-    def collective(self, op: str, group: "ProcessGroup", size: Any = None, *, dtype: str = "float32",
+    def collective(self, op: str, group: "ProcessGroup", size: Optional[SizeLike] = None, *, dtype: str = "float32",
                    in_place: Optional[bool] = None, kind: Optional[str] = None) -> Measurement:
         """Time ``op`` over ``group`` at ``size`` bytes (S as nccl-tests defines it) and check its result.
 
@@ -400,7 +415,7 @@ class Comm:
         pytest.fail(failure, pytrace=False)  # outside the except block: no chained traceback
 
     # -- the inter-node pair test -------------------------------------------------------------------
-    def node_pairs(self, group: ProcessGroup, pattern: str = "ring", size: Any = None, *,
+    def node_pairs(self, group: ProcessGroup, pattern: str = "ring", size: Optional[SizeLike] = None, *,
                    dtype: str = "float32") -> Measurement:
         """The inter-node pair test (launched mode, two nodes or more; skipped with the reason elsewhere):
         local rank k of one node sends ``size`` bytes to local rank k of another, every k at once, over a
@@ -547,7 +562,7 @@ class Comm:
         each on its own communicator; ``info["overlap"]`` gives each one's slowdown against running alone."""
         return self.training("overlap_dp_tp", group, model, **kw)
 
-    def device_to_host(self, device: Any, size: Any = None) -> Measurement:
+    def device_to_host(self, device: DeviceLike, size: Optional[SizeLike] = None) -> Measurement:
         """Device -> pinned host memory."""
         from ..ops.copies import HOST_DEVICE, copy_spec
 

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 import pytest
 
 from .measurer import GpuPair
-from .markers import MarkerError, closest_mark, read_sizes, size_id
+from .markers import MarkerError, SweepSize, closest_mark, read_sizes, size_id
 from .state import State
 from ..units import format_size, plural
 from ..vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
@@ -161,7 +161,8 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
             raise pytest.Collector.CollectError(f"{where}: @sizes needs the test to take a 'size' argument")
         cap = state.devices.max_size
         above = pytest.mark.skip(reason=f"above --gpucomm-max-size {max_size_text(state)}")
-        metafunc.parametrize("size", [s if s <= cap else pytest.param(s, marks=above) for s in sizes],
+        metafunc.parametrize("size", [SweepSize(s) if s <= cap else pytest.param(SweepSize(s), marks=above)
+                                      for s in sizes],
                              ids=[size_id(s) for s in sizes], indirect=True)
     if "gpu_pair" in metafunc.fixturenames:
         devs = state.devices.names()

@@ -9,7 +9,7 @@ group.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Mapping, Optional, Protocol
 
 import pytest
 
@@ -18,6 +18,8 @@ from .devices import Devices
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from ..ranks.pool import RankPool
+    from ..ranks.spawn import Zygote
     from .group import ProcessGroup
 
 __all__ = ["Groups", "RankPools", "is_world"]
@@ -64,9 +66,9 @@ class RankPools:
         self.settings = settings
         self.devices = devices
         self.forks = forks
-        self.pools: dict[int, Any] = {}  # world size -> ranks.RankPool
-        self.fold_pools: dict[tuple[int, int], Any] = {}  # (world size, fold) -> ranks.RankPool (fold_group)
-        self.zygote: Any = None  # ranks.spawn.Zygote: forks every pool's workers (GPUCOMM_RANK_START=fork)
+        self.pools: dict[int, "RankPool"] = {}  # world size -> its pool
+        self.fold_pools: dict[tuple[int, int], "RankPool"] = {}  # (world size, fold) -> its pool (fold_group)
+        self.zygote: Optional["Zygote"] = None  # forks every pool's workers (GPUCOMM_RANK_START=fork)
 
     def group_problem(self, kind: str) -> Optional[str]:
         """Why the groups of ``kind`` cannot be had (a skip reason): a pool has only its world.
@@ -101,7 +103,7 @@ class RankPools:
             self.fold_pools[key] = self.new_pool(group.world_size)
         return ProcessGroup(self.fold_pools[key], group.backend, group.timeout_s, f"{group.label} (fold {i + 1})")
 
-    def new_pool(self, world: int, env: Optional[Mapping[str, Optional[str]]] = None) -> Any:
+    def new_pool(self, world: int, env: Optional[Mapping[str, Optional[str]]] = None) -> "RankPool":
         """A ranks.RankPool of ``world`` workers with the session's backend, device type and worker
         environment (not started yet); ``env`` changes that environment (a name mapped to None is unset), and
         then the workers are new processes, never forks of the zygote, whose torch read the session's."""
@@ -117,7 +119,7 @@ class RankPools:
     def _start_timeout_s(self) -> float:
         return max(RANK_START_TIMEOUT_S, self.settings.timeout_s)
 
-    def session_zygote(self) -> Any:
+    def session_zygote(self) -> Optional["Zygote"]:
         """The session's ranks.spawn.Zygote, made at the first pool (its process starts with that pool's
         start: a session that collects a process_group test may still start no pool); None where
         GPUCOMM_RANK_START=exec or in launched mode."""

@@ -36,7 +36,7 @@ def open_session(config: pytest.Config) -> State:
     _check_environment()
     if settings.baseline_save and not settings.baseline:
         raise pytest.UsageError("--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto to know where to save")
-    if settings.baseline_strict and not settings.baseline:
+    if settings.strict and not settings.baseline:
         raise pytest.UsageError("--gpu-baseline-strict needs --gpu-baseline=NAME|PATH|auto: without a baseline "
                                 "nothing is gated, so nothing could fail as new or not gated")
     if controller:

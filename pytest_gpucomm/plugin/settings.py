@@ -6,13 +6,14 @@ and where it came from ("invalid --gpucomm-min-time 'abc' (from the command line
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 import pytest
 
+from .. import checks
+from ..checks import CheckError, Judging, Origin
 from ..gate.cause import DEFAULT_BUDGET as DEFAULT_CAUSE_BUDGET
 from ..units import SizeError, describe_size, parse_size
 from ..vocab import (
@@ -30,11 +31,7 @@ from ..vocab import (
     DEFAULT_TOLERANCE,
     DTYPE_ALIASES,
     DTYPES,
-    MAX_BASELINE_RUNS,
-    MAX_CAUSE_CASES,
-    MAX_FOLDS,
     MAX_MIN_TIME_S,
-    MAX_TAIL_TOLERANCE,
     MAX_TIMEOUT_S,
     AUTO_ALL_PAIRS_MAX_DEVICES,
     PAIR_CHOICES,
@@ -146,8 +143,11 @@ _OPTIONS = [
 ]
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class Settings(Judging):
+    """The session's settings: the values the gate judges with (``Judging``: tolerance, alpha, tail tolerance,
+    strict, folds, runs kept), then the rest of the options."""
+
     baseline: Optional[str]
     device: str
     min_time_s: float
@@ -156,22 +156,16 @@ class Settings:
     timeout_s: float
     dtypes: tuple[str, ...] = (DEFAULT_DTYPE,)
     baseline_dir: Optional[str] = None
-    baseline_runs: int = DEFAULT_MAX_RUNS
-    tolerance: float = DEFAULT_TOLERANCE
-    alpha: float = DEFAULT_ALPHA
     baseline_save: bool = False
-    baseline_strict: bool = False
     baseline_save_partial: bool = False
     benchmark_json: Optional[str] = None
     allow_xdist: bool = False
     launch: str = "auto"
     rank_log: Optional[str] = None
-    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
     tail_time_s: Optional[float] = None  # None: min_time_s
     plots_dir: Optional[str] = None
     plots_format: str = "png"
     pairs: Optional[str] = None  # --gpucomm-pairs; None: the default for the device count (parametrize.pair_choice)
-    folds: int = DEFAULT_FOLDS
     cause_cases: int = DEFAULT_CAUSE_CASES
     env_names: tuple[str, ...] = ()  # --gpucomm-env: more variables recorded (names or patterns)
     prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
@@ -181,7 +175,7 @@ class Settings:
         """The settings that shaped the figures, for the JSON report."""
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
-                "alpha": self.alpha, "strict": self.baseline_strict, "dtypes": list(self.dtypes),
+                "alpha": self.alpha, "strict": self.strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
@@ -250,16 +244,12 @@ def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional
 def parse_seconds(value: str, name: str, origin: str, allow_zero: bool = True,
                   maximum: float = MAX_TIMEOUT_S) -> float:
     """A number of seconds, at least 0 (above 0 without ``allow_zero``) and at most ``maximum``."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero) or x > maximum:
-        raise pytest.UsageError(
-            f"invalid {name} {value!r} (from {origin}): expected a "
-            f"{'non-negative' if allow_zero else 'positive'} number of seconds, at most {maximum:g}"
-        )
-    return x
+    return checks.seconds(Origin.option(name, value, origin), maximum, allow_zero=allow_zero)
+
+
+def _checked(check: Callable[[Origin], T]) -> Callable[[str, str, str], T]:
+    """An option's parser that runs the value's range check (``checks``)."""
+    return lambda value, name, origin: check(Origin.option(name, value, origin))
 
 
 def origin(config: pytest.Config, opt: str) -> str:
@@ -281,7 +271,10 @@ def _get(config: pytest.Config, opt: str, parse: Callable[[str, str, str], T], d
                     f"invalid {opt} {raw!r} (from {origin}): the value is empty; give one, or leave the option "
                     f"out for its default"
                 )
-            return parse(raw, opt, origin)
+            try:
+                return parse(raw, opt, origin)
+            except CheckError as e:  # a value out of its range (checks): a usage error at the start
+                raise pytest.UsageError(str(e)) from None
     raise KeyError(opt)  # pragma: no cover
 
 
@@ -354,74 +347,6 @@ def _parse_plots_format(value: str, name: str, origin: str) -> str:
     return v
 
 
-def _parse_fraction(value: str, name: str, origin: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or not 0 <= x < 1:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected a fraction in [0, 1), e.g. 0.05")
-    return x
-
-
-def _parse_alpha(value: str, name: str, origin: str) -> float:
-    x = _parse_fraction(value, name, origin)
-    if x == 0:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): alpha must be above 0")
-    return x
-
-
-def _parse_tail_tolerance(value: str, name: str, origin: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or not 0 <= x < MAX_TAIL_TOLERANCE:
-        raise pytest.UsageError(
-            f"invalid {name} {value!r} (from {origin}): expected a number from 0 to below {MAX_TAIL_TOLERANCE:g} (the "
-            f"share of single ops allowed above the baseline's scaled p99 is the baseline's own share, about 1%, "
-            f"x (1 + tolerance); default {DEFAULT_TAIL_TOLERANCE:g})"
-        )
-    return x
-
-
-def _parse_runs(value: str, name: str, origin: str) -> int:
-    try:
-        k = int(value)
-    except ValueError:
-        k = 0
-    if not 1 <= k <= MAX_BASELINE_RUNS:
-        raise pytest.UsageError(
-            f"invalid {name} {value!r} (from {origin}): expected a whole number from 1 to {MAX_BASELINE_RUNS}"
-        )
-    return k
-
-
-def _parse_folds(value: str, name: str, origin: str) -> int:
-    try:
-        k = int(value)
-    except ValueError:
-        k = 0
-    if not 1 <= k <= MAX_FOLDS:
-        raise pytest.UsageError(
-            f"invalid {name} {value!r} (from {origin}): expected a whole number from 1 (no folds) to {MAX_FOLDS}"
-        )
-    return k
-
-
-def _parse_cause(value: str, name: str, origin: str) -> int:
-    try:
-        k = int(value)
-    except ValueError:
-        k = -1
-    if not 0 <= k <= MAX_CAUSE_CASES:
-        raise pytest.UsageError(
-            f"invalid {name} {value!r} (from {origin}): expected a whole number of cases from 0 (no cause test) to "
-            f"{MAX_CAUSE_CASES}"
-        )
-    return k
-
-
 def _parse_env_names(value: str, name: str, origin: str) -> tuple[str, ...]:
     from ..env.variables import EnvNamesError, parse_env_names
 
@@ -444,27 +369,27 @@ def read_settings(config: pytest.Config) -> Settings:
                        DEFAULT_TIMEOUT_S),
         dtypes=_get(config, "--gpucomm-dtype", _parse_dtypes, (DEFAULT_DTYPE,)),
         baseline_dir=_get(config, "--gpu-baseline-dir", lambda v, n, o: v, None),
-        baseline_runs=_get(config, "--gpu-baseline-runs", _parse_runs, DEFAULT_MAX_RUNS),
-        tolerance=_get(config, "--gpu-tolerance", _parse_fraction, DEFAULT_TOLERANCE),
-        alpha=_get(config, "--gpu-alpha", _parse_alpha, DEFAULT_ALPHA),
+        max_runs=_get(config, "--gpu-baseline-runs", _checked(checks.baseline_runs), DEFAULT_MAX_RUNS),
+        tolerance=_get(config, "--gpu-tolerance", _checked(checks.tolerance), DEFAULT_TOLERANCE),
+        alpha=_get(config, "--gpu-alpha", _checked(checks.alpha), DEFAULT_ALPHA),
         baseline_save=bool(config.getoption("gpucomm_baseline_save")),
-        baseline_strict=bool(config.getoption("gpucomm_baseline_strict")),
+        strict=bool(config.getoption("gpucomm_baseline_strict")),
         baseline_save_partial=bool(config.getoption("gpucomm_baseline_save_partial")),
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
         allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
         launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
         rank_log=_get(config, "--gpucomm-rank-log", lambda v, n, o: v, None),
-        tail_tolerance=_get(config, "--gpu-tail-tolerance", _parse_tail_tolerance, DEFAULT_TAIL_TOLERANCE),
+        tail_tolerance=_get(config, "--gpu-tail-tolerance", _checked(checks.tail_tolerance), DEFAULT_TAIL_TOLERANCE),
         plots_dir=_get(config, "--gpucomm-plots", lambda v, n, o: v, None),
         plots_format=_get(config, "--gpucomm-plots-format", _parse_plots_format, "png"),
         tail_time_s=_get(config, "--gpucomm-tail-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
                          None),
         pairs=_get(config, "--gpucomm-pairs", _parse_pairs, None),
-        folds=_get(config, "--gpucomm-folds", _parse_folds, DEFAULT_FOLDS),
-        cause_cases=_get(config, "--gpucomm-cause", _parse_cause, DEFAULT_CAUSE_CASES),
+        folds=_get(config, "--gpucomm-folds", _checked(checks.folds), DEFAULT_FOLDS),
+        cause_cases=_get(config, "--gpucomm-cause", _checked(checks.cause_cases), DEFAULT_CAUSE_CASES),
         env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
         prior=_get(config, "--gpu-baseline-prior", _parse_prior, None),
-        min_judged=_get(config, "--gpu-min-judged", _parse_min_judged, 0.0),
+        min_judged=_get(config, "--gpu-min-judged", _checked(checks.min_judged), 0.0),
     )
 
 
@@ -479,17 +404,6 @@ def _parse_prior(value: str, name: str, origin: str) -> str:
         except PriorError as e:
             raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): {e}") from None
     return value.strip()
-
-
-def _parse_min_judged(value: str, name: str, origin: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or not 0 <= x <= 1:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected a share of the cases from 0 to 1, "
-                                "e.g. 0.5")
-    return x
 
 
 def read_launch_options(config: pytest.Config) -> tuple[str, Optional[str]]:

@@ -13,7 +13,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from types import FrameType
+from typing import Any, Optional
 
 import pytest
 
@@ -32,7 +33,7 @@ _LAST = [float("-inf")]  # when the last SIGTERM came (time.monotonic())
 _IGNORING = [False]  # a launched rank that left its job: SIGTERM ignored to the end
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
     if os.getpid() != _HANDLER_PID:  # a child forked from pytest: SIGTERM ends it, as it would without us
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

@@ -28,6 +28,10 @@ from .settings import Settings
 from .xdist import WorkerReports
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..gate.levels import RunLevels
+    from ..report.run import Coverage
     from ..env.launch import Launch
     from ..gate import Gate
     from ..measurement import Measurement
@@ -67,12 +71,12 @@ class State:
         self.records: list[Record] = []
         self.notes: list[str] = []  # lines for the end of the terminal summary
         self.write_failed = False  # an output (report, baseline) could not be written at the end
-        self.levels: Any = None  # the run judged at the levels (gate.levels.RunLevels), set at the session's end
-        self.coverage: Any = None  # how many cases the gate judged (report.run.Coverage), set at the session's end
+        self.levels: Optional["RunLevels"] = None  # the run judged at the levels, set at the session's end
+        self.coverage: Optional["Coverage"] = None  # how many cases the gate judged, set at the session's end
         self.curves: list[dict[str, Any]] = []  # the "curves" section (curves.curve_report), set at its end
         #: the baseline file's document as judged against (before this run saved into it), set at its end
         self.baseline_doc: Optional[dict[str, Any]] = None
-        self.plot_paths: list[Any] = []  # the plots drawn at its end (--gpucomm-plots)
+        self.plot_paths: list[Path] = []  # the plots drawn at its end (--gpucomm-plots)
         self._buffers: Optional["BufferPool"] = None
 
     @property

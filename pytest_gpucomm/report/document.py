@@ -32,6 +32,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement, Record
@@ -39,7 +40,9 @@ from ..vocab import Status
 from .saved import REPORT_FORMAT, REPORT_VERSION, ReportError, check_report
 
 if TYPE_CHECKING:
+    from ..analysis.curve_fit import CrossingSize
     from ..analysis.stragglers import CaseRanks, OutlierNode
+    from ..analysis.sweeps import Sweep
     from ..gate.levels import RunLevels
 
 __all__ = ["ReportDocument", "Row", "RowVerdict", "BaselineSection", "Levels", "CurveEntry", "plain", "rows_of",
@@ -55,13 +58,43 @@ _MEASUREMENT_KEYS = ("op", "kind", "size_bytes", "bytes_per_iter", "devices", "w
                      "samples_s")
 
 
-def plain(value: Any) -> Any:
-    """``value`` as JSON reads it back: tuples as lists, an enum as its value, every NaN the one NaN object of
-    ``json`` (a NaN is not equal to another NaN object: the same JSON then compares equal)."""
-    return json.loads(json.dumps(value))
+#: the one NaN object ``json`` reads every NaN as
+_JSON_NAN = json.loads("NaN")
 
 
-def _number(value: Any) -> Optional[float]:
+def plain(value: object) -> Any:
+    """``value`` as JSON reads it back, copied without writing it out: tuples as lists, an enum as its value,
+    a mapping's keys as JSON writes them, every NaN the one NaN object of ``json`` (a NaN is not equal to
+    another NaN object: the same JSON then compares equal).  TypeError for what JSON cannot hold."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum of strings as its value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _JSON_NAN if math.isnan(value) else float(value)
+    if isinstance(value, Mapping):
+        return {_plain_key(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _plain_key(key: object) -> str:
+    """A mapping's key as JSON writes it (``json.dumps``: a string, or a number, true, false, null as text)."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None or isinstance(key, bool):
+        return {None: "null", True: "true", False: "false"}[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return "NaN" if math.isnan(key) else {math.inf: "Infinity", -math.inf: "-Infinity"}.get(key, repr(float(key)))
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _number(value: object) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -207,9 +240,33 @@ class CurveEntry:
         return str(self.data["model"]["text"])
 
     @property
+    def sweep(self) -> str:
+        """The sweep's test id without its size (``Sweep.key[0]``), or its label where it has no test id."""
+        return str(self.data.get("sweep") or "")
+
+    def crossings(self) -> "Optional[tuple[CrossingSize, ...]]":
+        """The model's 80 %, 90 % ... points as ``analysis.curve_fit.CrossingSize`` (what ``curve_model``
+        made of the sweep), None where the entry does not hold them readably (a damaged report)."""
+        try:
+            return tuple(_crossing(c) for c in self.data["model"]["crossings"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+
+    @property
     def comparison_text(self) -> Optional[str]:
         c = self.data.get("comparison")
         return str(c.get("text_short") or c.get("text")) if isinstance(c, Mapping) and c else None
+
+
+def _crossing(c: Mapping[str, Any]) -> "CrossingSize":
+    """A crossing of a curves entry's model (``CrossingSize.to_dict``) read back."""
+    from ..analysis.curve_fit import CrossingSize
+
+    between = c.get("between")
+    return CrossingSize(share=float(c["share"]), size_bytes=None if c["size_bytes"] is None else int(c["size_bytes"]),
+                        interpolated=bool(c["interpolated"]),
+                        between=(int(between[0]), int(between[1])) if between else None,
+                        reason=str(c.get("reason") or ""))
 
 
 # -- the rows ---------------------------------------------------------------------------------------------
@@ -266,12 +323,14 @@ class Row:
 
     @classmethod
     def of_record(cls, record: Record) -> "Row":
-        """A session's record as a row (its values as JSON reads them back: :func:`plain`)."""
-        data = {"test": record.nodeid, **record.measurement.to_dict(with_samples=True), "status": record.status,
-                "checks": list(record.checks)}
-        if record.baseline is not None:
-            data["baseline"] = record.baseline
-        return cls.from_json(plain(data))
+        """A session's record as a row, as the JSON report reads it back (:func:`plain`; the measurement's
+        numbers as ``Measurement.from_dict`` makes them), copied: the session may add to the record after."""
+        m = record.measurement
+        measurement = replace(m, size_bytes=int(m.size_bytes), bytes_per_iter=int(m.bytes_per_iter),
+                              busbw_factor=float(m.busbw_factor), world_size=int(m.world_size), info=plain(m.info))
+        verdict = None if record.baseline is None else RowVerdict(plain(record.baseline))
+        return cls(test=record.nodeid, measurement=measurement, status=plain(record.status),
+                   checks=tuple(str(c) for c in record.checks), verdict=verdict)
 
 
 def rows_of(items: Iterable["Row | Record"]) -> list[Row]:
@@ -330,7 +389,7 @@ class ReportDocument:
                    outliers=nodes, straggler_note=note)
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "") -> "ReportDocument":
+    def from_json(cls, data: object, where: str = "") -> "ReportDocument":
         """The document of a saved report's JSON (checked: ``saved.check_report``); ReportError naming
         ``where`` (the file) and what is wrong."""
         data = check_report(data, where)
@@ -405,11 +464,30 @@ class ReportDocument:
         """The run's --gpu-tolerance (None where the report does not say)."""
         return (self.settings or {}).get("tolerance")
 
+    @cached_property
+    def sweeps(self) -> list["Sweep"]:
+        """The rows' sweeps (``analysis.sweeps.sweeps``), made once for every view of the document that draws
+        or names them (the plots, the page's labels, the curves of a report that has no curves section)."""
+        from ..analysis.sweeps import sweeps
+
+        return sweeps([(r.test, r.measurement) for r in self.rows])
+
+    def crossings(self, sweep: "Sweep") -> "tuple[CrossingSize, ...]":
+        """The 80 %, 90 % ... points of one of :attr:`sweeps`: those of its model in the curves section,
+        which ``analysis.curves`` made of the same rows; worked out here only where the section lacks it."""
+        entries = [c for c in self.curves or () if (c.sweep, c.label) == (sweep.key[0] or sweep.label, sweep.label)]
+        found = entries[0].crossings() if len(entries) == 1 else None
+        if found is not None:
+            return found
+        from ..analysis.curve_fit import curve_model
+
+        return curve_model(sweep).crossings
+
     def test_of_case(self) -> dict[Optional[str], str]:
         """Each judged case key -> the test of its row."""
         return {r.verdict.case: r.test for r in self.rows if r.verdict is not None}
 
 
-def as_document(report: "ReportDocument | Any", where: str = "") -> ReportDocument:
+def as_document(report: object, where: str = "") -> ReportDocument:
     """``report`` as a document: a document, or a report's JSON read (:meth:`ReportDocument.from_json`)."""
     return report if isinstance(report, ReportDocument) else ReportDocument.from_json(report, where)

@@ -126,10 +126,10 @@ def headline(doc: ReportDocument) -> list[str]:
 def case_labels(doc: ReportDocument) -> dict[str, list[str]]:
     """Each row's test -> the labels of its plots: its sweep's and its single-op latency figure's
     (``plots.sweep_figure_label``, ``plots.latency_figure_label``)."""
-    from ..analysis.sweeps import sweep_key, sweeps
+    from ..analysis.sweeps import sweep_key
     from .plots import latency_figure_label, sweep_figure_label
 
-    of_sweep = {s.key: sweep_figure_label(s) for s in sweeps([(r.test, r.measurement) for r in doc.rows])}
+    of_sweep = {s.key: sweep_figure_label(s) for s in doc.sweeps}
     out: dict[str, list[str]] = {}
     for r in doc.rows:
         labels = out.setdefault(r.test, [])

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..analysis.baseline_figures import BaselineFigures, CaseFigures, as_figures
 from ..analysis.curve_fit import curve_model
-from ..analysis.sweeps import Sweep, sweep_key, sweeps
+from ..analysis.sweeps import Sweep, sweep_key
 from ..analysis.matrices import copy_matrices
 from ..gate.shipped import install_command
 from ..units import GB, describe_duration, format_size, plural
@@ -65,6 +65,8 @@ from .document import ReportDocument, Row, as_document
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
+
+    from ..analysis.curve_fit import CrossingSize
 
 #: what the views take as the report: its document, or a JSON report's
 ReportLike = Union[ReportDocument, Mapping[str, Any]]
@@ -107,7 +109,7 @@ class PlotsUnavailable(ImportError):
     """matplotlib is not installed: the message names the extra that brings it."""
 
 
-def _mpl() -> Any:
+def _mpl() -> "type[Figure]":
     """``matplotlib.figure.Figure``, or PlotsUnavailable naming the extra."""
     try:
         import matplotlib  # noqa: F401
@@ -235,14 +237,14 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
     tolerance = doc.tolerance
     context = context_line(doc, figures)
     figs = []
-    for sweep in sweeps([(r.test, r.measurement) for r in doc.rows]):
+    for sweep in doc.sweeps:
         b = base.get(sweep.key[:5])
         fig = Figure(figsize=(8, 6.5 if b is not None else 5), layout="constrained")
         if b is not None:
             ax, rax = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
         else:
             ax, rax = fig.subplots(1, 1), None
-        _draw_sweep(ax, sweep, b, marks.get(sweep.key, []))
+        _draw_sweep(ax, sweep, doc.crossings(sweep), b, marks.get(sweep.key, []))
         if rax is not None and b is not None:
             _draw_ratio(rax, sweep, b, tolerance)
         _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
@@ -264,7 +266,9 @@ def latency_figure_label(test: str, op: str) -> str:
     return f"latency-{_slug(test or op)}"
 
 
-def _draw_sweep(ax: Any, sweep: Sweep, base: Optional[Sweep], marks: list[tuple[int, float, str]]) -> None:
+def _draw_sweep(ax: Any, sweep: Sweep, crossings: Sequence["CrossingSize"], base: Optional[Sweep],
+                marks: list[tuple[int, float, str]]) -> None:
+    """Today's curve (its crossings as the document's curves section has them) against the baseline's."""
     x = np.array(sweep.sizes, dtype=float)
     y = np.array([p.gbps for p in sweep.points])
     lo = np.array([p.lo_gbps if p.lo_gbps is not None else p.gbps for p in sweep.points])
@@ -285,20 +289,19 @@ def _draw_sweep(ax: Any, sweep: Sweep, base: Optional[Sweep], marks: list[tuple[
         if pts:
             ax.scatter([s for s, _ in pts], [g for _, g in pts], marker="X", s=90, color=_MARK, zorder=5,
                        edgecolors="black", linewidths=0.5, label=status, gid=f"marked-{status}")
-    _draw_crossings(ax, sweep, _TODAY, "today", "")
+    _draw_crossings(ax, crossings, _TODAY, "today", "")
     if base is not None:
-        _draw_crossings(ax, base, "grey", "baseline", "baseline-")
+        _draw_crossings(ax, curve_model(base).crossings, "grey", "baseline", "baseline-")
     ax.set_yscale("log")
     ax.set_ylabel(f"{sweep.figure} (GB/s, GB = 1e9 B)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
 
 
-def _draw_crossings(ax: Any, sweep: Sweep, color: str, who: str, gid_prefix: str) -> None:
-    model = curve_model(sweep)
+def _draw_crossings(ax: Any, crossings: Sequence["CrossingSize"], color: str, who: str, gid_prefix: str) -> None:
     notes: dict[str, list[str]] = {}
     for share in (0.8, 0.9):
-        c = model.crossing(share)
+        c = next(c for c in crossings if abs(c.share - share) < 1e-9)
         if c.size_bytes is None:
             notes.setdefault(c.reason, []).append(f"{share:.0%}")
             continue
@@ -313,7 +316,7 @@ def _draw_crossings(ax: Any, sweep: Sweep, color: str, who: str, gid_prefix: str
                 color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
-def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: Any) -> None:
+def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: object) -> None:
     bmap = {p.size_bytes: p.gbps for p in base.points}
     common = [p for p in sweep.points if p.size_bytes in bmap]
     x = [p.size_bytes for p in common]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
+    from ..measurement import Measurement
     from ..analysis.baseline_figures import BaselineFigures
     from .document import ReportDocument
 
@@ -274,7 +275,7 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
     return Reference("baseline", path, read_document(path))
 
 
-def measurements_of(report: Mapping[str, Any], where: str = "") -> list[tuple[str, Any]]:
+def measurements_of(report: Mapping[str, Any], where: str = "") -> list[tuple[str, "Measurement"]]:
     """``(test id, Measurement)`` per row of a checked report; ReportError naming the row that cannot be
     read back (``document.Row.from_json``)."""
     from .document import Row

@@ -48,12 +48,10 @@ def curve_entries(doc: ReportDocument, baseline: Optional["BaselineFigures"] = N
     """The curves section's entries (``curves.curve_report``): against ``baseline`` when given, else the
     document's own (or computed from its rows, for a report written before it had the section)."""
     from ..analysis.curves import curve_report
-    from ..analysis.sweeps import sweeps
 
     if baseline is None and doc.curves is not None:
         return [c.data for c in doc.curves]
-    return curve_report(sweeps([(r.test, r.measurement) for r in doc.rows]),
-                        list(baseline.sweeps.values()) if baseline is not None else None)
+    return curve_report(doc.sweeps, list(baseline.sweeps.values()) if baseline is not None else None)
 
 
 def _number(value: Any) -> Optional[float]:

@@ -230,7 +230,7 @@ class LaunchedMode:
         if agreed != session.exitstatus:
             session.exitstatus = agreed
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Why this rank's exit status is the job's (on rank 0 where it is another rank's), and what the mode
         could not do."""
         for line in self.notes:

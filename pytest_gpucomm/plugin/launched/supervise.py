@@ -46,6 +46,7 @@ import select
 import signal
 import sys
 import threading
+from types import FrameType
 from typing import Any, Optional
 
 __all__ = ["supervise", "meeting", "arrived", "departed", "joined", "left", "supervisor_pid", "why_unsupervised",
@@ -239,7 +240,7 @@ class _Parent:
         self.came = False  # the child came to the meeting (its session's, not a later one's)
         self.sent: list[int] = []
 
-    def _forward(self, signum: int, frame: Any) -> None:
+    def _forward(self, signum: int, frame: Optional[FrameType]) -> None:
         self.sent.append(signum)
         try:
             os.kill(self.child, signum)
