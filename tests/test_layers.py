@@ -104,7 +104,7 @@ def test_every_import_of_the_package_names_a_module_or_name_that_exists():
 #: The root modules of the shared vocabulary are the bottom layer, the lazy public API (the package's
 #: ``__init__``) and the ``python -m`` entry the top.  benchmarks/structure.py counts the same arrows.
 LAYERS = (
-    ("vocab", "units", "summary", "measurement", "sketches", "_lazy"),
+    ("vocab", "units", "summary", "measurement", "sketches", "checks", "_lazy"),
     ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("gate",), ("report",), ("compare",), ("cli",),
     ("plugin",), ("__init__",), ("__main__",),
 )
