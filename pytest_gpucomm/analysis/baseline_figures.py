@@ -48,7 +48,7 @@ class CaseFigures:
 
     median_gbps: Optional[float]
     floor_gbps: Optional[float]
-    tails: tuple[tuple[str, Mapping[str, Any]], ...]
+    tails: tuple[tuple[str, Mapping[str, object]], ...]
     samples_gbps: tuple[tuple[float, ...], ...]
 
     @classmethod
@@ -115,7 +115,7 @@ class BaselineFigures:
         return {s.key[:5]: s for s in sweeps_from_baseline(self.document)}
 
 
-def as_figures(baseline: "BaselineFigures | Mapping[str, Any] | None") -> Optional[BaselineFigures]:
+def as_figures(baseline: "BaselineFigures | Mapping[str, object] | None") -> Optional[BaselineFigures]:
     """``baseline`` as figures: None, figures, or a baseline document read (:meth:`BaselineFigures.of`)."""
     if baseline is None or isinstance(baseline, BaselineFigures):
         return baseline

@@ -104,7 +104,7 @@ def pair_types(reading: Mapping[str, Any]) -> dict[str, str]:
 
 
 def read_amd(*, load_amdsmi: Callable[[], Any] = _import_amdsmi, run: Runner = run_command,
-             rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, Any]:
+             rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, object]:
     """The AMD part of the fingerprint, from the first source that answers (see the module docstring).
 
     ``load_amdsmi`` gives the ``amdsmi`` module (or raises SourceUnavailable / SourceFailed), ``run`` runs a

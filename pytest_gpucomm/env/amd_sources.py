@@ -88,7 +88,7 @@ def flag(value: object) -> Optional[bool]:
     return bool(value)
 
 
-def one_or_each(values: Mapping[str, Any]) -> Any:
+def one_or_each(values: Mapping[str, object]) -> Any:
     """One value when every link has the same (the usual case), else the value of each peer."""
     distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
     if len(distinct) == 1:
@@ -107,8 +107,8 @@ def pcie_gen(value: object) -> Any:
     return value
 
 
-def firmware_versions(fw_list: Iterable[Any], fw_enum: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def firmware_versions(fw_list: Iterable[Any], fw_enum: Any) -> dict[str, object]:
+    out: dict[str, object] = {}
     for entry in fw_list:
         if not isinstance(entry, Mapping):
             continue
@@ -118,7 +118,7 @@ def firmware_versions(fw_list: Iterable[Any], fw_enum: Any) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def clock_entry(c: Mapping[str, Any], deep_sleep_key: str) -> dict[str, Any]:
+def clock_entry(c: Mapping[str, object], deep_sleep_key: str) -> dict[str, object]:
     """One clock domain, from the library's ``amdsmi_get_clock_info`` or amd-smi's ``metric --clock`` entry:
     the same keys but deep sleep's, and amd-smi's numbers are ``{"value", "unit"}`` (``number`` reads both)."""
     return {

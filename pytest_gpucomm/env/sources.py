@@ -86,8 +86,8 @@ def library_session(start: Callable[[], Any], stop: Callable[[], Any], names: tu
             call.notes.append(f"{names[1]}: {error_text(e)}")
 
 
-def first_answer(readers: Sequence[tuple[str, Callable[[], dict[str, Any]]]]
-                 ) -> tuple[Optional[str], dict[str, str], Optional[dict[str, Any]]]:
+def first_answer(readers: Sequence[tuple[str, Callable[[], dict[str, object]]]]
+                 ) -> tuple[Optional[str], dict[str, str], Optional[dict[str, object]]]:
     """(the name of the first reader that answered, what became of each, its reading): a reader that raises
     SourceUnavailable is "unavailable", SourceFailed or any other error "failed", both with the reason; the
     readers after the one used are "not tried".  Never raises."""

@@ -661,7 +661,7 @@ class Gate:
 
         return start_document(self.path, self.settings.shipped_dir)
 
-    def save(self, records: list[Any], fingerprint: dict[str, Any], date: str) -> tuple[Path, int]:
+    def save(self, records: list[Any], fingerprint: dict[str, object], date: str) -> tuple[Path, int]:
         """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
         file; returns the file and the number of case measurements saved.
 

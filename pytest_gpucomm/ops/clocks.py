@@ -255,7 +255,7 @@ class CpuFreqReader:
                        reasons=self.THERMAL if grew else 0)
 
 
-_NVML: dict[str, Any] = {}
+_NVML: dict[str, object] = {}
 
 
 def _nvml() -> Any:
@@ -292,7 +292,7 @@ def _amdsmi() -> Any:
     return _AMDSMI["module"]
 
 
-_AMDSMI: dict[str, Any] = {}
+_AMDSMI: dict[str, object] = {}
 
 
 def _rocm() -> bool:
@@ -386,7 +386,7 @@ def _bus_id(device: str) -> Optional[str]:
         return None
 
 
-def clock_info(sampler: Sampler) -> list[dict[str, Any]]:
+def clock_info(sampler: Sampler) -> list[dict[str, object]]:
     """What a measurement keeps of its sampler (``Measurement.info["clocks"]``): the summary of each device
     that gave a reading."""
     return [s.to_dict() for s in sampler.summaries() if s.readings]

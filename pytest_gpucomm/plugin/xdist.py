@@ -89,7 +89,7 @@ class WorkerReports:
     """What the controller gathered from its workers: of each, the first worker's that had one, and how many
     workers measured."""
 
-    fingerprint: Optional[dict[str, Any]] = None
+    fingerprint: Optional[dict[str, object]] = None
     headline: Optional[str] = None
     baseline: Optional[dict[str, Any]] = None
     baseline_path: Optional[str] = None

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-def _rebuild(cls: type["RankFailure"], message: str, state: dict[str, Any]) -> "RankFailure":
+def _rebuild(cls: type["RankFailure"], message: str, state: dict[str, object]) -> "RankFailure":
     obj = Exception.__new__(cls)
     Exception.__init__(obj, message)
     obj.__dict__.update(state)

@@ -178,7 +178,7 @@ class RankPool:
     def run(
         self,
         task: str,
-        kwargs: Mapping[str, Any] | None = None,
+        kwargs: Mapping[str, object] | None = None,
         *,
         timeout_s: float,
         label: str = "",
@@ -264,7 +264,7 @@ class RankPool:
 
     # ------------------------------------------------------------------ run
 
-    def _run(self, task: str, kwargs: dict[str, Any], timeout_s: float, label: str) -> list[Any]:
+    def _run(self, task: str, kwargs: dict[str, object], timeout_s: float, label: str) -> list[Any]:
         self._task_counter += 1
         task_id = self._task_counter
         msg = Task(task_id=task_id, spec=task, kwargs=kwargs, sys_path=controller_sys_path())

@@ -63,7 +63,7 @@ class Task:
 
     task_id: int
     spec: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, object] = field(default_factory=dict)
     sys_path: list[str] = field(default_factory=list)
 
 

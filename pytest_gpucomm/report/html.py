@@ -133,7 +133,7 @@ _STYLE = """
 """
 
 
-def counts_line(report: "ReportDocument | Mapping[str, Any]") -> str:
+def counts_line(report: "ReportDocument | Mapping[str, object]") -> str:
     """``9 rows; verdicts: 1 REGRESSION, 8 not gated; tails tested on 3 cases: 0 TAIL`` (statuses in the
     terminal's order, the tail counts from ``report.tail_counts``)."""
     return verdict_counts(as_document(report))
@@ -191,8 +191,8 @@ def page_body(doc: ReportDocument, figures: Optional[BaselineFigures], images: l
     return parts
 
 
-def html_page(report: "ReportDocument | Mapping[str, Any]",
-              baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *, title: Optional[str] = None,
+def html_page(report: "ReportDocument | Mapping[str, object]",
+              baseline: "BaselineFigures | Mapping[str, object] | None" = None, *, title: Optional[str] = None,
               with_plots: bool = True) -> str:
     """The self-contained HTML page of ``report`` (a report document, or a JSON report's document), against
     ``baseline`` (a baseline file's figures or document, or None): see the module doc for what it holds.
@@ -230,8 +230,8 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
     return "\n".join(parts) + "\n"
 
 
-def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping[str, Any]",
-               baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *, replace: bool = True,
+def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping[str, object]",
+               baseline: "BaselineFigures | Mapping[str, object] | None" = None, *, replace: bool = True,
                **kw: Any) -> Path:
     """Write :func:`html_page` to ``path`` atomically (``atomic.write_atomic``: readers see the old page or
     the new one; ``replace=False``: never over an existing file); returns the path."""

@@ -288,7 +288,7 @@ def matrices_section(doc: ReportDocument, figures: Optional["BaselineFigures"]) 
     return out + ["</section>"]
 
 
-def curves_section(entries: Sequence[Mapping[str, Any]], compared: bool) -> list[str]:
+def curves_section(entries: Sequence[Mapping[str, object]], compared: bool) -> list[str]:
     """A row per sweep (``terminal.curve_cells``): what is known of its curve, and against the baseline's
     where there is one (``compared``: the page has a baseline, so a sweep it lacks says so)."""
     from .terminal import curve_cells

@@ -69,9 +69,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..analysis.curve_fit import CrossingSize
 
 #: what the views take as the report: its document, or a JSON report's
-ReportLike = Union[ReportDocument, Mapping[str, Any]]
+ReportLike = Union[ReportDocument, Mapping[str, object]]
 #: ... and as the baseline: its figures, a baseline file's document, or None
-BaselineLike = Union[BaselineFigures, Mapping[str, Any], None]
+BaselineLike = Union[BaselineFigures, Mapping[str, object], None]
 
 __all__ = [
     "PlotsUnavailable",
@@ -102,7 +102,7 @@ _TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
 #: the text properties of every text drawn from data (a test id, a device, the fingerprint's model or host, a
 #: baseline's name): drawn as it is, never as mathtext or TeX -- a ``$x^$`` in a host name would otherwise fail
 #: the figure, and a ``$x^2$`` be drawn as a formula (matplotlib >= 3.5: ``Text.set_parse_math``)
-_LITERAL: dict[str, Any] = {"parse_math": False, "usetex": False}
+_LITERAL: dict[str, object] = {"parse_math": False, "usetex": False}
 
 
 class PlotsUnavailable(ImportError):
