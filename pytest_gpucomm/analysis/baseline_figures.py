@@ -107,7 +107,7 @@ class BaselineFigures:
         return (case.floor_gbps, True) if case.floor_gbps is not None else (None, False)
 
     @cached_property
-    def sweeps(self) -> dict[tuple[Any, ...], "Sweep"]:
+    def sweeps(self) -> dict[tuple[object, ...], "Sweep"]:
         """The baseline's sweeps (``curves.sweeps_from_baseline``) by the first five parts of their key (test id
         without the size, op, devices, world size, dtype): the part a report's sweep shares with it."""
         from .curves import sweeps_from_baseline

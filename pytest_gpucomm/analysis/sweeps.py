@@ -203,7 +203,7 @@ def _as_pair(item: Any) -> tuple[str, Measurement]:
     return "", item
 
 
-def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
+def sweeps(items: Iterable[object], *, min_sizes: int = 2) -> list[Sweep]:
     """Group measurements into sweeps, in the order each sweep first appears, each ordered by size.
 
     ``items``: ``Measurement``, ``(test id, Measurement)`` pairs, or records with ``.nodeid`` and

@@ -159,7 +159,7 @@ def _xgmi_from_cli(entry: Optional[Mapping[str, object]], index_of_bdf: Mapping[
     return out
 
 
-def _clocks_from_cli(clock: Any) -> dict[str, object]:
+def _clocks_from_cli(clock: object) -> dict[str, object]:
     """gfx and mem from ``amd-smi metric --clock``: its ``gfx_0`` (one entry per XCD, the same limits on each)
     and ``mem_0``, the domains the library reads."""
     out: dict[str, object] = {}

@@ -204,7 +204,7 @@ class AmdsmiReader:
                        pcie_width=width)
 
 
-def _count(v: Any) -> TypeGuard[int]:
+def _count(v: object) -> TypeGuard[int]:
     """Whether ``v`` is a whole number (not a bool, not AMD SMI's "N/A")."""
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -258,7 +258,7 @@ class CpuFreqReader:
 _NVML: dict[str, object] = {}
 
 
-def _nvml() -> Any:
+def _nvml() -> object:
     """The pynvml module, initialised once in this process (None where it does not import or init)."""
     if "module" not in _NVML:
         try:
@@ -271,7 +271,7 @@ def _nvml() -> Any:
     return _NVML["module"]
 
 
-def _amdsmi() -> Any:
+def _amdsmi() -> object:
     """The amdsmi module, initialised once in this process and shut down at its exit (None where it does not
     import or init)."""
     if "module" not in _AMDSMI:

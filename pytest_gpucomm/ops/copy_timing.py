@@ -249,7 +249,7 @@ class single_threaded:
             self.saved = torch.get_num_threads()
             torch.set_num_threads(1)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.active:
             import torch
 
@@ -303,7 +303,7 @@ class HostPattern:
     the sample is from the common start to the last thread's end; ``link_times`` gets (batch, seconds from
     the start to each thread's end) for every sample read.  A copy that raises in its thread raises here."""
 
-    def __init__(self, pairs: list[tuple[Any, Any]]):
+    def __init__(self, pairs: list[tuple[object, object]]):
         self.pairs = pairs
         self.link_times: list[tuple[int, list[float]]] = []
 

@@ -142,7 +142,7 @@ class XdistController:
         self.state = state
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+    def pytest_testnodedown(self, node: object, error: object) -> None:
         """A worker finished: take its records for the table and reports."""
         data = getattr(node, "workeroutput", {}).get(OUTPUT_KEY)
         if data:

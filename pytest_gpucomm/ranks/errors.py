@@ -14,7 +14,7 @@ from it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 __all__ = [
     "JobBroken",
@@ -42,7 +42,7 @@ class RankFailure(Exception):
         self.rank: int | None = self.ranks[0] if self.ranks else None
         self.label: str = label
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), str(self), dict(self.__dict__)))
 
 

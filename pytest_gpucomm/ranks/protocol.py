@@ -14,7 +14,7 @@ controller -> worker
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
 
 __all__ = [
     "Hello",
@@ -72,7 +72,7 @@ class TaskOk:
     """The task returned ``result`` on this rank."""
 
     task_id: int
-    result: Any
+    result: object
 
 
 @dataclass(frozen=True)

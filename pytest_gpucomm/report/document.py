@@ -422,7 +422,7 @@ class ReportDocument:
 
     # -- written ---------------------------------------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The JSON report (see the module doc)."""
         doc: dict[str, Any] = {"format": REPORT_FORMAT, "version": self.version, "settings": self.settings,
                                "fingerprint": self.fingerprint, "rows": [r.to_json() for r in self.rows],
@@ -460,7 +460,7 @@ class ReportDocument:
         return str((self.fingerprint or {}).get("date") or self.extra.get("date") or "")
 
     @property
-    def tolerance(self) -> Any:
+    def tolerance(self) -> object:
         """The run's --gpu-tolerance (None where the report does not say)."""
         return (self.settings or {}).get("tolerance")
 

@@ -64,7 +64,7 @@ def _number(value: Any) -> Optional[float]:
     return x if math.isfinite(x) and x > 0 else None
 
 
-def _size(value: Any) -> str:
+def _size(value: object) -> str:
     x = _number(value)
     return format_size(int(x)) if x is not None else ""
 
@@ -97,7 +97,7 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
         cells["fit"] = f"bandwidth {fmt_gbps(bw)} GB/s"
     c = entry.get("comparison")
     if isinstance(c, Mapping) and c:
-        listed: list[Any] = c["ratios"] if isinstance(c.get("ratios"), list) else []
+        listed: list[object] = c["ratios"] if isinstance(c.get("ratios"), list) else []
         ratios = [(_number(r[0]), _number(r[1])) for r in listed if isinstance(r, list) and len(r) == 2]
         known = [(s, r) for s, r in ratios if s is not None and r is not None]
         parts = [f"{name} {x:.2f}x" for name, x in (("peak", _number(c.get("peak_ratio"))),
