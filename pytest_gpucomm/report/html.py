@@ -54,12 +54,15 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from ..analysis.baseline_figures import BaselineFigures, as_figures
 from .document import ReportDocument, as_document
 from .html_parts import (Image, curves_section, environment_section, esc, failing_cases, figures_section, headline,
                          img, matrices_section, results_table, status_class, verdict_counts)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 __all__ = [
     "PLOT_DPI",
@@ -139,7 +142,7 @@ def counts_line(report: "ReportDocument | Mapping[str, object]") -> str:
     return verdict_counts(as_document(report))
 
 
-def _figure_png(fig: Any, dpi: int = PLOT_DPI) -> bytes:
+def _figure_png(fig: "Figure", dpi: int = PLOT_DPI) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
