@@ -48,7 +48,7 @@ from ..vocab import DEFAULT_MAX_REMEASURES, Status
 if TYPE_CHECKING:
     from .prior import CorpusPrior
     from ..env.device_state import DeviceChange
-    from ..measurement import Measurement, Remeasure
+    from ..measurement import Measurement, Record, Remeasure
     from .decision import CaseModel, Comparison, Prior, RunLocation
     from .levels import RunLevels
     from .machines import MachineFit
@@ -661,7 +661,7 @@ class Gate:
 
         return start_document(self.path, self.settings.shipped_dir)
 
-    def save(self, records: list[Any], fingerprint: dict[str, object], date: str) -> tuple[Path, int]:
+    def save(self, records: list["Record"], fingerprint: dict[str, object], date: str) -> tuple[Path, int]:
         """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
         file; returns the file and the number of case measurements saved.
 
