@@ -289,8 +289,8 @@ class Measurement:
                    busbw_factor=float(d["busbw_factor"]), world_size=int(d["world_size"]), dtype=d.get("dtype"),
                    kind=d.get("kind", "copy"), info=dict(d.get("info") or {}))
 
-    def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def to_dict(self, with_samples: bool = True) -> dict[str, object]:
+        d: dict[str, object] = {
             "op": self.op,
             "kind": self.kind,
             "size_bytes": self.size_bytes,

@@ -48,7 +48,7 @@ class CaseFigures:
 
     median_gbps: Optional[float]
     floor_gbps: Optional[float]
-    tails: tuple[tuple[str, Mapping[str, Any]], ...]
+    tails: tuple[tuple[str, Mapping[str, object]], ...]
     samples_gbps: tuple[tuple[float, ...], ...]
 
     @classmethod
@@ -107,7 +107,7 @@ class BaselineFigures:
         return (case.floor_gbps, True) if case.floor_gbps is not None else (None, False)
 
     @cached_property
-    def sweeps(self) -> dict[tuple[Any, ...], "Sweep"]:
+    def sweeps(self) -> dict[tuple[object, ...], "Sweep"]:
         """The baseline's sweeps (``curves.sweeps_from_baseline``) by the first five parts of their key (test id
         without the size, op, devices, world size, dtype): the part a report's sweep shares with it."""
         from .curves import sweeps_from_baseline
@@ -115,7 +115,7 @@ class BaselineFigures:
         return {s.key[:5]: s for s in sweeps_from_baseline(self.document)}
 
 
-def as_figures(baseline: "BaselineFigures | Mapping[str, Any] | None") -> Optional[BaselineFigures]:
+def as_figures(baseline: "BaselineFigures | Mapping[str, object] | None") -> Optional[BaselineFigures]:
     """``baseline`` as figures: None, figures, or a baseline document read (:meth:`BaselineFigures.of`)."""
     if baseline is None or isinstance(baseline, BaselineFigures):
         return baseline

@@ -133,7 +133,7 @@ class CrossingSize:
                 if self.interpolated and self.between else " (measured)")
         return f"{percent(self.share)} point {describe_size(self.size_bytes)}{note}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"share": self.share, "size_bytes": self.size_bytes, "interpolated": self.interpolated,
                 "between": list(self.between) if self.between else None, "reason": self.reason or None}
 

@@ -137,7 +137,7 @@ def curve_report(now: Sequence[Sweep], baseline: Optional[Sequence[Sweep]] = Non
     for s in now:
         model = curve_model(s).to_dict()
         model["sweep"] = {k: v for k, v in model["sweep"].items() if k != "points"}
-        entry: dict[str, Any] = {"sweep": s.key[0] or s.label, "label": s.label, "model": model, "comparison": None}
+        entry: dict[str, object] = {"sweep": s.key[0] or s.label, "label": s.label, "model": model, "comparison": None}
         b = base.get(s.key[:5])
         if b is not None:
             try:

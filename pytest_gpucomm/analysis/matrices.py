@@ -63,12 +63,12 @@ def natural_key(name: str) -> list[Union[int, str]]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def _info(row: Mapping[str, Any]) -> Mapping[str, Any]:
+def _info(row: Mapping[str, object]) -> Mapping[str, object]:
     info = row.get("info")
     return info if isinstance(info, Mapping) else {}
 
 
-def node_label(row: Mapping[str, Any]) -> str:
+def node_label(row: Mapping[str, object]) -> str:
     """The node a report row was measured on (``"node 1 (hostB)"``), "" on one host."""
     return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
                        info=dict(_info(row))).node_label
@@ -214,8 +214,8 @@ class CopyMatrix:
         return cell.ratio if cell is not None else None
 
 
-def copy_matrices(rows: Iterable["Mapping[str, Any] | ReportRow"],
-                  baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *,
+def copy_matrices(rows: Iterable["Mapping[str, object] | ReportRow"],
+                  baseline: "BaselineFigures | Mapping[str, object] | None" = None, *,
                   layout: str = "") -> list[CopyMatrix]:
     """The matrices of the copy rows among ``rows`` (:func:`copy_pairs`), each cell's baseline figure from
     ``baseline`` (a baseline file's figures, or its document) or else from the row's verdict
@@ -306,7 +306,7 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
     return lines
 
 
-def report_matrix_lines(report: Any, baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *,
+def report_matrix_lines(report: Any, baseline: "BaselineFigures | Mapping[str, object] | None" = None, *,
                         sizes: Optional[Iterable[int]] = None, limit: Optional[int] = None,
                         width: Optional[int] = None) -> list[str]:
     """:func:`matrix_lines` of a report's rows -- its JSON, or a document (``rows``, ``layout``) -- against

@@ -115,7 +115,7 @@ class RankFigures:
         where = ", ".join(x for x in ((f"node {self.node}" if with_node else ""), self.host, self.device) if x)
         return f"rank {self.rank}" + (f" ({where})" if where else "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"rank": self.rank, "node": self.node, "host": self.host, "device": self.device,
                 "own_median_s": self.own_median_s, "lag_median_s": self.lag_median_s,
                 "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z)}
@@ -186,7 +186,7 @@ class CaseRanks:
             out += "; stands out: " + ", ".join(r.label(nodes) for r in self.outliers)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON report's per-row summary (the per-rank data itself is in the row's info["ranks"])."""
         return {"n": self.n, "iteration_median_s": self.iteration_s, "slowest": self.slowest.to_dict(),
                 "spread_s": self.spread_s, "spread_fraction": self.spread_fraction, "clear": self.clear,
@@ -282,7 +282,7 @@ class OutlierNode:
         more = f"; and {len(self.cases) - limit} more cases" if len(self.cases) > limit else ""
         return f"{self.label}: {ranks}{'; '.join(whys)}{more}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"node": self.node, "host": self.host, "ranks": sorted(self.ranks), "cases": self.cases}
 
 

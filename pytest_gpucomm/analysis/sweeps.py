@@ -129,7 +129,7 @@ class Sweep:
         reciprocal)."""
         return float(np.median([p.gbps * p.median_s * GB / p.size_bytes for p in self.points]))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"op": self.op, "where": self.where, "world_size": self.world_size, "dtype": self.dtype,
                 "form": self.form, "figure": self.figure, "label": self.label,
                 "points": [p.to_dict() for p in self.points]}
@@ -203,7 +203,7 @@ def _as_pair(item: Any) -> tuple[str, Measurement]:
     return "", item
 
 
-def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
+def sweeps(items: Iterable[object], *, min_sizes: int = 2) -> list[Sweep]:
     """Group measurements into sweeps, in the order each sweep first appears, each ordered by size.
 
     ``items``: ``Measurement``, ``(test id, Measurement)`` pairs, or records with ``.nodeid`` and
@@ -237,7 +237,7 @@ def sweeps(items: Iterable[Any], *, min_sizes: int = 2) -> list[Sweep]:
     return out
 
 
-def sweeps_from_report(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[Sweep]:
+def sweeps_from_report(doc: Mapping[str, object], *, min_sizes: int = 2) -> list[Sweep]:
     """The sweeps of a JSON report (``report.json_document``: its rows, with samples)."""
     rows = doc.get("rows")
     if not isinstance(rows, list):
@@ -252,7 +252,7 @@ def form_of_id(test_id: str) -> str:
     return "in place" if "inplace" in params else ("out of place" if "outplace" in params else "")
 
 
-def sweeps_from_baseline(doc: Mapping[str, Any], *, min_sizes: int = 2) -> list[Sweep]:
+def sweeps_from_baseline(doc: Mapping[str, object], *, min_sizes: int = 2) -> list[Sweep]:
     """The sweeps of a baseline file (``gate.store`` schema): a point per case, its median time the median
     over the runs of their p50, its figure the median over the runs of their median figure, its band the
     lowest and highest run median.  Keys match :func:`sweeps`' for the same tests (the node label is ""):

@@ -164,5 +164,5 @@ def run_groups(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(run_group(r["run_id"]) for r in runs))
 
 
-def sessions(runs: Sequence[Mapping[str, Any]]) -> int:
+def sessions(runs: Sequence[Mapping[str, object]]) -> int:
     return len({r.get("session") or r["run_id"] for r in runs})

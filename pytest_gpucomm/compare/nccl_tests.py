@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Callable, Collection
 
 from .. import units  # pure Python: imports no torch, pytest or numpy
 from .nccl_output import (NCCL_TESTS_BINARIES, normalize_dtype, normalize_op, parse_nccl_tests_output,
@@ -263,7 +263,7 @@ def format_table(matched: list[dict]) -> str:
 
 
 def _table(matched: list[dict]) -> str:
-    def f(v: Any, fmt: str) -> str:
+    def f(v: object, fmt: str) -> str:
         return "" if v is None else format(v, fmt)
 
     headers = ["op", "form", "size_bytes", "size", "ours busbw", "theirs busbw", "busbw ratio",

@@ -77,7 +77,7 @@ __all__ = ["SOURCES", "read_amd", "pair_types"]
 SOURCES = ("amdsmi", "amd-smi", "rocm-smi")
 
 
-def _import_amdsmi() -> Any:
+def _import_amdsmi() -> object:
     """The installed ``amdsmi`` package; SourceUnavailable when it is not installed, SourceFailed when it is
     but cannot load (its import opens libamd_smi.so and raises OSError or KeyError without it)."""
     try:
@@ -103,8 +103,8 @@ def pair_types(reading: Mapping[str, Any]) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("-"))))
 
 
-def read_amd(*, load_amdsmi: Callable[[], Any] = _import_amdsmi, run: Runner = run_command,
-             rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, Any]:
+def read_amd(*, load_amdsmi: Callable[[], object] = _import_amdsmi, run: Runner = run_command,
+             rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, object]:
     """The AMD part of the fingerprint, from the first source that answers (see the module docstring).
 
     ``load_amdsmi`` gives the ``amdsmi`` module (or raises SourceUnavailable / SourceFailed), ``run`` runs a

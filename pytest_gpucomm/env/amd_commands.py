@@ -117,7 +117,7 @@ def from_amd_smi(run: Runner, rocm_file: Callable[[], Optional[str]] = rocm_vers
             j = peer.get("gpu")
             if not isinstance(j, int) or j == g:
                 continue
-            link: dict[str, Any] = {}
+            link: dict[str, object] = {}
             if "link_type" in peer:
                 link["type"] = na(peer["link_type"])
             if "num_hops" in peer:
@@ -139,13 +139,13 @@ def from_amd_smi(run: Runner, rocm_file: Callable[[], Optional[str]] = rocm_vers
     }
 
 
-def _xgmi_from_cli(entry: Optional[Mapping[str, Any]], index_of_bdf: Mapping[str, int]) -> dict[str, Any]:
+def _xgmi_from_cli(entry: Optional[Mapping[str, object]], index_of_bdf: Mapping[str, int]) -> dict[str, object]:
     lm = (entry or {}).get("link_metrics")
     if not isinstance(lm, Mapping):
         return {}
-    out: dict[str, Any] = {"bit_rate": number(lm.get("bit_rate")), "max_bandwidth": number(lm.get("max_bandwidth"))}
-    rd: dict[str, Any] = {}
-    wr: dict[str, Any] = {}
+    out: dict[str, object] = {"bit_rate": number(lm.get("bit_rate")), "max_bandwidth": number(lm.get("max_bandwidth"))}
+    rd: dict[str, object] = {}
+    wr: dict[str, object] = {}
     for link in lm.get("links") or []:
         if not isinstance(link, Mapping):
             continue
@@ -159,10 +159,10 @@ def _xgmi_from_cli(entry: Optional[Mapping[str, Any]], index_of_bdf: Mapping[str
     return out
 
 
-def _clocks_from_cli(clock: Any) -> dict[str, Any]:
+def _clocks_from_cli(clock: object) -> dict[str, object]:
     """gfx and mem from ``amd-smi metric --clock``: its ``gfx_0`` (one entry per XCD, the same limits on each)
     and ``mem_0``, the domains the library reads."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if not isinstance(clock, Mapping):
         return out
     for domain in CLOCK_DOMAINS:
@@ -172,7 +172,7 @@ def _clocks_from_cli(clock: Any) -> dict[str, Any]:
     return out
 
 
-def from_rocm_smi(run: Runner, rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, Any]:
+def from_rocm_smi(run: Runner, rocm_file: Callable[[], Optional[str]] = rocm_version_file) -> dict[str, object]:
     """Read what ``rocm-smi`` text gives: the driver version and the link type of each pair.  SourceUnavailable
     when the command is not there, SourceFailed when neither answer holds anything."""
     from .hardware import parse_rocm_topo  # the parser the fingerprint used before this module
@@ -188,7 +188,7 @@ def from_rocm_smi(run: Runner, rocm_file: Callable[[], Optional[str]] = rocm_ver
     pairs = parse_rocm_topo(text(["--showtopotype"]))
     if drv is None and not pairs:
         raise SourceFailed("rocm-smi --showdriverversion / --showtopotype: no driver version, no link matrix")
-    links: dict[str, dict[str, Any]] = {}
+    links: dict[str, dict[str, object]] = {}
     for key, t in pairs.items():
         a, b = key.split("-")
         links[f"{a}->{b}"] = {"type": t}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from .sources import COMMAND_TIMEOUT_S, Runner, SourceFailed, SourceUnavailable, error_text, run_command
 
@@ -56,21 +56,24 @@ def enum_name(value: Any, enum: Any, prefixes: Iterable[str]) -> Any:
     return name
 
 
-def na(value: object) -> Any:
+_T = TypeVar("_T")
+
+
+def na(value: _T) -> Optional[_T]:
     """None for the library's and the command's "not available" markers."""
     if value is None or (isinstance(value, str) and value.strip().upper() in ("N/A", "")):
         return None
     return value
 
 
-def number(value: object) -> Any:
+def number(value: object) -> object:
     """The number of a ``{"value": 32, "unit": "GT/s"}`` field of amd-smi's JSON, or the value itself."""
     if isinstance(value, Mapping):
         value = value.get("value")
     return na(value)
 
 
-def gts(mts: object) -> Any:
+def gts(mts: object) -> object:
     """MT/s (the library's PCIe speeds) -> GT/s, as amd-smi prints them (32000 -> 32, 2500 -> 2.5)."""
     mts = na(mts)
     if not isinstance(mts, (int, float)) or isinstance(mts, bool):
@@ -88,7 +91,7 @@ def flag(value: object) -> Optional[bool]:
     return bool(value)
 
 
-def one_or_each(values: Mapping[str, Any]) -> Any:
+def one_or_each(values: Mapping[str, object]) -> object:
     """One value when every link has the same (the usual case), else the value of each peer."""
     distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
     if len(distinct) == 1:
@@ -96,7 +99,7 @@ def one_or_each(values: Mapping[str, Any]) -> Any:
     return dict(values) if values else None
 
 
-def pcie_gen(value: object) -> Any:
+def pcie_gen(value: object) -> object:
     """5 from the library's 5 or amd-smi's "Gen 5"."""
     value = na(value)
     if isinstance(value, str) and value.strip().lower().startswith("gen"):
@@ -107,8 +110,8 @@ def pcie_gen(value: object) -> Any:
     return value
 
 
-def firmware_versions(fw_list: Iterable[Any], fw_enum: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def firmware_versions(fw_list: Iterable[object], fw_enum: object) -> dict[str, object]:
+    out: dict[str, object] = {}
     for entry in fw_list:
         if not isinstance(entry, Mapping):
             continue
@@ -118,7 +121,7 @@ def firmware_versions(fw_list: Iterable[Any], fw_enum: Any) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def clock_entry(c: Mapping[str, Any], deep_sleep_key: str) -> dict[str, Any]:
+def clock_entry(c: Mapping[str, object], deep_sleep_key: str) -> dict[str, object]:
     """One clock domain, from the library's ``amdsmi_get_clock_info`` or amd-smi's ``metric --clock`` entry:
     the same keys but deep sleep's, and amd-smi's numbers are ``{"value", "unit"}`` (``number`` reads both)."""
     return {

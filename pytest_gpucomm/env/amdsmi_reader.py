@@ -145,8 +145,8 @@ def _pcie_from_library(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _xgmi_from_library(smi: Any, h: Any, i: int, call: Calls, link_enum: Any,
-                       index_of_bdf: Mapping[str, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+                       index_of_bdf: Mapping[str, int]) -> dict[str, object]:
+    out: dict[str, object] = {}
     if hasattr(smi, "amdsmi_get_gpu_xgmi_link_status"):
         st = call(f"amdsmi_get_gpu_xgmi_link_status(GPU {i})", smi.amdsmi_get_gpu_xgmi_link_status, h)
         if isinstance(st, Mapping):
@@ -154,10 +154,10 @@ def _xgmi_from_library(smi: Any, h: Any, i: int, call: Calls, link_enum: Any,
     if hasattr(smi, "amdsmi_get_link_metrics"):
         lm = call(f"amdsmi_get_link_metrics(GPU {i})", smi.amdsmi_get_link_metrics, h)
         if isinstance(lm, Mapping):
-            rate: dict[str, Any] = {}
-            bw: dict[str, Any] = {}
-            rd: dict[str, Any] = {}
-            wr: dict[str, Any] = {}
+            rate: dict[str, object] = {}
+            bw: dict[str, object] = {}
+            rd: dict[str, object] = {}
+            wr: dict[str, object] = {}
             for n, link in enumerate(lm.get("links") or []):
                 if not isinstance(link, Mapping):
                     continue
@@ -174,8 +174,8 @@ def _xgmi_from_library(smi: Any, h: Any, i: int, call: Calls, link_enum: Any,
     return out
 
 
-def _clocks_from_library(smi: Any, h: Any, i: int, call: Calls, clk_enum: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _clocks_from_library(smi: Any, h: Any, i: int, call: Calls, clk_enum: Any) -> dict[str, object]:
+    out: dict[str, object] = {}
     for domain in CLOCK_DOMAINS:
         kind = getattr(clk_enum, domain, None) if clk_enum is not None else None
         if kind is None:

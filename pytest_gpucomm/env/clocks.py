@@ -77,7 +77,7 @@ class ClockSummary:
                     + (f": {clocks}" if clocks else ""))
         return f"{self.device} clocks: {clocks or 'not read'} ({self.readings} readings)"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"device": self.device, "readings": self.readings,
                 "sm_mhz": list(self.sm_mhz) if self.sm_mhz else None,
                 "mem_mhz": list(self.mem_mhz) if self.mem_mhz else None,

@@ -7,7 +7,7 @@ one line for the messages.  Standard library only.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 __all__ = ["ABSENT", "VOLATILE_KEYS", "diff_fingerprints", "format_fingerprint_diff", "node_differences"]
 
@@ -24,7 +24,7 @@ class _Absent:
         return "ABSENT"
 
 
-ABSENT: Any = _Absent()
+ABSENT: object = _Absent()
 """Stands for a key missing on one side in :func:`diff_fingerprints` results."""
 
 #: keys that change from run to run on an unchanged machine: never reported as a change.  The AMD reading
@@ -40,10 +40,10 @@ VOLATILE_KEYS: frozenset[str] = frozenset(
 )
 
 
-def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> None:
+def _flatten(obj: object, prefix: str, out: dict[str, object], ignore: frozenset) -> None:
     """Put every leaf of ``obj`` into ``out`` under its dotted key, depth first in document order (a later
     leaf of the same dotted key wins).  Iterative: a fingerprint nested thousands deep needs no recursion."""
-    stack: list[tuple[Any, str]] = [(obj, prefix)]
+    stack: list[tuple[object, str]] = [(obj, prefix)]
     while stack:
         node, pre = stack.pop()
         if isinstance(node, Mapping):
@@ -57,15 +57,15 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any], ignore: frozenset) -> N
 
 
 def diff_fingerprints(
-    old: Optional[Mapping[str, Any]], new: Optional[Mapping[str, Any]], *, ignore: Iterable[str] = VOLATILE_KEYS
-) -> list[tuple[str, Any, Any]]:
+    old: Optional[Mapping[str, object]], new: Optional[Mapping[str, object]], *, ignore: Iterable[str] = VOLATILE_KEYS
+) -> list[tuple[str, object, object]]:
     """What changed between two fingerprints: ``(dotted.key, old, new)`` for every leaf that was added
     (old is ABSENT), removed (new is ABSENT) or changed, sorted by key.  Nested objects and lists are
     flattened (``gpus.0.name``); keys named in ``ignore`` (volatile: date, run_id, ...) are skipped at
     any depth."""
     ign = frozenset(ignore)
-    a: dict[str, Any] = {}
-    b: dict[str, Any] = {}
+    a: dict[str, object] = {}
+    b: dict[str, object] = {}
     _flatten(old or {}, "", a, ign)
     _flatten(new or {}, "", b, ign)
     out = []
@@ -78,7 +78,7 @@ def diff_fingerprints(
     return out
 
 
-def format_fingerprint_diff(diffs: Sequence[tuple[str, Any, Any]], limit: int = 8) -> str:
+def format_fingerprint_diff(diffs: Sequence[tuple[str, object, object]], limit: int = 8) -> str:
     """One line for a message: ``driver 550.54 -> 560.35; nccl 2.20.5 -> 2.21.5``."""
     if not diffs:
         return "no fingerprint change"
@@ -88,7 +88,7 @@ def format_fingerprint_diff(diffs: Sequence[tuple[str, Any, Any]], limit: int = 
     return "; ".join(parts)
 
 
-def node_differences(nodes: Mapping[int, tuple[str, Mapping[str, Any]]],
+def node_differences(nodes: Mapping[int, tuple[str, Mapping[str, object]]],
                      ignore: Iterable[str] = VOLATILE_KEYS | {"host"}) -> list[str]:
     """How the nodes of a job differ from each other (another driver, NCCL, NIC firmware, topology): one
     line per node whose fingerprint differs from the most common one among the nodes (with two nodes, or a
@@ -97,7 +97,7 @@ def node_differences(nodes: Mapping[int, tuple[str, Mapping[str, Any]]],
     if len(nodes) < 2:
         return []
     ign = frozenset(ignore)
-    flat: dict[int, dict[str, Any]] = {}
+    flat: dict[int, dict[str, object]] = {}
     for n, (_, fp) in nodes.items():
         flat[n] = {}
         _flatten(fp, "", flat[n], ign)

@@ -20,7 +20,7 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..vocab import CPU_DEVICES_ENV, CPU_LOGICAL_DEVICES, MAX_CPU_DEVICES, MIN_CPU_DEVICES
 
@@ -134,7 +134,7 @@ def torch_bus_ids() -> Optional[list[str]]:
 
 
 @lru_cache(maxsize=1)
-def nvidia_reading() -> dict[str, Any]:
+def nvidia_reading() -> dict[str, object]:
     """This machine's NVIDIA reading (:func:`pytest_gpucomm.env.nvidia.read_nvidia`: NVML, else
     ``nvidia-smi -q -x``) of the GPUs torch sees, read once per process: the fingerprint keeps all of it."""
     from .nvidia import read_nvidia
@@ -143,7 +143,7 @@ def nvidia_reading() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def amd_reading() -> dict[str, Any]:
+def amd_reading() -> dict[str, object]:
     """This machine's AMD management reading (:func:`pytest_gpucomm.env.amd.read_amd`: amdsmi, else amd-smi, else
     rocm-smi), read once per process: detection takes its driver version, the fingerprint all of it."""
     from .amd import read_amd
@@ -341,10 +341,10 @@ def comm_environment(extra: Sequence[str] = ()) -> dict[str, str]:
     return recorded_environment(os.environ, extra)
 
 
-def fingerprint(info: DeviceInfo, env_names: Sequence[str] = ()) -> dict[str, Any]:
+def fingerprint(info: DeviceInfo, env_names: Sequence[str] = ()) -> dict[str, object]:
     """The environment of a run, recorded with every result and compared with the baseline's; ``env_names``
     are the variables the user adds to the recorded ones (``--gpucomm-env``)."""
-    fp: dict[str, Any] = {
+    fp: dict[str, object] = {
         "kind": info.kind,
         "vendor": info.vendor,
         "model": info.model,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 __all__ = [
     "LAUNCHERS",
@@ -100,7 +100,7 @@ class Launch:
                 f"{self.local_world_size}, node {self.node_rank} of {self.n_nodes}) on {self.host}, "
                 f"rendezvous {self.master_addr}:{self.master_port}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -91,7 +91,7 @@ def _quiet(nvml: Any) -> Callable[[BaseException], bool]:
     return lambda e: isinstance(e, kinds) if kinds else False
 
 
-def from_nvml(nvml: Any, bus_ids: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def from_nvml(nvml: Any, bus_ids: Optional[Sequence[str]] = None) -> dict[str, object]:
     """Read the GPUs through the ``pynvml`` module ``nvml`` (the real one or a fake with its API).  ``bus_ids``:
     the PCI bus ids of the GPUs torch sees, in torch's order (``cuda:0`` first); None: NVML's order.
     SourceFailed when ``nvmlInit`` raises or finds no GPU; later failures are notes."""
@@ -118,14 +118,14 @@ def from_nvml(nvml: Any, bus_ids: Optional[Sequence[str]] = None) -> dict[str, A
     return reading
 
 
-def _gpu(nvml: Any, h: Any, i: int, call: Calls) -> dict[str, Any]:
+def _gpu(nvml: Any, h: Any, i: int, call: Calls) -> dict[str, object]:
     """One GPU's reading; ``i`` is its torch number."""
     def get(what: str, *args: Any) -> Any:
         fn = getattr(nvml, what, None)
         return None if fn is None else call(f"{what}(cuda:{i})", fn, h, *args)
 
     pci = get("nvmlDeviceGetPciInfo")
-    g: dict[str, Any] = {"device": f"cuda:{i}", "bus_id": _text(getattr(pci, "busId", None)),
+    g: dict[str, object] = {"device": f"cuda:{i}", "bus_id": _text(getattr(pci, "busId", None)),
                          "name": _text(get("nvmlDeviceGetName")), "vbios": _text(get("nvmlDeviceGetVbiosVersion"))}
     g["pcie"] = {"gen": get("nvmlDeviceGetCurrPcieLinkGeneration"), "width": get("nvmlDeviceGetCurrPcieLinkWidth"),
                  "gen_max": get("nvmlDeviceGetMaxPcieLinkGeneration"),
@@ -220,7 +220,7 @@ def _xml_mode(node: Optional[ET.Element], path: str) -> Optional[str]:
     return None if text is None else {"enabled": "on", "disabled": "off"}.get(text.lower(), text.lower())
 
 
-def from_nvidia_smi(run: Runner, bus_ids: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def from_nvidia_smi(run: Runner, bus_ids: Optional[Sequence[str]] = None) -> dict[str, object]:
     """Read the GPUs from ``nvidia-smi -q -x``: every field above that its XML report has (no NVLink)."""
     try:
         status, out, err = run(["nvidia-smi", "-q", "-x"])
@@ -243,7 +243,7 @@ def from_nvidia_smi(run: Runner, bus_ids: Optional[Sequence[str]] = None) -> dic
             "notes": []}
 
 
-def _xml_gpu(g: ET.Element, i: int) -> dict[str, Any]:
+def _xml_gpu(g: ET.Element, i: int) -> dict[str, object]:
     link = g.find("pci/pci_gpu_link_info")
     power = g.find("gpu_power_readings") if g.find("gpu_power_readings") is not None else g.find("power_readings")
     remap = g.find("remapped_rows")
@@ -285,7 +285,7 @@ def _xml_float(node: Optional[ET.Element], path: str) -> Optional[float]:
 
 
 def read_nvidia(*, bus_ids: Optional[Sequence[str]] = None, load_nvml: Callable[[], Any] = _import_pynvml,
-                run: Runner = run_command) -> dict[str, Any]:
+                run: Runner = run_command) -> dict[str, object]:
     """The NVIDIA part of the fingerprint, from the first source that answers (see the module docstring).
     ``load_nvml`` gives the ``pynvml`` module and ``run`` runs a command: tests pass fakes.  Never raises."""
     used, sources, reading = first_answer([
@@ -301,7 +301,7 @@ def read_nvidia(*, bus_ids: Optional[Sequence[str]] = None, load_nvml: Callable[
 # ------------------------------------------------------------------------------------------ findings
 
 
-def pcie_text(pcie: Mapping[str, Any], now: bool = True) -> str:
+def pcie_text(pcie: Mapping[str, object], now: bool = True) -> str:
     """``Gen5 x16`` (now) or the most the link can do (``now=False``); ``?`` for what was not read."""
     gen, width = (pcie.get("gen"), pcie.get("width")) if now else (pcie.get("gen_max"), pcie.get("width_max"))
     return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 __all__ = ["COMMAND_TIMEOUT_S", "MAX_ERROR", "Calls", "Runner", "SourceFailed", "SourceUnavailable", "error_text",
            "run_command", "library_session", "first_answer"]
@@ -50,6 +50,9 @@ def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT_S) -> tupl
     return out.returncode, out.stdout, out.stderr
 
 
+_T = TypeVar("_T")
+
+
 class Calls:
     """Calls one library function after another; a failing one leaves its field out and is noted, except the
     errors that ``quiet`` accepts (a feature the device does not have is no news)."""
@@ -58,7 +61,7 @@ class Calls:
         self.notes: list[str] = []
         self._quiet = quiet
 
-    def __call__(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def __call__(self, what: str, fn: Callable[..., _T], *args: object) -> Optional[_T]:
         try:
             return fn(*args)
         except Exception as e:  # noqa: BLE001 - any library error is a note, never fatal
@@ -68,7 +71,7 @@ class Calls:
 
 
 @contextmanager
-def library_session(start: Callable[[], Any], stop: Callable[[], Any], names: tuple[str, str],
+def library_session(start: Callable[[], object], stop: Callable[[], object], names: tuple[str, str],
                     call: Calls) -> Iterator[None]:
     """A management library's session: ``start()`` (its failure is SourceFailed naming ``names[0]``), the body,
     and ``stop()`` always at the end, even after a failed start, as the vendors' examples do (its failure is a
@@ -86,8 +89,8 @@ def library_session(start: Callable[[], Any], stop: Callable[[], Any], names: tu
             call.notes.append(f"{names[1]}: {error_text(e)}")
 
 
-def first_answer(readers: Sequence[tuple[str, Callable[[], dict[str, Any]]]]
-                 ) -> tuple[Optional[str], dict[str, str], Optional[dict[str, Any]]]:
+def first_answer(readers: Sequence[tuple[str, Callable[[], dict[str, object]]]]
+                 ) -> tuple[Optional[str], dict[str, str], Optional[dict[str, object]]]:
     """(the name of the first reader that answered, what became of each, its reading): a reader that raises
     SourceUnavailable is "unavailable", SourceFailed or any other error "failed", both with the reason; the
     readers after the one used are "not tried".  Never raises."""

@@ -64,7 +64,7 @@ layout, and the commands that made them, are in ``tests/data/formats/``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 __all__ = ["REPORT_FORMAT", "REPORT_VERSION", "BASELINE_SCHEMA", "BASELINE_VERSION", "REPORT_STEPS",
            "BASELINE_STEPS", "FormatError", "upgrade_report", "upgrade_baseline"]
@@ -126,7 +126,7 @@ REPORT_STEPS: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {1: 
 
 
 def upgrade_report(doc: Mapping[str, object], where: str = "",
-                   error: Callable[[str], Exception] = FormatError) -> dict[str, Any]:
+                   error: Callable[[str], Exception] = FormatError) -> dict[str, object]:
     """A report (its ``format`` checked by the caller) in today's layout: a copy of ``doc`` upgraded step by
     step from its ``version`` (``doc`` itself is not changed; the copy shares what no step changed).
     ``error(message)``, the message naming ``where`` (the file), for a version that is not a whole number
@@ -167,7 +167,7 @@ BASELINE_STEPS: dict[int, Callable[[dict[str, object]], dict[str, object]]] = {1
 
 
 def upgrade_baseline(doc: Mapping[str, object], where: str = "",
-                     error: Callable[[str], Exception] = FormatError) -> dict[str, Any]:
+                     error: Callable[[str], Exception] = FormatError) -> dict[str, object]:
     """A baseline document (its ``schema`` checked by the caller) in today's layout: a copy of ``doc``
     upgraded step by step from its ``schema_version`` (``doc`` itself is not changed).  ``error(message)``,
     naming ``where`` (the file), for a version newer than :data:`BASELINE_VERSION`.  A version that is not a

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 __all__ = ["JsonKey", "parse_json_bytes", "json_path", "first_non_finite"]
 
@@ -22,7 +22,7 @@ JsonKey = Union[str, int]
 
 
 def parse_json_bytes(raw: bytes, path: "str | os.PathLike[str]", what: str, error: Callable[[str], Exception],
-                     too_deep: Optional[Callable[[], Exception]] = None) -> Any:
+                     too_deep: Optional[Callable[[], Exception]] = None) -> object:
     """The parsed JSON of ``raw``, the bytes of ``path``; ``error(message)`` is raised, the message naming
     ``path``, where the bytes are not UTF-8, hold nothing, end before the JSON does ("cut short
     (truncated)"), are not JSON (the line and column), or hold what Python's json cannot (a number of more

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..ops.specs import op_group, op_kind
 from .decision import (FALLBACK_DF, CaseModel, Prior, fit_case, fit_prior, prediction, prior_class,
@@ -32,7 +32,7 @@ class BaselineFit:
 
     models: dict[str, tuple[CaseModel, Prior]]
     locs: dict[str, dict[str, float]]
-    commons: dict[str, dict[str, Any]]
+    commons: dict[str, dict[str, object]]
 
 
 def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Optional["Baseline"] = None,
@@ -62,7 +62,7 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
             p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), m.sessions)
             if p is not None and key not in borrowed:
                 borrowed[key] = p
-    commons: dict[str, dict[str, Any]] = {}
+    commons: dict[str, dict[str, object]] = {}
     for g, v in locs.items():
         common = common_spread(list(v.values()), centers[g], session_of)
         if common is not None:

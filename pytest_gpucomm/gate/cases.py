@@ -6,7 +6,7 @@ file."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from ..vocab import case_key
 
@@ -27,9 +27,9 @@ class CaseRecord:
     samples_gbps: Sequence[float]
     dtype: Optional[str] = None
     devices: Sequence[str] = ()
-    summary: Mapping[str, Any] = field(default_factory=dict)
+    summary: Mapping[str, object] = field(default_factory=dict)
     layout: str = ""  # "<nodes>x<ranks per node>" of a job across nodes (case_key), "" on one host
-    tail: Optional[Mapping[str, Any]] = None  # the single ops' TailSketch.to_dict(), where it has single ops
+    tail: Optional[Mapping[str, object]] = None  # the single ops' TailSketch.to_dict(), where it has single ops
 
     @property
     def key(self) -> str:

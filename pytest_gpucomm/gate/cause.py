@@ -30,7 +30,7 @@ measure with an environment is the caller's (:class:`Remeasurer`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from ..env.device_state import DeviceChange
@@ -95,7 +95,7 @@ class CauseResult:
         tried = "; ".join(_attempt_text(a, by_name) for a in self.attempts) or "nothing"
         return f"no restoration of the environment brings it back (tried: {tried})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"changes": [[c.name, c.baseline, c.now] for c in self.changes],
                 "attempts": [{"restored": list(a.restored), "ratio": a.ratio, "error": a.error}
                              for a in self.attempts],
@@ -174,7 +174,7 @@ def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, tolerance: f
 
 
 def likely_causes(changes: Sequence["DeviceChange"], m: Measurement, measured: Sequence[Measurement],
-                  fingerprint: Optional[Mapping[str, Any]] = None) -> list[str]:
+                  fingerprint: Optional[Mapping[str, object]] = None) -> list[str]:
     """The lines a verdict adds for the case measured as ``m`` (and again as ``measured``): each of the device
     ``changes`` (``env.device_state.DeviceChange``) that can slow it, a host<->device copy's PCIe link that ran
     below what today's ``fingerprint`` says it can, and the first run that throttled."""

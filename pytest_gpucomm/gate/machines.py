@@ -268,7 +268,7 @@ def floors_document(doc: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     return {**doc, "runs": [], "cases": cases}
 
 
-def start_document(path: Optional[Path], shipped_dir: Optional[Path]) -> Optional[dict[str, Any]]:
+def start_document(path: Optional[Path], shipped_dir: Optional[Path]) -> Optional[dict[str, object]]:
     """What a save into ``path``, a file not there yet, starts from: the published floors of the shipped file
     of its name in ``shipped_dir`` (:func:`floors_document`); None (it starts empty) where there is none, or
     where ``path`` exists or is that shipped file."""

@@ -121,8 +121,8 @@ class CorpusPrior:
         return (f"the corpus prior of {len(self.machines)} machines ({', '.join(self.machines)}; "
                 f"{self.path.name if self.path else 'fitted'}), trusted for {', '.join(covered) or 'no class'}")
 
-    def to_document(self) -> dict[str, Any]:
-        def num(x: float) -> Any:
+    def to_document(self) -> dict[str, object]:
+        def num(x: float) -> object:
             return None if math.isinf(x) else x
 
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "kind": self.kind,

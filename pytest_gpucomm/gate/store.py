@@ -131,7 +131,7 @@ class RunRecord:
 
     run_id: str
     date: str
-    fingerprint: dict[str, Any]
+    fingerprint: dict[str, object]
     session: Optional[str] = None  # runs of one session are one session's evidence (gate.decision.fit_case)
     node: Optional[int] = None  # a job across nodes: the node whose measurements this run holds (host below)
     host: Optional[str] = None
@@ -143,7 +143,7 @@ class CaseRun:
 
     run_id: str
     samples_gbps: list[float]
-    summary: dict[str, Any]
+    summary: dict[str, object]
     tail: Optional[TailSketch] = None  # the run's single ops, None where it has none
 
 
@@ -192,7 +192,7 @@ class Baseline:
     #: the document as read (the curves and plots read the file's layout); None for a Baseline made otherwise
     doc: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
 
-    def latest_fingerprint(self) -> Optional[dict[str, Any]]:
+    def latest_fingerprint(self) -> Optional[dict[str, object]]:
         """The fingerprint of the newest run recorded in the file, or None when there is none."""
         return dict(self.runs[-1].fingerprint) if self.runs else None
 
@@ -354,7 +354,7 @@ def merge_run(doc: dict, *, run_id: str, date: str, fingerprint: Mapping, cases:
     return doc
 
 
-def dumps_document(doc: dict[str, Any]) -> str:
+def dumps_document(doc: dict[str, object]) -> str:
     """Indented JSON with each samples list on one line (readable, diff-friendly, not 1 number a line)."""
     placeholders: dict[str, str] = {}
     shallow = json.loads(json.dumps(doc))
@@ -384,7 +384,7 @@ class RunToSave:
 
     run_id: str
     date: str
-    fingerprint: Mapping[str, Any]
+    fingerprint: Mapping[str, object]
     cases: Mapping[str, CaseRecord]
     session: Optional[str] = None
     node: Optional[int] = None
@@ -397,7 +397,7 @@ def save_run(
     name: str,
     run_id: str,
     date: str,
-    fingerprint: Mapping[str, Any],
+    fingerprint: Mapping[str, object],
     cases: Mapping[str, CaseRecord],
     max_runs: int = DEFAULT_MAX_RUNS,
     lock_timeout_s: float = LOCK_TIMEOUT_S,
@@ -418,7 +418,7 @@ def save_run(
 
 
 def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int = DEFAULT_MAX_RUNS,
-              lock_timeout_s: float = LOCK_TIMEOUT_S, start: Optional[Mapping[str, Any]] = None) -> None:
+              lock_timeout_s: float = LOCK_TIMEOUT_S, start: Optional[Mapping[str, object]] = None) -> None:
     """:func:`save_run` for several runs at once (a job across nodes saves one run per node), under one lock
     and in one atomic write: either every run is saved or none is.  A file not there yet starts from ``start``
     (a document without runs: the published floors of a shipped file, ``gate.machines.start_document``), else
@@ -471,7 +471,7 @@ def save_runs(path: Path, *, name: str, runs: Sequence[RunToSave], max_runs: int
         ) from None
 
 
-def write_document(path: Path, doc: dict[str, Any]) -> None:
+def write_document(path: Path, doc: dict[str, object]) -> None:
     """Write a whole baseline document to ``path`` (as :func:`dumps_document` lays it out), atomically.
 
     The text goes to a temporary file in the same directory, which is read back as :func:`load_baseline`

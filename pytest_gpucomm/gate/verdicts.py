@@ -48,7 +48,7 @@ from ..vocab import DEFAULT_MAX_REMEASURES, Status
 if TYPE_CHECKING:
     from .prior import CorpusPrior
     from ..env.device_state import DeviceChange
-    from ..measurement import Measurement, Remeasure
+    from ..measurement import Measurement, Record, Remeasure
     from .decision import CaseModel, Comparison, Prior, RunLocation
     from .levels import RunLevels
     from .machines import MachineFit
@@ -99,7 +99,7 @@ class Verdict:
     def failed(self) -> bool:
         return self.status.failed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "status": self.status.value,
             "baseline_gbps": self.baseline_gbps,
@@ -157,7 +157,7 @@ class _Remeasures:
     def __init__(self, nodeid: str, remeasure: Optional[Callable[[], "Remeasure"]]) -> None:
         self.nodeid = nodeid
         self.remeasure = remeasure
-        self.log: list[dict[str, Any]] = []
+        self.log: list[dict[str, object]] = []
         self.ms: list["Measurement"] = []
 
     @property
@@ -189,13 +189,13 @@ class Gate:
         self.n_comparisons = 1
         self.n_tail_comparisons = 0  # of n_comparisons, the tails tested (cases whose baseline runs have sketches)
         self._tail_spread: Optional[TailSpread] = None
-        self.env_diff: list[tuple[str, Any, Any]] = []
+        self.env_diff: list[tuple[str, object, object]] = []
         self.device_changes: list["DeviceChange"] = []  # per device, what changed in the GPUs and links
-        self.fingerprint: dict[str, Any] = {}  # this run's (use)
+        self.fingerprint: dict[str, object] = {}  # this run's (use)
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
         self._locs: dict[str, dict[str, float]] = {}  # case key -> baseline run id -> location
-        self._commons: dict[str, dict[str, Any]] = {}
+        self._commons: dict[str, dict[str, object]] = {}
         #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
         self.layout = ""
         #: where a baseline of one session takes its spreads from (use_spreads_of), and what it says of that
@@ -661,7 +661,7 @@ class Gate:
 
         return start_document(self.path, self.settings.shipped_dir)
 
-    def save(self, records: list[Any], fingerprint: dict[str, Any], date: str) -> tuple[Path, int]:
+    def save(self, records: list["Record"], fingerprint: dict[str, object], date: str) -> tuple[Path, int]:
         """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
         file; returns the file and the number of case measurements saved.
 

@@ -36,7 +36,8 @@ import glob
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, TypeGuard
+from types import ModuleType
+from typing import Callable, Iterable, Optional, Protocol, Sequence, TypeGuard
 
 from ..env.clocks import GEN_OF_GTS, ClockSummary, Reading, summarize
 
@@ -98,7 +99,7 @@ class Sampler:
     def __enter__(self) -> "Sampler":
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def summaries(self) -> list[ClockSummary]:
@@ -111,7 +112,7 @@ class Sampler:
 class NvmlReader:
     """One NVIDIA GPU through NVML; ``nvml`` is the ``pynvml`` module (initialised here, once per process)."""
 
-    def __init__(self, nvml: Any, handle: Any, device: str) -> None:
+    def __init__(self, nvml: ModuleType, handle: object, device: str) -> None:
         self.nvml, self.handle, self.device = nvml, handle, device
         self._reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
                          or nvml.nvmlDeviceGetCurrentClocksThrottleReasons)
@@ -145,7 +146,7 @@ class AmdsmiReader:
     #: the bit of a true ``throttle_status`` (GPUs before MI300, whose metrics have no residencies)
     THROTTLE_STATUS = 0x40000
 
-    def __init__(self, smi: Any, handle: Any, device: str) -> None:
+    def __init__(self, smi: ModuleType, handle: object, device: str) -> None:
         self.smi, self.handle, self.device = smi, handle, device
         self._asked = {"GFX": True, "MEM": True, "metrics": True, "pcie": True}
         self._last: dict[str, int] = {}
@@ -204,7 +205,7 @@ class AmdsmiReader:
                        pcie_width=width)
 
 
-def _count(v: Any) -> TypeGuard[int]:
+def _count(v: object) -> TypeGuard[int]:
     """Whether ``v`` is a whole number (not a bool, not AMD SMI's "N/A")."""
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -255,10 +256,10 @@ class CpuFreqReader:
                        reasons=self.THERMAL if grew else 0)
 
 
-_NVML: dict[str, Any] = {}
+_NVML: dict[str, Optional[ModuleType]] = {}
 
 
-def _nvml() -> Any:
+def _nvml() -> Optional[ModuleType]:
     """The pynvml module, initialised once in this process (None where it does not import or init)."""
     if "module" not in _NVML:
         try:
@@ -271,7 +272,7 @@ def _nvml() -> Any:
     return _NVML["module"]
 
 
-def _amdsmi() -> Any:
+def _amdsmi() -> Optional[ModuleType]:
     """The amdsmi module, initialised once in this process and shut down at its exit (None where it does not
     import or init)."""
     if "module" not in _AMDSMI:
@@ -292,7 +293,7 @@ def _amdsmi() -> Any:
     return _AMDSMI["module"]
 
 
-_AMDSMI: dict[str, Any] = {}
+_AMDSMI: dict[str, Optional[ModuleType]] = {}
 
 
 def _rocm() -> bool:
@@ -301,7 +302,7 @@ def _rocm() -> bool:
     return getattr(torch.version, "hip", None) is not None
 
 
-def _same_bdf(a: Any, b: str) -> bool:
+def _same_bdf(a: object, b: str) -> bool:
     """Two PCI addresses equal whatever the width of their domain (``0000:c1:00.0``, NVML's ``00000000:...``)."""
     def key(x: str) -> tuple[int, ...]:
         dom, bus, rest = x.strip().lower().split(":")
@@ -314,7 +315,7 @@ def _same_bdf(a: Any, b: str) -> bool:
         return False
 
 
-def _amd_reader(smi: Any, device: str, index: str, bus_id: Optional[str]) -> Optional[Reader]:
+def _amd_reader(smi: ModuleType, device: str, index: str, bus_id: Optional[str]) -> Optional[Reader]:
     handles = list(smi.amdsmi_get_processor_handles())
     if bus_id:
         found = [h for h in handles if _same_bdf(smi.amdsmi_get_gpu_device_bdf(h), bus_id)]
@@ -327,8 +328,8 @@ def _amd_reader(smi: Any, device: str, index: str, bus_id: Optional[str]) -> Opt
     return reader if reader.read() is not None else None
 
 
-def reader_for(device: str, bus_id: Optional[str] = None, nvml: Callable[[], Any] = _nvml,
-               amd: Callable[[], Any] = _amdsmi, rocm: Callable[[], bool] = _rocm) -> Optional[Reader]:
+def reader_for(device: str, bus_id: Optional[str] = None, nvml: Callable[[], Optional[ModuleType]] = _nvml,
+               amd: Callable[[], Optional[ModuleType]] = _amdsmi, rocm: Callable[[], bool] = _rocm) -> Optional[Reader]:
     """The reader of ``device`` ("cuda:0", "cpu:1"), or None where nothing can be read.  A CUDA device is found
     in NVML -- or in AMD SMI on a ROCm build of torch -- by its PCI ``bus_id`` (torch's numbering need not be the
     library's) or, without one, by its number."""
@@ -386,7 +387,7 @@ def _bus_id(device: str) -> Optional[str]:
         return None
 
 
-def clock_info(sampler: Sampler) -> list[dict[str, Any]]:
+def clock_info(sampler: Sampler) -> list[dict[str, object]]:
     """What a measurement keeps of its sampler (``Measurement.info["clocks"]``): the summary of each device
     that gave a reading."""
     return [s.to_dict() for s in sampler.summaries() if s.readings]

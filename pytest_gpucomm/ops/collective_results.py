@@ -8,7 +8,7 @@ Stdlib only: a result crosses from the rank to the controller pickled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..measurement import RanksInfo, TailInfo
 
@@ -42,7 +42,7 @@ class BenchResult:
     host: str = ""  # where the rank ran: host, node index, device
     node: int = 0
     device: str = ""
-    clocks: tuple[dict[str, Any], ...] = ()  # this rank's device clocks during the timed samples (ops.clocks)
+    clocks: tuple[dict[str, object], ...] = ()  # this rank's device clocks during the timed samples (ops.clocks)
     # -- single operations, each timed on its own (see :func:`.single_op_timing.single_ops`); per-op data on rank 0 only
     op_times_s: tuple[float, ...] = ()  # rank 0: per single op, the slowest rank's time; else ()
     op_own_p50_s: float = 0.0  # this rank's own single-op times: median and 99th percentile
@@ -61,7 +61,7 @@ class WrongResult(Exception):
         self.bad = tuple(bad)
 
 
-def ranks_clocks(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
+def ranks_clocks(results: Sequence[BenchResult]) -> list[dict[str, object]]:
     """The clocks each rank read of its device during the timed samples, once per device of a host (gloo ranks
     on one host read the same CPUs): ``info["clocks"]`` of the measurement, where any were read."""
     seen: set[tuple[str, str]] = set()

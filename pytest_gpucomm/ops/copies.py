@@ -52,6 +52,8 @@ from .clocks import Sampler, clock_info, sampler_for
 from .timing import TimingSettings, measure
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from ..ranks.context import RankContext
 
 #: ``CopyError`` is :mod:`.engines`' (a copy the runtime's library refused), named here for the copies' callers
@@ -69,10 +71,10 @@ class BufferPool:
     """
 
     def __init__(self) -> None:
-        self._bufs: dict[tuple[str, str, bool], Any] = {}
+        self._bufs: dict[tuple[str, str, bool], "Tensor"] = {}
         self._users: dict[tuple[str, str, bool], Optional[str]] = {}
 
-    def get(self, device: str, role: str, nbytes: int, pinned: bool = False, user: Optional[str] = None) -> Any:
+    def get(self, device: str, role: str, nbytes: int, pinned: bool = False, user: Optional[str] = None) -> "Tensor":
         import torch
 
         key = (device, role, pinned)
@@ -95,7 +97,7 @@ class BufferPool:
         self._users.clear()
 
 
-def fill_pattern(buf: Any) -> None:
+def fill_pattern(buf: "Tensor") -> None:
     """Distinct 8-byte words (not zeros: nothing may go faster on untouched or zero pages)."""
     import torch
 
@@ -140,7 +142,8 @@ def measure_copy(
         streams = [(torch.cuda.Stream(device=i), torch.cuda.Stream(device=j))]
         if both_ways:
             streams.append((torch.cuda.Stream(device=j), torch.cuda.Stream(device=i)))
-        timed: Any = CudaCopy(pairs, streams, latch_device=i, what=what)
+        timed: "CudaCopy | HostCopy"
+        timed = CudaCopy(pairs, streams, latch_device=i, what=what)
         info["timer"] = "device events"
         info.update(timed.engine_info)
         settings = gpu_batches(settings)
@@ -361,7 +364,8 @@ def measure_pattern(copy: str, devices: Sequence[str], size: int, settings: Timi
         if off:
             info["no_peer_access"] = off
         streams = [(torch.cuda.Stream(device=device_index(s)), None) for s, _ in links]
-        timed: Any = CudaPattern(pairs, streams, latch_device=device_index(links[0][0]), what=what)
+        timed: "CudaPattern | HostPattern"
+        timed = CudaPattern(pairs, streams, latch_device=device_index(links[0][0]), what=what)
         info["timer"] = "device events"
         info.update(timed.engine_info)
         info["link_timer"] = ("device events on each pair's stream, from its start to the end of its copies, "

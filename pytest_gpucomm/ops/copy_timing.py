@@ -14,11 +14,15 @@ import dataclasses
 import threading
 import time
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from . import engines
 from .engines import CopyError
 from .timing import TimingSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+    from torch.cuda import Event, Stream
 
 __all__ = ["GPU_BATCH_S", "spin_rate", "SpinLatch", "CudaCopy", "HostCopy", "CudaPattern", "HostPattern",
            "verify_copies", "single_threaded", "gpu_batches", "device_index"]
@@ -79,8 +83,8 @@ class SpinLatch:
 class CudaCopy:
     """src -> dst (and, both ways, dst -> src at the same time) on GPUs, or host <-> device."""
 
-    def __init__(self, pairs: list[tuple[Any, Any]], streams: list[tuple[Any, Any]], latch_device: int,
-                 what: str = "copy"):
+    def __init__(self, pairs: list[tuple["Tensor", "Tensor"]], streams: list[tuple["Stream", Optional["Stream"]]],
+                 latch_device: int, what: str = "copy"):
         import torch
 
         self.torch = torch
@@ -148,26 +152,26 @@ class CudaCopy:
 
 
 class _maybe_stream:
-    def __init__(self, torch: ModuleType, stream: Optional[Any]) -> None:
+    def __init__(self, torch: ModuleType, stream: Optional["Stream"]) -> None:
         self.ctx = torch.cuda.stream(stream) if stream is not None else None
 
     def __enter__(self) -> None:
         if self.ctx is not None:
             self.ctx.__enter__()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.ctx is not None:
             self.ctx.__exit__(*exc)
 
 
-def _threads_at_once(pairs: list[tuple[Any, Any]], batch: int) -> list[float]:
+def _threads_at_once(pairs: list[tuple["Tensor", "Tensor"]], batch: int) -> list[float]:
     """Copy every pair ``batch`` times, a thread per pair, all released together: each thread's seconds from
     the common start to its end.  A copy that raises in its thread raises here."""
     barrier = threading.Barrier(len(pairs) + 1)
     ends = [0.0] * len(pairs)
     errors: list[BaseException] = []
 
-    def work(k: int, src: Any, dst: Any) -> None:
+    def work(k: int, src: "Tensor", dst: "Tensor") -> None:
         try:
             barrier.wait()
             for _ in range(batch):
@@ -191,7 +195,7 @@ def _threads_at_once(pairs: list[tuple[Any, Any]], batch: int) -> list[float]:
 class HostCopy:
     """Host memcpy between buffers; both ways = two threads copying at once."""
 
-    def __init__(self, pairs: list[tuple[Any, Any]]):
+    def __init__(self, pairs: list[tuple["Tensor", "Tensor"]]):
         self.pairs = pairs
 
     def sample(self, batch: int) -> Callable[[], float]:
@@ -212,7 +216,8 @@ class HostCopy:
         pass
 
 
-def verify_copies(timed: Any, pairs: list[tuple[Any, Any]], what: str) -> None:
+def verify_copies(timed: Union["CudaCopy", "HostCopy", "HostPattern"], pairs: list[tuple["Tensor", "Tensor"]],
+                  what: str) -> None:
     """Poison the destinations, copy once more, and compare a strided sample and the tail with the sources.
 
     A fast wrong copy is a failure, not a figure.
@@ -249,7 +254,7 @@ class single_threaded:
             self.saved = torch.get_num_threads()
             torch.set_num_threads(1)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.active:
             import torch
 
@@ -275,7 +280,7 @@ class CudaPattern(CudaCopy):
         # iteration is per copy call, and one iteration here is a call per pair
         self.latch.MAX_ENQUEUE_S = SpinLatch.MAX_ENQUEUE_S * len(self.pairs)
         self.link_times: list[tuple[int, list[float]]] = []
-        self._events: list[tuple[Any, Any]] = []
+        self._events: list[tuple["Event", "Event"]] = []
 
     def _copies(self, index: int, batch: int) -> None:
         stream = self.streams[index][0]
@@ -303,7 +308,7 @@ class HostPattern:
     the sample is from the common start to the last thread's end; ``link_times`` gets (batch, seconds from
     the start to each thread's end) for every sample read.  A copy that raises in its thread raises here."""
 
-    def __init__(self, pairs: list[tuple[Any, Any]]):
+    def __init__(self, pairs: list[tuple[object, object]]):
         self.pairs = pairs
         self.link_times: list[tuple[int, list[float]]] = []
 

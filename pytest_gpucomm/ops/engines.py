@@ -66,7 +66,7 @@ import ctypes
 import dataclasses
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from ..measurement import MeasurementInfo
@@ -95,8 +95,8 @@ class Function:
     """One C entry point: its name and its ctypes signature."""
 
     name: str
-    argtypes: tuple[Any, ...]
-    restype: Any
+    argtypes: tuple[object, ...]
+    restype: object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +154,7 @@ TABLES: dict[str, EntryPoints] = {t.platform: t for t in (CUDA, HIP)}
 class Engine:
     """A table of entry points bound to a loaded library: issues copies, checks them, names failures."""
 
-    def __init__(self, table: EntryPoints, lib: Any, library: str, where: str = "") -> None:
+    def __init__(self, table: EntryPoints, lib: object, library: str, where: str = "") -> None:
         """``library`` is what was loaded (a name or a path); ``where`` says where it came from (the
         variable that named it), for error messages."""
         self.table = table
@@ -173,13 +173,13 @@ class Engine:
         self._memcpy, self._name = bound
 
     def call(self, dst_ptr: int, src_ptr: int, nbytes: int, stream_handle: int, src_on_gpu: bool,
-             dst_on_gpu: bool) -> tuple[Any, ...]:
+             dst_on_gpu: bool) -> tuple[object, ...]:
         """The memcpy's arguments for one copy of ``nbytes`` on the stream ``stream_handle``."""
         if self.table.kinds:
             return (dst_ptr, src_ptr, nbytes, self.table.kinds[(src_on_gpu, dst_on_gpu)], stream_handle)
         return (dst_ptr, src_ptr, nbytes, stream_handle)
 
-    def copy(self, call: Sequence[Any], batch: int, what: str) -> None:
+    def copy(self, call: Sequence[object], batch: int, what: str) -> None:
         """Issue the copy ``call`` (from :meth:`call`) ``batch`` times; a non-zero status raises
         :class:`CopyError` naming the call and the error."""
         memcpy = self._memcpy
@@ -219,7 +219,7 @@ class Selection:
         return {"engine": self.label, **({"engine_note": self.note} if self.note else {})}
 
 
-def torch_platform(version: Any) -> Optional[str]:
+def torch_platform(version: object) -> Optional[str]:
     """``"hip"`` for a ROCm build of torch (``torch.version``), ``"cuda"`` for a CUDA build, else None."""
     if getattr(version, "hip", None):
         return "hip"
@@ -228,7 +228,7 @@ def torch_platform(version: Any) -> Optional[str]:
     return None
 
 
-def _load_library(path: str) -> Any:
+def _load_library(path: str) -> object:
     return ctypes.CDLL(path)
 
 
@@ -268,7 +268,7 @@ def _hip_library(environ: Mapping[str, str]) -> Optional[str]:
 
 
 def select(environ: Mapping[str, str], platform: Optional[str],
-           load: Optional[Callable[[str], Any]] = None,
+           load: Optional[Callable[[str], object]] = None,
            loaded_hip: Optional[Callable[[], Optional[str]]] = None) -> Selection:
     """The copy engine for these variables (``environ``) and this build of torch (``platform``, see
     :func:`torch_platform`); ``load`` opens a library by name or path (default ``ctypes.CDLL``),
@@ -308,7 +308,7 @@ def select(environ: Mapping[str, str], platform: Optional[str],
         raise
 
 
-def _open(table: EntryPoints, library: str, load: Callable[[str], Any], where: str) -> Engine:
+def _open(table: EntryPoints, library: str, load: Callable[[str], object], where: str) -> Engine:
     try:
         lib = load(library)
     except OSError as e:

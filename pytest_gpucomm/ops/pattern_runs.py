@@ -36,7 +36,7 @@ class PatternPlan:
     model: str
     world: int
     scale: int
-    spec: dict[str, Any]  # the per-rank task's argument
+    spec: dict[str, object]  # the per-rank task's argument
     bytes_per_iter: int
     busbw_factor: float
     per_step: int  # iterations per training step

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .collective_op import CollectiveOp, Shape, small_pattern
 
@@ -152,7 +152,7 @@ def graph_shape(batch: int) -> tuple[int, int]:
 
 
 def registered_buffers(torch: ModuleType, dist: ModuleType, device: str,
-                       group: Optional[ProcessGroup] = None) -> tuple[Any, Any, str]:
+                       group: Optional[ProcessGroup] = None) -> tuple[object, object, str]:
     """A memory pool of the communication library's own allocator (ncclMemAlloc), registered with the
     communicator of ``group`` (None: the default group), as nccl-tests allocates its buffers: zero-copy
     transfers become possible for all_gather, all_to_all and send/recv.  Returns (pool, backend, note); pool

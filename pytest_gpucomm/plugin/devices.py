@@ -6,7 +6,7 @@ The hardware is detected (and torch imported) only when a test first uses a gpuc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import pytest
 
@@ -49,7 +49,7 @@ class Devices:
         self.launch = launch
         self.worker = worker
         self._info: Optional["DeviceInfo"] = None
-        self._fingerprint: Optional[dict[str, Any]] = None
+        self._fingerprint: Optional[dict[str, object]] = None
 
     @property
     def detected(self) -> bool:
@@ -68,7 +68,7 @@ class Devices:
         return self._info
 
     @property
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """The run's fingerprint: read from the hardware at first use, unless given (a pytest-xdist controller
         takes its workers'; a launched job across nodes adds every node's)."""
         if self._fingerprint is None:
@@ -78,7 +78,7 @@ class Devices:
         return self._fingerprint
 
     @fingerprint.setter
-    def fingerprint(self, value: dict[str, Any]) -> None:
+    def fingerprint(self, value: dict[str, object]) -> None:
         self._fingerprint = value
 
     @property

@@ -36,7 +36,7 @@ class ProcessGroup:
     def world_size(self) -> int:
         return int(self.executor.world_size)
 
-    def run(self, task: str, kwargs: Optional[dict[str, Any]] = None, *, timeout_s: Optional[float] = None,
+    def run(self, task: str, kwargs: Optional[dict[str, object]] = None, *, timeout_s: Optional[float] = None,
             label: str = "", timeout: Optional[float] = None) -> list[Any]:
         """Run ``task`` on every rank; a rank that raises, hangs or dies fails the test.  ``timeout_s``
         (``timeout`` is its old name) overrides the test's rank timeout."""

@@ -9,7 +9,7 @@ other ranks follow (:class:`~.launched.gate.JobJudging`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import pytest
 
@@ -135,7 +135,7 @@ def check_test(item: pytest.Item, state: "State", before: int, ok: bool) -> None
         pytest.fail("\n".join(fit(failures, terminal_width(item.config))), pytrace=False)
 
 
-def live_status(report: pytest.TestReport, config: pytest.Config) -> Optional[tuple[str, str, Any]]:
+def live_status(report: pytest.TestReport, config: pytest.Config) -> Optional[tuple[str, str, object]]:
     """Under -v, a gpucomm test's line shows its figures and verdicts as it finishes:
     ``PASSED 395.8 GB/s 1.00x ok`` (the property the call phase left, :func:`report.run.live_text`)."""
     if report.when != "call" or hasattr(report, "wasxfail") or (config.getoption("verbose") or 0) < 1:

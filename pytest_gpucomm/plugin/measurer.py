@@ -112,7 +112,7 @@ class Comm:
                                           with_env=with_env))
         return m
 
-    def _copy(self, spec: dict[str, Any]) -> Measurement:
+    def _copy(self, spec: dict[str, object]) -> Measurement:
         """Measure the copy ``spec`` (``ops.copies.copy_spec``) here; its fresh re-measure runs in a new
         process, its other re-measures here with new buffers.  In launched mode, on every node at once
         (see :meth:`_copy_on_every_node`)."""
@@ -140,7 +140,7 @@ class Comm:
 
         return self._record(here(), fresh, same, "in a new process", "in the same process", with_env=with_env)
 
-    def _copy_on_every_node(self, spec: dict[str, Any]) -> Measurement:
+    def _copy_on_every_node(self, spec: dict[str, object]) -> Measurement:
         """Launched mode: the copy ``spec`` between the devices of each node, on every node at once.
 
         On each node one rank measures (``ops.copies.measuring_local_rank``: the rank whose GPU is the
@@ -369,7 +369,7 @@ class Comm:
             pytest.skip(why)
         return state.groups.group(state.devices.default_world(), group.timeout_s, group.label, kind=kind)
 
-    def _subgroup_collective(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
+    def _subgroup_collective(self, op: str, group: ProcessGroup, kwargs: dict[str, object], n: int,
                              dtype: str) -> Measurement:
         """Every group of ``group.kind`` at once: one record per group, the slowest returned.  A re-measure of
         one group's record measures every group again (every rank must take part) and keeps that group's."""
@@ -383,7 +383,7 @@ class Comm:
             self._record(m, None, again, "", how)
         return min(ms, key=lambda m: m.gbps)
 
-    def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, Any], n: int,
+    def _collective_once(self, op: str, group: ProcessGroup, kwargs: dict[str, object], n: int,
                          dtype: str) -> "list[Measurement]":
         """One measurement of the group's world, or one per group of its kind (the groups' order)."""
         from ..ops.collective_results import WrongResult

@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import pytest
 
@@ -42,7 +42,7 @@ REPORT_KEY = pytest.StashKey[SessionReport]()
 FIGURES_KEY = pytest.StashKey[Optional["BaselineFigures"]]()
 
 
-def baseline_document(state: "State") -> Optional[dict[str, Any]]:
+def baseline_document(state: "State") -> Optional[dict[str, object]]:
     """The baseline file's document as this session judged against it (read before this run saves into it),
     or None without one: the gate's, or in a pytest-xdist controller the file the workers named."""
     b = state.gate.baseline if state.settings.baseline and state.gate.loaded else None
@@ -66,7 +66,7 @@ def baseline_figures(state: "State") -> Optional["BaselineFigures"]:
     return stash[FIGURES_KEY]
 
 
-def curves_of(state: "State") -> tuple[list[dict[str, Any]], list[str]]:
+def curves_of(state: "State") -> tuple[list[dict[str, object]], list[str]]:
     """The "curves" section of the run (``curves.curve_report``: each sweep's model, compared with the
     baseline's curve where the baseline has the sweep), and a note where it cannot be made."""
     from ..analysis.curves import curve_report
@@ -79,7 +79,7 @@ def curves_of(state: "State") -> tuple[list[dict[str, Any]], list[str]]:
         return [], [f"gpucomm: no curves section: {type(e).__name__}: {e}"]
 
 
-def baseline_extra(state: "State") -> Optional[dict[str, Any]]:
+def baseline_extra(state: "State") -> Optional[dict[str, object]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
     in the environment, the baseline's common spread per group (or what the xdist workers said of all
     that), and the run at the gate's levels."""
@@ -143,7 +143,7 @@ def run_document(state: "State") -> Optional["ReportDocument"]:
     return session_report(state).document if state.records else None
 
 
-def _launch_dict(state: "State") -> Optional[dict[str, Any]]:
+def _launch_dict(state: "State") -> Optional[dict[str, object]]:
     shape = state.launch_extra()
     return shape.to_dict() if shape is not None else None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 import pytest
 
@@ -171,7 +171,7 @@ class Settings(Judging):
     prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
     min_judged: float = 0.0  # --gpu-min-judged
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The settings that shaped the figures, for the JSON report."""
         return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
                 "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,

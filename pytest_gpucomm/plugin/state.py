@@ -14,7 +14,7 @@ only when a test first uses a gpucomm fixture or marker.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import pytest
 
@@ -73,9 +73,9 @@ class State:
         self.write_failed = False  # an output (report, baseline) could not be written at the end
         self.levels: Optional["RunLevels"] = None  # the run judged at the levels, set at the session's end
         self.coverage: Optional["Coverage"] = None  # how many cases the gate judged, set at the session's end
-        self.curves: list[dict[str, Any]] = []  # the "curves" section (curves.curve_report), set at its end
+        self.curves: list[dict[str, object]] = []  # the "curves" section (curves.curve_report), set at its end
         #: the baseline file's document as judged against (before this run saved into it), set at its end
-        self.baseline_doc: Optional[dict[str, Any]] = None
+        self.baseline_doc: Optional[dict[str, object]] = None
         self.plot_paths: list[Path] = []  # the plots drawn at its end (--gpucomm-plots)
         self._buffers: Optional["BufferPool"] = None
 
@@ -85,7 +85,7 @@ class State:
         return self.judging.gate
 
     @property
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """The run's fingerprint (of this process's devices, or of the pytest-xdist workers that measured)."""
         return self.devices.fingerprint
 
@@ -119,7 +119,7 @@ class State:
         """The gate's re-measures made in a new process or process group so far."""
         return self.remeasures.count
 
-    def copy_in_new_process(self, spec: dict[str, Any], label: str = "") -> "Measurement":
+    def copy_in_new_process(self, spec: dict[str, object], label: str = "") -> "Measurement":
         """Measure the copy ``spec`` in a new process (:meth:`.remeasures.Remeasures.copy_in_new_process`)."""
         return self.remeasures.copy_in_new_process(spec, label)
 

@@ -89,7 +89,7 @@ class WorkerReports:
     """What the controller gathered from its workers: of each, the first worker's that had one, and how many
     workers measured."""
 
-    fingerprint: Optional[dict[str, Any]] = None
+    fingerprint: Optional[dict[str, object]] = None
     headline: Optional[str] = None
     baseline: Optional[dict[str, Any]] = None
     baseline_path: Optional[str] = None
@@ -142,7 +142,7 @@ class XdistController:
         self.state = state
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+    def pytest_testnodedown(self, node: object, error: object) -> None:
         """A worker finished: take its records for the table and reports."""
         data = getattr(node, "workeroutput", {}).get(OUTPUT_KEY)
         if data:

@@ -3,7 +3,7 @@
 This module imports nothing heavy (stdlib only) so that task modules and the
 worker can both share it.
 
-A *task* is a plain function ``fn(ctx: RankContext, **kwargs) -> Any`` named
+A *task* is a plain function ``fn(ctx: RankContext, **kwargs) -> object`` named
 by a ``"module:function"`` string (``"module:Class.attr"`` also works). It
 runs on every rank; the controller receives the per-rank return values
 ordered by rank. Return values must be picklable; prefer plain Python values
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -69,7 +69,7 @@ class RankContext:
         return self.global_rank_of(self.rank)
 
 
-def load_task(spec: str) -> Callable[..., Any]:
+def load_task(spec: str) -> Callable[..., object]:
     """Import and return the callable named by ``"module:function"``.
 
     Raises:
@@ -80,7 +80,7 @@ def load_task(spec: str) -> Callable[..., Any]:
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
         raise ValueError(f"task must be given as 'module:function', got {spec!r}")
-    obj: Any = importlib.import_module(module_name)
+    obj: object = importlib.import_module(module_name)
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)

@@ -14,7 +14,7 @@ from it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 __all__ = [
     "JobBroken",
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-def _rebuild(cls: type["RankFailure"], message: str, state: dict[str, Any]) -> "RankFailure":
+def _rebuild(cls: type["RankFailure"], message: str, state: dict[str, object]) -> "RankFailure":
     obj = Exception.__new__(cls)
     Exception.__init__(obj, message)
     obj.__dict__.update(state)
@@ -42,7 +42,7 @@ class RankFailure(Exception):
         self.rank: int | None = self.ranks[0] if self.ranks else None
         self.label: str = label
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), str(self), dict(self.__dict__)))
 
 

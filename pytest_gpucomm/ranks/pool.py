@@ -24,7 +24,7 @@ import weakref
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Any, Mapping, cast
+from typing import Mapping, cast
 
 from pytest_gpucomm.ranks import report
 from pytest_gpucomm.ranks.logdirs import new_log_dir as _new_log_dir
@@ -178,11 +178,11 @@ class RankPool:
     def run(
         self,
         task: str,
-        kwargs: Mapping[str, Any] | None = None,
+        kwargs: Mapping[str, object] | None = None,
         *,
         timeout_s: float,
         label: str = "",
-    ) -> list[Any]:
+    ) -> list[object]:
         """Run ``task`` (``"module:function"``) on every rank; return results ordered by rank.
 
         Starts (or restarts) the pool first when it is not alive.
@@ -264,7 +264,7 @@ class RankPool:
 
     # ------------------------------------------------------------------ run
 
-    def _run(self, task: str, kwargs: dict[str, Any], timeout_s: float, label: str) -> list[Any]:
+    def _run(self, task: str, kwargs: dict[str, object], timeout_s: float, label: str) -> list[object]:
         self._task_counter += 1
         task_id = self._task_counter
         msg = Task(task_id=task_id, spec=task, kwargs=kwargs, sys_path=controller_sys_path())
@@ -276,7 +276,7 @@ class RankPool:
             except (OSError, ValueError):
                 pass  # the liveness check below reports it as a crash
 
-        results: dict[int, Any] = {}
+        results: dict[int, object] = {}
         errors: dict[int, str] = {}
         pending = {w.rank for w in self._workers}
         deadline = time.monotonic() + timeout_s
@@ -326,7 +326,7 @@ class RankPool:
     # ------------------------------------------------------------------ failures
 
     def _error_with_stuck(self, label: str, errors: dict[int, str], stuck: list[int],
-                          results: dict[int, Any]) -> RankError:
+                          results: dict[int, object]) -> RankError:
         stacks = dump_stacks(self._workers, stuck)
         kill_ranks(self._workers, self._kill_wait_s)
         err = report.task_error_with_stuck(label, self.world_size, errors, stuck,
@@ -336,7 +336,7 @@ class RankPool:
         return err
 
     def _timeout_error(self, label: str, timeout_s: float, hung: list[int],
-                       results: dict[int, Any], errors: dict[int, str]) -> RankTimeout:
+                       results: dict[int, object], errors: dict[int, str]) -> RankTimeout:
         stacks = dump_stacks(self._workers, hung)
         kill_ranks(self._workers, self._kill_wait_s)
         err = report.timeout_failure(
@@ -347,7 +347,7 @@ class RankPool:
         self._teardown()
         return err
 
-    def _crash_error(self, dead: list[int], label: str, results: dict[int, Any],
+    def _crash_error(self, dead: list[int], label: str, results: dict[int, object],
                      errors: dict[int, str], connection_lost: bool = False) -> RankCrash:
         # Others may be dying at the same moment (e.g. a shared fault); look briefly.
         time.sleep(0.1)

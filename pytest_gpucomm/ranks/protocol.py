@@ -14,7 +14,7 @@ controller -> worker
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
 
 __all__ = [
     "Hello",
@@ -63,7 +63,7 @@ class Task:
 
     task_id: int
     spec: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, object] = field(default_factory=dict)
     sys_path: list[str] = field(default_factory=list)
 
 
@@ -72,7 +72,7 @@ class TaskOk:
     """The task returned ``result`` on this rank."""
 
     task_id: int
-    result: Any
+    result: object
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import sys
 import traceback
 from multiprocessing.connection import Client, Connection
 from types import ModuleType
-from typing import Any, Callable, NoReturn, Optional, TextIO
+from typing import Callable, NoReturn, Optional, TextIO
 
 from pytest_gpucomm.ranks.context import RankContext, load_task
 from pytest_gpucomm.ranks.protocol import (
@@ -88,7 +88,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _serve_store(dist: ModuleType, args: argparse.Namespace, timeout: datetime.timedelta) -> Any:
+def _serve_store(dist: ModuleType, args: argparse.Namespace, timeout: datetime.timedelta) -> object:
     """Rank 0: the rendezvous TCPStore server, on the inherited loopback socket."""
     if args.rendezvous_fd is not None:
         try:
@@ -179,7 +179,7 @@ def _shut_down(conn: Connection, rank: int, dist: ModuleType) -> NoReturn:
     os._exit(code)
 
 
-def _run_task(msg: Task, ctx: RankContext, cache: dict[str, Callable[..., Any]]) -> TaskOk | TaskError:
+def _run_task(msg: Task, ctx: RankContext, cache: dict[str, Callable[..., object]]) -> TaskOk | TaskError:
     """Run one task on this rank: its result, or the traceback of what it raised."""
     try:
         _merge_sys_path(msg.sys_path)
@@ -193,7 +193,7 @@ def _run_task(msg: Task, ctx: RankContext, cache: dict[str, Callable[..., Any]])
 
 def _serve(conn: Connection, rank: int, ctx: RankContext, dist: ModuleType) -> NoReturn:
     """The task loop: run each task the controller sends, until it says to shut down or goes away."""
-    cache: dict[str, Callable[..., Any]] = {}
+    cache: dict[str, Callable[..., object]] = {}
     while True:
         try:
             msg = conn.recv()

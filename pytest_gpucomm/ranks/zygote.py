@@ -105,7 +105,7 @@ def _spawn(conn: Connection, sock: socket.socket, request: tuple[Any, ...]) -> t
     return ("pid", pid)
 
 
-def _reap(pid: int) -> tuple[str, Any]:
+def _reap(pid: int) -> tuple[str, object]:
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:

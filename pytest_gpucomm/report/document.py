@@ -285,7 +285,7 @@ class Row:
     checks: tuple[str, ...] = ()
     verdict: Optional[RowVerdict] = None
     ranks: Optional["CaseRanks"] = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -295,9 +295,9 @@ class Row:
         except ValueError:
             return False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The row of the JSON report."""
-        out: dict[str, Any] = {"test": self.test, **self.measurement.to_dict(with_samples=True),
+        out: dict[str, object] = {"test": self.test, **self.measurement.to_dict(with_samples=True),
                                "status": self.status, "checks": list(self.checks)}
         if self.verdict is not None:
             out["baseline"] = self.verdict.data
@@ -360,10 +360,10 @@ class ReportDocument:
     the run has none."""
 
     rows: tuple[Row, ...]
-    settings: Optional[Mapping[str, Any]] = None
+    settings: Optional[Mapping[str, object]] = None
     fingerprint: Optional[Mapping[str, Any]] = None
     baseline: Optional[BaselineSection] = None
-    launch: Optional[Mapping[str, Any]] = None
+    launch: Optional[Mapping[str, object]] = None
     curves: Optional[tuple[CurveEntry, ...]] = None
     compared: Optional[Mapping[str, Any]] = None
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -422,7 +422,7 @@ class ReportDocument:
 
     # -- written ---------------------------------------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The JSON report (see the module doc)."""
         doc: dict[str, Any] = {"format": REPORT_FORMAT, "version": self.version, "settings": self.settings,
                                "fingerprint": self.fingerprint, "rows": [r.to_json() for r in self.rows],
@@ -460,7 +460,7 @@ class ReportDocument:
         return str((self.fingerprint or {}).get("date") or self.extra.get("date") or "")
 
     @property
-    def tolerance(self) -> Any:
+    def tolerance(self) -> object:
         """The run's --gpu-tolerance (None where the report does not say)."""
         return (self.settings or {}).get("tolerance")
 

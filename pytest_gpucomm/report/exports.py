@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..files.atomic import write_atomic
 from .document import ReportDocument
@@ -14,14 +14,14 @@ from .document import ReportDocument
 __all__ = ["write_json", "benchmark_document"]
 
 
-def write_json(path: "str | Path", doc: "ReportDocument | Mapping[str, Any]", *, replace: bool = True) -> None:
+def write_json(path: "str | Path", doc: "ReportDocument | Mapping[str, object]", *, replace: bool = True) -> None:
     """Write a document's JSON (or a JSON document) atomically: a temp file in the same folder, then rename;
     ``replace=False``: never over an existing file (``atomic.write_atomic``)."""
     data = doc.to_json() if isinstance(doc, ReportDocument) else doc
     write_atomic(Path(path), json.dumps(data, indent=1) + "\n", replace=replace)
 
 
-def benchmark_document(doc: ReportDocument, date: str) -> dict[str, Any]:
+def benchmark_document(doc: ReportDocument, date: str) -> dict[str, object]:
     """The document's measurements in pytest-benchmark's JSON format, so ``pytest-benchmark compare`` reads
     them.
 

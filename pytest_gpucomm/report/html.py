@@ -54,12 +54,15 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from ..analysis.baseline_figures import BaselineFigures, as_figures
 from .document import ReportDocument, as_document
 from .html_parts import (Image, curves_section, environment_section, esc, failing_cases, figures_section, headline,
                          img, matrices_section, results_table, status_class, verdict_counts)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 __all__ = [
     "PLOT_DPI",
@@ -133,13 +136,13 @@ _STYLE = """
 """
 
 
-def counts_line(report: "ReportDocument | Mapping[str, Any]") -> str:
+def counts_line(report: "ReportDocument | Mapping[str, object]") -> str:
     """``9 rows; verdicts: 1 REGRESSION, 8 not gated; tails tested on 3 cases: 0 TAIL`` (statuses in the
     terminal's order, the tail counts from ``report.tail_counts``)."""
     return verdict_counts(as_document(report))
 
 
-def _figure_png(fig: Any, dpi: int = PLOT_DPI) -> bytes:
+def _figure_png(fig: "Figure", dpi: int = PLOT_DPI) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
@@ -191,8 +194,8 @@ def page_body(doc: ReportDocument, figures: Optional[BaselineFigures], images: l
     return parts
 
 
-def html_page(report: "ReportDocument | Mapping[str, Any]",
-              baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *, title: Optional[str] = None,
+def html_page(report: "ReportDocument | Mapping[str, object]",
+              baseline: "BaselineFigures | Mapping[str, object] | None" = None, *, title: Optional[str] = None,
               with_plots: bool = True) -> str:
     """The self-contained HTML page of ``report`` (a report document, or a JSON report's document), against
     ``baseline`` (a baseline file's figures or document, or None): see the module doc for what it holds.
@@ -230,8 +233,8 @@ def html_page(report: "ReportDocument | Mapping[str, Any]",
     return "\n".join(parts) + "\n"
 
 
-def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping[str, Any]",
-               baseline: "BaselineFigures | Mapping[str, Any] | None" = None, *, replace: bool = True,
+def write_html(path: "str | os.PathLike[str]", report: "ReportDocument | Mapping[str, object]",
+               baseline: "BaselineFigures | Mapping[str, object] | None" = None, *, replace: bool = True,
                **kw: Any) -> Path:
     """Write :func:`html_page` to ``path`` atomically (``atomic.write_atomic``: readers see the old page or
     the new one; ``replace=False``: never over an existing file); returns the path."""

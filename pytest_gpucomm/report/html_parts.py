@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from .document import ReportDocument, Row
 
@@ -42,7 +42,7 @@ class Image:
     data: bytes
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     """Escaped text for an element's content or an attribute (quotes too)."""
     return html.escape(str(value), quote=True)
 
@@ -53,7 +53,7 @@ def img(data: bytes, mime: str, alt: str, style: str = "") -> str:
     return f'<img src="data:{mime};base64,{b64}" alt="{esc(alt)}"{css}/>'
 
 
-def status_class(status: Any) -> str:
+def status_class(status: object) -> str:
     """The colour class of a status: "fail" (red) where it fails the test (``vocab.Status.failed``: FAIL,
     REGRESSION, TAIL, FLOOR, and NEW / NOT GATED under --gpu-baseline-strict), "pass" (green) for ok,
     floor-ok and improved, "info" (grey) for the rest (new, not gated, measured, a status not known)."""
@@ -288,7 +288,7 @@ def matrices_section(doc: ReportDocument, figures: Optional["BaselineFigures"]) 
     return out + ["</section>"]
 
 
-def curves_section(entries: Sequence[Mapping[str, Any]], compared: bool) -> list[str]:
+def curves_section(entries: Sequence[Mapping[str, object]], compared: bool) -> list[str]:
     """A row per sweep (``terminal.curve_cells``): what is known of its curve, and against the baseline's
     where there is one (``compared``: the page has a baseline, so a sweep it lacks says so)."""
     from .terminal import curve_cells

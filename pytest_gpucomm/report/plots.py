@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 
@@ -64,14 +64,18 @@ from ..units import GB, describe_duration, format_size, plural
 from .document import ReportDocument, Row, as_document
 
 if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
+
+    from ..sketches import Histogram, TailSketch
 
     from ..analysis.curve_fit import CrossingSize
 
 #: what the views take as the report: its document, or a JSON report's
-ReportLike = Union[ReportDocument, Mapping[str, Any]]
+ReportLike = Union[ReportDocument, Mapping[str, object]]
 #: ... and as the baseline: its figures, a baseline file's document, or None
-BaselineLike = Union[BaselineFigures, Mapping[str, Any], None]
+BaselineLike = Union[BaselineFigures, Mapping[str, object], None]
 
 __all__ = [
     "PlotsUnavailable",
@@ -102,7 +106,12 @@ _TODAY, _BASE, _MARK = "tab:blue", "tab:orange", "tab:red"
 #: the text properties of every text drawn from data (a test id, a device, the fingerprint's model or host, a
 #: baseline's name): drawn as it is, never as mathtext or TeX -- a ``$x^$`` in a host name would otherwise fail
 #: the figure, and a ``$x^2$`` be drawn as a formula (matplotlib >= 3.5: ``Text.set_parse_math``)
-_LITERAL: dict[str, Any] = {"parse_math": False, "usetex": False}
+class _Literal(TypedDict):
+    parse_math: bool
+    usetex: bool
+
+
+_LITERAL: _Literal = {"parse_math": False, "usetex": False}
 
 
 class PlotsUnavailable(ImportError):
@@ -194,7 +203,7 @@ def _slug(text: str) -> str:
     return (s or "figure")[:120]
 
 
-def _size_axis(ax: Any, sizes: Sequence[int]) -> None:
+def _size_axis(ax: "Axes", sizes: Sequence[int]) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator
 
     ax.set_xscale("log", base=2)
@@ -206,7 +215,7 @@ def _size_axis(ax: Any, sizes: Sequence[int]) -> None:
     ax.set_xticklabels([format_size(s) for s in ticks], rotation=45, ha="right", fontsize=8)
 
 
-def _plain_log_labels(axis: Any) -> None:
+def _plain_log_labels(axis: "Axis") -> None:
     """Plain numbers on a log axis ("1.25", "100"), not "1.25 x 10^0": a latency axis often spans less
     than a decade, where matplotlib labels the minor ticks in scientific notation."""
     from matplotlib.ticker import LogFormatter
@@ -266,7 +275,7 @@ def latency_figure_label(test: str, op: str) -> str:
     return f"latency-{_slug(test or op)}"
 
 
-def _draw_sweep(ax: Any, sweep: Sweep, crossings: Sequence["CrossingSize"], base: Optional[Sweep],
+def _draw_sweep(ax: "Axes", sweep: Sweep, crossings: Sequence["CrossingSize"], base: Optional[Sweep],
                 marks: list[tuple[int, float, str]]) -> None:
     """Today's curve (its crossings as the document's curves section has them) against the baseline's."""
     x = np.array(sweep.sizes, dtype=float)
@@ -298,7 +307,7 @@ def _draw_sweep(ax: Any, sweep: Sweep, crossings: Sequence["CrossingSize"], base
     ax.legend(fontsize=7, loc="upper left")
 
 
-def _draw_crossings(ax: Any, crossings: Sequence["CrossingSize"], color: str, who: str, gid_prefix: str) -> None:
+def _draw_crossings(ax: "Axes", crossings: Sequence["CrossingSize"], color: str, who: str, gid_prefix: str) -> None:
     notes: dict[str, list[str]] = {}
     for share in (0.8, 0.9):
         c = next(c for c in crossings if abs(c.share - share) < 1e-9)
@@ -316,7 +325,7 @@ def _draw_crossings(ax: Any, crossings: Sequence["CrossingSize"], color: str, wh
                 color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
-def _draw_ratio(ax: Any, sweep: Sweep, base: Sweep, tolerance: object) -> None:
+def _draw_ratio(ax: "Axes", sweep: Sweep, base: Sweep, tolerance: object) -> None:
     bmap = {p.size_bytes: p.gbps for p in base.points}
     common = [p for p in sweep.points if p.size_bytes in bmap]
     x = [p.size_bytes for p in common]
@@ -411,7 +420,7 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
 # -- small messages ------------------------------------------------------------------------------------
 
 
-def _exceedance_of_hist(hist: Any) -> tuple[np.ndarray, np.ndarray]:
+def _exceedance_of_hist(hist: "Histogram") -> tuple[np.ndarray, np.ndarray]:
     """Per bin (ascending): its geometric middle (s) and the share of ops in it or above."""
     from ..sketches import BIN_RATIO
 
@@ -428,7 +437,7 @@ def _exceedance_of_samples(samples_s: Sequence[float]) -> tuple[np.ndarray, np.n
     return t, (n - np.arange(n)) / n
 
 
-def _sketch_points(sketch: Any) -> tuple[np.ndarray, np.ndarray]:
+def _sketch_points(sketch: "TailSketch") -> tuple[np.ndarray, np.ndarray]:
     """A run's tail sketch as (time, share of ops at or above it): its median at 0.5, each kept level q at
     1 - q, its slowest op at 1 / n."""
     pts = [(sketch.p50_s, 0.5)] + [(sketch.p50_s * r, 1.0 - q) for q, r in sorted(sketch.ratios.items())]

@@ -370,7 +370,7 @@ def junit_properties(items: Iterable["Row | Record"], gated: bool) -> list[tuple
     return props
 
 
-def json_document(records: Iterable["Row | Record"], *, settings: Optional[Mapping[str, Any]],
+def json_document(records: Iterable["Row | Record"], *, settings: Optional[Mapping[str, object]],
                   fingerprint: Optional[Mapping[str, Any]],
                   extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """The JSON report of ``records`` (:meth:`ReportDocument.of_run`, :meth:`~ReportDocument.to_json`), with

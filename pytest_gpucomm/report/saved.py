@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..measurement import Measurement
     from ..analysis.baseline_figures import BaselineFigures
     from .document import ReportDocument
+    from ..gate.cases import CaseRecord
 
 # the ``format`` and the ``version`` of the JSON report written today; every earlier version is upgraded on read
 from ..files.formats import REPORT_FORMAT, REPORT_VERSION, upgrade_report
@@ -297,7 +298,7 @@ def report_as_baseline(report: "ReportDocument", name: str, where: str = "") -> 
     date = report.date
     fingerprint = dict(report.fingerprint or {})
     doc = new_document(name)
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, CaseRecord]] = []
     zero = 0
     for test_id, m in rows:
         if not (math.isfinite(m.gbps) and m.gbps > 0):

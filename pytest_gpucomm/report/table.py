@@ -16,7 +16,7 @@ report has every figure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..units import format_size
 from .document import Row, rows_of
@@ -100,7 +100,7 @@ def sweep_groups(items: Iterable["Row"]) -> list[list[Row]]:
     appears, each by size (rows of one size in their order)."""
     from ..analysis.sweeps import sweep_key
 
-    groups: dict[tuple[Any, ...], list[Row]] = {}
+    groups: dict[tuple[object, ...], list[Row]] = {}
     for r in rows_of(items):
         groups.setdefault(sweep_key(r.test, r.measurement), []).append(r)
     return [sorted(g, key=lambda r: r.measurement.size_bytes) for g in groups.values()]
@@ -154,7 +154,7 @@ def compact_table(items: Iterable["Row"], width: int) -> list[str]:
 
 
 def full_table(items: Iterable["Row"], extra_headers: Optional[list[str]] = None,
-               extra: Optional[list[list[Any]]] = None) -> list[str]:
+               extra: Optional[list[list[object]]] = None) -> list[str]:
     """The full table (``run.render_table``: every column, each row with its test id), its rows in the
     order of :func:`sweep_groups`."""
     from .run import GATE_HEADERS, gate_columns, render_table

@@ -44,7 +44,7 @@ def matrix_section(doc: ReportDocument, baseline: Optional["BaselineFigures"] = 
     return [out for line in lines for out in (fit([line], width) if not line.startswith("    ") else [line])]
 
 
-def curve_entries(doc: ReportDocument, baseline: Optional["BaselineFigures"] = None) -> Sequence[Mapping[str, Any]]:
+def curve_entries(doc: ReportDocument, baseline: Optional["BaselineFigures"] = None) -> Sequence[Mapping[str, object]]:
     """The curves section's entries (``curves.curve_report``): against ``baseline`` when given, else the
     document's own (or computed from its rows, for a report written before it had the section)."""
     from ..analysis.curves import curve_report
@@ -64,7 +64,7 @@ def _number(value: Any) -> Optional[float]:
     return x if math.isfinite(x) and x > 0 else None
 
 
-def _size(value: Any) -> str:
+def _size(value: object) -> str:
     x = _number(value)
     return format_size(int(x)) if x is not None else ""
 
@@ -97,7 +97,7 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
         cells["fit"] = f"bandwidth {fmt_gbps(bw)} GB/s"
     c = entry.get("comparison")
     if isinstance(c, Mapping) and c:
-        listed: list[Any] = c["ratios"] if isinstance(c.get("ratios"), list) else []
+        listed: list[object] = c["ratios"] if isinstance(c.get("ratios"), list) else []
         ratios = [(_number(r[0]), _number(r[1])) for r in listed if isinstance(r, list) and len(r) == 2]
         known = [(s, r) for s, r in ratios if s is not None and r is not None]
         parts = [f"{name} {x:.2f}x" for name, x in (("peak", _number(c.get("peak_ratio"))),
@@ -109,7 +109,7 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
     return cells
 
 
-def curve_line(entry: Mapping[str, Any]) -> str:
+def curve_line(entry: Mapping[str, object]) -> str:
     """One sweep's curve in one line: ``copy, cuda:0->cuda:1: floor 2.4 us, peak 395.9 GB/s at 1 GiB, 90% at 14
     MB, fit 2.36 us + size / 392.5 GB/s; vs baseline: peak 0.99x, floor 1.01x, worst 4 KiB 0.97x`` (the floor
     is at the sweep's smallest size: the heading says so)."""
@@ -129,7 +129,7 @@ def curve_section(doc: ReportDocument, baseline: Optional["BaselineFigures"] = N
     return curve_lines(curve_entries(doc, baseline), limit=limit, width=width)
 
 
-def curve_lines(entries: Sequence[Mapping[str, Any]], *, limit: Optional[int] = None,
+def curve_lines(entries: Sequence[Mapping[str, object]], *, limit: Optional[int] = None,
                 width: int = DEFAULT_WIDTH) -> list[str]:
     """The curves section of ``entries``: a heading, then a line per sweep (:func:`curve_line`, wrapped to
     ``width``), at most ``limit`` sweeps (the rest counted); [] where there is no sweep."""

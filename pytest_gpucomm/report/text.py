@@ -20,7 +20,7 @@ import re
 import shutil
 import sys
 import textwrap
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 __all__ = ["DEFAULT_WIDTH", "MIN_WIDTH", "CONTINUATION", "clamp_width", "known_width", "command_width", "wrap",
            "fit", "fit_table"]
@@ -87,7 +87,7 @@ def fit(lines: Iterable[str], width: int) -> list[str]:
     return out
 
 
-def fit_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], width: int,
+def fit_table(rows: Sequence[Sequence[object]], headers: Sequence[str], width: int,
               leave_out: Sequence[str] = ()) -> list[str]:
     """tabulate's ``simple`` table of ``rows`` under ``headers``, at most ``width`` wide where it can be: the
     columns named in ``leave_out`` are dropped until it fits -- first those with nothing in them (every cell

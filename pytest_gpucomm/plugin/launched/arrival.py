@@ -260,7 +260,7 @@ def wait_for_all(store: Any, m: Meeting, deadline: float, started: Optional[floa
     raise _broken(message, summary, list(gone) or missing, m)
 
 
-def linger(store: Any, m: Meeting, deadline: float, say: Optional[Callable[[str], None]] = None) -> None:
+def linger(store: object, m: Meeting, deadline: float, say: Optional[Callable[[str], None]] = None) -> None:
     """Where this rank serves the store: stay until every rank has come and read what it needs (``seen``), or
     ``deadline``; ``say`` is told
     once, with a line for the user, when that takes more than :data:`SAY_AFTER_S`."""

@@ -77,7 +77,7 @@ def absent(store: Any, keys: Sequence[str]) -> list[int]:
     return search(0, len(keys))
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -120,7 +120,8 @@ class PeerWatch:
     """A daemon thread that looks, every :data:`POLL_S`, at the processes of the other ranks on this machine
     (``idents``: every rank's :func:`ident`), and announces a rank whose process is gone."""
 
-    def __init__(self, rank: int, idents: Sequence[tuple[str, int, Optional[int]]], store: Callable[[], Any]) -> None:
+    def __init__(self, rank: int, idents: Sequence[tuple[str, int, Optional[int]]],
+                 store: Callable[[], object]) -> None:
         me = idents[rank][0] if rank < len(idents) else ""
         self.peers = {r: (pid, start) for r, (machine, pid, start) in enumerate(idents)
                       if r != rank and me and machine == me and start is not None}

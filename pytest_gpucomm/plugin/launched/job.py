@@ -70,7 +70,7 @@ class LaunchedSession:
         self.timeout_s = timeout_s
         self.backend = ""
         self.channel = JobExchange(launch, timeout_s)
-        self.nodes: dict[int, tuple[str, dict[str, Any]]] = {}
+        self.nodes: dict[int, tuple[str, dict[str, object]]] = {}
         self._executor: Optional["InProcessExecutor"] = None
         self._started = False
         self._owns_default = False
@@ -161,7 +161,7 @@ class LaunchedSession:
         else:
             self.backend, channel.device = "gloo", "cpu"
 
-    def _group_kwargs(self, dist: Any, join_s: float, timeout: datetime.timedelta) -> dict[str, Any]:
+    def _group_kwargs(self, dist: Any, join_s: float, timeout: datetime.timedelta) -> dict[str, object]:
         """``init_process_group``'s arguments: where this job meets (the rendezvous' store, where the ranks
         meet first, else the launcher's ``env://`` or ``tcp://``)."""
         la = self.launch
@@ -169,7 +169,7 @@ class LaunchedSession:
         # once, instead of the others waiting out the join's timeout inside init_process_group
         self._arrived = True  # from here this rank's end is not a departure it announces itself
         arrived()  # its supervising parent still does, should it die before it joined
-        kwargs: dict[str, Any] = dict(backend=self.backend, rank=la.rank, world_size=la.world_size, timeout=timeout)
+        kwargs: dict[str, object] = dict(backend=self.backend, rank=la.rank, world_size=la.world_size, timeout=timeout)
         if self.meets:
             started = time.monotonic()
             meeting = self.meeting()
@@ -209,7 +209,7 @@ class LaunchedSession:
         if getattr(raw, "host", None) and getattr(raw, "port", None):
             joined(raw.host, int(raw.port), namespace, la.rank, la.world_size)
 
-    def join(self, fingerprint: Callable[[], dict[str, Any]]) -> dict[int, tuple[str, dict[str, Any]]]:
+    def join(self, fingerprint: Callable[[], dict[str, object]]) -> dict[int, tuple[str, dict[str, object]]]:
         """Read every node's fingerprint into :attr:`nodes` (node -> (host, fingerprint)) and return them, each
         read by the node's local rank 0 (``fingerprint()`` is called on those ranks only)."""
         la = self.launch
@@ -284,7 +284,7 @@ class LaunchedSession:
             import torch.distributed as dist
 
             groups = self.layout(info).groups(kind)
-            kwargs: dict[str, Any] = dict(backend=self.backend, timeout=datetime.timedelta(seconds=self.timeout_s))
+            kwargs: dict[str, object] = dict(backend=self.backend, timeout=datetime.timedelta(seconds=self.timeout_s))
             if self.backend != "gloo":
                 kwargs["device_id"] = torch.device(self.channel.device)
             mine = None
@@ -380,7 +380,7 @@ class JobNode:
 
     node: int
     host: str
-    fingerprint: dict[str, Any]
+    fingerprint: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -398,7 +398,7 @@ class LaunchShape:
     nodes: list[JobNode]
     node_differences: list[str]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As the JSON report holds it."""
         return asdict(self)
 

@@ -15,7 +15,7 @@ write to their rank logs (:mod:`.logs`).
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from typing import TYPE_CHECKING, Callable, Generator
 
 import pytest
 
@@ -205,7 +205,8 @@ class LaunchedMode:
                                              nodes={str(n): fp for n, (_, fp) in nodes.items()})
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, object, object]:
         """Each phase's outcome is the job's (a failure or a skip on one rank is every rank's): where this
         rank's outcome of a test becomes the job's (:func:`.agreement.agree_on_outcome`)."""
         report = yield
