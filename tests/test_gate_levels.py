@@ -205,3 +205,40 @@ def test_a_one_session_residual_takes_its_session_part_from_the_prior_else_is_ne
     floored = _pseudo("case", "x", ["k"], math.log(0.85), fitted, session=(0.003 ** 2, math.inf),
                       floor=0.15 ** 2, **kw)
     assert floored.status != "regression" and floored.sd >= 0.15
+
+
+def test_a_band_less_slow_than_its_collapsed_class_is_not_called_improved_and_says_why():
+    """Issue 45, item 4: every copy 40 % slower but one op's 20 %; its residual against the other cases (themselves
+    40 % slower) read "improved" while the op was 20 % slower than its baseline.  The reference collapsed: the
+    residual is not used, and the verdict says so."""
+    rng = np.random.default_rng(7)
+    runs, sessions = _baseline(rng, class_sd=0.002)
+    centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
+    fit = fit_levels(runs, centers, MEMBERS, sessions)
+    today = _today(rng, centers, lambda k: 0.20 if "all_gather" in k else 0.40, class_sd=0.002)
+    lv = judge_run(today, fit, {k: 1e-4 for k in centers})
+    assert lv.classes[0].failed  # the class offset judges such a run
+    gather = [v for v in lv.bands + lv.cases if any("all_gather" in k for k in v.keys)]
+    assert gather and all(v.status == "not judged" for v in gather)
+    assert all("its reference, the other cases of its class, is 40." in v.why and "slower itself" in v.why
+               and "a residual against it is not used" in v.why for v in gather)
+    assert not any(v.status == "improved" for v in lv.bands + lv.cases)
+
+
+def test_no_level_verdict_reads_improved_for_a_case_slower_than_its_baseline_beyond_the_tolerance():
+    """Issue 45, item 4, over a grid of class and band drops (and gains): a band or case whose own cases are
+    below 1 - tolerance of their baseline is never "improved"."""
+    rng = np.random.default_rng(8)
+    runs, sessions = _baseline(rng, class_sd=0.002)
+    centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
+    fit = fit_levels(runs, centers, MEMBERS, sessions)
+    seen = 0
+    for class_drop in (-0.2, 0.0, 0.06, 0.1, 0.3, 0.6):
+        for band_drop in (-0.3, 0.0, 0.06, 0.2, 0.5):
+            today = _today(rng, centers, lambda k: band_drop if "broadcast" in k else class_drop, class_sd=0.002)
+            lv = judge_run(today, fit, {k: 1e-4 for k in centers})
+            for v in lv.bands + lv.cases:
+                if v.status == "improved":
+                    seen += 1
+                    assert all(math.exp(today[k]) >= 1 - v.tolerance for k in v.keys), v.text()
+    assert seen  # the grid does reach "improved" verdicts (a band faster than an unchanged class)

@@ -137,6 +137,9 @@ All statistics work on log bandwidth, so a shift is a ratio.
      assumed; a class offset's session part is assumed.  What is assumed is never "ok", and fails only on
      cases of two fresh runs of today (step 5a).  A case's residual, and a band's (its cases' weighed as its
      mean), is never judged tighter than its runs of today show (step 3a).
+   * Where a band's or a case's reference (the offset of the other cases of its class) is itself below 1 -
+     tolerance, its residual is not used: "not judged", saying so (it would call a case slower than its
+     baseline "faster than its class"); the class offset and the cases' own verdicts judge such a run.
    The tolerance applies at each level to what that level measures: a class offset beyond it (every case of
    the class slower), a band or a case slower than its class by more than it.  A drop that a class shares
    is judged once, by the class's test, not by each of its cases.  "Gated" at a level: a drop of twice the

@@ -460,6 +460,21 @@ def _pseudo(level: str, name: str, keys: Sequence[str], x: float, fitted: Option
                    alpha=alpha, assumed=assumed, runs=runs)
 
 
+def _collapsed_reference(level: str, name: str, keys: Sequence[str], x: float, reference: float,
+                         tolerance: float, alpha: float) -> Optional[LevelVerdict]:
+    """A band's or case's residual is its change less its class's (``reference``: the log offset of the other
+    cases of its class, against which it is taken).  Where that reference has itself dropped beyond the
+    tolerance, the residual would call a case that is slower than its baseline "faster than its class": it
+    is not used, and the verdict says why (the class offset and the cases' own verdicts judge such a run)."""
+    ratio = math.exp(reference)
+    if ratio >= 1.0 - tolerance:
+        return None
+    why = (f"its reference, the other cases of its class, is {1.0 - ratio:.1%} slower itself (beyond the "
+           f"{tolerance:.0%} tolerance): a residual against it is not used")
+    return LevelVerdict(level, name, tuple(keys), "not judged", math.exp(x), math.nan, math.nan, alpha, math.nan,
+                        math.nan, math.nan, math.nan, tolerance, why=why)
+
+
 def _class_verdict(name: str, keys: Sequence[str], offset: float, common: Optional[Common], case_var: float, *,
                    tolerance: float, alpha: float, runs: int = 2) -> LevelVerdict:
     """A class's offset against the spread of the baseline runs' offsets (decision step 6, per class)."""
@@ -514,6 +529,7 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
                               alpha=a_class, runs=int(np.median([fresh[k] for k in ks])))
                for c, ks in sorted(by_class.items())]
     judged_bands = {b: ks for b, ks in by_band.items() if len(ks) >= MIN_BAND_CASES and b in fit.bands}
+    a_band = alpha * shares["band"] / max(1, len(judged_bands))
     band_vs = []
     for b, ks in by_band.items():
         if len(ks) < MIN_BAND_CASES:
@@ -522,18 +538,25 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
         name = f"{mem.band_name}, {_size_range(fit.members[k].size_bytes for k in ks)}"
         w = [fit.weights.get(k, 1.0) for k in ks]
         band_floor = sum(wi * wi * floors.get(k, 0.0) for wi, k in zip(w, ks)) / sum(w) ** 2 if sum(w) > 0 else 0.0
-        band_vs.append(_pseudo("band", name, ks, bands[b][0], fit.bands.get(b), tolerance=tolerance,
-                               alpha=alpha * shares["band"] / max(1, len(judged_bands)),
+        collapsed = _collapsed_reference("band", name, ks, bands[b][0], dev[ks[0]] - res[ks[0]], tolerance, a_band)
+        if collapsed is not None:
+            band_vs.append(collapsed)
+            continue
+        band_vs.append(_pseudo("band", name, ks, bands[b][0], fit.bands.get(b), tolerance=tolerance, alpha=a_band,
                                k=min(folds.get(k, 1) for k in ks), within=fit.within.get(mem.klass, 0.0),
                                session=fit.sessions.get(mem.klass), floor=band_floor,
                                runs=min(fresh[k] for k in ks)))
     judged_cases = [k for k in dev if k in fit.cases]
+    a_case = alpha * shares["residual"] / max(1, len(judged_cases))
     cases = []
     for k in dev:
         mem = fit.members[k]
-        cases.append(_pseudo("case", f"{mem.band_name}, {format_size(mem.size_bytes)}", [k], res[k],
-                             fit.cases.get(k), tolerance=tolerance,
-                             alpha=alpha * shares["residual"] / max(1, len(judged_cases)),
+        name = f"{mem.band_name}, {format_size(mem.size_bytes)}"
+        collapsed = _collapsed_reference("case", name, [k], res[k], dev[k] - res[k], tolerance, a_case)
+        if collapsed is not None:
+            cases.append(collapsed)
+            continue
+        cases.append(_pseudo("case", name, [k], res[k], fit.cases.get(k), tolerance=tolerance, alpha=a_case,
                              k=folds.get(k, 1), within=fit.within.get(mem.klass, 0.0),
                              session=fit.sessions.get(mem.klass), floor=floors.get(k, 0.0), runs=fresh[k]))
     return RunLevels(classes=classes, bands=band_vs, cases=cases, alpha=alpha, shares=shares)
