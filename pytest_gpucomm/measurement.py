@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypedDict, cast
 
 from . import summary as _summary
 from .summary import Summary
-from .units import GB, describe_size
+from .units import GB, describe_size, format_gbps
 from .vocab import Status
 
 __all__ = ["Measurement", "MeasurementInfo", "RanksInfo", "TailInfo", "HistogramDict", "OverlapInfo", "Record",
@@ -278,7 +278,7 @@ class Measurement:
     def describe(self) -> str:
         return (
             f"{self.op} on {self.where}, size {describe_size(self.size_bytes)}: "
-            f"{self.gbps:.2f} GB/s median over {self.n} samples (CV {self.cv * 100:.1f}%)"
+            f"{format_gbps(self.gbps)} GB/s median over {self.n} samples (CV {self.cv * 100:.1f}%)"
         )
 
     @classmethod

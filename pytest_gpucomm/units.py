@@ -180,6 +180,16 @@ def describe_size(nbytes: int) -> str:
     return f"{format_size(nbytes)} ({nbytes:,} bytes)"
 
 
+def format_gbps(x: float) -> str:
+    """A bandwidth figure with its significant digits at any scale: 329.4, 12.35, 0.0123 (three at the
+    least; ``.2f`` printed a copy of 4 MB/s as ``0.00``)."""
+    if x >= 100:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
 def gbps(nbytes: float, seconds: float) -> float:
     """Bandwidth in GB/s (1 GB = 1e9 bytes)."""
     if seconds <= 0:

@@ -235,7 +235,8 @@ def test_no_level_verdict_reads_improved_for_a_case_slower_than_its_baseline_bey
     seen = 0
     for class_drop in (-0.2, 0.0, 0.06, 0.1, 0.3, 0.6):
         for band_drop in (-0.3, 0.0, 0.06, 0.2, 0.5):
-            today = _today(rng, centers, lambda k: band_drop if "broadcast" in k else class_drop, class_sd=0.002)
+            today = _today(rng, centers, lambda k, b=band_drop, c=class_drop: b if "broadcast" in k else c,
+                           class_sd=0.002)
             lv = judge_run(today, fit, {k: 1e-4 for k in centers})
             for v in lv.bands + lv.cases:
                 if v.status == "improved":

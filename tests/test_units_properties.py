@@ -44,3 +44,19 @@ def test_non_string_sizes_are_accepted_whole_or_refused_with_a_size_error(value)
     except SizeError:
         return
     assert isinstance(n, int) and 1 <= n <= MAX_SIZE and n == value
+
+
+
+def test_a_bandwidth_figure_keeps_three_significant_digits_at_any_scale():
+    """Issue 45, item 1: a copy of 4 MB/s printed as ``0.00 GB/s`` beside its baseline's ``0.00``."""
+    from pytest_gpucomm.units import format_gbps
+
+    assert [format_gbps(x) for x in (0.004123, 0.0153, 0.5, 1.2, 12.345, 395.93)] == [
+        "0.00412", "0.0153", "0.5", "1.20", "12.35", "395.9"]
+
+
+@given(st.floats(min_value=1e-9, max_value=1e5))
+def test_a_printed_bandwidth_figure_reads_back_within_half_a_percent(x):
+    from pytest_gpucomm.units import format_gbps
+
+    assert abs(float(format_gbps(x)) - x) <= 0.005 * x

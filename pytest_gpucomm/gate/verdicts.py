@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..checks import Judging
-from ..units import describe_us, format_size, plural
+from ..units import describe_us, format_gbps, format_size, plural
 from ..vocab import DEFAULT_MAX_REMEASURES, Status
 
 if TYPE_CHECKING:
@@ -112,9 +112,9 @@ class Verdict:
 
 
 
-def _gbps(x: float) -> str:
-    """A figure of a verdict's first line: 1.20, 395.9, 0.0153 (three significant digits at the least)."""
-    return f"{x:.1f}" if x >= 100 else (f"{x:.2f}" if x >= 1 else f"{x:.3g}")
+def _figure(x: object) -> str:
+    """A re-measure's logged bandwidth (a number in the log) as every view prints one."""
+    return format_gbps(x) if isinstance(x, (int, float)) else str(x)
 
 
 def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: float) -> str:
@@ -514,11 +514,11 @@ class Gate:
                              "folds": 1 + len(fold_log), "fold_runs": fold_log})
         pooled: list[str] = []
         if fold_log:
-            pooled.append(f"measured in {1 + len(fold_log)} process groups: {first.gbps:.2f}, "
-                          + ", ".join(f"{a['median_gbps']:.2f}" for a in fold_log) + " GB/s")
+            pooled.append(f"measured in {1 + len(fold_log)} process groups: {format_gbps(first.gbps)}, "
+                          + ", ".join(format_gbps(a['median_gbps']) for a in fold_log) + " GB/s")
         if again.log:
-            how = "; ".join(f"{a['median_gbps']:.2f} GB/s {a['how']}" for a in again.log)
-            pooled.append(f"first run {first.gbps:.2f} GB/s, measured again: {how}")
+            how = "; ".join(f"{_figure(a['median_gbps'])} GB/s {a['how']}" for a in again.log)
+            pooled.append(f"first run {format_gbps(first.gbps)} GB/s, measured again: {how}")
         below = self._median_message(v, c, m, first, again.ms, pooled)
         return v, pooled, below
 
@@ -541,8 +541,8 @@ class Gate:
         below += [f"  {line}" for line in state]
         if v.status is Status.REGRESSION:
             v.message = "\n".join([
-                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, {_gbps(c.current_median_gbps)} vs "
-                f"{_gbps(c.baseline_median_gbps)} GB/s",
+                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, {format_gbps(c.current_median_gbps)} vs "
+                f"{format_gbps(c.baseline_median_gbps)} GB/s",
                 f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {reason}", *below])
         elif v.status is Status.NOT_GATED_STRICT:
             v.message = "\n".join([f"NOT GATED (--gpu-baseline-strict): {self._what(m)}: catches only drops of "

@@ -76,7 +76,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 from ..measurement import Measurement, MeasurementInfo, OverlapInfo
-from ..units import describe_duration, format_size
+from ..units import describe_duration, format_gbps, format_size
 from ..vocab import DEFAULT_MAX_SAMPLES, DEFAULT_MIN_TIME_S
 from .collective_results import BenchResult, WrongResult, ranks_clocks, ranks_info, tail_info
 from .model_shapes import MODELS, ModelShape
@@ -615,7 +615,7 @@ def to_measurement(results: Sequence[BenchResult], p: PatternPlan, *, backend: s
     info["step_comm_s"] = step_s
     info["step_label"] = label
     info["step"] = (f"{label}: {describe_duration(step_s, fixed=True)} per training step, {each}; "
-                    f"busbw {m.busbw_gbps:.2f} GB/s")
+                    f"busbw {format_gbps(m.busbw_gbps)} GB/s")
     figures = getattr(first, "overlap", None)
     if p.pattern == OVERLAP and figures:
         ov: dict[str, Any] = dict(figures)

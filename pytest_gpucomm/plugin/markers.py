@@ -22,7 +22,7 @@ import pytest
 
 from .. import checks
 from ..checks import CheckError, Origin
-from ..units import SizeError, describe_size, parse_size, size_token
+from ..units import SizeError, describe_size, format_gbps, parse_size, size_token
 from ..vocab import (
     DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TOLERANCE,
@@ -363,11 +363,11 @@ def check_thresholds(marks: Marks, records: "list[Record]") -> list[str]:
         label = "busbw" if m.kind == "collective" else "algbw"
         if bw is not None and bw.min_gbps is not None:
             ok = m.gbps >= bw.min_gbps
-            r.checks.append(f"bandwidth >= {bw.min_gbps:g} GB/s: {'ok' if ok else 'FAIL'} ({m.gbps:.2f} GB/s)")
+            r.checks.append(f"bandwidth >= {bw.min_gbps:g} GB/s: {'ok' if ok else 'FAIL'} ({format_gbps(m.gbps)} GB/s)")
             if not ok:
                 failed = True
                 failures.append(
-                    f"bandwidth below threshold: {what}: measured {m.gbps:.2f} GB/s ({label}, median of {m.n} "
+                    f"bandwidth below threshold: {what}: measured {format_gbps(m.gbps)} GB/s ({label}, median of {m.n} "
                     f"samples), required >= {bw.min_gbps:g} GB/s"
                 )
         if lat is not None and lat.max_us is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement, Record
-from ..units import format_size, plural
+from ..units import format_gbps, format_size, plural
 from ..vocab import Status
 from .document import ReportDocument, Row, RowVerdict, rows_of
 from .text import DEFAULT_WIDTH, fit
@@ -58,13 +58,8 @@ def _short(nodeid: str) -> str:
     return nodeid.split("::", 1)[-1] if "::" in nodeid else nodeid
 
 
-def fmt_gbps(x: float) -> str:
-    """Enough digits to compare small figures too: 329.4, 12.35, 0.0123."""
-    if x >= 100:
-        return f"{x:.1f}"
-    if x >= 1:
-        return f"{x:.2f}"
-    return f"{x:.3g}"
+#: a bandwidth figure as every view prints it (units.format_gbps)
+fmt_gbps = format_gbps
 
 
 def fmt_us(x: float) -> str:
