@@ -24,7 +24,7 @@ from simulated_copies import CONFTEST, FAST, SLOW_CASE, SLOWER, TEST_FILE
 from pytest_gpucomm.report.terminal import CURVES_HEADING, curve_line
 from pytest_gpucomm.units import format_size
 from pytest_gpucomm.report.plots import EXTRA
-from pytest_gpucomm.report.run import fmt_gbps
+from pytest_gpucomm.units import format_gbps
 
 # pytester's in-process runs drop the modules imported during a run, and matplotlib's compiled parts cannot
 # be imported a second time in one process: import it before any run (as conftest.py does for torch)
@@ -229,7 +229,7 @@ def test_under_v_each_line_shows_the_figure_the_ratio_and_the_verdict(sim, monke
     rows = json.loads((sim.path / "report.json").read_text())["rows"]
     got = live_lines(result)
     assert got == {r["test"]: ("FAILED" if r["status"] == "REGRESSION" else "PASSED",
-                               f"{fmt_gbps(r['gbps'])} GB/s {r['baseline']['ratio']:.2f}x {r['status']}")
+                               f"{format_gbps(r['gbps'])} GB/s {r['baseline']['ratio']:.2f}x {r['status']}")
                    for r in rows}
     assert got[f"test_sim.py::test_copy[{SLOW_CASE}]"][1].endswith("REGRESSION")
 
@@ -237,7 +237,7 @@ def test_under_v_each_line_shows_the_figure_the_ratio_and_the_verdict(sim, monke
 def test_under_v_without_a_baseline_the_line_shows_the_figure_only_and_without_v_nothing(sim):
     result = run(sim, "-v", "--gpucomm-json=report.json")
     rows = json.loads((sim.path / "report.json").read_text())["rows"]
-    assert live_lines(result) == {r["test"]: ("PASSED", f"{fmt_gbps(r['gbps'])} GB/s") for r in rows}
+    assert live_lines(result) == {r["test"]: ("PASSED", f"{format_gbps(r['gbps'])} GB/s") for r in rows}
     quiet = run(sim)
     assert quiet.ret == 0 and not live_lines(quiet)
     assert not any(" GB/s" in line for line in quiet.outlines if line.startswith("test_sim.py"))

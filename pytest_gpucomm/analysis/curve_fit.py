@@ -77,7 +77,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..units import GB, describe_duration, describe_size, size_token
+from ..units import GB, describe_duration, describe_size, format_gbps, size_token
 from .sweeps import Sweep
 
 __all__ = ["CrossingSize", "LatencyBandwidthFit", "CurveModel", "curve_model", "fit_latency_bandwidth",
@@ -102,10 +102,6 @@ MAX_RESIDUAL = 0.15
 
 def percent(x: float, digits: int = 0) -> str:
     return f"{x * 100:.{digits}f} %"
-
-
-def _fmt_gbps(x: float) -> str:
-    return f"{x:.1f}" if x >= 100 else (f"{x:.2f}" if x >= 1 else f"{x:.3g}")
 
 
 def _round3(x: float) -> int:
@@ -169,7 +165,7 @@ class LatencyBandwidthFit:
                 return f"latency-bandwidth model: cannot tell ({self.reason}; R^2 {self.r2_log:.4f} in log time)"
             return f"latency-bandwidth model: cannot tell ({self.reason}; {quality})"
         lat = describe_duration(self.latency_s) if self.latency_s is not None else "?"
-        bw = f"{_fmt_gbps(self.bandwidth_gbps)} GB/s" if self.bandwidth_gbps is not None else "?"
+        bw = f"{format_gbps(self.bandwidth_gbps)} GB/s" if self.bandwidth_gbps is not None else "?"
         half = f", n_half {describe_size(self.n_half_bytes)}" if self.n_half_bytes else ""
         why = f"; {self.reason}" if self.reason else ""
         return f"latency-bandwidth model: latency {lat}, bandwidth {bw}{half} ({quality}{why})"
@@ -274,7 +270,7 @@ class CurveModel:
 
     def text(self) -> str:
         """The curve in two lines: the measured figures, then the model."""
-        peak = f"peak {_fmt_gbps(self.peak_gbps)} GB/s {self.sweep.figure} at {describe_size(self.peak_size)}"
+        peak = f"peak {format_gbps(self.peak_gbps)} GB/s {self.sweep.figure} at {describe_size(self.peak_size)}"
         if self.still_rising and self.last_rise is not None:
             peak += f", the largest size, still rising (+{percent(self.last_rise)} over the size before)"
             shares = (", ".join(percent(c.share) for c in self.crossings)

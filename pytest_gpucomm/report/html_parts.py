@@ -176,17 +176,17 @@ def failing_cases(doc: ReportDocument, images: Sequence[Image], shown: set[str],
 def _baseline_cells(doc: ReportDocument, row: Row, figures: Optional["BaselineFigures"]) -> tuple[str, str]:
     """The row's baseline figure and ratio: against ``figures`` where the page is compared with a baseline
     file (``*``: its published floor), else the figure the run's verdict was judged against."""
-    from .run import fmt_gbps
+    from ..units import format_gbps
 
     m = row.measurement
     if figures is not None:
         base, floor = figures.cell(row.test, m.op, m.size_bytes, m.dtype, m.world_size, doc.layout)
         if not base:
             return "-", "-"
-        return fmt_gbps(base) + ("*" if floor else ""), f"{m.gbps / base:.3f}"
+        return format_gbps(base) + ("*" if floor else ""), f"{m.gbps / base:.3f}"
     base_gbps = row.verdict.baseline_gbps if row.verdict is not None else None
     ratio = row.verdict.ratio if row.verdict is not None else None
-    return (fmt_gbps(base_gbps) if base_gbps else "-"), (f"{ratio:.3f}" if ratio else "-")
+    return (format_gbps(base_gbps) if base_gbps else "-"), (f"{ratio:.3f}" if ratio else "-")
 
 
 #: a verdict longer than this is folded: its start shows, the whole message opens under it
@@ -210,7 +210,8 @@ def _verdict_cell(lines: Sequence[str]) -> str:
 def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> list[str]:
     """Every row, grouped by sweep (``table.sweep_groups``, a heading row per sweep), coloured by status."""
     from ..units import format_size
-    from .run import fmt_gbps, fmt_us, tail_cell
+    from ..units import format_gbps
+    from .run import fmt_us, tail_cell
     from .table import group_heading, short_test, sweep_groups
 
     against = (f"baseline GB/s and ratio: against {figures.name} (today / its figure; *: a published floor); the "
@@ -228,8 +229,8 @@ def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> 
             lines = _message_lines(row)
             cells = [f'<td class="test" title="{esc(row.test)}">{esc(short_test(row.test))}</td>',
                      f'<td class="num" title="{esc(f"{m.size_bytes:,} bytes")}">{esc(format_size(m.size_bytes))}</td>',
-                     *(f'<td class="num">{esc(v)}</td>' for v in (fmt_gbps(m.gbps), fmt_us(m.p50_us), fmt_us(m.p99_us),
-                                                               tail_cell(m), base, ratio)),
+                     *(f'<td class="num">{esc(v)}</td>' for v in (format_gbps(m.gbps), fmt_us(m.p50_us),
+                                                               fmt_us(m.p99_us), tail_cell(m), base, ratio)),
                      f'<td class="status" title="{esc(chr(10).join(lines))}">{esc(status)}</td>', _verdict_cell(lines)]
             out.append(f'<tr class="status-{status_class(status)}" data-status="{esc(status)}">' + "".join(cells)
                        + "</tr>")

@@ -23,7 +23,7 @@ from .text import DEFAULT_WIDTH, fit
 if TYPE_CHECKING:
     from ..gate.levels import RunLevels
 
-__all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_gbps", "fmt_us", "table_rows",
+__all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_us", "table_rows",
            "render_table", "gate_columns", "table_lines", "tail_cell", "tail_counts", "counts_line",
            "sensitivity_lines", "level_lines", "Coverage", "coverage", "JUDGED", "straggler_lines", "live_text",
            "junit_properties", "apply_levels", "json_document"]
@@ -58,8 +58,6 @@ def _short(nodeid: str) -> str:
     return nodeid.split("::", 1)[-1] if "::" in nodeid else nodeid
 
 
-#: a bandwidth figure as every view prints it (units.format_gbps)
-fmt_gbps = format_gbps
 
 
 def fmt_us(x: float) -> str:
@@ -77,7 +75,7 @@ def table_rows(items: Iterable["Row | Record"]) -> list[list[Any]]:
     for r in rows_of(items):
         m = r.measurement
         out.append([_short(r.test), m.op, m.where, m.size_bytes, format_size(m.size_bytes),
-                    fmt_gbps(m.gbps) + ("*" if throttle_text(m.info) else ""),
+                    format_gbps(m.gbps) + ("*" if throttle_text(m.info) else ""),
                     fmt_us(m.p50_us), fmt_us(m.p99_us), f"{m.cv * 100:.1f}", m.n])
     return out
 
@@ -118,7 +116,7 @@ def gate_columns(items: Iterable["Row | Record"]) -> list[list[Any]]:
     for r in rows_of(items):
         base = r.verdict.baseline_gbps if r.verdict is not None else None
         ratio = r.verdict.ratio if r.verdict is not None else None
-        out.append([fmt_gbps(base) if base else "-", f"{ratio:.3f}" if ratio else "-", r.status])
+        out.append([format_gbps(base) if base else "-", f"{ratio:.3f}" if ratio else "-", r.status])
     return out
 
 
@@ -332,7 +330,7 @@ def live_text(items: Iterable["Row | Record"], gated: bool, limit: int = 2) -> s
     rows = rows_of(items)
     parts = []
     for r in rows[:limit]:
-        text = f"{fmt_gbps(r.measurement.gbps)} GB/s"
+        text = f"{format_gbps(r.measurement.gbps)} GB/s"
         ratio = r.verdict.ratio if r.verdict is not None else None
         if ratio:
             text += f" {ratio:.2f}x"

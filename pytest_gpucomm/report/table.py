@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from ..units import format_size
 from .document import Row, rows_of
-from .run import fmt_gbps, fmt_us, tail_cell
+from ..units import format_gbps
+from .run import fmt_us, tail_cell
 
 __all__ = ["COMPACT_COLUMNS", "DROP_ORDER", "sweep_groups", "group_heading", "compact_table", "full_table",
            "short_test"]
@@ -40,7 +41,7 @@ class _Column:
 
 def _base(r: Row) -> str:
     base = r.verdict.baseline_gbps if r.verdict is not None else None
-    return fmt_gbps(base) if base else "-"
+    return format_gbps(base) if base else "-"
 
 
 def _ratio(r: Row) -> str:
@@ -61,7 +62,7 @@ def _tail(r: Row) -> str:
 #: the compact table's columns, in their order
 COMPACT_COLUMNS: dict[str, _Column] = {
     "size": _Column("size", lambda r: format_size(r.measurement.size_bytes)),
-    "GB/s": _Column("GB/s", lambda r: fmt_gbps(r.measurement.gbps) + ("*" if _throttled(r) else "")),
+    "GB/s": _Column("GB/s", lambda r: format_gbps(r.measurement.gbps) + ("*" if _throttled(r) else "")),
     "p50 us": _Column("p50 us", lambda r: fmt_us(r.measurement.p50_us)),
     "p99 us": _Column("p99 us", lambda r: fmt_us(r.measurement.p99_us)),
     "CV%": _Column("CV%", lambda r: f"{r.measurement.cv * 100:.1f}"),

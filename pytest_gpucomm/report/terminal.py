@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..units import describe_duration, format_size
 from .document import ReportDocument
-from .run import CURVE_LIMIT, counts_line, fmt_gbps, level_lines, sensitivity_lines, straggler_lines, table_lines
+from ..units import format_gbps
+from .run import CURVE_LIMIT, counts_line, level_lines, sensitivity_lines, straggler_lines, table_lines
 from .text import DEFAULT_WIDTH, fit
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
     if floor is not None:
         cells["floor"] = " at ".join(filter(None, [describe_duration(floor), _size(model.get("latency_floor_size"))]))
     if peak is not None:
-        cells["peak"] = (" at ".join(filter(None, [f"{fmt_gbps(peak)} GB/s", _size(model.get("peak_size"))]))
+        cells["peak"] = (" at ".join(filter(None, [f"{format_gbps(peak)} GB/s", _size(model.get("peak_size"))]))
                          + (", still rising" if model.get("still_rising") is True else ""))
     crossings = model.get("crossings")
     for c in crossings if isinstance(crossings, list) else []:
@@ -90,11 +91,11 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
     fit_: Mapping[str, Any] = model["fit"] if isinstance(model.get("fit"), Mapping) else {}
     lat, bw = _number(fit_.get("latency_s")), _number(fit_.get("bandwidth_gbps"))
     if lat is not None and bw is not None:
-        cells["fit"] = f"{describe_duration(lat)} + size / {fmt_gbps(bw)} GB/s"
+        cells["fit"] = f"{describe_duration(lat)} + size / {format_gbps(bw)} GB/s"
     elif lat is not None:
         cells["fit"] = f"latency {describe_duration(lat)}"
     elif bw is not None:
-        cells["fit"] = f"bandwidth {fmt_gbps(bw)} GB/s"
+        cells["fit"] = f"bandwidth {format_gbps(bw)} GB/s"
     c = entry.get("comparison")
     if isinstance(c, Mapping) and c:
         listed: list[object] = c["ratios"] if isinstance(c.get("ratios"), list) else []
