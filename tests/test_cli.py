@@ -577,6 +577,27 @@ def test_two_single_reports_borrow_the_shipped_files_spreads_pass_an_a_a_and_fai
                                    r"prior of \d machines", text, re.M), text
 
 
+
+def test_a_one_run_ab_judges_its_class_offsets_on_the_borrowed_spreads_and_fails_a_10_percent_small_class_drop(
+        tmp_path):
+    """Issue 45 item 3: the class offsets of a one-run baseline borrow their spreads from the same file as its
+    cases (baselines/h200.json), so a 10 % drop of the host<->device copies up to 1 MiB alone fails there."""
+    before = H200_REPORTS / "h200_1gpu_boot1_run1_report.json"
+    doc = load(H200_REPORTS / "h200_1gpu_boot1_run2_report.json")
+    for row in doc["rows"]:
+        if row["size_bytes"] <= 1 << 20:
+            row["samples_s"] = [t / 0.9 for t in row["samples_s"]]
+    slow = write(tmp_path / "small.json", doc)
+    code, text = gpucomm("compare", before, slow, "--baseline-dir", SHIPPED, "--no-curves", "--json",
+                         tmp_path / "out.json")
+    assert code == 1, text
+    assert re.search(r"^gpucomm REGRESSION \(class offset\) host<->device copies <= 1 MiB: 9\.\d% slower", text,
+                     re.M), text
+    classes = {v["name"]: v for v in load(tmp_path / "out.json")["compared"]["levels"]["classes"]}
+    small, large = classes["host<->device copies <= 1 MiB"], classes["host<->device copies > 1 MiB"]
+    assert not small["assumed"] and small["status"] == "regression"
+    assert not large["assumed"] and large["status"] == "ok"
+
 # -- a fuzz over report documents: whatever is in the file, bad input exits 2 naming the file -------------
 
 _GARBAGE = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 70), 2 ** 70), st.floats(),

@@ -12,8 +12,13 @@ from pytest_gpucomm.gate.decision import Prior
 from pytest_gpucomm.gate.levels import (
     LEVEL_SHARES,
     MIN_CLASS_CASES,
+    SMALL_CLASS_WEIGHT,
+    Member,
     Residual,
+    borrowed_class_priors,
     case_class,
+    class_model,
+    common_of,
     fit_levels,
     judge_run,
     member,
@@ -243,3 +248,88 @@ def test_no_level_verdict_reads_improved_for_a_case_slower_than_its_baseline_bey
                     seen += 1
                     assert all(math.exp(today[k]) >= 1 - v.tolerance for k in v.keys), v.text()
     assert seen  # the grid does reach "improved" verdicts (a band faster than an unchanged class)
+
+
+# -- the class offsets: a prior across the classes of a size, folds, weights, borrowed spreads ----------------
+
+
+def _class_members(kind: str, n: int, size: int) -> dict[str, Member]:
+    out = {}
+    for i in range(n):
+        test = f"t.py::test_{kind}[{i}-{size_token(size)}]"
+        key = f"{test}|{kind}{i}|{size}B"
+        out[key] = member(key, test_id=test, op=f"{kind}{i}", kind=kind, size_bytes=size, dtype=None, world_size=1,
+                          devices=[f"d{i}"])
+    return out
+
+
+def test_a_small_class_of_few_sessions_borrows_the_degrees_of_freedom_of_its_sizes_other_classes():
+    rng = np.random.default_rng(5)
+    sessions = {f"r{r}": f"s{r // 3}" for r in range(9)}  # 3 sessions of 3 runs: 2 df of its own
+    members = {**_class_members("peer", 6, 4096), **_class_members("host", 6, 4096),
+               **MEMBERS}  # three small classes: copies between GPUs, host<->device copies, collectives
+    s_off = {k: {s: rng.normal(0, 0.01) for s in set(sessions.values())} for k in ("peer", "host", "coll")}
+    runs = {}
+    for key in members:
+        kind = "peer" if "peer" in key else "host" if "host" in key else "coll"
+        runs[key] = {r: s_off[kind][s] + rng.normal(0, 0.003) for r, s in sessions.items()}
+    centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
+    fit = fit_levels(runs, centers, members, sessions)
+    alone = fit_levels({k: v for k, v in runs.items() if "peer" in k}, centers,
+                       {k: m for k, m in members.items() if "peer" in k}, sessions)
+    klass = "copies between GPUs <= 1 MiB"
+    assert alone.class_models[klass][1].df == 0  # one class of its size: no prior
+    assert fit.class_models[klass][1].df > 0
+    assert fit.classes[klass].df > alone.classes[klass].df
+    # the prior never takes the spread below what the class's own runs show (decision step 3)
+    assert fit.classes[klass].sd >= alone.classes[klass].sd - 1e-12
+
+
+def test_a_class_measured_in_folds_is_judged_on_an_offset_spread_its_folds_divide():
+    rng = np.random.default_rng(3)
+    fit, centers = _fit(rng)
+    klass = "collectives <= 1 MiB"
+    model, prior = fit.class_models[klass]
+    assert common_of(model, prior, 2).sd < common_of(model, prior, 1).sd
+    dev = _today(rng, centers)
+    one = judge_run(dev, fit, {k: 1e-4 for k in dev})
+    two = judge_run(dev, fit, {k: 1e-4 for k in dev}, folds={k: 2 for k in dev})
+    assert two.classes[0].sd < one.classes[0].sd
+
+
+def test_a_small_class_offset_has_its_weight_of_the_class_share_of_alpha():
+    small, large = _class_members("host", 6, 4096), _class_members("host", 6, 64 << 20)
+    members = {**small, **large}
+    rng = np.random.default_rng(9)
+    sessions = {f"r{r}": f"s{r // 2}" for r in range(8)}
+    runs = {k: {r: rng.normal(0, 0.003) for r in sessions} for k in members}
+    centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
+    lv = judge_run({k: 0.0 for k in members}, fit_levels(runs, centers, members, sessions),
+                   {k: 1e-5 for k in members}, alpha=0.01)
+    by = {v.name: v for v in lv.classes}
+    a_small, a_large = by["host<->device copies <= 1 MiB"].alpha, by["host<->device copies > 1 MiB"].alpha
+    assert a_small == pytest.approx(SMALL_CLASS_WEIGHT * a_large)
+    assert a_small + a_large == pytest.approx(0.01 * LEVEL_SHARES["class"])  # the weights share the level's alpha
+
+
+def test_a_one_session_class_offset_judged_on_borrowed_spreads_is_gated_and_fails_a_10_percent_drop():
+    rng = np.random.default_rng(11)
+    members = _class_members("host", 10, 4096)
+    src_sessions = {f"r{r}": f"s{r // 3}" for r in range(12)}  # the other file: 4 sessions of 3 runs
+    s_off = {s: rng.normal(0, 0.004) for s in set(src_sessions.values())}
+    src = {k: {r: s_off[s] + rng.normal(0, 0.002) for r, s in src_sessions.items()} for k in members}
+    src_centers = {k: float(np.mean(list(v.values()))) for k, v in src.items()}
+    borrowed = borrowed_class_priors(
+        {"host<->device copies <= 1 MiB": class_model(list(src.values()), list(src_centers.values()), src_sessions)})
+    one = {k: {"b0": rng.normal(0, 0.002)} for k in members}  # a one-run baseline
+    centers = {k: v["b0"] for k, v in one.items()}
+    dev = {k: math.log(0.9) + rng.normal(0, 0.002) for k in members}
+    var = {k: 1e-5 for k in members}
+    plain = judge_run(dev, fit_levels(one, centers, members, {"b0": None}), var, runs={k: 2 for k in dev})
+    lent = judge_run(dev, fit_levels(one, centers, members, {"b0": None}, borrowed=borrowed), var,
+                     runs={k: 2 for k in dev})
+    assert plain.classes[0].assumed and plain.classes[0].status == "not gated"
+    assert not lent.classes[0].assumed and lent.classes[0].status == "regression", lent.classes[0].text()
+    same = judge_run({k: rng.normal(0, 0.002) for k in members},
+                     fit_levels(one, centers, members, {"b0": None}, borrowed=borrowed), var)
+    assert same.classes[0].status == "ok", same.classes[0].text()

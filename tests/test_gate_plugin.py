@@ -354,7 +354,7 @@ def test_reports_carry_the_verdicts_json_junit_and_pytest_benchmark(pytester):
     assert klass["name"] == "copies between GPUs <= 1 MiB" and klass["status"] == "not judged"
     assert klass["text"].endswith("2 cases, fewer than 5") and levels["bands"] == []
     assert sorted(c["cases"][0] for c in levels["cases"]) == sorted(r["baseline"]["case"] for r in doc["rows"])
-    assert levels["shares"] == {"case": 0.1, "class": 0.2, "band": 0.35, "residual": 0.35}
+    assert levels["shares"] == {"case": 0.1, "class": 0.4, "band": 0.25, "residual": 0.25}
     assert row["baseline"]["residual"]["level"] == "case"
     xml = junit.read_text()
     assert 'name="gpucomm.copy.65536.status"' in xml and 'name="gpucomm.copy.65536.ratio"' in xml

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, T
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
 from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocation, class_scatter, corrected_alpha,
                        detectable_drop, fit_case, fit_prior, judge, prediction, prior_class, run_location)
-from .levels import (FOLDED_CLASSES, LEVEL_SHARES, LevelFit, Member, RunLevels, fit_levels, judge_run, member,
-                     run_offsets)
+from .levels import (FOLDED_CLASSES, LEVEL_SHARES, SMALL_BYTES, LevelFit, Member, RunLevels, fit_levels, judge_run,
+                     member, run_offsets)
 from .prior import CorpusPrior, corpus_of_files
 from .reasons import decision_word
 from .verdicts import case_group, case_kind
@@ -219,6 +219,7 @@ class Counts(TypedDict):
     level_gated: dict[str, list[int]]
     one_band: list[int]
     one_case: list[int]
+    class_drop: dict[str, dict[float, list[int]]]
 
 
 def new_counts(drops: Sequence[float]) -> Counts:
@@ -226,7 +227,13 @@ def new_counts(drops: Sequence[float]) -> Counts:
             "not_gated": 0, "aa_statuses": {}, "caught_gated": {d: [0, 0] for d in drops},
             "caught_all": {d: [0, 0] for d in drops}, "uniform": {d: [0, 0] for d in drops}, "detectable": [],
             "level_detectable": {k: [] for k in ("class", "band", "case")},
-            "level_gated": {k: [0, 0] for k in ("class", "band", "case")}, "one_band": [0, 0], "one_case": [0, 0]}
+            "level_gated": {k: [0, 0] for k in ("class", "band", "case")}, "one_band": [0, 0], "one_case": [0, 0],
+            "class_drop": {}}
+
+
+#: the class-drop check: every case of one small class (``levels.case_class``, up to 1 MiB) slowed by each of
+#: these, one class at a time (the latency change an NCCL or driver upgrade brings to the small messages)
+CLASS_DROPS = (0.05, 0.07, 0.10)
 
 
 #: the levels as calibration counts them: the cases' own verdicts ("case", at their tests), then the end's
@@ -294,6 +301,16 @@ def judge_suite(counts: Counts, judged: list[Judged], fit: LevelFit,
         o2, l2 = run(lambda k, keys=keys: 0.10 if k in keys else 0.0)
         counts["one_band"][0] += caught(o2, l2, v.keys)
         counts["one_band"][1] += 1
+    small: dict[str, set[str]] = {}
+    for k in out:
+        if k in fit.members and fit.members[k].size_bytes <= SMALL_BYTES:
+            small.setdefault(fit.members[k].klass, set()).add(k)
+    for klass, keys in sorted(small.items()):
+        for d in CLASS_DROPS:
+            o2, l2 = run(lambda k, keys=keys, d=d: d if k in keys else 0.0)
+            pair = counts["class_drop"].setdefault(klass, {}).setdefault(d, [0, 0])
+            pair[0] += any(c.failed for c in o2.values()) or bool(l2.failed)
+            pair[1] += 1
     if per_case:
         for key in out:
             o2, l2 = run(lambda k, key=key: 0.10 if k == key else 0.0)
@@ -344,6 +361,8 @@ def rates(counts: Counts) -> dict[str, Any]:
         "uniform_detection": {f"{d:.0%}": share(v) for d, v in counts["uniform"].items()},
         "one_band_10pct": share(counts["one_band"]), "one_case_10pct": share(counts["one_case"]),
         "one_band_judged": counts["one_band"][1], "one_case_judged": counts["one_case"][1],
+        "class_drop": {klass: {f"{d:.0%}": share(v) for d, v in sorted(by.items())}
+                       for klass, by in sorted(counts["class_drop"].items())},
     }
 
 
@@ -501,6 +520,9 @@ def report_lines(name: str, r: dict[str, Any]) -> list[str]:
         "  cases called REGRESSION by their own verdict at a uniform drop, of the gated cases: "
         + ", ".join(f"{k} {pct(v)}" for k, v in r["detection_gated"].items()),
     ]
+    for klass, by in r.get("class_drop", {}).items():
+        lines.append(f"  suites failing when every case of {klass} drops: "
+                     + ", ".join(f"{k} {pct(v)}" for k, v in by.items()))
     return lines
 
 

@@ -112,15 +112,18 @@ All statistics work on log bandwidth, so a shift is a ratio.
    regression.
 6. The levels, at the end of the session: the run judged as a whole, at three levels, each at its share of
    alpha (gate.levels.LEVEL_SHARES: 0.1 for the cases' own verdicts at their tests, steps 4-5, and their
-   tails; 0.2 for the class offsets, 0.35 for the op bands, 0.35 for the case residuals; Bonferroni within
-   a level), so that a run without a drop beyond the tolerance fails at any level with probability at most
-   alpha.
+   tails; 0.4 for the class offsets, 0.25 for the op bands, 0.25 for the case residuals; Bonferroni within
+   a level, where a class up to 1 MiB weighs SMALL_CLASS_WEIGHT (3) against a larger one's 1), so that a
+   run without a drop beyond the tolerance fails at any level with probability at most alpha.
    * Classes: copies between GPUs, host<->device copies and collectives, each up to 1 MiB and above (where
      the 2 x H200 runs show a common offset per run: 36-44 % of a small case's run-to-run variance).
    * The class offset of a run: the median over the class's cases of their log ratio (each case's runs
      pooled).  Each baseline run's offset (the median of its deviations from the cases' centres) is fitted
-     like a case's runs (steps 1 and 3, by session) to give the spread of a new run's offset; the cases' own
-     spread adds (pi/2) * median(V_i) / n.  Judged from MIN_CLASS_CASES (5) cases.
+     like a case's runs (steps 1 and 3, by session) to give the spread of a new run's offset, its session
+     spread moderated towards the prior of the classes of its size (up to 1 MiB, or above: Smyth's, fitted
+     to those classes' offsets, never below its own; from 3 such classes); a class whose cases are measured
+     in K folds has its runs' part divided by K; the cases' own spread adds (pi/2) * median(V_i) / n.
+     Judged from MIN_CLASS_CASES (5) cases.
    * The op band: the cases of one sweep (one test, op, dtype, world and devices) within one class (sizes
      up to 1 MiB, or above), at least MIN_BAND_CASES (3).  A case's residual is its log ratio less its
      class's offset estimated from the run's cases of the class outside its band (their median, so that a
@@ -134,9 +137,11 @@ All statistics work on log bandwidth, so a shift is a ratio.
      squares: 97 % for small collectives on 2 x H200) divided by K; a band, by its cases' fewest folds.
    * A baseline of one session: a band's and a case's residual add twice the part drawn once per session (the
      baseline's session and today's), from the corpus prior's residual spread of its class (gate.prior), else
-     assumed; a class offset's session part is assumed.  What is assumed is never "ok", and fails only on
-     cases of two fresh runs of today (step 5a).  A case's residual, and a band's (its cases' weighed as its
-     mean), is never judged tighter than its runs of today show (step 3a).
+     assumed; a class offset's session and run parts are borrowed from the file of the same hardware that
+     lends the cases theirs (its offset over that file's runs of the cases measured now), else assumed.  What
+     is assumed is never "ok", and fails only on cases of two fresh runs of today (step 5a).  A case's
+     residual, and a band's (its cases' weighed as its mean), is never judged tighter than its runs of today
+     show (step 3a).
    * Where a band's or a case's reference (the offset of the other cases of its class) is itself below 1 -
      tolerance, its residual is not used: "not judged", saying so (it would call a case slower than its
      baseline "faster than its class"); the class offset and the cases' own verdicts judge such a run.

@@ -17,10 +17,12 @@ from ..analysis.curves import form_of_id, sweep_id
 from ..units import format_size, plural
 from ..vocab import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORMAL, FALLBACK_DF, FALLBACK_RUN_SPREAD,
-                       FALLBACK_SESSION_SPREAD, GATED_DROP_FACTOR, MIN_SPREAD, NO_PRIOR, Prior, RunLocation,
-                       bounded_exp, check_tolerance, fit_case, prediction, prior_of_variances, t_quantile)
+                       FALLBACK_SESSION_SPREAD, GATED_DROP_FACTOR, MIN_SPREAD, NO_PRIOR, CaseModel, Prior,
+                       RunLocation, bounded_exp, check_tolerance, fit_case, fit_prior, prediction, prior_of_variances,
+                       t_quantile)
 
-__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "FOLDED_CLASSES", "Common", "run_offsets", "common_spread",
+__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "SMALL_CLASS_WEIGHT", "FOLDED_CLASSES", "Common", "run_offsets",
+           "common_spread", "class_model", "common_of", "class_priors", "borrowed_class_priors",
            "Member", "member", "case_class", "residuals", "Residual",
            "fit_residual", "residual_spread", "within_share", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels",
            "judge_run"]
@@ -29,7 +31,11 @@ LEVELS_RULE = DECISION_RULE[DECISION_RULE.index("6. The levels"):DECISION_RULE.i
 
 #: the share of alpha of each level: the cases' own verdicts (at their tests), the class offsets, the op
 #: bands and the cases' residuals (both at the end of the session)
-LEVEL_SHARES = {"case": CASE_ALPHA_SHARE, "class": 0.2, "band": 0.35, "residual": 0.35}
+LEVEL_SHARES = {"case": CASE_ALPHA_SHARE, "class": 0.4, "band": 0.25, "residual": 0.25}
+#: the weight of a small class (up to 1 MiB) in the class offsets' share of alpha, against 1 for a large one: a
+#: large class's offset moves by 0.3 % between runs and catches a 7 % drop at any level, a small one's by 0.6-1.8 %
+#: (2 x H200), where every part of alpha counts (Bonferroni with weights: the shares still add up to the level's)
+SMALL_CLASS_WEIGHT = 3.0
 #: sizes up to this are the small class (and band)
 SMALL_BYTES = 1 << 20
 #: the fewest cases of a band that is judged as one
@@ -65,6 +71,7 @@ class Common:
     df: float
     runs: int
     sessions: int
+    assumed: str = ""  # which part of it is assumed ("session", "run", ...: ``decision.Spread.assumed``)
 
 
 def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> dict[str, float]:
@@ -77,17 +84,54 @@ def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float])
     return {rid: float(np.median(v)) for rid, v in devs.items()}
 
 
-def common_spread(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
-                  session_of: dict[str, Optional[str]]) -> Optional[Common]:
-    """The baseline runs' common offsets (``run_offsets``) fitted as one case (``fit_case`` and
-    ``prediction`` for one new run).  None without a run."""
+def class_model(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
+                session_of: Mapping[str, Optional[str]]) -> Optional[CaseModel]:
+    """The baseline runs' common offsets (``run_offsets``) of a group fitted as one case (``fit_case``, by
+    session); None without a run."""
     offsets = run_offsets(case_runs, centers)
     if not offsets:
         return None
     ids = sorted(offsets)
-    model = fit_case([RunLocation(offsets[r], 0.0, 1) for r in ids], [session_of.get(r) for r in ids])
-    sp = prediction(model, NO_PRIOR, 1, 0.0)
-    return Common(sd=sp.sd, df=sp.df, runs=model.runs, sessions=model.sessions)
+    return fit_case([RunLocation(offsets[r], 0.0, 1) for r in ids], [session_of.get(r) for r in ids])
+
+
+def common_of(model: CaseModel, prior: Prior = NO_PRIOR, k: int = 1) -> Common:
+    """The prediction spread of the mean offset of ``k`` new runs (a class's folds) of one new session, from
+    its :func:`class_model` and the prior of its size (``fit_levels``), as a case's (``prediction``)."""
+    sp = prediction(model, prior, max(int(k), 1), 0.0)
+    return Common(sd=sp.sd, df=sp.df, runs=model.runs, sessions=model.sessions, assumed=sp.assumed)
+
+
+def class_priors(models: Mapping[str, CaseModel], small: Mapping[str, bool]) -> dict[str, Prior]:
+    """Per class, the prior of its offset's session spread: the Smyth prior (``decision.fit_prior``) fitted to
+    the offsets of the classes of its size (``small``: up to 1 MiB or not) that have runs in two sessions or
+    more, the class's own included; no prior (df 0) where fewer than 3 classes of its size have.  A class's
+    offset is then judged on the degrees of freedom of its size's classes together, not on its own few
+    sessions, and never on a spread below what its own runs show (``decision.prediction``, step 3)."""
+    fitted = {flag: fit_prior(m for c, m in models.items() if small.get(c, False) is flag) for flag in (True, False)}
+    return {c: fitted[small.get(c, False)] for c in models}
+
+
+def borrowed_class_priors(source: Mapping[str, CaseModel]) -> dict[str, Prior]:
+    """Per class, the prior a baseline of one session borrows for its class offset from another file of the
+    same hardware (``source``: that file's :func:`class_model` per class, over the cases measured now): its
+    session part (the variance of its session means less the runs' share) on its sessions' degrees of freedom,
+    and its run part; classes of one session in ``source`` too give none."""
+    out = {}
+    for c, m in source.items():
+        if m.sessions >= 2:
+            sp = prediction(m, NO_PRIOR, 1, 0.0)
+            out[c] = Prior(max(sp.session_sd ** 2, MIN_SPREAD ** 2), float(m.sessions - 1), run_s2=sp.run_sd ** 2,
+                           run_df=float(max(m.within_df, 1)))
+    return out
+
+
+def common_spread(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
+                  session_of: dict[str, Optional[str]]) -> Optional[Common]:
+    """The baseline runs' common offsets (``run_offsets``) fitted as one case (``fit_case`` and
+    ``prediction`` for one new run).  None without a run."""
+    model = class_model(case_runs, centers, session_of)
+    return None if model is None else common_of(model)
 
 
 @dataclass(frozen=True)
@@ -222,14 +266,19 @@ class LevelFit:
     #: per class, where the baseline is of one session: the residuals' part drawn once per session, (variance,
     #: degrees of freedom), from the corpus prior (gate.prior); a class missing here has it assumed
     sessions: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: per class, its offset's model over the baseline's runs (:func:`class_model`) and its prior (the classes of
+    #: its size together, :func:`class_priors`; a baseline of one session: borrowed, :func:`borrowed_class_priors`)
+    class_models: dict[str, tuple[CaseModel, Prior]] = field(default_factory=dict)
 
 
 def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, float],
                members: Mapping[str, Member], session_of: Mapping[str, Optional[str]],
-               sessions: Optional[Mapping[str, tuple[float, float]]] = None) -> LevelFit:
+               sessions: Optional[Mapping[str, tuple[float, float]]] = None,
+               borrowed: Optional[Mapping[str, Prior]] = None) -> LevelFit:
     """The level models from the baseline's runs: ``runs``: case key -> run id -> location, ``centers``:
     case key -> its centre (``decision.fit_case``), over the cases of ``members`` only; ``sessions``: per
-    class the residuals' session part for a baseline of one session (``LevelFit.sessions``)."""
+    class the residuals' session part for a baseline of one session (``LevelFit.sessions``); ``borrowed``: per
+    class the prior of its offset where the baseline is of one session (:func:`borrowed_class_priors`)."""
     keys = [k for k in members if k in runs and k in centers]
     members = {k: members[k] for k in keys}
     per_run: dict[str, dict[str, float]] = {}
@@ -260,15 +309,24 @@ def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, fl
             if n >= MIN_BAND_CASES:
                 band_res.setdefault(b, {})[rid] = r
     band_class = {members[k].band: members[k].klass for k in keys}
-    classes: dict[str, Optional[Common]] = {}
+    offset_models: dict[str, CaseModel] = {}
+    small: dict[str, bool] = {}
     for c in sorted({m.klass for m in members.values()}):
         ck = [k for k in keys if members[k].klass == c]
-        classes[c] = common_spread([dict(runs[k]) for k in ck], [centers[k] for k in ck], dict(session_of))
+        small[c] = all(members[k].size_bytes <= SMALL_BYTES for k in ck)
+        m = class_model([dict(runs[k]) for k in ck], [centers[k] for k in ck], session_of)
+        if m is not None:
+            offset_models[c] = m
+    priors = class_priors(offset_models, small)
+    class_fits = {c: (m, (borrowed or {}).get(c, priors[c]) if m.sessions < 2 else priors[c])
+                  for c, m in offset_models.items()}
+    classes: dict[str, Optional[Common]] = {c: None for c in small}
+    classes.update({c: common_of(m, p) for c, (m, p) in class_fits.items()})
     within = {c: within_share(r for k, (r, _) in cases.items() if members[k].klass == c)
               for c in sorted({m.klass for m in members.values()})}
     return LevelFit(members=members, classes=classes,
                     bands=models(band_res, band_class), cases=cases, weights=weights, within=within,
-                    sessions=dict(sessions or {}))
+                    sessions=dict(sessions or {}), class_models=class_fits)
 
 
 @dataclass(frozen=True)
@@ -475,21 +533,22 @@ def _collapsed_reference(level: str, name: str, keys: Sequence[str], x: float, r
                         math.nan, math.nan, math.nan, tolerance, why=why)
 
 
-def _class_verdict(name: str, keys: Sequence[str], offset: float, common: Optional[Common], case_var: float, *,
-                   tolerance: float, alpha: float, runs: int = 2) -> LevelVerdict:
-    """A class's offset against the spread of the baseline runs' offsets (decision step 6, per class)."""
+def _class_verdict(name: str, keys: Sequence[str], offset: float, fitted: Optional[tuple[CaseModel, Prior]],
+                   case_var: float, *, tolerance: float, alpha: float, k: int = 1, runs: int = 2) -> LevelVerdict:
+    """A class's offset (of ``k`` runs pooled: its cases' folds) against the spread of the baseline runs'
+    offsets, moderated by the prior of its size's classes (decision step 6, per class)."""
     if len(keys) < MIN_CLASS_CASES:
         return LevelVerdict("class", name, tuple(keys), "not judged", math.exp(offset), math.nan, math.nan, alpha,
                             math.nan, math.nan, math.nan, math.nan, tolerance,
                             why=f"{plural(len(keys), 'case')}, fewer than {MIN_CLASS_CASES}")
-    if common is None:
-        c2, df = FALLBACK_SESSION_SPREAD ** 2 + FALLBACK_RUN_SPREAD ** 2, FALLBACK_DF
+    if fitted is None:
+        c2, df, assumed = FALLBACK_SESSION_SPREAD ** 2 + FALLBACK_RUN_SPREAD ** 2, FALLBACK_DF, True
     else:
-        c2, df = common.sd ** 2, common.df
+        common = common_of(fitted[0], fitted[1], k)
+        # one baseline session and nothing borrowed: how far the offset moves between sessions is assumed
+        c2, df, assumed = common.sd ** 2, common.df, bool(common.assumed)
     sd = math.sqrt(c2 + (math.pi / 2.0) * case_var / len(keys))
-    # one baseline session: how far the offset moves between sessions is assumed (gate.decision's fallback)
-    return _bounds("class", name, keys, offset, sd, df, tolerance=tolerance, alpha=alpha,
-                   assumed=common is None or common.sessions < 2, runs=runs)
+    return _bounds("class", name, keys, offset, sd, df, tolerance=tolerance, alpha=alpha, assumed=assumed, runs=runs)
 
 
 def _size_range(sizes: Iterable[int]) -> str:
@@ -522,11 +581,15 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
     for k in dev:
         by_class.setdefault(fit.members[k].klass, []).append(k)
         by_band.setdefault(fit.members[k].band, []).append(k)
-    judged_classes = [c for c, ks in by_class.items() if len(ks) >= MIN_CLASS_CASES]
-    a_class = alpha * shares["class"] / max(1, len(judged_classes))
-    classes = [_class_verdict(c, ks, offsets[c][0], fit.classes.get(c),
+    def weight(keys: Sequence[str]) -> float:
+        return SMALL_CLASS_WEIGHT if all(fit.members[k].size_bytes <= SMALL_BYTES for k in keys) else 1.0
+
+    class_weights = sum(weight(ks) for ks in by_class.values() if len(ks) >= MIN_CLASS_CASES)
+    classes = [_class_verdict(c, ks, offsets[c][0], fit.class_models.get(c),
                               float(np.median([case_var.get(k, 0.0) for k in ks])), tolerance=tolerance,
-                              alpha=a_class, runs=int(np.median([fresh[k] for k in ks])))
+                              alpha=alpha * shares["class"] * weight(ks) / max(1.0, class_weights),
+                              k=int(np.median([folds.get(k, 1) for k in ks])),
+                              runs=int(np.median([fresh[k] for k in ks])))
                for c, ks in sorted(by_class.items())]
     judged_bands = {b: ks for b, ks in by_band.items() if len(ks) >= MIN_BAND_CASES and b in fit.bands}
     a_band = alpha * shares["band"] / max(1, len(judged_bands))

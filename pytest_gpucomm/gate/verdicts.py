@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ..env.device_state import DeviceChange
     from ..measurement import Measurement, Record, Remeasure
     from .decision import CaseModel, Comparison, Prior, RunLocation
-    from .levels import RunLevels
+    from .levels import Member, RunLevels
     from .machines import MachineFit
     from .names import Located
     from .store import Baseline, CaseEntry
@@ -645,9 +645,30 @@ class Gate:
                                   dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)
         session_of = {r.run_id: r.session for r in self.baseline.runs}
         fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of,
-                         self._corpus.residual_sessions() if self._corpus is not None else None)
+                         self._corpus.residual_sessions() if self._corpus is not None else None,
+                         self._borrowed_class_priors(members))
         return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha, folds=folds,
                          floors=floors, runs=runs)
+
+    def _borrowed_class_priors(self, members: dict[str, "Member"]) -> dict[str, "Prior"]:
+        """Where the cases borrow their spreads from a file of the same hardware (``use_spreads_of``), the class
+        offsets borrow theirs from it too: per class, its offset's session and run spread over that file's runs
+        of the cases measured now (``levels.borrowed_class_priors``); {} without such a file."""
+        src = self._spread_source
+        if src is None:
+            return {}
+        from .baseline_fit import fit_baseline
+        from .levels import MIN_CLASS_CASES, borrowed_class_priors, class_model
+
+        fit = fit_baseline(src, src.path)
+        session_of = {r.run_id: r.session for r in src.runs}
+        models = {}
+        for klass in sorted({m.klass for m in members.values()}):
+            keys = [k for k, m in members.items() if m.klass == klass and k in fit.locs and k in fit.models]
+            model = class_model([fit.locs[k] for k in keys], [fit.models[k][0].center for k in keys], session_of)
+            if model is not None and len(keys) >= MIN_CLASS_CASES:
+                models[klass] = model
+        return borrowed_class_priors(models)
 
     @staticmethod
     def _what(m: Measurement) -> str:
