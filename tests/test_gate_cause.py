@@ -124,7 +124,7 @@ def test_with_noisy_remeasures_the_union_of_three_is_named_every_time():
     near = 1.0 - TOL - 0.01
     for seed in range(50):
         rng = np.random.default_rng(seed)
-        remeasure, _ = _lab(_any_of_three, back=near, noise=lambda: math.exp(rng.normal(0.0, SD)))
+        remeasure, _ = _lab(_any_of_three, back=near, noise=lambda rng=rng: math.exp(rng.normal(0.0, SD)))
         r = find_cause(THREE, remeasure, _stick())
         assert set(r.cause or r.partly) == {c.name for c in THREE}, (seed, r.text())
 
