@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     from .decision import CaseModel, Prior
 
 __all__ = ["DEFAULT_BUDGET", "EnvChange", "Remeasured", "Yardstick", "yardstick", "Restoration", "Attempt",
-           "CauseResult", "env_changes", "likely_first", "find_cause", "saved_cause_line", "likely_causes"]
+           "CauseResult", "env_changes", "likely_first", "find_cause", "level_cause_line",
+           "untested_levels_line", "saved_cause_line", "likely_causes"]
 
 #: re-measures the cause test may make per case
 DEFAULT_BUDGET = 4
@@ -247,6 +248,18 @@ def _attempt_text(a: Attempt, by_name: Mapping[str, EnvChange], y: Optional[Yard
     said = {NO: "not shown faster", PARTLY: "faster, still below the limit", BACK: "back"}[j.outcome]
     return f"{what}: {j.ratio:.3g}x [{j.low:.3g}, {j.high:.3g}] of the baseline, {j.vs_slowed:.3g}x [{j.vs_low:.3g}, " \
            f"{j.vs_high:.3g}] of the slowed run's: {said}"
+
+
+def level_cause_line(level_name: str, level: str, text: str) -> str:
+    """The summary's line of a failing level's cause test: ``gpucomm cause of the REGRESSION (case residual)
+    NAME: ...`` (``text``: :meth:`CauseResult.text`, its ``cause: `` left out)."""
+    found = text[len("cause: "):] if text.startswith("cause: ") else text
+    return f"gpucomm cause of the REGRESSION ({level_name}) {level}: {found}"
+
+
+def untested_levels_line(n: int, why: str) -> str:
+    """The summary's line of the ``n`` failing levels whose cause was not tested, and ``why``."""
+    return f"gpucomm: {n} more regression{'s' if n > 1 else ''} at the levels not tested for a cause: {why}"
 
 
 def saved_cause_line(verdict: Mapping[str, object]) -> Optional[str]:

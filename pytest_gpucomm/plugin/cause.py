@@ -80,6 +80,8 @@ class CauseTests:
         """The cause of each failing level (class offsets first, then bands, then case residuals) that no case it
         covers has explained: its most slowed case measured as :meth:`explain` does, within the budget.  Each
         covered case's message gains the line; returns one summary line per level tested."""
+        from ..gate.cause import level_cause_line, untested_levels_line
+
         if levels is None or self.settings.baseline_save:
             return []
         by_key = {str(r.baseline["case"]): r for r in records if r.baseline and r.baseline.get("case")}
@@ -108,12 +110,10 @@ class CauseTests:
             if result.skipped:
                 untested += 1
             else:
-                found = text[len("cause: "):] if text.startswith("cause: ") else text
-                lines.append(f"gpucomm cause of the REGRESSION ({level.level_name}) {level.name}: {found}")
+                lines.append(level_cause_line(level.level_name, level.name, text))
         if untested:
-            lines.append(f"gpucomm: {untested} more regression{'s' if untested > 1 else ''} at the levels not tested "
-                         f"for a cause: the session's {self.settings.cause_cases} cause tests were used "
-                         "(--gpucomm-cause)")
+            lines.append(untested_levels_line(untested, f"the session's {self.settings.cause_cases} cause tests were "
+                                                        "used (--gpucomm-cause)"))
         return lines
 
 
