@@ -20,6 +20,7 @@ from inprocess import run_inprocess
 
 from pytest_gpucomm import cli
 from pytest_gpucomm.cli.compare import FROM_RUN
+from pytest_gpucomm.report.html_parts import esc
 
 SIMCLOCK = """
 import os
@@ -135,8 +136,9 @@ def _gpucomm(*argv):
     return code, out.getvalue()
 
 
-def test_compare_and_show_print_the_cause_lines_the_live_run_saved(slowed, tmp_path):
-    """Issue 45: ``gpucomm compare`` judged the report again and dropped the run's ``cause:`` lines."""
+def test_compare_show_and_html_print_the_cause_lines_the_live_run_saved(slowed, tmp_path):
+    """Issue 45: ``gpucomm compare`` judged the report again and dropped the run's ``cause:`` lines; ``show``
+    printed none."""
     rows = json.loads(slowed.report.read_text())["rows"]
     own = [r for r in rows if (r["baseline"].get("cause") or {}).get("text", "").startswith("cause: ")
            and "level" not in r["baseline"]["cause"]]
@@ -162,3 +164,8 @@ def test_compare_and_show_print_the_cause_lines_the_live_run_saved(slowed, tmp_p
         assert _words(f"gpucomm {r['test']}: {r['baseline']['cause']['line']}") in _words(shown)
     for cause in levels:
         assert _words(cause["text"][len("cause: "):]) in _words(shown)
+    for report in (slowed.report, out):  # the run's page, and the page of compare's report
+        page = tmp_path / f"{report.stem}.html"
+        assert _gpucomm("html", report, "-o", page, "--no-plots")[0] == 0
+        for r in own:
+            assert esc(r["baseline"]["cause"]["line"]) in page.read_text()
