@@ -1,14 +1,15 @@
 """``gpucomm compare BASELINE REPORT [--json OUT [--force]]``: the gate on a saved report (``cli.regate``),
 which makes the report's document again with its new verdicts (``ReportDocument.rejudged``); that document is
 printed as ``show`` prints one (fitted to the terminal's width; ``-v``: the table with every column), with what
-changed since the run, and written with ``--json`` (never onto the report or the baseline it read; over an
-existing file only with ``--force``: ``common.checked_output``).  Exit 1 on a failing verdict or a regression at
-a level."""
+changed since the run and the cause tests the run saved (each verdict keeps its row's ``cause`` and line,
+marked as the run's: nothing is measured again), and written with ``--json`` (never onto the report or the
+baseline it read; over an existing file only with ``--force``: ``common.checked_output``).  Exit 1 on a failing
+verdict or a regression at a level."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import checks
 from ..checks import CheckError, Origin
@@ -16,6 +17,7 @@ from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, add_f
                      checked_output, hardware_line, inputs_of, load_document, load_reference, matrix_lines)
 
 if TYPE_CHECKING:
+    from .regate import Regated
     from ..report.document import ReportDocument
     from ..report.saved import Reference
 
@@ -63,9 +65,27 @@ def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -
     return found
 
 
+#: what a cause line that ``compare`` keeps from the run says after it: the run measured it, compare does not
+FROM_RUN = "(the run's cause test; not measured again)"
+
+
+def _keep_causes(doc: "ReportDocument", g: "Regated") -> None:
+    """Each new verdict keeps the cause test the run saved in its row (``verdict["cause"]``) and the line it
+    added to the message, a test that ran marked :data:`FROM_RUN`: offline, no case is measured again."""
+    from ..gate.cause import saved_cause_line
+
+    for was, row in zip(doc.rows, g.rows):
+        cause = was.verdict.data.get("cause") if was.verdict is not None else None
+        line = saved_cause_line(was.verdict.data) if was.verdict is not None else None
+        if isinstance(cause, Mapping) and line:
+            kept = line if cause.get("skipped") else f"{line} {FROM_RUN}"
+            row.verdict.details["cause"] = dict(cause, line=kept)
+            row.verdict.message = f"{row.verdict.message}\n  {kept}"
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .regate import regate
-    from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
+    from ..report.run import cause_lines, counts_line, level_lines, sensitivity_lines, table_lines
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
     from ..vocab import Status
@@ -76,6 +96,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     json_out = checked_output(args.json, "--json", _inputs(args, ref, doc), args.force) if args.json else None
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
                tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))
+    _keep_causes(doc, g)
     new = doc.rejudged([r.verdict.to_dict() for r in g.rows], {
         "report": str(args.report), "against": str(ref.path), "kind": ref.kind, "settings": g.settings,
         "levels": g.levels.to_dict() if g.levels is not None else None})
@@ -98,6 +119,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], width=width)
     levels = new.levels.run_levels() if new.levels is not None else None
     lines += level_lines(levels, new.test_of_case(), width=width)
+    lines += cause_lines(new.rows, skip=[test for test, _ in failed], width=width)
     text = ["gpucomm compare: offline: no case is measured again; the report's own re-measures are replayed"]
     text += g.notes and ["notes:"] + [f"  {n}" for n in g.notes]
     lines += fit(text, width) + matrix_lines(new, figures, width=width)

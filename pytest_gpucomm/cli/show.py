@@ -1,6 +1,6 @@
 """``gpucomm show REPORT [--baseline B] [--matrix-size SIZE] [--no-curves] [-v]``: the table, the verdicts, the
-run at the levels, the copy matrices and the curves of a saved report, fitted to the terminal's width
-(``report.text.command_width``; ``-v``: the table with every column)."""
+run at the levels, the cause tests the run saved, the copy matrices and the curves of a saved report, fitted to
+the terminal's width (``report.text.command_width``; ``-v``: the table with every column)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_parser(sub: "Subcommands") -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..report.run import counts_line, table_lines
+    from ..report.run import cause_lines, counts_line, table_lines
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
 
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             [(k, ABSENT if a is None else a, ABSENT if b is None else b) for k, a, b in diff]))
     levels = section.levels if section is not None else None
     text += [f"gpucomm {t}" for t in (levels.texts() if levels is not None else [])]
-    lines += fit(text, width) + matrix_lines(doc, figures, args.matrix_size, width)
+    lines += fit(text, width) + cause_lines(doc.rows, width=width)
+    lines += matrix_lines(doc, figures, args.matrix_size, width)
     if not args.no_curves:
         lines += curve_section(doc, figures, width=width)
     out.write("\n".join(lines) + "\n")

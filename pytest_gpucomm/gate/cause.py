@@ -8,42 +8,61 @@ The cause test finds which environment variable made a case slower.
 
 When a case fails as REGRESSION and the run's environment differs from the baseline's (the ``env`` part of the
 fingerprint, :mod:`pytest_gpucomm.env.variables`), the case is measured again in a fresh process (a copy) or a
-fresh process group (a collective) with the differing variables set back to the baseline's values, and the
-verdict says which one brought it back: ``cause: OMP_NUM_THREADS=1 (restored to 2: 1.01x of the baseline)``.
-This never changes a verdict; it explains it.
+fresh process group (a collective) with some of the differing variables set back to the baseline's values, and
+the verdict says which brought it back: ``cause: OMP_NUM_THREADS=1 (restored to 2: 0.99x [0.95, 1.03] 95% PI of
+the baseline, ...)``.  This never changes a verdict; it explains it.
+
+**A restoration is judged by the evidence** (:class:`Yardstick`): the re-measure's ratio to the baseline with
+its 95 % prediction interval (the spread the case's baseline model gives one new run, ``decision.prediction``,
+plus the re-measure's own samples' error), and its ratio to the slowed run (the verdict's) with the interval of
+a difference of two runs of one session (the model's run-to-run spread, and the slowed run's own).  It:
+
+* **brings it back** when it is shown faster than the slowed run (that interval's low end above 1) and not
+  shown below the tolerance limit (the baseline interval's high end at ``1 - tolerance`` or above);
+* brings it back **in part** when it is shown faster than the slowed run but still below the limit;
+* does **not** when it is not shown faster than the slowed run.
+
+One noisy re-measure near the limit (0.94x of the baseline, from 0.55x) therefore names its cause; a hard
+limit on the one figure denied it.
 
 The search, within a budget of :data:`DEFAULT_BUDGET` re-measures per case:
 
 1. one variable differs: it alone is restored (one re-measure);
-2. several differ: all of them are restored at once first.  If that does not bring the case back, no
-   restoration of the environment will (the cause lies in what the environment does not hold: the driver,
-   a library, the hardware) and the search stops after one re-measure.  If it does, each variable is restored
-   alone, in the order of :func:`likely_first` (the collective libraries' own variables first), until one
-   brings the case back or the budget is spent; where none does alone, the cause is the variables together.
+2. several differ: each alone, in the order of :func:`likely_first` (the collective libraries' own variables
+   first), until one brings the case back; then, if none did, all of them at once (their union).  The last
+   re-measure of the budget is kept for the union, so with more variables than the budget allows the ones
+   left are not tried, and the line says which.  Where the union does not bring it back either, no
+   restoration of the environment does (the cause lies in what the environment does not hold: the driver,
+   a library, the hardware).
 
-"Back" means the re-measured ratio to the baseline is at least ``1 - tolerance``: the case would not have
-been a regression by its median.  Each re-measure is one more process start; the budget bounds what the
-test costs (about 3.5 s per copy process on an H200, a pool start per collective).  Pure logic: how to
-measure with an environment is the caller's (:class:`Remeasurer`).
+Each re-measure is one more process start; the budget bounds what the test costs (about 3.5 s per copy
+process on an H200, a pool start per collective).  Pure logic: how to measure with an environment is the
+caller's (:data:`Remeasurer`), the spreads of a case are its model's (:func:`yardstick`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from ..env.device_state import DeviceChange
     from ..measurement import Measurement
+    from .decision import CaseModel, Prior
 
-__all__ = ["DEFAULT_BUDGET", "EnvChange", "Attempt", "CauseResult", "env_changes", "likely_first", "find_cause",
-           "likely_causes"]
+__all__ = ["DEFAULT_BUDGET", "EnvChange", "Remeasured", "Yardstick", "yardstick", "Restoration", "Attempt",
+           "CauseResult", "env_changes", "likely_first", "find_cause", "level_cause_line",
+           "untested_levels_line", "saved_cause_line", "likely_causes"]
 
 #: re-measures the cause test may make per case
 DEFAULT_BUDGET = 4
 
 #: name prefixes tried first when several variables differ (the communication libraries' own settings)
 _FIRST = ("NCCL_", "RCCL_", "TORCH_NCCL_", "UCX_", "FI_", "NVSHMEM_", "GLOO_", "HSA_", "HIP_", "CUDA_", "OMP_")
+
+#: the words of a restoration's outcome
+BACK, PARTLY, NO = "back", "partly", "no"
 
 
 @dataclass(frozen=True)
@@ -62,12 +81,106 @@ class EnvChange:
 
 
 @dataclass(frozen=True)
+class Remeasured:
+    """One re-measure as the decision reads it: its median's ratio to the baseline's centre and that median's
+    own variance from its samples (log bandwidth; ``decision.RunLocation.se2``, 0 where not known)."""
+
+    ratio: float
+    se2: float = 0.0
+
+
+@dataclass(frozen=True)
+class Restoration:
+    """A re-measure judged (:meth:`Yardstick.judge`): its ratio to the baseline and to the slowed run, each
+    with its 95 % interval, and the outcome (``BACK``, ``PARTLY`` or ``NO``)."""
+
+    ratio: float
+    low: float
+    high: float
+    vs_slowed: float
+    vs_low: float
+    vs_high: float
+    outcome: str
+
+    def text(self, slowed: float, tolerance: float) -> str:
+        """E.g. ``0.94x [0.90, 0.98] 95% PI of the baseline, not shown below the 5% tolerance limit 0.95x;
+        1.71x [1.63, 1.80] of the slowed run's 0.55x``."""
+        limit = 1.0 - tolerance
+        where = (f"still below the {tolerance:.0%} tolerance limit {limit:.3g}x" if self.high < limit
+                 else f"not shown below the {tolerance:.0%} tolerance limit {limit:.3g}x")
+        faster = "" if self.vs_low > 1.0 else ", not shown faster than"
+        return (f"{self.ratio:.3g}x [{self.low:.3g}, {self.high:.3g}] 95% PI of the baseline, {where}; "
+                f"{self.vs_slowed:.3g}x [{self.vs_low:.3g}, {self.vs_high:.3g}]{faster} of the slowed run's "
+                f"{slowed:.3g}x")
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """What a restoration is judged against: the slowed run (its ratio to the baseline), the tolerance, and
+    two variances of log bandwidth beyond a re-measure's own samples' error: of one new run about the baseline's
+    centre (``baseline2``) and about the slowed run (``slowed2``: two runs of one session); ``quantile`` the
+    two-sided 95 % one of their degrees of freedom.  ``source`` says where the spreads come from."""
+
+    slowed: float
+    tolerance: float
+    baseline2: float
+    slowed2: float
+    quantile: float = 1.96
+    source: str = "the case's baseline model"
+
+    def judge(self, r: Remeasured) -> Restoration:
+        """The outcome of one re-measure (the module doc's three cases)."""
+        d = math.log(r.ratio) if r.ratio > 0 else -math.inf
+        sd_b = math.sqrt(max(self.baseline2 + r.se2, 0.0))
+        sd_s = math.sqrt(max(self.slowed2 + r.se2, 0.0))
+        q = self.quantile
+        ds = d - math.log(self.slowed)
+        vs_low, vs_high = _exp(ds - q * sd_s), _exp(ds + q * sd_s)
+        high = _exp(d + q * sd_b)
+        outcome = NO if not vs_low > 1.0 else PARTLY if high < 1.0 - self.tolerance else BACK
+        return Restoration(ratio=r.ratio, low=_exp(d - q * sd_b), high=high, vs_slowed=_exp(ds), vs_low=vs_low,
+                           vs_high=vs_high, outcome=outcome)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"slowed": self.slowed, "tolerance": self.tolerance, "baseline_sd": math.sqrt(self.baseline2),
+                "slowed_sd": math.sqrt(self.slowed2), "quantile": self.quantile, "source": self.source}
+
+
+def _exp(x: float) -> float:
+    return math.exp(min(max(x, -700.0), 700.0))
+
+
+def yardstick(model: "CaseModel", prior: "Prior", slowed: float, tolerance: float, runs_pooled: int = 1
+              ) -> Yardstick:
+    """The yardstick of a case from its baseline ``model`` and class ``prior`` (``decision.prediction`` for one
+    new run), the slowed run's ratio ``slowed`` and how many runs it pooled: about the baseline, the prediction
+    spread of one run; about the slowed run, one run's spread within a session (the model's run-to-run part;
+    with one run per session known only inside the session spread, that) for the re-measure and for the slowed
+    run's mean of ``runs_pooled`` runs (each with the baseline runs' own samples' error)."""
+    from .decision import prediction, t_quantile
+
+    sp = prediction(model, prior, 1, 0.0)
+    run2 = sp.session_sd ** 2 if model.sessions >= 2 and not math.isfinite(model.within2) else sp.run_sd ** 2
+    k = max(int(runs_pooled), 1)
+    return Yardstick(slowed=slowed, tolerance=tolerance, baseline2=sp.sd ** 2,
+                     slowed2=run2 + (run2 + model.mean_se2) / k, quantile=t_quantile(0.975, sp.df))
+
+
+@dataclass(frozen=True)
 class Attempt:
-    """One re-measure: the variables restored and the ratio to the baseline it gave (None: it failed)."""
+    """One re-measure: the variables restored and how it was judged (None: it failed, ``error`` says why)."""
 
     restored: tuple[str, ...]
-    ratio: Optional[float]
+    judged: Optional[Restoration]
     error: Optional[str] = None
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return self.judged.ratio if self.judged is not None else None
+
+    @property
+    def outcome(self) -> str:
+        return self.judged.outcome if self.judged is not None else NO
 
 
 @dataclass(frozen=True)
@@ -79,33 +192,84 @@ class CauseResult:
     cause: tuple[str, ...] = ()  # the variables whose restoration brought it back; () when none did
     budget: int = DEFAULT_BUDGET
     skipped: Optional[str] = None  # why the test did not run
+    yardstick: Optional[Yardstick] = None
+    partly: tuple[str, ...] = ()  # where none brought it back: the restoration that brought it back in part
+    untried: tuple[str, ...] = ()  # the variables not restored alone: the budget ran out
+
+    def _found(self) -> tuple[Optional[Attempt], str]:
+        """The attempt that names the cause and its word ("cause", "cause in part"), or None."""
+        for names, word in ((self.cause, "cause"), (self.partly, "cause in part")):
+            hit = next((a for a in self.attempts if names and a.restored == names and a.judged), None)
+            if hit is not None:
+                return hit, word
+        return None, ""
 
     def text(self) -> str:
-        """One line for the verdict: the cause, or that none was found and what was tried."""
+        """One line for the verdict: the cause with the figures that decided it, or that none was found and
+        what was tried (and what the budget left untried)."""
         if self.skipped:
             return f"cause test not run: {self.skipped}"
         by_name = {c.name: c for c in self.changes}
-        back = next((a for a in self.attempts if a.restored == self.cause), None) if self.cause else None
-        if back is not None and back.ratio is not None:
-            if len(self.cause) == 1:
-                c = by_name[self.cause[0]]
-                return f"cause: {c.now_text()} ({c.restored_text()}: {back.ratio:.2f}x of the baseline)"
-            names = ", ".join(by_name[n].now_text() for n in self.cause)
-            return f"cause: these together: {names} (all restored: {back.ratio:.2f}x of the baseline)"
-        tried = "; ".join(_attempt_text(a, by_name) for a in self.attempts) or "nothing"
-        return f"no restoration of the environment brings it back (tried: {tried})"
+        y = self.yardstick
+        hit, word = self._found()
+        untried = (f"; not tried alone: {', '.join(self.untried)} (the budget of {self.budget} re-measures)"
+                   if self.untried else "")
+        if hit is not None and hit.judged is not None and y is not None:
+            figures = hit.judged.text(y.slowed, y.tolerance)
+            if len(hit.restored) == 1:
+                c = by_name[hit.restored[0]]
+                return f"{word}: {c.now_text()} ({c.restored_text()}: {figures}){untried}"
+            names = ", ".join(by_name[n].now_text() for n in hit.restored)
+            return f"{word}: these together: {names} (all restored: {figures}){untried}"
+        tried = "; ".join(_attempt_text(a, by_name, y) for a in self.attempts) or "nothing"
+        slowed = f" from {y.slowed:.3g}x of the baseline" if y is not None else ""
+        return f"no restoration of the environment brings it back{slowed} (tried: {tried}){untried}"
 
     def to_dict(self) -> dict[str, object]:
         return {"changes": [[c.name, c.baseline, c.now] for c in self.changes],
-                "attempts": [{"restored": list(a.restored), "ratio": a.ratio, "error": a.error}
+                "attempts": [{"restored": list(a.restored), "ratio": a.ratio, "error": a.error,
+                              **({"ci95": [a.judged.low, a.judged.high], "vs_slowed": a.judged.vs_slowed,
+                                  "vs_slowed_ci95": [a.judged.vs_low, a.judged.vs_high], "outcome": a.outcome}
+                                 if a.judged is not None else {})}
                              for a in self.attempts],
-                "cause": list(self.cause), "budget": self.budget, "skipped": self.skipped, "text": self.text()}
+                "cause": list(self.cause), "partly": list(self.partly), "untried": list(self.untried),
+                "budget": self.budget, "skipped": self.skipped,
+                "yardstick": self.yardstick.to_dict() if self.yardstick is not None else None, "text": self.text()}
 
 
-def _attempt_text(a: Attempt, by_name: Mapping[str, EnvChange]) -> str:
-    what = ("all " + str(len(a.restored)) if len(a.restored) > 1 and len(a.restored) == len(by_name)
+def _attempt_text(a: Attempt, by_name: Mapping[str, EnvChange], y: Optional[Yardstick]) -> str:
+    what = ("all " + str(len(a.restored)) + " restored" if len(a.restored) > 1 and len(a.restored) == len(by_name)
             else ", ".join(f"{n} {by_name[n].restored_text()}" for n in a.restored))
-    return f"{what}: {a.ratio:.2f}x" if a.ratio is not None else f"{what}: {a.error or 'failed'}"
+    if a.judged is None:
+        return f"{what}: {a.error or 'failed'}"
+    if y is None:
+        return f"{what}: {a.judged.ratio:.3g}x"
+    j = a.judged
+    said = {NO: "not shown faster", PARTLY: "faster, still below the limit", BACK: "back"}[j.outcome]
+    return f"{what}: {j.ratio:.3g}x [{j.low:.3g}, {j.high:.3g}] of the baseline, {j.vs_slowed:.3g}x [{j.vs_low:.3g}, " \
+           f"{j.vs_high:.3g}] of the slowed run's: {said}"
+
+
+def level_cause_line(level_name: str, level: str, text: str) -> str:
+    """The summary's line of a failing level's cause test: ``gpucomm cause of the REGRESSION (case residual)
+    NAME: ...`` (``text``: :meth:`CauseResult.text`, its ``cause: `` left out)."""
+    found = text[len("cause: "):] if text.startswith("cause: ") else text
+    return f"gpucomm cause of the REGRESSION ({level_name}) {level}: {found}"
+
+
+def untested_levels_line(n: int, why: str) -> str:
+    """The summary's line of the ``n`` failing levels whose cause was not tested, and ``why``."""
+    return f"gpucomm: {n} more regression{'s' if n > 1 else ''} at the levels not tested for a cause: {why}"
+
+
+def saved_cause_line(verdict: Mapping[str, object]) -> Optional[str]:
+    """The line the cause test added to a saved verdict's message (``verdict["cause"]["line"]``, else its
+    ``text``), for the views of a report; None where the verdict holds no cause test."""
+    cause = verdict.get("cause")
+    if not isinstance(cause, Mapping):
+        return None
+    line = cause.get("line") or cause.get("text")
+    return str(line) if line else None
 
 
 def env_changes(diff: Sequence[tuple[str, object, object]], absent: object = None) -> list[EnvChange]:
@@ -128,49 +292,47 @@ def likely_first(changes: Sequence[EnvChange]) -> list[EnvChange]:
 
 
 #: measures the case with these variables set back to the baseline's values (a name mapped to None is
-#: unset), in a fresh process or process group; returns the ratio of the measurement to the baseline
-Remeasurer = Callable[[Mapping[str, Optional[str]]], float]
+#: unset), in a fresh process or process group; returns the re-measure (a bare ratio to the baseline: no
+#: samples' error known)
+Remeasurer = Callable[[Mapping[str, Optional[str]]], Union[Remeasured, float]]
 
 
-def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, tolerance: float,
+def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, judge: Yardstick,
                budget: int = DEFAULT_BUDGET) -> CauseResult:
-    """Run the search of the module docstring.  A re-measure that raises is an attempt that failed, named
-    with its error; it counts against the budget."""
+    """Run the search of the module docstring, each re-measure judged by ``judge``.  A re-measure that raises is
+    an attempt that failed, named with its error; it counts against the budget."""
     changes = tuple(changes)
     if not changes:
         return CauseResult(changes=(), skipped="the environment is the baseline's", budget=budget)
     if budget < 1:
         return CauseResult(changes=changes, skipped="no re-measures allowed (budget 0)", budget=budget)
     attempts: list[Attempt] = []
-    back_at = 1.0 - tolerance
 
-    def attempt(restore: Sequence[EnvChange]) -> Optional[float]:
+    def attempt(restore: Sequence[EnvChange]) -> str:
         env = {c.name: c.baseline for c in restore}
+        names = tuple(c.name for c in restore)
         try:
-            ratio: Optional[float] = float(remeasure(env))
-            attempts.append(Attempt(tuple(c.name for c in restore), ratio))
+            got = remeasure(env)
+            r = got if isinstance(got, Remeasured) else Remeasured(float(got))
+            attempts.append(Attempt(names, judge.judge(r)))
         except Exception as e:  # noqa: BLE001 - a failed re-measure is reported, never fatal
-            ratio = None
-            attempts.append(Attempt(tuple(c.name for c in restore), None, f"{type(e).__name__}: {e}"))
-        return ratio
+            attempts.append(Attempt(names, None, f"{type(e).__name__}: {e}"))
+        return attempts[-1].outcome
 
-    def result(cause: Sequence[EnvChange] = ()) -> CauseResult:
-        return CauseResult(changes=changes, attempts=tuple(attempts), cause=tuple(c.name for c in cause),
-                           budget=budget)
-
-    if len(changes) == 1:
-        r = attempt(changes)
-        return result(changes if r is not None and r >= back_at else ())
-    r = attempt(changes)
-    if r is None or r < back_at:
-        return result()
-    for c in likely_first(changes):
-        if len(attempts) >= budget:
-            break
-        r = attempt([c])
-        if r is not None and r >= back_at:
-            return result([c])
-    return result(changes)
+    singles = likely_first(changes) if len(changes) > 1 else list(changes)
+    room = budget if len(changes) == 1 else budget - 1  # the last re-measure is the union's
+    tried = singles[:room]
+    for c in tried:
+        if attempt([c]) == BACK:
+            return CauseResult(changes, tuple(attempts), cause=(c.name,), budget=budget, yardstick=judge)
+    untried = tuple(c.name for c in singles[room:])
+    if len(changes) > 1 and attempt(changes) == BACK:
+        return CauseResult(changes, tuple(attempts), cause=tuple(c.name for c in changes), budget=budget,
+                           yardstick=judge, untried=untried)
+    partly = [a for a in attempts if a.outcome == PARTLY and a.judged is not None]
+    best = max(partly, key=lambda a: a.judged.ratio if a.judged is not None else 0.0, default=None)
+    return CauseResult(changes, tuple(attempts), budget=budget, yardstick=judge,
+                       partly=best.restored if best is not None else (), untried=untried)
 
 
 def likely_causes(changes: Sequence["DeviceChange"], m: Measurement, measured: Sequence[Measurement],

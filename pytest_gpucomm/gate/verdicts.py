@@ -338,6 +338,11 @@ class Gate:
             self._models, self._locs, self._commons = fit.models, fit.locs, fit.commons
         return self._models
 
+    def case_model(self, key: str) -> Optional[tuple["CaseModel", "Prior"]]:
+        """The model of case ``key`` and its class's prior (the cause test's spreads); None where the baseline
+        has no measured runs of it."""
+        return self._fit().get(key) if self.baseline is not None else None
+
     def commons(self) -> dict[str, dict[str, Any]]:
         """Per group, how far the baseline runs' common offset moves (``levels.Common`` as a dict, what the
         session's shift is judged against)."""

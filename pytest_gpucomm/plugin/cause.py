@@ -3,8 +3,11 @@
 For the first ``--gpucomm-cause`` regressions of the session (default ``vocab.DEFAULT_CAUSE_CASES``) while the
 recorded environment differs from the baseline's (``Gate.env_diff``), the search of :mod:`pytest_gpucomm.gate.cause`
 measures a case again in a fresh process (a copy) or a fresh process group (a collective) with the differing
-variables set back (``Record.with_env``), and the verdict gains a line: the variable that brought it back, or
-that none did.  The verdict itself does not change.  Two moments:
+variables set back (``Record.with_env``), each re-measure judged by its interval against the baseline and against
+the slowed run (``gate.cause.Yardstick``, from the case's baseline model: ``Gate.case_model``), and the verdict
+gains a line: the variable that brought it back (or did in part), or that none did.  The verdict itself does
+not change; the JSON report keeps the result in the verdict's ``cause`` with the line it added (``line``), which
+``gpucomm compare`` and the views print again.  Two moments:
 
 * at a test, a case whose own verdict is REGRESSION (:meth:`CauseTests.explain`);
 * at the session's end, each level that failed (a class offset, an op band, a case residual: a change of the
@@ -17,13 +20,14 @@ A recording run (``--gpu-baseline-save``) makes no cause tests: its verdicts do 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..vocab import Status
 
 if TYPE_CHECKING:
     from ..gate import Gate
-    from ..gate.cause import CauseResult
+    from ..gate.cause import CauseResult, Yardstick
     from ..gate.levels import RunLevels
     from ..measurement import Record
     from .settings import Settings
@@ -44,7 +48,7 @@ class CauseTests:
         (a REGRESSION, a changed environment, a way to measure with it, budget left); its line is added to
         the verdict's message and the result kept in ``verdict["cause"]``.  None when no test was due."""
         from ..env.fingerprint import ABSENT
-        from ..gate.cause import CauseResult, env_changes, find_cause
+        from ..gate.cause import CauseResult, Remeasured, env_changes, find_cause
 
         if verdict.get("status") != Status.REGRESSION.value or self.settings.baseline_save:
             return None
@@ -55,25 +59,29 @@ class CauseTests:
             result = CauseResult(changes=tuple(changes), skipped=(
                 f"the session's {self.settings.cause_cases} cause tests were used (--gpucomm-cause)"))
         else:
+            from ..gate.decision import run_location
+
             self.left -= 1
             self.ran += 1
-            base = verdict.get("baseline_gbps")
-            measure = record.with_env
+            base = float(verdict.get("baseline_gbps") or math.nan)
+            measure, nodeid = record.with_env, record.nodeid
 
-            def ratio(env: Mapping[str, Optional[str]]) -> float:
-                m = measure(env)
-                return m.gbps / float(base) if base else float("nan")
+            def remeasured(env: Mapping[str, Optional[str]]) -> Remeasured:
+                loc = run_location(measure(env).samples_gbps, f"{nodeid}: the cause test's re-measure")
+                return Remeasured(loc.gbps / base, loc.se2)
 
-            result = find_cause(changes, ratio, tolerance=float(verdict.get("tolerance") or
-                                                                self.settings.tolerance))
-        verdict["cause"] = result.to_dict()
-        verdict["message"] = f"{verdict.get('message', '')}\n  {result.text()}"
+            result = find_cause(changes, remeasured, _yardstick(gate, verdict, self.settings.tolerance))
+        line = result.text()
+        verdict["cause"] = dict(result.to_dict(), line=line)
+        verdict["message"] = f"{verdict.get('message', '')}\n  {line}"
         return result
 
     def explain_levels(self, gate: "Gate", records: Sequence["Record"], levels: Optional["RunLevels"]) -> list[str]:
         """The cause of each failing level (class offsets first, then bands, then case residuals) that no case it
         covers has explained: its most slowed case measured as :meth:`explain` does, within the budget.  Each
         covered case's message gains the line; returns one summary line per level tested."""
+        from ..gate.cause import level_cause_line, untested_levels_line
+
         if levels is None or self.settings.baseline_save:
             return []
         by_key = {str(r.baseline["case"]): r for r in records if r.baseline and r.baseline.get("case")}
@@ -92,22 +100,41 @@ class CauseTests:
             if result is None:
                 continue
             text = result.text()
+            line = f"{text} (the {level.level_name} {level.name}, tested on {worst.nodeid})"
             for r in covered:
                 if r.baseline is None:
                     continue
-                r.baseline["cause"] = dict(result.to_dict(), level=level.name, measured=worst.nodeid)
-                r.baseline["message"] = f"{r.baseline.get('message', '')}\n  {text} (the {level.level_name} " \
-                                        f"{level.name}, tested on {worst.nodeid})"
+                r.baseline["cause"] = dict(result.to_dict(), level=level.name, level_name=level.level_name,
+                                           measured=worst.nodeid, line=line)
+                r.baseline["message"] = f"{r.baseline.get('message', '')}\n  {line}"
             if result.skipped:
                 untested += 1
             else:
-                found = text[len("cause: "):] if text.startswith("cause: ") else text
-                lines.append(f"gpucomm cause of the REGRESSION ({level.level_name}) {level.name}: {found}")
+                lines.append(level_cause_line(level.level_name, level.name, text))
         if untested:
-            lines.append(f"gpucomm: {untested} more regression{'s' if untested > 1 else ''} at the levels not tested "
-                         f"for a cause: the session's {self.settings.cause_cases} cause tests were used "
-                         "(--gpucomm-cause)")
+            lines.append(untested_levels_line(untested, f"the session's {self.settings.cause_cases} cause tests were "
+                                                        "used (--gpucomm-cause)"))
         return lines
+
+
+def _yardstick(gate: "Gate", verdict: Mapping[str, Any], tolerance: float) -> "Yardstick":
+    """What the cause test of the case of ``verdict`` judges its re-measures against (``gate.cause.Yardstick``):
+    the spreads of the case's baseline model (``Gate.case_model``), else the verdict's own prediction spread
+    (one run's: its sd over the runs it pooled, times their number), else none beyond the samples'."""
+    from ..gate.cause import Yardstick, yardstick
+
+    tol = float(verdict.get("tolerance") or tolerance)
+    slowed = float(verdict.get("ratio") or 1.0 - tol)
+    k = int(verdict.get("runs_pooled") or 1)
+    key = verdict.get("case")
+    fitted = gate.case_model(str(key)) if key else None
+    if fitted is not None:
+        return yardstick(fitted[0], fitted[1], slowed, tol, k)
+    sd = verdict.get("prediction_sd")
+    if isinstance(sd, (int, float)) and math.isfinite(sd):
+        one = float(sd) ** 2 * k
+        return Yardstick(slowed, tol, one, one * (1.0 + 1.0 / k), source="the verdict's prediction spread")
+    return Yardstick(slowed, tol, 0.0, 0.0, source="the re-measure's samples")
 
 
 def _explained(r: "Record") -> bool:

@@ -86,8 +86,9 @@ _OPTIONS = [
     ("--gpucomm-cause", "gpucomm_cause", "gpucomm_cause", "GPUCOMM_CAUSE",
      f"With a baseline: for the first N cases of the session that fail as REGRESSION while the recorded environment "
      f"differs from the baseline's, measure the case again in a fresh process (group) with the differing "
-     f"variables set back, all at once and then one at a time (at most {DEFAULT_CAUSE_BUDGET} re-measures a case), "
-     f"and name the one that brings it back; 0: never. Default: {DEFAULT_CAUSE_CASES}.", "N"),
+     f"variables set back, one at a time and then all at once (at most {DEFAULT_CAUSE_BUDGET} re-measures a case), "
+     f"and name the one whose re-measure is shown faster than the slowed run and not below the tolerance; 0: "
+     f"never. Default: {DEFAULT_CAUSE_CASES}.", "N"),
     ("--gpucomm-env", "gpucomm_env", "gpucomm_env", "GPUCOMM_ENV",
      "More environment variables to record with every run (and to compare with the baseline's, and to set back "
      "in the cause test), beside the communication libraries', the GPU runtimes' and the thread counts': names "

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_us", "table_rows",
            "render_table", "gate_columns", "table_lines", "tail_cell", "tail_counts", "counts_line",
            "sensitivity_lines", "level_lines", "Coverage", "coverage", "JUDGED", "straggler_lines", "live_text",
-           "junit_properties", "apply_levels", "json_document"]
+           "junit_properties", "apply_levels", "json_document", "cause_lines"]
 
 HEADERS = [
     "test",
@@ -288,6 +288,36 @@ def apply_levels(records: Iterable[Record], levels: Optional["RunLevels"]) -> No
             r.status = Status.REGRESSION
         elif status == Status.OK.value and r.status is Status.NOT_GATED:
             r.status = Status.OK
+
+
+def cause_lines(rows: Sequence[Row], *, skip: Iterable[str] = (), width: int = DEFAULT_WIDTH) -> list[str]:
+    """The cause tests the run saved in its verdicts (``verdict["cause"]``, :mod:`pytest_gpucomm.gate.cause`), as
+    the live run printed them: each row's own (``gpucomm TEST: cause: ...``; not for the tests in ``skip``, whose
+    message is printed whole), then one line per level tested and how many levels were not."""
+    from ..gate.cause import level_cause_line, saved_cause_line, untested_levels_line
+
+    skipped = set(skip)
+    own: list[str] = []
+    levels: dict[str, str] = {}
+    untested: dict[str, str] = {}
+    for r in rows:
+        cause = r.verdict.data.get("cause") if r.verdict is not None else None
+        if not isinstance(cause, Mapping):
+            continue
+        level = cause.get("level")
+        if level is None:
+            line = saved_cause_line(r.verdict.data) if r.verdict is not None else None
+            if line and r.test not in skipped:
+                own.append(f"gpucomm {r.test}: {line}")
+        elif cause.get("skipped"):
+            untested.setdefault(str(level), str(cause["skipped"]))
+        elif str(level) not in levels:
+            levels[str(level)] = level_cause_line(str(cause.get("level_name") or "level"), str(level),
+                                                  str(cause.get("text") or ""))
+    lines = own + list(levels.values())
+    if untested:
+        lines.append(untested_levels_line(len(untested), next(iter(untested.values()))))
+    return fit(lines, width)
 
 
 # -- the stragglers --------------------------------------------------------------------------------------
