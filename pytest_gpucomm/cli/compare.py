@@ -65,7 +65,7 @@ def _inputs(args: argparse.Namespace, ref: "Reference", doc: "ReportDocument") -
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .regate import regate
-    from ..report.run import counts_line, level_lines, sensitivity_lines, table_lines
+    from ..report.run import counts_line, gated_counts, gated_of, level_lines, sensitivity_lines, table_lines
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
     from ..vocab import Status
@@ -76,9 +76,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     json_out = checked_output(args.json, "--json", _inputs(args, ref, doc), args.force) if args.json else None
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
                tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))
-    new = doc.rejudged([r.verdict.to_dict() for r in g.rows], {
+    verdicts = [r.verdict.to_dict() for r in g.rows]
+    levels_json = g.levels.to_dict() if g.levels is not None else None
+    new = doc.rejudged(verdicts, {
         "report": str(args.report), "against": str(ref.path), "kind": ref.kind, "settings": g.settings,
-        "levels": g.levels.to_dict() if g.levels is not None else None})
+        "levels": levels_json, "gated": gated_counts(verdicts, levels_json).to_dict()})
     figures = ref.figures
     width = command_width()
     text = [f"gpucomm compare: the report {args.report} against {ref.describe()}", hardware_line(new), *g.header]
@@ -95,7 +97,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     for test, v in failed:  # the test, then its message's lines (the first says what, where and how much)
         text += [f"FAILED {test}:"] + [f"  {line}" for line in v.message.splitlines()]
     lines += fit(text, width)
-    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], width=width)
+    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], gated=gated_of(new),
+                               width=width)
     levels = new.levels.run_levels() if new.levels is not None else None
     lines += level_lines(levels, new.test_of_case(), width=width)
     text = ["gpucomm compare: offline: no case is measured again; the report's own re-measures are replayed"]
