@@ -522,6 +522,12 @@ def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pyt
         doc = json.loads((pytester.path / "report.json").read_text())
         assert {r["baseline"]["status"] for r in doc["rows"]} == {"REGRESSION"}
         assert all(r["baseline"]["levels"][0]["level"] == "class" for r in doc["rows"])
+        # each row's message: the level's heading, the level's own bound under it, the case's own verdict last
+        for r in doc["rows"]:
+            head, bound, own, *_ = r["baseline"]["message"].split("\n")
+            assert head.startswith("REGRESSION (class offset) copies between GPUs <= 1 MiB: ")
+            assert bound.startswith("  class offset: upper bound ") and "is below the 5% tolerance limit" in bound
+            assert own.startswith("  the case's own verdict (ok): ")
         # a recording run reports the same, but records rather than judges: it does not fail
         recording = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST)
         recording.stdout.fnmatch_lines([line])
