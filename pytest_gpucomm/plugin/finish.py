@@ -1,6 +1,11 @@
 """The session's end: which tests finished (:class:`Progress`), the run judged at the gate's levels, the
-reports and the baseline written (:func:`finish_session`, through :mod:`.reporting`), and the terminal
-summary (:func:`write_summary`).
+reports and the baseline written (:func:`finish_session`, through :mod:`.reporting`), what fails the session
+outside its tests (:func:`session_failures`), and the terminal summary (:func:`write_summary`), which counts
+those failures in pytest's own final line.
+
+Order: pytest's terminal reporter wraps ``pytest_sessionfinish``; the other
+implementations (:func:`finish_session` among them) run first, then ``pytest_terminal_summary``
+(:func:`write_summary`), then pytest's final line from its reporter's ``stats``.
 
 Who writes what: the process that speaks (always with the rank pool, global rank 0 of a launched job)
 writes the reports and the baseline and judges the levels; a pytest-xdist worker saves its cases into the
