@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Optional
 import pytest
 
 from ..units import plural
-from .reporting import NOT_WRITTEN_KEY
 
 if TYPE_CHECKING:
     from ..report.run import Coverage
@@ -133,6 +132,8 @@ def session_failures(state: "State") -> list[SessionFailure]:
                                   f"{cov.judged} of {cov.total} cases judged, fewer than --gpu-min-judged={need:g} "
                                   f"of them ({cov.why()})"))
     if state.write_failed:
+        from .reporting import NOT_WRITTEN_KEY
+
         n = max(1, len(state.config.stash.get(NOT_WRITTEN_KEY, [])))
         out.append(SessionFailure(n, f"gpucomm output{'s' if n != 1 else ''} not written",
                                   f"{plural(n, 'output')} not written (the 'gpucomm: ERROR' lines above)"))
