@@ -109,13 +109,16 @@ def test_saving_creates_the_baseline_and_a_second_run_is_judged_against_it(pytes
     # an unchanged machine: no false alarm.  Three sessions of runs 1 % apart (2 degrees of freedom) cannot
     # promise to catch a 10 % drop at alpha 0.001 over 2 cases and 2 looks: the verdict says so
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 not gated"])
-    result.stdout.fnmatch_lines(["gpucomm sensitivity: 0 of 2 cases catch a drop of twice their tolerance (99% of "
-                                 "the time); the smallest drop caught is *% at the median case, *% at worst",
+    result.stdout.fnmatch_lines(["gpucomm sensitivity: gated (a drop of 2x the tolerance caught 99% of the time): 0 "
+                                 "of 2 cases (0 by their own verdict, 0 more by their residual); at the levels: 0 of "
+                                 "2 case residuals; the smallest drop a case's own verdict catches is *% at the "
+                                 "median case, *% at worst",
                                  "  not gated: *::test_copy[[]64KiB-0->1[]]: catches drops of *% or more (3 baseline "
                                  "runs in 3 sessions)",
                                  "  fix: record more baseline runs, in more sessions*",
                                  # two cases: no class of 5 to judge the offset of, no band of 3; each residual
-                                 "gpucomm levels: 2 cases: 0 gated, median smallest drop caught *%, level * each"])
+                                 "gpucomm levels: 2 case residuals: 0 gated, median smallest drop caught *%, level * "
+                                 "each"])
     result.stdout.no_fnmatch_line("*REGRESSION*")
     result.stdout.no_fnmatch_line("*WARNING*")
     result.assert_outcomes(passed=2)
@@ -472,7 +475,7 @@ def test_a_baseline_whose_runs_differ_widely_is_not_gated_and_fails_as_NOT_GATED
         "copy, cpu:0->cpu:1 (test_copy[[]0->1[]])",
         "  64 KiB*not gated",
         "gpucomm verdicts: 2 not gated",
-        "gpucomm sensitivity: 0 of 2 cases catch a drop of twice their tolerance (99% of the time)*",
+        "gpucomm sensitivity: gated (a drop of 2x the tolerance caught 99% of the time): 0 of 2 cases *",
         "  not gated: test_*.py::test_copy[[]64KiB-0->1[]]: catches drops of *% or more (3 baseline runs in 3 "
         "sessions)",
         "  fix: record more baseline runs, in more sessions*--gpu-baseline-save; or raise --gpu-tolerance",
@@ -506,25 +509,66 @@ def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pyt
     result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-json=report.json", *FAST)
     result.assert_outcomes(passed=16)  # no single case crosses its 50 % tolerance
     line = f"gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB: {slower}% slower (16 cases)"
-    failed_note = "gpucomm: FAILED: 1 regression at the levels (the 'gpucomm REGRESSION' lines above)"
+    failed_note = ("gpucomm: FAILED: 1 regression at the gate's levels (the 'gpucomm REGRESSION' lines above): "
+                   "the exit status is 1 though their cases' tests may pass")
     if fails:
-        result.stdout.fnmatch_lines(["gpucomm levels: 1 class: * REGRESSION", line,
+        result.stdout.fnmatch_lines(["gpucomm levels: 1 class offset: * REGRESSION", line,
                                      "    upper bound *x at level 0.002 (quantile *, * df) is below the 5% tolerance "
                                      "limit 0.95x", "    covers *test_copy[[]0->1-0[]]", failed_note])
+        # what fails the session is in pytest's own final line, beside the tests that passed
+        result.stdout.fnmatch_lines(["*= 16 passed, 1 gpucomm level regression in *"])
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         # the rows the class covers are regressions in the report, though each test passed on its own
         doc = json.loads((pytester.path / "report.json").read_text())
         assert {r["baseline"]["status"] for r in doc["rows"]} == {"REGRESSION"}
         assert all(r["baseline"]["levels"][0]["level"] == "class" for r in doc["rows"])
+        # each row's message: the level's heading, the level's own bound under it, the case's own verdict last
+        for r in doc["rows"]:
+            head, bound, own, *_ = r["baseline"]["message"].split("\n")
+            assert head.startswith("REGRESSION (class offset) copies between GPUs <= 1 MiB: ")
+            assert bound.startswith("  class offset: upper bound ") and "is below the 5% tolerance limit" in bound
+            assert own.startswith("  the case's own verdict (ok): ")
         # a recording run reports the same, but records rather than judges: it does not fail
         recording = pytester.runpytest("--gpu-baseline=cpu", "--gpu-baseline-save", *FAST)
         recording.stdout.fnmatch_lines([line])
         recording.stdout.no_fnmatch_line(failed_note)
+        recording.stdout.no_fnmatch_line("*gpucomm level regression*")
         assert recording.ret == pytest.ExitCode.OK
     else:
-        result.stdout.fnmatch_lines(["gpucomm levels: 1 class: 1 gated, *each", "gpucomm levels: 16 cases: *"])
+        result.stdout.fnmatch_lines(["gpucomm levels: 1 class offset: 1 gated, *each",
+                                     "gpucomm levels: 16 case residuals: *"])
+        result.stdout.fnmatch_lines(["*= 16 passed in *"])
         result.stdout.no_fnmatch_line("*REGRESSION*")
         assert result.ret == pytest.ExitCode.OK
+
+
+def test_the_terminal_summary_the_json_report_and_the_html_page_give_one_count_of_gated_per_level(pytester,
+                                                                                                  monkeypatch):
+    """Once, the sensitivity line counted the cases' own verdicts as "cases gated" and the levels' line
+    counted the residuals as "cases: N gated" (16 and 0 on this run); now each level has its one count, the
+    same in the three views."""
+    from pytest_gpucomm.report.html import html_page
+    from pytest_gpucomm.report.html_parts import esc
+    from pytest_gpucomm.report.run import GatedCounts
+
+    pytester.makepyfile(MANY_CASES_FILE)
+    _save_simulated_runs(pytester, monkeypatch, n=4, sessions=True)
+    _scale(pytester.path / "baselines" / "cpu.json", 1.02)
+    monkeypatch.setenv("SIM_RUN", "9")
+    result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-json=report.json", *FAST)
+    doc = json.loads((pytester.path / "report.json").read_text())
+    counts = GatedCounts.from_dict(doc["baseline"]["gated"])
+    levels = doc["baseline"]["levels"]
+    # the JSON's count is its levels' and its rows'
+    assert counts.levels == {k: (sum(bool(v["gated"]) for v in levels[group] if v["status"] != "not judged"),
+                                 sum(v["status"] != "not judged" for v in levels[group]))
+                             for k, group in (("class", "classes"), ("band", "bands"), ("case", "cases"))}
+    assert counts.own == sum(bool(r["baseline"]["gated"]) for r in doc["rows"]) and counts.cases == 16
+    terminal = " ".join(line.strip() for line in result.stdout.lines)
+    assert f"gpucomm sensitivity: {counts.text()};" in terminal
+    gated, judged = counts.levels["case"]
+    assert f"gpucomm levels: {judged} case residuals: {gated} gated," in terminal
+    assert esc(counts.text()) in html_page(doc, with_plots=False)
 
 
 @pytest.mark.slow
@@ -539,7 +583,8 @@ def test_under_xdist_the_controller_reads_the_baseline_and_judges_the_levels_ove
     result = pytester.runpytest_subprocess("--gpu-baseline=cpu", "--gpucomm-json=report.json", "-n", "2", *FAST)
     result.assert_outcomes(passed=16)
     result.stdout.fnmatch_lines(["gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB: 1*% slower (16 "
-                                 "cases)", "gpucomm: FAILED: 1 regression at the levels*"])
+                                 "cases)", "gpucomm: FAILED: 1 regression at the gate's levels*",
+                                 "*= 16 passed, 1 gpucomm level regression in *"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     doc = json.loads((pytester.path / "report.json").read_text())
     assert len(doc["baseline"]["levels"]["classes"][0]["cases"]) == 16
@@ -697,7 +742,9 @@ def test_a_run_that_judged_fewer_than_half_its_cases_says_so_first_and_last_and_
     assert '<property name="gpucomm.judged" value="0" />' in text and 'name="gpucomm.not_judged" value="yes"' in text
     result = pytester.runpytest("--gpu-baseline=cpu", "--gpu-min-judged=0.5", *FAST)
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["gpucomm: FAILED: 0 of 2 cases judged, fewer than --gpu-min-judged=0.5 of them *"])
+    result.stdout.fnmatch_lines(["gpucomm: FAILED: 0 of 2 cases judged, fewer than --gpu-min-judged=0.5 of them *",
+                                 # what fails the session, counted in pytest's own final line
+                                 "*= 2 passed, 2 gpucomm cases not judged in *"])
     result.assert_outcomes(passed=2)  # the tests pass; the session does not
 
 

@@ -85,7 +85,8 @@ def _keep_causes(doc: "ReportDocument", g: "Regated") -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .regate import regate
-    from ..report.run import cause_lines, counts_line, level_lines, sensitivity_lines, table_lines
+    from ..report.run import (cause_lines, counts_line, gated_counts, gated_of, level_lines, sensitivity_lines,
+                              table_lines)
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
     from ..vocab import Status
@@ -97,9 +98,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
                tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))
     _keep_causes(doc, g)
-    new = doc.rejudged([r.verdict.to_dict() for r in g.rows], {
+    verdicts = [r.verdict.to_dict() for r in g.rows]
+    levels_json = g.levels.to_dict() if g.levels is not None else None
+    new = doc.rejudged(verdicts, {
         "report": str(args.report), "against": str(ref.path), "kind": ref.kind, "settings": g.settings,
-        "levels": g.levels.to_dict() if g.levels is not None else None})
+        "levels": levels_json, "gated": gated_counts(verdicts, levels_json).to_dict()})
     figures = ref.figures
     width = command_width()
     text = [f"gpucomm compare: the report {args.report} against {ref.describe()}", hardware_line(new), *g.header]
@@ -116,7 +119,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     for test, v in failed:  # the test, then its message's lines (the first says what, where and how much)
         text += [f"FAILED {test}:"] + [f"  {line}" for line in v.message.splitlines()]
     lines += fit(text, width)
-    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], width=width)
+    lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], gated=gated_of(new),
+                               width=width)
     levels = new.levels.run_levels() if new.levels is not None else None
     lines += level_lines(levels, new.test_of_case(), width=width)
     lines += cause_lines(new.rows, skip=[test for test, _ in failed], width=width)

@@ -25,7 +25,7 @@ __all__ = ["LEVELS_RULE", "LEVEL_SHARES", "SMALL_CLASS_WEIGHT", "FOLDED_CLASSES"
            "common_spread", "class_model", "common_of", "class_priors", "borrowed_class_priors",
            "Member", "member", "case_class", "residuals", "Residual",
            "fit_residual", "residual_spread", "within_share", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels",
-           "judge_run"]
+           "own_verdict", "judge_run"]
 
 LEVELS_RULE = DECISION_RULE[DECISION_RULE.index("6. The levels"):DECISION_RULE.index("A published case")]
 
@@ -404,7 +404,13 @@ class LevelVerdict:
                 "ratio": self.ratio, "upper_bound": self.upper_bound, "lower_bound": self.lower_bound,
                 "alpha": self.alpha, "quantile": self.quantile, "df": self.df, "sd": self.sd,
                 "detectable_drop": self.detectable_drop, "tolerance": self.tolerance, "gated": self.gated,
-                "assumed": self.assumed, "text": self.text()}
+                "assumed": self.assumed, "why": self.why, "text": self.text()}
+
+
+def own_verdict(status: str, message: str) -> str:
+    """A case's own verdict under a level's that decided its row, labelled as the case's own: ``the case's
+    own verdict (not gated): ...``, its message's further lines indented under it."""
+    return f"the case's own verdict ({status}): " + message.replace("\n", "\n  ")
 
 
 @dataclass
@@ -435,8 +441,10 @@ class RunLevels:
 
     def update(self, key: Optional[str], status: str, message: str) -> tuple[str, str, dict[str, object]]:
         """A case's verdict after the levels: (status, message, details to add).  A failing level that covers
-        the case makes it "REGRESSION" (the level's headline first in the message); a case whose own verdict
-        is "not gated" but whose residual is gated becomes "ok" (the message says so)."""
+        the case makes it "REGRESSION": the message then opens with the level's headline, says the level's
+        own evidence below it (its bound against the limit), and gives the case's own verdict last, labelled
+        as such (it may say the case alone catches no such drop: the level does).  A case whose own verdict
+        is "not gated" but whose residual is gated becomes "ok", its message the residual's bound first."""
         failing = [v for v in self.failed if key in v.keys]
         mine = next((v for v in self.cases if v.keys == (key,)), None)
         extra: dict[str, object] = {}
@@ -445,29 +453,45 @@ class RunLevels:
         if failing:
             extra["levels"] = [v.to_dict() for v in failing]
             if status != "REGRESSION":
-                message = "; ".join(v.headline() for v in failing) + "\n  " + message
+                message = "\n".join(["; ".join(v.headline() for v in failing),
+                                      *(f"  {v.level_name}: {v.detail()}" for v in failing),
+                                      f"  {own_verdict(status, message)}"])
             return "REGRESSION", message, extra
         if status == "not gated" and mine is not None and mine.gated:
-            return "ok", f"{message}; gated by its residual: {mine.detail()}", extra
+            return "ok", f"gated by its residual: {mine.detail()}; {own_verdict(status, message)}", extra
         return status, message, extra
 
+    def gated_count(self, level: str) -> tuple[int, int]:
+        """(gated, judged) at one level ("class", "band" or "case": the case residuals): the verdicts judged
+        and, of them, those gated (:attr:`LevelVerdict.gated`).  The one count of a level that the summary,
+        the JSON report (``to_dict``'s "gated") and the HTML page print."""
+        judged = [v for v in {"class": self.classes, "band": self.bands, "case": self.cases}[level]
+                  if v.status != "not judged"]
+        return sum(v.gated for v in judged), len(judged)
+
     def summary(self) -> list[str]:
-        """Per level: how many are judged and gated, the median smallest drop caught, how many failed."""
+        """Per level: how many are judged and gated (:meth:`gated_count`), the median smallest drop caught, how
+        many failed."""
         lines = []
-        for vs, one, many in ((self.classes, "class", "classes"), (self.bands, "op band", "op bands"),
-                              (self.cases, "case", "cases")):
+        for level, vs, one, many in (("class", self.classes, "class offset", "class offsets"),
+                                     ("band", self.bands, "op band", "op bands"),
+                                     ("case", self.cases, "case residual", "case residuals")):
             judged = [v for v in vs if v.status != "not judged"]
             if not judged:
                 continue
+            gated, _ = self.gated_count(level)
             drops = sorted(v.detectable_drop for v in judged)
             failed = sum(v.failed for v in judged)
-            lines.append(f"{len(judged)} {one if len(judged) == 1 else many}: {sum(v.gated for v in judged)} gated, "
-                         f"median smallest drop caught {drops[len(drops) // 2]:.1%}, level {judged[0].alpha:.2g} "
-                         "each" + (f", {failed} REGRESSION" if failed else ""))
+            lo, hi = min(v.alpha for v in judged), max(v.alpha for v in judged)
+            at = f"level {lo:.2g} each" if f"{lo:.2g}" == f"{hi:.2g}" else f"levels {lo:.2g}-{hi:.2g}"
+            lines.append(f"{len(judged)} {one if len(judged) == 1 else many}: {gated} gated, "
+                         f"median smallest drop caught {drops[len(drops) // 2]:.1%}, {at}"
+                         + (f", {failed} REGRESSION" if failed else ""))
         return lines
 
     def to_dict(self) -> dict[str, object]:
-        return {"alpha": self.alpha, "shares": dict(self.shares),
+        gated = {level: dict(zip(("gated", "judged"), self.gated_count(level))) for level in ("class", "band", "case")}
+        return {"alpha": self.alpha, "shares": dict(self.shares), "gated": gated,
                 "classes": [v.to_dict() for v in self.classes], "bands": [v.to_dict() for v in self.bands],
                 "cases": [v.to_dict() for v in self.cases]}
 

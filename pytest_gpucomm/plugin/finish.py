@@ -1,6 +1,11 @@
 """The session's end: which tests finished (:class:`Progress`), the run judged at the gate's levels, the
-reports and the baseline written (:func:`finish_session`, through :mod:`.reporting`), and the terminal
-summary (:func:`write_summary`).
+reports and the baseline written (:func:`finish_session`, through :mod:`.reporting`), what fails the session
+outside its tests (:func:`session_failures`), and the terminal summary (:func:`write_summary`), which counts
+those failures in pytest's own final line.
+
+Order: pytest's terminal reporter wraps ``pytest_sessionfinish``; the other
+implementations (:func:`finish_session` among them) run first, then ``pytest_terminal_summary``
+(:func:`write_summary`), then pytest's final line from its reporter's ``stats``.
 
 Who writes what: the process that speaks (always with the rank pool, global rank 0 of a launched job)
 writes the reports and the baseline and judges the levels; a pytest-xdist worker saves its cases into the
@@ -9,6 +14,7 @@ baseline and hands its records to the controller (:mod:`.xdist`), which writes t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import pytest
@@ -19,7 +25,8 @@ if TYPE_CHECKING:
     from ..report.run import Coverage
     from .state import State
 
-__all__ = ["Progress", "finish_session", "write_summary", "terminal_width"]
+__all__ = ["Progress", "finish_session", "SessionFailure", "FAILURES_KEY", "session_failures", "count_in_final_line",
+           "write_summary", "terminal_width"]
 
 
 class Progress:
@@ -50,7 +57,8 @@ class Progress:
 def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> None:
     """Stop the ranks, judge the run at the gate's levels, save the baseline and write the reports, before the
     terminal summary is printed.  An output that cannot be written is named in the summary and makes the exit
-    status non-zero, as a regression at the levels does."""
+    status non-zero, as a regression at the levels and too few cases judged do (:func:`session_failures`:
+    each is said in the summary and counted in pytest's final line)."""
     state.close()
     writes = state.speaks and state.worker is None  # the reports, the levels: not a worker's, not a quiet rank's
     if state.records and state.settings.baseline and writes:
@@ -83,18 +91,61 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
 
         finished = exitstatus != pytest.ExitCode.INTERRUPTED and state.progress.ran_every_test(session)
         write_reports(state, finished=finished, is_worker=state.worker is not None)
-    failed_levels = (state.levels.failed if state.levels is not None and not state.settings.baseline_save else [])
-    if failed_levels:
-        state.notes.append(f"gpucomm: FAILED: {plural(len(failed_levels), 'regression')} at the levels (the "
-                           "'gpucomm REGRESSION' lines above)")
-    cov, need = state.coverage, state.settings.min_judged
-    too_few = (cov is not None and cov.total > 0 and cov.share < need and not state.settings.baseline_save
-               and state.worker is None)
-    if too_few and cov is not None:
-        state.notes.append(f"gpucomm: FAILED: {cov.judged} of {cov.total} cases judged, fewer than "
-                           f"--gpu-min-judged={need:g} of them ({cov.why()})")
-    if (state.write_failed or failed_levels or too_few) and session.exitstatus == pytest.ExitCode.OK:
+    failures = session_failures(state)
+    state.notes += [f"gpucomm: FAILED: {f.why}" for f in failures]
+    session.config.stash[FAILURES_KEY] = failures
+    if failures and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@dataclass(frozen=True)
+class SessionFailure:
+    """What fails the session outside its tests (its exit status 1 though every test passed): a regression at
+    the gate's levels, too few cases judged (--gpu-min-judged), an output not written.  ``word``: what pytest's
+    final line counts it as (``3 gpucomm level regressions``: :func:`count_in_final_line`); ``why``: the
+    line that says why, with its figures."""
+
+    count: int
+    word: str
+    why: str
+
+
+#: the session's failures outside its tests (:func:`session_failures`), set at the session's end
+FAILURES_KEY = pytest.StashKey[list[SessionFailure]]()
+
+
+def session_failures(state: "State") -> list[SessionFailure]:
+    """The conditions outside the tests that fail the session (see :class:`SessionFailure`), each with its
+    count and why."""
+    out = []
+    failed = state.levels.failed if state.levels is not None and not state.settings.baseline_save else []
+    if failed:
+        n = len(failed)
+        out.append(SessionFailure(n, f"gpucomm level regression{'s' if n != 1 else ''}",
+                                  f"{plural(n, 'regression')} at the gate's levels (the 'gpucomm REGRESSION' lines "
+                                  f"above): the exit status is 1 though their cases' tests may pass"))
+    cov, need = state.coverage, state.settings.min_judged
+    if (cov is not None and cov.total > 0 and cov.share < need and not state.settings.baseline_save
+            and state.worker is None):
+        n = cov.total - cov.judged
+        out.append(SessionFailure(n, f"gpucomm case{'s' if n != 1 else ''} not judged",
+                                  f"{cov.judged} of {cov.total} cases judged, fewer than --gpu-min-judged={need:g} "
+                                  f"of them ({cov.why()})"))
+    if state.write_failed:
+        from .reporting import NOT_WRITTEN_KEY
+
+        n = max(1, len(state.config.stash.get(NOT_WRITTEN_KEY, [])))
+        out.append(SessionFailure(n, f"gpucomm output{'s' if n != 1 else ''} not written",
+                                  f"{plural(n, 'output')} not written (the 'gpucomm: ERROR' lines above)"))
+    return out
+
+
+def count_in_final_line(terminalreporter: pytest.TerminalReporter, failures: list[SessionFailure]) -> None:
+    """Each failure outside the tests counted in pytest's final line (``1 failed, 7 passed, 3 gpucomm level
+    regressions in 2.10s``): pytest counts every key of its reporter's ``stats``, a key it does not know
+    included (its final line is then yellow where no test failed)."""
+    for f in failures:
+        terminalreporter.stats.setdefault(f.word, []).extend([f] * f.count)
 
 
 def _junit_coverage(config: pytest.Config, cov: Optional["Coverage"]) -> None:
@@ -120,7 +171,9 @@ def last_line(state: "State") -> Optional[str]:
 
 
 def write_summary(terminalreporter: pytest.TerminalReporter, state: "State") -> None:
-    """The "gpucomm results" section, where this process speaks and measured."""
+    """The "gpucomm results" section, where this process speaks and measured; the session's failures outside
+    its tests counted in pytest's final line (:func:`count_in_final_line`)."""
+    count_in_final_line(terminalreporter, terminalreporter.config.stash.get(FAILURES_KEY, []))
     if not state.records or not state.speaks:
         return
     from .reporting import summary_lines

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..report.document import ReportDocument
     from .state import State
 
-__all__ = ["SessionReport", "baseline_document", "baseline_extra", "baseline_figures", "curves_of",
+__all__ = ["SessionReport", "NOT_WRITTEN_KEY", "baseline_document", "baseline_extra", "baseline_figures", "curves_of",
            "session_levels", "session_report", "run_document", "summary_lines", "write_reports"]
 
 
@@ -39,6 +39,8 @@ class SessionReport:
 
 
 REPORT_KEY = pytest.StashKey[SessionReport]()
+#: the outputs that could not be written at the session's end (:func:`write_reports`), each as "what"
+NOT_WRITTEN_KEY = pytest.StashKey[list[str]]()
 FIGURES_KEY = pytest.StashKey[Optional["BaselineFigures"]]()
 
 
@@ -82,7 +84,8 @@ def curves_of(state: "State") -> tuple[list[dict[str, object]], list[str]]:
 def baseline_extra(state: "State") -> Optional[dict[str, object]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
     in the environment, the baseline's common spread per group (or what the xdist workers said of all
-    that), and the run at the gate's levels."""
+    that), the run at the gate's levels, the coverage, and how many are gated at each level
+    (``report.run.gated_counts``: the one count every view prints)."""
     extra = state.from_workers.baseline
     if not extra and state.settings.baseline and state.gate.loaded:
         from ..gate import ABSENT
@@ -97,8 +100,11 @@ def baseline_extra(state: "State") -> Optional[dict[str, object]]:
         }
     if not extra:
         return extra
-    return {**extra, "levels": state.levels.to_dict() if state.levels is not None else None,
-            "coverage": state.coverage.to_dict() if state.coverage is not None else None}
+    from ..report.run import gated_counts
+
+    levels = state.levels.to_dict() if state.levels is not None else None
+    return {**extra, "levels": levels, "coverage": state.coverage.to_dict() if state.coverage is not None else None,
+            "gated": gated_counts([r.baseline for r in state.records], levels).to_dict()}
 
 
 def session_levels(state: "State") -> Optional["RunLevels"]:
@@ -208,6 +214,7 @@ def write_reports(state: "State", *, finished: bool = True, is_worker: bool = Fa
             write()
         except Exception as e:  # any failure: say what was not written, keep the rest
             state.write_failed = True
+            state.config.stash.setdefault(NOT_WRITTEN_KEY, []).append(what)
             state.notes.append(f"gpucomm: ERROR: {what} was NOT written: {e}")
 
     if s.baseline_save and state.gate.loaded and not is_worker:

@@ -171,7 +171,8 @@ class Levels:
 
     def run_levels(self) -> "RunLevels":
         """The ``gate.levels.RunLevels`` these were written from, for the text of :func:`report.run.level_lines`
-        (a verdict "not judged" comes back without its reason, which that text does not show)."""
+        (each verdict with its assumed spread, so that it is gated as it was; a report written before the
+        verdicts kept their reason has a verdict "not judged" come back without it)."""
         from ..gate.levels import LevelVerdict, RunLevels
 
         def verdict(v: Mapping[str, Any]) -> LevelVerdict:
@@ -179,7 +180,8 @@ class Levels:
                                 status=str(v["status"]), ratio=float(v["ratio"]), upper_bound=float(v["upper_bound"]),
                                 lower_bound=float(v["lower_bound"]), alpha=float(v["alpha"]),
                                 quantile=float(v["quantile"]), df=float(v["df"]), sd=float(v["sd"]),
-                                detectable_drop=float(v["detectable_drop"]), tolerance=float(v["tolerance"]))
+                                detectable_drop=float(v["detectable_drop"]), tolerance=float(v["tolerance"]),
+                                why=str(v.get("why") or ""), assumed=bool(v.get("assumed")))
 
         def verdicts(group: str) -> list[LevelVerdict]:
             return [verdict(v) for v in self.data.get(group) or []]

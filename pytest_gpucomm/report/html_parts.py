@@ -1,7 +1,7 @@
 """The sections of the HTML page (:mod:`.html`), in the order the page shows them: the headline (passed or
-failed, the counts per verdict, the class offsets and what failed at the levels), the failing cases with
-their plots, the results table grouped by sweep, the copy matrices and the curves as tables, the
-environment, the other plots.
+failed, the counts per verdict, how many are gated at each level, the class offsets and what failed at the
+levels), the failing cases with their plots, the results table grouped by sweep, the copy matrices and the
+curves as tables, the environment, the other plots.
 
 Each section renders the report's document, the baseline file's figures where the page is compared with one
 (``--baseline B``), and the page's images (:class:`Image`: drawn from the document, or the files a run
@@ -90,9 +90,9 @@ def verdict_counts(doc: ReportDocument) -> str:
 
 def headline(doc: ReportDocument) -> list[str]:
     """Passed or failed, and why, first: the verdict in one word and a sentence, a chip per status with its
-    count, the counts line, the class offsets (the run's common shift per class) and every band or case that
-    failed at its level (the run's levels, or ``gpucomm compare``'s where it judged the report again), and
-    whether the environment changed since the baseline."""
+    count, the counts line, how many are gated at each level (``run.gated_of``), the class offsets (the run's
+    common shift per class) and every band or case that failed at its level (the run's levels, or ``gpucomm
+    compare``'s where it judged the report again), and whether the environment changed since the baseline."""
     from collections import Counter
 
     from ..units import plural
@@ -110,6 +110,10 @@ def headline(doc: ReportDocument) -> list[str]:
     for status, n in sorted(Counter(r.status for r in doc.rows).items()):
         out.append(f'<li class="chip status-{status_class(status)}">{esc(n)} {esc(status)}</li>')
     out += ["</ul>", f'<p class="counts">{esc(verdict_counts(doc))}</p>']
+    if doc.gated:  # the one count of gated per level, as the terminal summary and the JSON report give it
+        from .run import gated_of
+
+        out.append(f'<p class="counts gated">{esc(gated_of(doc).text())}</p>')
     texts = levels.texts(every=("classes",)) if levels is not None else []
     if texts:
         out.append('<ul class="levels">' + "".join(f"<li>{esc(t)}</li>" for t in texts) + "</ul>")

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_us", "table_rows",
            "render_table", "gate_columns", "table_lines", "tail_cell", "tail_counts", "counts_line",
-           "sensitivity_lines", "level_lines", "Coverage", "coverage", "JUDGED", "straggler_lines", "live_text",
-           "junit_properties", "apply_levels", "json_document", "cause_lines"]
+           "GatedCounts", "gated_counts", "gated_of", "sensitivity_lines", "level_lines", "Coverage", "coverage",
+           "JUDGED", "straggler_lines", "live_text", "junit_properties", "apply_levels", "json_document",
+           "cause_lines"]
 
 HEADERS = [
     "test",
@@ -227,19 +228,114 @@ def coverage(items: Iterable["Row | Record"]) -> Optional[Coverage]:
     return Coverage(judged, len(verdicts), assumed, len(not_gated) - assumed, new)
 
 
+@dataclass(frozen=True)
+class GatedCounts:
+    """How many are gated at each level, where gated means a drop of twice the tolerance is caught 99 % of the
+    time (``gate.decision.GATED_DROP_FACTOR``, ``DETECTION_POWER``).  The cases: those whose own verdict says
+    what it catches, gated by their own verdict, or where it is not, by their residual (what makes a row "ok"
+    rather than "not gated": ``gate.levels.RunLevels.update``); the class offsets, op bands and case residuals:
+    (gated, judged) each (``RunLevels.gated_count``, as the levels' JSON holds them).  The one count of gated
+    that the terminal summary, the JSON report (``baseline.gated``) and the HTML page print (:func:`gated_of`).
+    """
+
+    cases: int
+    own: int
+    by_residual: int
+    levels: Optional[Mapping[str, tuple[int, int]]] = None  # "class", "band", "case" -> (gated, judged)
+
+    @property
+    def gated(self) -> int:
+        return self.own + self.by_residual
+
+    def text(self) -> str:
+        """``gated (a drop of 2x the tolerance caught 99% of the time): 60 of 169 cases (39 by their own verdict,
+        21 more by their residual); at the levels: 2 of 6 class offsets, 10 of 30 op bands, 45 of 169 case
+        residuals``."""
+        from ..gate.decision import DETECTION_POWER, GATED_DROP_FACTOR
+
+        out = (f"gated (a drop of {GATED_DROP_FACTOR:g}x the tolerance caught {DETECTION_POWER:.0%} of the time): "
+               f"{self.gated} of {plural(self.cases, 'case')}")
+        if self.levels is None:
+            return out
+        out += f" ({self.own} by their own verdict, {self.by_residual} more by their residual)"
+        parts = [f"{g} of {plural(n, one)}" for level, one in (("class", "class offset"), ("band", "op band"),
+                                                              ("case", "case residual"))
+                 for g, n in [self.levels.get(level, (0, 0))] if n]
+        return out + ("; at the levels: " + ", ".join(parts) if parts else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cases": self.cases, "gated": self.gated, "own": self.own, "by_residual": self.by_residual,
+                "levels": None if self.levels is None else
+                {k: {"gated": g, "judged": n} for k, (g, n) in self.levels.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GatedCounts":
+        """The counts a JSON report holds (:meth:`to_dict`); KeyError, TypeError or ValueError where it does not
+        hold them readably."""
+        levels = data["levels"]
+        return cls(int(data["cases"]), int(data["own"]), int(data["by_residual"]),
+                   None if levels is None else {str(k): (int(v["gated"]), int(v["judged"])) for k, v in levels.items()})
+
+
+def gated_counts(verdicts: Iterable[Optional[Mapping[str, Any]]], levels: Optional[Mapping[str, Any]]
+                 ) -> GatedCounts:
+    """The :class:`GatedCounts` of the rows' verdicts (``RowVerdict.data``, a record's ``baseline``) after the
+    levels (``levels``: the levels' JSON, ``RunLevels.to_dict``; None where the run was not judged at the
+    levels): a case is gated by its own verdict's ``gated``, or else by its residual's (the verdict's
+    ``residual``); a level's count is the one the levels hold (worked out from their verdicts for a report
+    written before they held it)."""
+    own = by_residual = cases = 0
+    for data in verdicts:
+        if not data or data.get("detectable_drop") is None:
+            continue
+        cases += 1
+        residual = data.get("residual")
+        if data.get("gated"):
+            own += 1
+        elif levels is not None and isinstance(residual, Mapping) and residual.get("gated"):
+            by_residual += 1
+    if levels is None:
+        return GatedCounts(cases, own, by_residual)
+    stored = levels.get("gated")
+    counts: dict[str, tuple[int, int]] = {}
+    for level, group in (("class", "classes"), ("band", "bands"), ("case", "cases")):
+        if isinstance(stored, Mapping) and isinstance(stored.get(level), Mapping):
+            counts[level] = (int(stored[level]["gated"]), int(stored[level]["judged"]))
+            continue
+        judged = [v for v in levels.get(group) or [] if isinstance(v, Mapping) and v.get("status") != "not judged"]
+        counts[level] = (sum(1 for v in judged if v.get("gated")), len(judged))
+    return GatedCounts(cases, own, by_residual, counts)
+
+
+def gated_of(doc: ReportDocument) -> GatedCounts:
+    """The document's :class:`GatedCounts`: the ones its JSON holds (``gpucomm compare``'s under ``compared``
+    where it judged the report again, else the run's under ``baseline``), worked out from its rows and levels
+    (:func:`gated_counts`) for a report written without them."""
+    section = doc.compared if doc.compared is not None else (doc.baseline.data if doc.baseline is not None else {})
+    stored = section.get("gated")
+    if isinstance(stored, Mapping):
+        try:
+            return GatedCounts.from_dict(stored)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass
+    levels = doc.levels
+    return gated_counts([r.verdict.data if r.verdict is not None else None for r in doc.rows],
+                        levels.data if levels is not None else None)
+
+
 def sensitivity_lines(verdicts: Sequence[RowVerdict], tests: Optional[Sequence[str]] = None, *,
-                      width: int = DEFAULT_WIDTH) -> list[str]:
-    """What the cases' own verdicts can catch: per case the smallest drop it catches; those not gated and
-    the fix; wrapped to ``width``.  ``tests``: the verdicts' test ids (default: their cases)."""
+                      gated: Optional[GatedCounts] = None, width: int = DEFAULT_WIDTH) -> list[str]:
+    """What the cases can catch: how many are gated at each level (``gated``: the run's :class:`GatedCounts`,
+    :func:`gated_of`; default: the verdicts' own), the smallest drop the cases' own verdicts catch; those not
+    gated and the fix; wrapped to ``width``.  ``tests``: the verdicts' test ids (default: their cases)."""
     lines: list[str] = []
     names = list(tests) if tests is not None else [str(v.data.get("case", "?")) for v in verdicts]
     judged = [(n, v.data) for n, v in zip(names, verdicts) if v.data and v.data.get("detectable_drop") is not None]
     if judged:
+        counts = gated if gated is not None else gated_counts([b for _, b in judged], None)
         drops = sorted(b["detectable_drop"] for _, b in judged)
-        gated = sum(1 for _, b in judged if b.get("gated"))
-        lines.append(f"gpucomm sensitivity: {gated} of {len(judged)} cases catch a drop of twice their tolerance "
-                     f"(99% of the time); the smallest drop caught is {drops[len(drops) // 2]:.1%} at the median "
-                     f"case, {drops[-1]:.1%} at worst")
+        lines.append(f"gpucomm sensitivity: {counts.text()}; the smallest drop a case's own verdict catches is "
+                     f"{drops[len(drops) // 2]:.1%} at the median case, {drops[-1]:.1%} at worst")
         not_gated = [(n, b) for n, b in judged if b.get("status") in (Status.NOT_GATED, Status.NOT_GATED_STRICT)]
         for n, b in not_gated[:10]:
             lines.append(f"  not gated: {n}: catches drops of {b['detectable_drop']:.1%} or more "

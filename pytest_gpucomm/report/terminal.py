@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 from ..units import describe_duration, format_size
 from .document import ReportDocument
 from ..units import format_gbps
-from .run import CURVE_LIMIT, counts_line, level_lines, sensitivity_lines, straggler_lines, table_lines
+from .run import (CURVE_LIMIT, counts_line, gated_of, level_lines, sensitivity_lines, straggler_lines,
+                  table_lines)
 from .text import DEFAULT_WIDTH, fit
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def summary_lines(doc: ReportDocument, baseline: Optional["BaselineFigures"] = N
         judged = [r for r in doc.rows if r.verdict is not None]
         lines += fit([counts_line(doc.rows), *gate_header], width)
         lines += sensitivity_lines([r.verdict for r in judged if r.verdict is not None], [r.test for r in judged],
-                                   width=width)
+                                   gated=gated_of(doc), width=width)
         levels = doc.levels
         lines += level_lines(levels.run_levels() if levels is not None else None, doc.test_of_case(), width=width)
     return lines + fit(notes, width)
