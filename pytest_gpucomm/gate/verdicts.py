@@ -117,6 +117,43 @@ def _figure(x: object) -> str:
     return format_gbps(x) if isinstance(x, (int, float)) else str(x)
 
 
+def _of_baseline(gbps: object, c: "Comparison") -> str:
+    """`` (0.94x)``: a run's figure against the baseline's, "" where it is not a number."""
+    if not isinstance(gbps, (int, float)) or not c.baseline_median_gbps > 0:
+        return ""
+    return f" ({gbps / c.baseline_median_gbps:.3g}x)"
+
+
+def now_figure(pooled_gbps: float, runs_gbps: "list[Any]", independent: int) -> str:
+    """Today's figure in a verdict's headline, saying what it is: the run's, or ``5.02 GB/s pooled over 2 runs
+    (1.82, 13.8)`` (their geometric mean, as the decision pools them: a figure no run measured), and how many
+    of them drew a new process state where not all did (``independent``) -- the unit after it is the
+    headline's."""
+    figures = [x for x in runs_gbps if isinstance(x, (int, float))]
+    if len(figures) < 2:
+        return format_gbps(pooled_gbps)
+    states = f" in {plural(independent, 'process state')}" if independent < len(figures) else ""
+    return (f"{format_gbps(pooled_gbps)} GB/s pooled over {len(figures)} runs{states} ("
+            + ", ".join(format_gbps(x) for x in figures) + ")")
+
+
+def remeasure_meaning(c: "Comparison", first_gbps: float, again_gbps: "list[Any]") -> str:
+    """What re-measures that came back within the tolerance of the baseline mean for the verdict (a flagged
+    first run is measured again: DECISION_RULE step 5); "" where none did."""
+    limit = 1.0 - c.tolerance
+    back = [x for x in again_gbps if isinstance(x, (int, float)) and c.baseline_median_gbps > 0
+            and x / c.baseline_median_gbps >= limit]
+    if not back or not first_gbps / c.baseline_median_gbps < limit:
+        return ""
+    n = f"{len(back)} of {plural(len(again_gbps), 're-measure')}"
+    if c.status is Status.REGRESSION:
+        return (f"{n} came back within the {c.tolerance:.0%} tolerance of the baseline: the slowdown comes and goes "
+                "(another load on the machine, a clock that drops); the verdict pools every run, and even pooled "
+                "the upper bound is below the limit")
+    return (f"{n} came back within the {c.tolerance:.0%} tolerance of the baseline: the first run's drop did not "
+            "repeat in a new process, and the runs pooled are not shown beyond the tolerance")
+
+
 def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: float) -> str:
     """What the change costs a training step, for a measurement that gives its time per step
     (``info["step_comm_s"]``; named by ``info["step_label"]``, else its op): today's step time (that of the
@@ -505,6 +542,7 @@ class Gate:
         v = Verdict(status, baseline_gbps=c.baseline_median_gbps, ratio=c.ratio, ci=(c.ci_low, c.ci_high),
                     remeasured=j.remeasured,
                     details={"alpha": c.alpha, "tolerance": c.tolerance, "upper_bound": c.upper_bound,
+                             "lower_bound": c.lower_bound,
                              "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
@@ -517,8 +555,14 @@ class Gate:
             pooled.append(f"measured in {1 + len(fold_log)} process groups: {format_gbps(first.gbps)}, "
                           + ", ".join(format_gbps(a['median_gbps']) for a in fold_log) + " GB/s")
         if again.log:
-            how = "; ".join(f"{_figure(a['median_gbps'])} GB/s {a['how']}" for a in again.log)
-            pooled.append(f"first run {format_gbps(first.gbps)} GB/s, measured again: {how}")
+            how = "; ".join(f"{_figure(a['median_gbps'])} GB/s{_of_baseline(a['median_gbps'], c)} {a['how']}"
+                            for a in again.log)
+            pooled.append(f"first run {format_gbps(first.gbps)} GB/s{_of_baseline(first.gbps, c)}, measured again: "
+                          f"{how}")
+            meaning = remeasure_meaning(c, first.gbps, [a["median_gbps"] for a in again.log])
+            pooled += [meaning] if meaning else []
+        v.details["runs_gbps"] = [first.gbps, *(a["median_gbps"] for a in fold_log),
+                                  *(a["median_gbps"] for a in again.log)]
         below = self._median_message(v, c, m, first, again.ms, pooled)
         return v, pooled, below
 
@@ -541,7 +585,8 @@ class Gate:
         below += [f"  {line}" for line in state]
         if v.status is Status.REGRESSION:
             v.message = "\n".join([
-                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, {format_gbps(c.current_median_gbps)} vs "
+                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, "
+                f"{now_figure(c.current_median_gbps, v.details['runs_gbps'], c.runs_now)} vs "
                 f"{format_gbps(c.baseline_median_gbps)} GB/s",
                 f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {reason}", *below])
         elif v.status is Status.NOT_GATED_STRICT:

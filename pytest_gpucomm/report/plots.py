@@ -24,11 +24,13 @@ figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it)
   ``BaselineFigures.sweeps``), the rows whose verdict is one of :data:`MARKED_STATUSES` as a marker at
   their size, and the 80 % and 90 % sizes of today's curve (``curves.curve_model``; dashed where
   interpolated between measured sizes, dotted where measured; the baseline's in grey).  With a baseline a
-  lower panel shows today / baseline per size, with the report's tolerance as a band around 1.
+  lower panel shows today / baseline per size (the verdict's ratio where the size was judged, as the table's
+  and the matrices'), with the report's tolerance as a band around 1.
 * :func:`copy_matrix_figures`: per copy test (the test function, op and node), a source x destination
   matrix of GB/s at a few sizes (the smallest, the middle one and the largest measured; the colour scale
   from 0 to the fastest pair, so a pair's shade is its share of the fastest), and, with a baseline, of
-  today / baseline (the baseline's figure: the median of its runs' medians) on a diverging colour scale
+  today / baseline (the verdict's ratio where the case was judged, else today's figure over the median of
+  the baseline's runs' medians: ``matrices.Cell.ratio``) on a diverging colour scale
   symmetric around 1.0 (red slower, blue faster); rows and columns are the devices seen, a pair not
   measured is left blank.  Where the report has one-way copies of more than one test (peer copies, host to
   device, device to host), a first figure puts them all in one matrix, the host a row and a column like a
@@ -239,10 +241,14 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
     doc, figures = as_document(report), as_figures(baseline)
     base = figures.sweeps if figures is not None else {}
     marks: dict[tuple[Any, ...], list[tuple[int, float, str]]] = {}
+    judged: dict[tuple[Any, ...], dict[int, float]] = {}  # per sweep and size, the verdict's ratio
     for row in doc.rows:
+        m = row.measurement
         for status in _verdict_statuses(row):
-            m = row.measurement
             marks.setdefault(sweep_key(row.test, m), []).append((int(m.size_bytes), float(m.gbps), status))
+        ratio = row.verdict.ratio if row.verdict is not None else None
+        if ratio is not None and math.isfinite(ratio) and ratio > 0:
+            judged.setdefault(sweep_key(row.test, m), {})[int(m.size_bytes)] = ratio
     tolerance = doc.tolerance
     context = context_line(doc, figures)
     figs = []
@@ -255,7 +261,7 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
             ax, rax = fig.subplots(1, 1), None
         _draw_sweep(ax, sweep, doc.crossings(sweep), b, marks.get(sweep.key, []))
         if rax is not None and b is not None:
-            _draw_ratio(rax, sweep, b, tolerance)
+            _draw_ratio(rax, sweep, b, tolerance, judged.get(sweep.key, {}))
         _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
         if rax is not None:
             ax.tick_params(labelbottom=False)
@@ -325,16 +331,18 @@ def _draw_crossings(ax: "Axes", crossings: Sequence["CrossingSize"], color: str,
                 color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
-def _draw_ratio(ax: "Axes", sweep: Sweep, base: Sweep, tolerance: object) -> None:
+def _draw_ratio(ax: "Axes", sweep: Sweep, base: Sweep, tolerance: object, judged: Mapping[int, float]) -> None:
+    """Today / baseline per size: the verdict's ratio where the size was judged (``judged``: today's runs
+    pooled, as the table and the matrices give it), else today's figure over the baseline's."""
     bmap = {p.size_bytes: p.gbps for p in base.points}
     common = [p for p in sweep.points if p.size_bytes in bmap]
     x = [p.size_bytes for p in common]
-    r = [p.gbps / bmap[p.size_bytes] for p in common]
+    r = [judged.get(p.size_bytes, p.gbps / bmap[p.size_bytes]) for p in common]
     if isinstance(tolerance, (int, float)) and 0 < tolerance < 1:
         ax.axhspan(1 - tolerance, 1 + tolerance, color="grey", alpha=0.15, lw=0,
                    label=f"tolerance {tolerance:.0%}", gid="tolerance")
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.plot(x, r, "o-", color=_TODAY, ms=3, label="today / baseline", gid="ratio")
+    ax.plot(x, r, "o-", color=_TODAY, ms=3, label="today / baseline (the verdict's ratio where judged)", gid="ratio")
     ax.set_ylabel("today / baseline")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
