@@ -138,20 +138,24 @@ def now_figure(pooled_gbps: float, runs_gbps: "list[Any]", independent: int) -> 
 
 
 def remeasure_meaning(c: "Comparison", first_gbps: float, again_gbps: "list[Any]") -> str:
-    """What re-measures that came back within the tolerance of the baseline mean for the verdict (a flagged
-    first run is measured again: DECISION_RULE step 5); "" where none did."""
-    limit = 1.0 - c.tolerance
-    back = [x for x in again_gbps if isinstance(x, (int, float)) and c.baseline_median_gbps > 0
-            and x / c.baseline_median_gbps >= limit]
-    if not back or not first_gbps / c.baseline_median_gbps < limit:
+    """What re-measures that came back within the tolerance of the baseline mean for the verdict, when the
+    first run was below it (a flagged first run is measured again: DECISION_RULE step 5); "" where none did."""
+    base, limit, tol = c.baseline_median_gbps, 1.0 - c.tolerance, f"{c.tolerance:.0%}"
+    if not base > 0 or not first_gbps / base < limit:
         return ""
-    n = f"{len(back)} of {plural(len(again_gbps), 're-measure')}"
+    figures = [x for x in again_gbps if isinstance(x, (int, float))]
+    back = [x for x in figures if x / base >= limit]
+    if not back:
+        return ""
+    if len(back) == len(figures):
+        which = "the re-measure" if len(back) == 1 else f"all {len(back)} re-measures"
+        what = f"the first run's drop did not repeat: {which} came back within the {tol} tolerance of the baseline"
+    else:
+        what = (f"the slowdown comes and goes (another load on the machine, a clock that drops?): {len(back)} of "
+                f"{len(figures)} re-measures came back within the {tol} tolerance of the baseline")
     if c.status is Status.REGRESSION:
-        return (f"{n} came back within the {c.tolerance:.0%} tolerance of the baseline: the slowdown comes and goes "
-                "(another load on the machine, a clock that drops); the verdict pools every run, and even pooled "
-                "the upper bound is below the limit")
-    return (f"{n} came back within the {c.tolerance:.0%} tolerance of the baseline: the first run's drop did not "
-            "repeat in a new process, and the runs pooled are not shown beyond the tolerance")
+        return f"{what}; the verdict pools every run, and even so its upper bound is below the limit"
+    return f"{what}; with every run pooled the drop is not shown beyond the tolerance: not a regression"
 
 
 def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: float) -> str:
