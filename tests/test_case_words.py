@@ -116,11 +116,14 @@ def test_a_regression_headline_names_the_runs_its_pooled_figure_is_made_of(tmp_p
     head = v.message.splitlines()[0]
     assert v.status is Status.REGRESSION, v.message
     pooled = format_gbps(math.sqrt(50.0 * 52.0))  # the geometric mean of the two runs: measured by neither
-    assert f"drop, {pooled} GB/s pooled over 2 runs (50.00, 52.00) vs {format_gbps(v.baseline_gbps)} GB/s" in head
+    assert f"drop, {pooled} (pooled: 50.00, 52.00) vs {format_gbps(v.baseline_gbps)} GB/s" in head, head
     assert v.details["runs_gbps"] == [pytest.approx(50.0, rel=1e-3), pytest.approx(52.0, rel=1e-3)]
     alone = _gate(tmp_path / "one", max_remeasures=0)  # one run: its own figure, nothing pooled
     head = alone.judge(NODEID, _Copy(50.0), None, None).message.splitlines()[0]
     assert "drop, 50.00 vs 100." in head and "pooled" not in head, head
+    from pytest_gpucomm.gate.verdicts import now_figure
+
+    assert now_figure(3.0, [1.0, 2.0, 4.0, 8.0]) == "3.00 (pooled over 4 runs, 1.00 to 8.00)"  # listed below
 
 
 def test_a_re_measure_back_at_the_baselines_speed_says_what_it_means_for_the_verdict(tmp_path):

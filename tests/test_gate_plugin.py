@@ -150,7 +150,7 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
         [
             "gpucomm environment changed since the baseline: env.NCCL_PROTO (absent) -> Simple",
             # what, where and how much first; the evidence below it, indented
-            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 6?.?% drop, * GB/s pooled over 2 runs * (*, *) vs * GB/s",
+            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 6?.?% drop, * (pooled: *, *) vs * GB/s",
             "  beyond the 5% tolerance of baseline cpu: bandwidth is *x of the baseline, bounds [[]*, *[]] at level "
             "0.0005 a side (alpha over cases and looks; quantile *, * df; * independent run* now, 3 baseline runs in 3 "
             "sessions): even its upper bound is below the 5% tolerance limit 0.95x",

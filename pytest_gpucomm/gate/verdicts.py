@@ -124,17 +124,18 @@ def _of_baseline(gbps: object, c: "Comparison") -> str:
     return f" ({gbps / c.baseline_median_gbps:.3g}x)"
 
 
-def now_figure(pooled_gbps: float, runs_gbps: "list[Any]", independent: int) -> str:
-    """Today's figure in a verdict's headline, saying what it is: the run's, or ``5.02 GB/s pooled over 2 runs
-    (1.82, 13.8)`` (their geometric mean, as the decision pools them: a figure no run measured), and how many
-    of them drew a new process state where not all did (``independent``) -- the unit after it is the
-    headline's."""
+def now_figure(pooled_gbps: float, runs_gbps: "list[Any]") -> str:
+    """Today's figure in a verdict's headline, saying what it is: the run's (``1.82``), or the runs' pooled
+    figure with the runs it pools (``5.02 (pooled: 1.82, 13.8)``: their geometric mean, as the decision pools
+    them, a figure no run measured; beyond three runs their range, ``(pooled over 4 runs, 1.82 to 13.8)``, the
+    line below the headline listing each) -- the unit after it is the headline's."""
     figures = [x for x in runs_gbps if isinstance(x, (int, float))]
     if len(figures) < 2:
         return format_gbps(pooled_gbps)
-    states = f" in {plural(independent, 'process state')}" if independent < len(figures) else ""
-    return (f"{format_gbps(pooled_gbps)} GB/s pooled over {len(figures)} runs{states} ("
-            + ", ".join(format_gbps(x) for x in figures) + ")")
+    if len(figures) <= 3:
+        return f"{format_gbps(pooled_gbps)} (pooled: " + ", ".join(format_gbps(x) for x in figures) + ")"
+    return (f"{format_gbps(pooled_gbps)} (pooled over {len(figures)} runs, {format_gbps(min(figures))} to "
+            f"{format_gbps(max(figures))})")
 
 
 def remeasure_meaning(c: "Comparison", first_gbps: float, again_gbps: "list[Any]") -> str:
@@ -590,7 +591,7 @@ class Gate:
         if v.status is Status.REGRESSION:
             v.message = "\n".join([
                 f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, "
-                f"{now_figure(c.current_median_gbps, v.details['runs_gbps'], c.runs_now)} vs "
+                f"{now_figure(c.current_median_gbps, v.details['runs_gbps'])} vs "
                 f"{format_gbps(c.baseline_median_gbps)} GB/s",
                 f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {reason}", *below])
         elif v.status is Status.NOT_GATED_STRICT:

@@ -302,7 +302,8 @@ def curves_section(entries: Sequence[Mapping[str, object]], compared: bool) -> l
         out.append('<p class="note">No sweep: no test measured one op at two sizes or more.</p>')
         return out + ["</section>"]
     out += ["<p>floor: the median time at the smallest size; 90%: the size reaching 90 % of the peak; fit: latency "
-            "+ size / bandwidth, where one line fits the sweep; vs baseline: today / baseline. The per-size verdicts "
+            "+ size / bandwidth, where one line fits the sweep; vs baseline: today's first runs / the baseline's "
+            "medians (not the verdicts' ratio, which pools the re-measures: the table's). The per-size verdicts "
             "decide; the curves explain them.</p>", '<table id="curves-table">',
             "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in CURVE_HEADERS) + "</tr></thead>", "<tbody>"]
     for e in entries:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from ..analysis.curve_fit import curve_model
 from ..analysis.sweeps import Sweep, sweep_key
 from ..analysis.matrices import copy_matrices
 from ..gate.shipped import install_command
-from ..units import GB, describe_duration, format_size, plural
+from ..units import GB, describe_duration, format_gbps, format_ratio, format_size, plural
 from .document import ReportDocument, Row, as_document
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -387,12 +387,12 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
                     ratio[i, k] = cell.ratio
             top = float(np.nanmax(gb)) if np.isfinite(gb).any() else 1.0
             _matrix(axes[0, j], gb, src, dst, f"{format_size(size)}: GB/s", "viridis", 0.0, top,
-                    f"gbps-{size}", "{:.3g}")
+                    f"gbps-{size}", format_gbps)
             if with_ratio:
                 spread = np.nanmax(np.abs(ratio - 1.0)) if np.isfinite(ratio).any() else 0.0
                 half = max(0.05, float(spread))
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
-                        1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
+                        1.0 - half, 1.0 + half, f"ratio-{size}", lambda v: f"{format_ratio(v, 2)}x")
         fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)
@@ -400,7 +400,7 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
 
 
 def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title: str, cmap_name: str,
-            vmin: float, vmax: float, gid: str, fmt: str) -> None:
+            vmin: float, vmax: float, gid: str, fmt: Callable[[float], str]) -> None:
     import matplotlib
 
     cmap = matplotlib.colormaps[cmap_name].with_extremes(bad="white")
@@ -419,7 +419,7 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
             if math.isfinite(v):
                 dark = (v - lo) / (hi - lo) if hi > lo else 0.5
                 light = (cmap_name == "viridis" and dark < 0.6) or (cmap_name != "viridis" and abs(dark - 0.5) > 0.3)
-                ax.text(k, i, fmt.format(v), ha="center", va="center", fontsize=7,
+                ax.text(k, i, fmt(float(v)), ha="center", va="center", fontsize=7,
                         color="white" if light else "black")
     bar = ax.figure.colorbar(im, ax=ax, shrink=0.8)
     bar.formatter.set_useOffset(False)
