@@ -139,23 +139,28 @@ def now_figure(pooled_gbps: float, runs_gbps: "list[Any]") -> str:
 
 
 def remeasure_meaning(c: "Comparison", first_gbps: float, again_gbps: "list[Any]") -> str:
-    """What re-measures that came back within the tolerance of the baseline mean for the verdict, when the
-    first run was below it (a flagged first run is measured again: DECISION_RULE step 5); "" where none did."""
-    base, limit, tol = c.baseline_median_gbps, 1.0 - c.tolerance, f"{c.tolerance:.0%}"
-    if not base > 0 or not first_gbps / base < limit:
+    """What re-measures that came back near the baseline's speed mean for the verdict, when the first run was
+    below the tolerance limit (a flagged first run is measured again: DECISION_RULE step 5); "" where none
+    did.  Near: nearer the baseline than the first run, in log (above the geometric mean of the two)."""
+    base, limit = c.baseline_median_gbps, 1.0 - c.tolerance
+    if not base > 0 or not 0 < first_gbps / base < limit:
         return ""
-    figures = [x for x in again_gbps if isinstance(x, (int, float))]
-    back = [x for x in figures if x / base >= limit]
+    first = first_gbps / base
+    ratios = [x / base for x in again_gbps if isinstance(x, (int, float)) and x > 0]
+    back = [r for r in ratios if math.log(r) > math.log(first) / 2]
     if not back:
         return ""
-    if len(back) == len(figures):
+    shown = ", ".join(f"{r:.3g}x" for r in back)
+    if len(back) == len(ratios):
         which = "the re-measure" if len(back) == 1 else f"all {len(back)} re-measures"
-        what = f"the first run's drop did not repeat: {which} came back within the {tol} tolerance of the baseline"
+        what = (f"the first run's drop did not repeat: {which} came back at {shown}, nearer the baseline than the "
+                f"first run ({first:.3g}x)")
     else:
         what = (f"the slowdown comes and goes (another load on the machine, a clock that drops?): {len(back)} of "
-                f"{len(figures)} re-measures came back within the {tol} tolerance of the baseline")
+                f"{len(ratios)} re-measures came back at {shown}, nearer the baseline than the first run "
+                f"({first:.3g}x)")
     if c.status is Status.REGRESSION:
-        return f"{what}; the verdict pools every run, and even so its upper bound is below the limit"
+        return f"{what}; the verdict pools every run, and even so its upper bound is below the limit: it fails"
     return f"{what}; with every run pooled the drop is not shown beyond the tolerance: not a regression"
 
 
