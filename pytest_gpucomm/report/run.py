@@ -327,14 +327,16 @@ def straggler_lines(run: "ReportDocument | Iterable[Row | Record]", limit: int =
 
 def live_text(items: Iterable["Row | Record"], gated: bool, limit: int = 2) -> str:
     """A test's figures and verdicts for its line under ``-v``: ``395.8 GB/s 1.00x ok`` per measurement
-    (the ratio and the verdict where the gate judged it), at most ``limit`` of them and a count of the rest."""
+    (the first run's figure; the verdict's ratio, ``0.34x (2 runs)`` where it pools several, and the verdict
+    where the gate judged it), at most ``limit`` of them and a count of the rest."""
     rows = rows_of(items)
     parts = []
     for r in rows[:limit]:
         text = f"{format_gbps(r.measurement.gbps)} GB/s"
         ratio = r.verdict.ratio if r.verdict is not None else None
         if ratio:
-            text += f" {format_ratio(ratio, 2)}x"
+            runs = r.verdict.runs if r.verdict is not None else 1
+            text += f" {format_ratio(ratio, 2)}x" + (f" ({runs} runs)" if runs > 1 else "")
         if gated or r.status == Status.FAILED.value:
             text += f" {r.status}"
         parts.append(text)
