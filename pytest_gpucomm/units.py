@@ -190,6 +190,14 @@ def format_gbps(x: float) -> str:
     return f"{x:.3g}"
 
 
+def format_ratio(x: float, places: int = 3) -> str:
+    """A ratio with ``places`` decimals (``0.342``), and two significant digits where those would show none
+    of them (``0.00012``, not ``0.000``)."""
+    if x >= 10.0 ** (1 - places):
+        return f"{x:.{places}f}"
+    return f"{x:.2g}"
+
+
 def gbps(nbytes: float, seconds: float) -> float:
     """Bandwidth in GB/s (1 GB = 1e9 bytes)."""
     if seconds <= 0:

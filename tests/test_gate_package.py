@@ -114,8 +114,12 @@ def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
     assert d["log_ratio"] == pytest.approx(math.log(0.90) / 3, abs=2e-3)  # the pooled ratio, not the first run's
     assert [a["median_gbps"] for a in d["remeasures"]] == [pytest.approx(100.0, rel=1e-3)] * 2
     # every figure printed as units.format_gbps prints it: 90.00, 100.0 (issue 45, item 1)
-    assert ("first run 90.00 GB/s, measured again: 100.0 GB/s in a new process; 100.0 GB/s in a new process"
-            in v.message)
+    assert ("first run 90.00 GB/s (0.9x), measured again: 100.0 GB/s (1x) in a new process; 100.0 GB/s (1x) in a "
+            "new process" in v.message)
+    # re-measures back at the baseline's speed say what that means for the verdict (issue 45, item 1)
+    assert ("the first run's drop did not repeat: all 2 re-measures came back at 1x, 1x, nearer the baseline than "
+            "the first run (0.9x); with every run pooled the drop is not shown beyond the tolerance: not a "
+            "regression" in v.message)
     slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None,
                    lambda: Remeasure(FakeMeasurement(_steady(50.0)), True, "in a new process"))  # type: ignore[arg-type]
     assert slow.status is Status.REGRESSION and slow.remeasured == 1  # measured once more, then decided

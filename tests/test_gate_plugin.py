@@ -137,7 +137,7 @@ def test_a_simulated_drop_beyond_the_tolerance_fails_and_one_within_it_passes(py
     result.assert_outcomes(failed=failed, passed=2 - failed)
     if failed:  # the first run below 1 - tolerance is measured again before the verdict
         result.stdout.fnmatch_lines(["REGRESSION: copy on *", "  beyond the 5% tolerance of baseline cpu: *",
-                                     "  first run * GB/s, measured again: * GB/s *"])
+                                     "  first run * GB/s (*x), measured again: * GB/s (*x) *"])
 
 
 def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_message(pytester, monkeypatch):
@@ -154,11 +154,11 @@ def test_a_baseline_claiming_more_bandwidth_fails_as_regression_with_the_full_me
         [
             "gpucomm environment changed since the baseline: env.NCCL_PROTO (absent) -> Simple",
             # what, where and how much first; the evidence below it, indented
-            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 6?.?% drop, * vs * GB/s",
-            "  beyond the 5% tolerance of baseline cpu: bandwidth is *x [[]*, *[]] 95% PI of the baseline (* now, 3 "
-            "baseline runs in 3 sessions); even its upper bound *x at level 0.0005 (alpha over cases and looks; "
-            "quantile *, * df) is below the 5% tolerance limit 0.95x",
-            "  first run * GB/s, measured again: * GB/s *",
+            "REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 6?.?% drop, * (pooled: *, *) vs * GB/s",
+            "  beyond the 5% tolerance of baseline cpu: bandwidth is *x of the baseline, bounds [[]*, *[]] at level "
+            "0.0005 a side (alpha over cases and looks; quantile *, * df; * independent run* now, 3 baseline runs in 3 "
+            "sessions): even its upper bound is below the 5% tolerance limit 0.95x",
+            "  first run * GB/s (*x), measured again: * GB/s (*x) *",
             "  changed since the baseline was recorded: env.NCCL_PROTO (absent) -> Simple",
         ]
     )
@@ -190,7 +190,8 @@ def test_a_baseline_claiming_one_and_a_half_times_the_bandwidth_is_a_regression(
     result = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 64 KiB: 3?.?% drop, * vs * GB/s",
-                                 "  beyond the 5% tolerance of baseline cpu: bandwidth is 0.6*x [[]*95% PI*"])
+                                 "  beyond the 5% tolerance of baseline cpu: bandwidth is 0.6*x of the baseline, "
+                                 "bounds [[]*[]] at *"])
     # a case decided as a regression is not listed as not gated
     result.stdout.fnmatch_lines(["gpucomm verdicts: 2 REGRESSION", "gpucomm sensitivity: * of 2 cases *"])
     result.stdout.no_fnmatch_line("  not gated: *")
@@ -405,7 +406,7 @@ def test_a_flagged_collective_is_measured_again_on_a_fresh_process_group(pyteste
     result = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-tail-time=0", *FAST)
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["REGRESSION: all_reduce on 2 ranks (gloo) at 4 KiB: *",
-                                 "  first run * GB/s, measured again: * GB/s *"])
+                                 "  first run * GB/s (*x), measured again: * GB/s (*x) *"])
     first, second = json.loads((pytester.path / "pids.json").read_text())
     assert set(first).isdisjoint(second)  # the re-measure restarted the ranks
 

@@ -123,7 +123,7 @@ def test_a_page_of_an_ungated_report_with_a_baseline_gives_its_figures_and_ratio
         base, ratio = float(cells[6]), float(cells[7])  # not "-": the baseline's figure, today / it
         assert ratio == pytest.approx(plain[tr.find("td").get("title")]["gbps"] / base, rel=1e-2)  # base rounded
         assert 0.9 < ratio < 1.1  # an unchanged run
-    assert "against cpu" in text(section(root, "results").find("p[@class='note']"))
+    assert "baseline GB/s: cpu's" in text(section(root, "results").find("p[@class='note']"))
 
 
 def test_a_page_of_compares_output_names_the_baseline_and_keeps_the_levels(runs):

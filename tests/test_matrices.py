@@ -12,7 +12,7 @@ import pytest
 from pytest_gpucomm.cli import main
 from pytest_gpucomm.gate.cases import case_key
 from pytest_gpucomm.analysis.matrices import (ALL_ONE_WAY, MAX_COLUMNS, Cell, copy_matrices, matrix_lines,
-                                              report_matrix_lines)
+                                              report_matrix_lines, RATIO_NOTE)
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -80,11 +80,12 @@ def test_the_text_prints_the_largest_size_at_which_the_most_pairs_were_measured(
 def test_the_baselines_figure_of_a_cell_is_the_median_of_its_runs_and_the_ratio_is_today_over_it():
     rows = _peer_rows(3)
     (m,) = copy_matrices(rows, _baseline(rows, factor=2.0, skip={("cuda:2", "cuda:0")}))
-    now, base, floor = m.cells[GIB][("cuda:0", "cuda:1")]
-    assert base == pytest.approx(now * 2.0) and not floor and m.ratio(GIB, "cuda:0", "cuda:1") == pytest.approx(0.5)
+    now, base, floor, judged = m.cells[GIB][("cuda:0", "cuda:1")]
+    assert base == pytest.approx(now * 2.0) and not floor and judged is None
+    assert m.ratio(GIB, "cuda:0", "cuda:1") == pytest.approx(0.5)
     assert m.cells[GIB][("cuda:2", "cuda:0")] == Cell(300.0, None, False) and m.ratio(GIB, "cuda:2", "cuda:0") is None
     text = matrix_lines([m])
-    ratio = text[text.index("  today / baseline:") + 1:]
+    ratio = text[text.index(f"  {RATIO_NOTE}:") + 1:]
     assert ratio[0].split() == ["cuda:0", "cuda:1", "cuda:2"]
     assert ratio[1].split() == ["cuda:0", "-", "0.50x", "0.50x"]
     assert ratio[3].split() == ["cuda:2", "new", "0.50x", "-"]  # the baseline lacks 2 -> 0
@@ -98,7 +99,7 @@ def test_the_text_has_a_row_per_source_and_a_column_per_destination_with_dashes_
     assert lines[1] == "  suites/test_copies.py::test_peer_copy: copy at 1 GiB (1,073,741,824 bytes):"
     assert [line.split() for line in lines[2:6]] == [["cuda:0", "cuda:1", "cuda:2"], ["cuda:0", "-", "101", "102"],
                                                      ["cuda:1", "200", "-", "-"], ["cuda:2", "300", "301", "-"]]
-    assert "today / baseline:" not in "\n".join(lines)
+    assert "today / baseline" not in "\n".join(lines)
 
 
 def test_without_a_baseline_document_the_ratio_is_against_the_figure_each_rows_verdict_was_judged_against():
@@ -106,10 +107,10 @@ def test_without_a_baseline_document_the_ratio_is_against_the_figure_each_rows_v
     rows[0]["baseline"] = {"status": "ok", "baseline_gbps": rows[0]["gbps"] * 4}
     rows[1]["baseline"] = {"status": "new", "baseline_gbps": None}
     text = matrix_lines(copy_matrices(rows))
-    ratio = text[text.index("  today / baseline:") + 1:]
+    ratio = text[text.index(f"  {RATIO_NOTE}:") + 1:]
     assert [line.split() for line in ratio] == [["cuda:0", "cuda:1"], ["cuda:0", "-", "0.25x"], ["cuda:1", "new", "-"]]
     # not compared at all: no ratio matrix
-    assert "  today / baseline:" not in matrix_lines(copy_matrices(_peer_rows(2, sizes=(GIB,))))
+    assert f"  {RATIO_NOTE}:" not in matrix_lines(copy_matrices(_peer_rows(2, sizes=(GIB,))))
 
 
 def test_a_published_floor_is_the_baseline_of_a_case_without_runs_marked_with_a_star():
@@ -118,7 +119,7 @@ def test_a_published_floor_is_the_baseline_of_a_case_without_runs_marked_with_a_
     key = next(k for k in doc["cases"] if "[1073741824-cuda:1-cuda:0]" in k)
     doc["cases"][key] = {"runs": [], "floor_gbps": 100.0}
     text = matrix_lines(copy_matrices(rows, doc))
-    ratio = text[text.index("  today / baseline:") + 1:]
+    ratio = text[text.index(f"  {RATIO_NOTE}:") + 1:]
     assert ratio[2].split() == ["cuda:1", "2.00x*", "-"]
     assert text[-1] == "  *: against the published floor of a case with no measured run"
     # the same from a report's verdict on the floor

@@ -228,8 +228,10 @@ def test_under_v_each_line_shows_the_figure_the_ratio_and_the_verdict(sim, monke
     result = run(sim, "-v", "--gpu-baseline=cpu", "--gpucomm-json=report.json")
     rows = json.loads((sim.path / "report.json").read_text())["rows"]
     got = live_lines(result)
+    runs = {r["test"]: len(r["baseline"].get("runs_gbps") or [1]) for r in rows}  # the verdict's ratio pools them
     assert got == {r["test"]: ("FAILED" if r["status"] == "REGRESSION" else "PASSED",
-                               f"{format_gbps(r['gbps'])} GB/s {r['baseline']['ratio']:.2f}x {r['status']}")
+                               f"{format_gbps(r['gbps'])} GB/s {r['baseline']['ratio']:.2f}x"
+                               + (f" ({runs[r['test']]} runs)" if runs[r["test"]] > 1 else "") + f" {r['status']}")
                    for r in rows}
     assert got[f"test_sim.py::test_copy[{SLOW_CASE}]"][1].endswith("REGRESSION")
 

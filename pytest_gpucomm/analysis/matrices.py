@@ -31,17 +31,19 @@ show REPORT`` gives the run's ratios without the baseline file.  A cell the base
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
 from ..measurement import Measurement
-from ..units import format_size
+from ..units import format_ratio, format_size
 from .baseline_figures import BaselineFigures, as_figures
 
 __all__ = ["ONE_WAY_OPS", "ALL_ONE_WAY", "MATRIX_LIMIT", "MATRIX_NOTE", "Cell", "CopyMatrix", "Pair", "ReportRow",
            "copy_matrices", "copy_pairs", "matrix_lines", "report_matrix_lines", "cell_baseline", "layout_of",
-           "node_label", "natural_key", "shown_matrices", "figure_text", "ratio_text"]
+           "node_label", "natural_key", "shown_matrices", "figure_text", "ratio_text",
+           "verdict_ratio", "RATIO_NOTE"]
 
 #: the one-way copies that the all-copies matrix puts together, and their names in its title
 ONE_WAY_NAMES = {"copy": "peer", "h2d": "host to device", "d2h": "device to host"}
@@ -50,6 +52,9 @@ ONE_WAY_OPS = tuple(ONE_WAY_NAMES)
 FLOOR_STATUSES = ("FLOOR", "floor-ok")
 #: what every matrix's numbers are, said once in the section's first line (and the HTML page's)
 MATRIX_NOTE = "GB/s, GB = 1e9 bytes; source rows, destination columns; -: not measured"
+#: what the matrices' "today / baseline" cells are, said under each
+RATIO_NOTE = ("today / baseline (the verdict's ratio where the case was judged, today's runs pooled, as the table's; "
+              "else today's figure over the baseline's)")
 #: the op name of the matrix of every one-way copy
 ALL_ONE_WAY = "one-way"
 #: how many matrices the terminal summary prints (``gpucomm show`` prints every one)
@@ -81,15 +86,21 @@ def layout_of(report: Mapping[str, Any]) -> str:
 
 
 class Cell(NamedTuple):
-    """One pair at one size: today's GB/s, the baseline's (None where it lacks the case) and whether that is
-    a published floor (a case with no measured run) rather than measured runs."""
+    """One pair at one size: today's GB/s (the first run's, as the table's), the baseline's (None where it lacks
+    the case), whether that is a published floor (a case with no measured run) rather than measured runs, and
+    the ratio the row's verdict decided on (None where the row was not judged against a figure)."""
 
     now: float
     base: Optional[float] = None
     floor: bool = False
+    verdict_ratio: Optional[float] = None
 
     @property
     def ratio(self) -> Optional[float]:
+        """Today / the baseline: the verdict's ratio (today's runs pooled, as the table and the plots give it)
+        where the row has one, else today's figure over the baseline's."""
+        if self.verdict_ratio is not None:
+            return self.verdict_ratio
         return self.now / self.base if self.base else None
 
 
@@ -245,9 +256,18 @@ def copy_matrices(rows: Iterable["Mapping[str, object] | ReportRow"],
             at, pair = m.cells.setdefault(p.size_bytes, {}), (p.source, p.destination)
             if pair in at:
                 m.ambiguous = True
-            at[pair] = Cell(p.now, *cell_baseline(figures, p, layout))
+            at[pair] = Cell(p.now, *cell_baseline(figures, p, layout), verdict_ratio(p.verdict))
         out.append(m)
     return out
+
+
+def verdict_ratio(verdict: Optional[Mapping[str, Any]]) -> Optional[float]:
+    """The ratio a row's verdict decided on (``row["baseline"]["ratio"]``: today's runs pooled over the
+    baseline's), None where it has none (not judged, new, or a figure that is not a positive number)."""
+    ratio = verdict.get("ratio") if verdict is not None else None
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
+        return None
+    return float(ratio)
 
 
 def figure_text(cell: Cell) -> str:
@@ -257,7 +277,7 @@ def figure_text(cell: Cell) -> str:
 
 def ratio_text(cell: Cell) -> str:
     """A cell's today / baseline: ``0.97x``, ``0.97x*`` against a published floor, "new" without a baseline."""
-    return "new" if cell.ratio is None else f"{cell.ratio:.2f}x" + ("*" if cell.floor else "")
+    return "new" if cell.ratio is None else f"{format_ratio(cell.ratio, 2)}x" + ("*" if cell.floor else "")
 
 
 def shown_matrices(matrices: Sequence[CopyMatrix]) -> list[CopyMatrix]:
@@ -292,7 +312,7 @@ def matrix_lines(matrices: Sequence[CopyMatrix], *, sizes: Optional[Iterable[int
             body.append(f"  {m.title} at {format_size(size)} ({size:,} bytes):")
             body += _grid(m, size, figure_text, width)
             if m.compared:
-                body.append("  today / baseline:")
+                body.append(f"  {RATIO_NOTE}:")
                 body += _grid(m, size, ratio_text, width)
                 floors = floors or any(c.floor for c in m.cells[size].values())
     if not body:

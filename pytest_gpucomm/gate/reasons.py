@@ -30,8 +30,10 @@ def decision_word(status: Status) -> str:
 
 
 def _bound(c: Comparison) -> str:
-    """The upper bound that decides, at its level, quantile and degrees of freedom."""
-    return (f"upper bound {c.upper_bound:.3g}x at level {c.alpha:.2g} (quantile {c.quantile:.2f}, "
+    """The ratio and the bounds that decide (:attr:`Comparison.bounds_text`), with their quantile and degrees
+    of freedom: ``bandwidth is 0.97x of the baseline, bounds [0.94, 1.01] at level 0.0005 a side (quantile
+    3.29, 40 df)``."""
+    return (f"bandwidth is {c.ratio:.3g}x of the baseline, {c.bounds_text} (quantile {c.quantile:.2f}, "
             f"{c.spread.df:.0f} df)")
 
 
@@ -41,12 +43,14 @@ def _baseline(c: Comparison) -> str:
 
 def _not_gated(c: Comparison) -> str:
     """Neither a regression nor an improvement, and the case cannot catch a drop of twice the tolerance: its
-    spread is assumed (with one run of today as the only evidence of a drop, step 5a), or too wide."""
+    spread is assumed (with one run of today as the only evidence of a drop, step 5a), or too wide.  A case
+    held back by step 5a prints its ratio, not its bounds: they are below the tolerance and do not decide."""
     sp, tol = c.spread, f"{c.tolerance:.0%}"
-    est = f"bandwidth is {c.ratio_text} of the baseline, {_bound(c)}: not shown beyond the {tol} tolerance, but"
+    est = f"{_bound(c)}: not shown beyond the {tol} tolerance, but"
     if sp.assumed and c.beyond:
-        return (f"{c.ratio_text} of the baseline, but not judged: with its {sp.assumed} spread assumed, one run of "
-                "today is no evidence (a second run in a new process state would have to agree; none was measured)")
+        return (f"bandwidth is {c.ratio:.3g}x of the baseline, but not judged: with its {sp.assumed} spread assumed, "
+                "one run of today is no evidence, whatever its bounds (a second run in a new process state would "
+                "have to agree; none was measured)")
     if sp.assumed:
         return (f"{est} not judged: with {_baseline(c)} and no prior for its class, its {sp.assumed} spread is "
                 "assumed, not measured"
@@ -59,16 +63,17 @@ def _not_gated(c: Comparison) -> str:
 
 
 def comparison_reason(c: Comparison) -> str:
-    """Why ``c`` has its status, in one sentence with the figures that decided it (DECISION_RULE step 4)."""
-    est = f"bandwidth is {c.ratio_text} of the baseline"
+    """Why ``c`` has its status, in one sentence with the figures that decided it (DECISION_RULE step 4): the
+    ratio beside the bounds that decide, never another interval."""
     if c.status is Status.REGRESSION:
-        return (f"{est} ({plural(c.runs_now, 'run')} now, {_baseline(c)}); even its upper bound "
-                f"{c.upper_bound:.3g}x at level {c.alpha:.2g} (alpha over cases and looks; quantile {c.quantile:.2f}, "
-                f"{c.spread.df:.0f} df) is below the {c.tolerance:.0%} tolerance limit {1.0 - c.tolerance:.3g}x")
+        return (f"bandwidth is {c.ratio:.3g}x of the baseline, {c.bounds_text} (alpha over cases and looks; quantile "
+                f"{c.quantile:.2f}, {c.spread.df:.0f} df; {plural(c.runs_now, 'independent run')} now, "
+                f"{_baseline(c)}): even its upper bound is below the {c.tolerance:.0%} tolerance limit "
+                f"{1.0 - c.tolerance:.3g}x")
     if c.status is Status.IMPROVED:
-        return (f"{est}; even its lower bound {c.lower_bound:.3g}x is above {1.0 + c.tolerance:.3g}x; "
-                "consider recording a new baseline")
+        return (f"{_bound(c)}: even its lower bound is above {1.0 + c.tolerance:.3g}x; consider recording a new "
+                "baseline")
     if c.status is Status.NOT_GATED:
         return _not_gated(c)
-    return (f"{est}, {_bound(c)}: not shown beyond the {c.tolerance:.0%} tolerance (catches drops of "
+    return (f"{_bound(c)}: not shown beyond the {c.tolerance:.0%} tolerance (catches drops of "
             f"{c.detectable_drop:.1%} or more)")

@@ -117,6 +117,53 @@ def _figure(x: object) -> str:
     return format_gbps(x) if isinstance(x, (int, float)) else str(x)
 
 
+def _of_baseline(gbps: object, c: "Comparison") -> str:
+    """`` (0.94x)``: a run's figure against the baseline's, "" where it is not a number."""
+    if not isinstance(gbps, (int, float)) or not c.baseline_median_gbps > 0:
+        return ""
+    return f" ({gbps / c.baseline_median_gbps:.3g}x)"
+
+
+def now_figure(pooled_gbps: float, runs_gbps: "list[Any]") -> str:
+    """Today's figure in a verdict's headline, saying what it is: the run's (``1.82``), or the runs' pooled
+    figure with the runs it pools (``5.02 (pooled: 1.82, 13.8)``: their geometric mean, as the decision pools
+    them, a figure no run measured; beyond three runs their range, ``(pooled over 4 runs, 1.82 to 13.8)``, the
+    line below the headline listing each) -- the unit after it is the headline's."""
+    figures = [x for x in runs_gbps if isinstance(x, (int, float))]
+    if len(figures) < 2:
+        return format_gbps(pooled_gbps)
+    if len(figures) <= 3:
+        return f"{format_gbps(pooled_gbps)} (pooled: " + ", ".join(format_gbps(x) for x in figures) + ")"
+    return (f"{format_gbps(pooled_gbps)} (pooled over {len(figures)} runs, {format_gbps(min(figures))} to "
+            f"{format_gbps(max(figures))})")
+
+
+def remeasure_meaning(c: "Comparison", first_gbps: float, again_gbps: "list[Any]") -> str:
+    """What re-measures that came back near the baseline's speed mean for the verdict, when the first run was
+    below the tolerance limit (a flagged first run is measured again: DECISION_RULE step 5); "" where none
+    did.  Near: nearer the baseline than the first run, in log (above the geometric mean of the two)."""
+    base, limit = c.baseline_median_gbps, 1.0 - c.tolerance
+    if not base > 0 or not 0 < first_gbps / base < limit:
+        return ""
+    first = first_gbps / base
+    ratios = [x / base for x in again_gbps if isinstance(x, (int, float)) and x > 0]
+    back = [r for r in ratios if math.log(r) > math.log(first) / 2]
+    if not back:
+        return ""
+    shown = ", ".join(f"{r:.3g}x" for r in back)
+    if len(back) == len(ratios):
+        which = "the re-measure" if len(back) == 1 else f"all {len(back)} re-measures"
+        what = (f"the first run's drop did not repeat: {which} came back at {shown}, nearer the baseline than the "
+                f"first run ({first:.3g}x)")
+    else:
+        what = (f"the slowdown comes and goes (another load on the machine, a clock that drops?): {len(back)} of "
+                f"{len(ratios)} re-measures came back at {shown}, nearer the baseline than the first run "
+                f"({first:.3g}x)")
+    if c.status is Status.REGRESSION:
+        return f"{what}; the verdict pools every run, and even so its upper bound is below the limit: it fails"
+    return f"{what}; with every run pooled the drop is not shown beyond the tolerance: not a regression"
+
+
 def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: float) -> str:
     """What the change costs a training step, for a measurement that gives its time per step
     (``info["step_comm_s"]``; named by ``info["step_label"]``, else its op): today's step time (that of the
@@ -510,6 +557,7 @@ class Gate:
         v = Verdict(status, baseline_gbps=c.baseline_median_gbps, ratio=c.ratio, ci=(c.ci_low, c.ci_high),
                     remeasured=j.remeasured,
                     details={"alpha": c.alpha, "tolerance": c.tolerance, "upper_bound": c.upper_bound,
+                             "lower_bound": c.lower_bound,
                              "detectable_drop": c.detectable_drop, "gated": c.gated, "runs_pooled": c.runs_now,
                              "prediction_sd": c.spread.sd, "baseline_runs": c.baseline_runs,
                              "baseline_sessions": c.baseline_sessions, "group": case_group(m.op), "case": key,
@@ -522,8 +570,14 @@ class Gate:
             pooled.append(f"measured in {1 + len(fold_log)} process groups: {format_gbps(first.gbps)}, "
                           + ", ".join(format_gbps(a['median_gbps']) for a in fold_log) + " GB/s")
         if again.log:
-            how = "; ".join(f"{_figure(a['median_gbps'])} GB/s {a['how']}" for a in again.log)
-            pooled.append(f"first run {format_gbps(first.gbps)} GB/s, measured again: {how}")
+            how = "; ".join(f"{_figure(a['median_gbps'])} GB/s{_of_baseline(a['median_gbps'], c)} {a['how']}"
+                            for a in again.log)
+            pooled.append(f"first run {format_gbps(first.gbps)} GB/s{_of_baseline(first.gbps, c)}, measured again: "
+                          f"{how}")
+            meaning = remeasure_meaning(c, first.gbps, [a["median_gbps"] for a in again.log])
+            pooled += [meaning] if meaning else []
+        v.details["runs_gbps"] = [first.gbps, *(a["median_gbps"] for a in fold_log),
+                                  *(a["median_gbps"] for a in again.log)]
         below = self._median_message(v, c, m, first, again.ms, pooled)
         return v, pooled, below
 
@@ -546,7 +600,8 @@ class Gate:
         below += [f"  {line}" for line in state]
         if v.status is Status.REGRESSION:
             v.message = "\n".join([
-                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, {format_gbps(c.current_median_gbps)} vs "
+                f"REGRESSION: {self._what(m)}: {1 - c.ratio:.1%} drop, "
+                f"{now_figure(c.current_median_gbps, v.details['runs_gbps'])} vs "
                 f"{format_gbps(c.baseline_median_gbps)} GB/s",
                 f"  beyond the {c.tolerance:.0%} tolerance of baseline {self.baseline.name}: {reason}", *below])
         elif v.status is Status.NOT_GATED_STRICT:

@@ -126,6 +126,29 @@ class RowVerdict:
         return _number(self.data.get("ratio"))
 
     @property
+    def runs(self) -> int:
+        """How many of today's runs the verdict's ratio pools (the first, its folds and re-measures): 1 where the
+        verdict says none."""
+        listed = self.data.get("runs_gbps")
+        if isinstance(listed, list) and listed:
+            return len(listed)
+        for key, extra in (("runs_pooled", 0), ("remeasured", 1)):
+            n = self.data.get(key)
+            if isinstance(n, int) and not isinstance(n, bool) and n + extra >= 1:
+                return n + extra
+        return 1
+
+    def ratio_text(self) -> str:
+        """The verdict's ratio as the tables print it: ``0.342``, ``0.342 (2 runs)`` where it pools several of
+        today's runs (the table's GB/s is the first run's), "-" where it has none."""
+        from ..units import format_ratio
+
+        ratio = self.ratio
+        if not ratio:
+            return "-"
+        return format_ratio(ratio) + (f" ({self.runs} runs)" if self.runs > 1 else "")
+
+    @property
     def case(self) -> Optional[str]:
         """The baseline's case key (``gate.store.case_key``), None where the verdict has none."""
         case = self.data.get("case")

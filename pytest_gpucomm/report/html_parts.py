@@ -178,19 +178,21 @@ def failing_cases(doc: ReportDocument, images: Sequence[Image], shown: set[str],
 
 
 def _baseline_cells(doc: ReportDocument, row: Row, figures: Optional["BaselineFigures"]) -> tuple[str, str]:
-    """The row's baseline figure and ratio: against ``figures`` where the page is compared with a baseline
-    file (``*``: its published floor), else the figure the run's verdict was judged against."""
-    from ..units import format_gbps
+    """The row's baseline figure and ratio: the figure against ``figures`` where the page is compared with a
+    baseline file (``*``: its published floor), else the one the run's verdict was judged against; the ratio
+    the verdict's (``RowVerdict.ratio_text``: as the terminal's table, the matrices and the plots give it),
+    today's figure over the file's where the row has no verdict."""
+    from ..units import format_gbps, format_ratio
 
     m = row.measurement
+    ratio = row.verdict.ratio_text() if row.verdict is not None else "-"
     if figures is not None:
         base, floor = figures.cell(row.test, m.op, m.size_bytes, m.dtype, m.world_size, doc.layout)
         if not base:
-            return "-", "-"
-        return format_gbps(base) + ("*" if floor else ""), f"{m.gbps / base:.3f}"
+            return "-", ratio
+        return format_gbps(base) + ("*" if floor else ""), ratio if ratio != "-" else format_ratio(m.gbps / base)
     base_gbps = row.verdict.baseline_gbps if row.verdict is not None else None
-    ratio = row.verdict.ratio if row.verdict is not None else None
-    return (format_gbps(base_gbps) if base_gbps else "-"), (f"{ratio:.3f}" if ratio else "-")
+    return (format_gbps(base_gbps) if base_gbps else "-"), ratio
 
 
 #: a verdict longer than this is folded: its start shows, the whole message opens under it
@@ -218,8 +220,9 @@ def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> 
     from .run import fmt_us, tail_cell
     from .table import group_heading, short_test, sweep_groups
 
-    against = (f"baseline GB/s and ratio: against {figures.name} (today / its figure; *: a published floor); the "
-               "statuses are the run's verdicts" if figures is not None else "")
+    against = (f"baseline GB/s: {figures.name}'s (*: a published floor); ratio: the verdict's (today's runs pooled, "
+               "\"(2 runs)\" where it pools several), else today / that figure; the statuses are the run's verdicts"
+               if figures is not None else "")
     out = ['<section id="results">', "<h2>Results</h2>"]
     if against:
         out.append(f'<p class="note">{esc(against)}</p>')
@@ -246,7 +249,7 @@ def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> 
 
 
 def _matrix_table(m: "CopyMatrix", size: int, ratios: bool) -> str:
-    from ..analysis.matrices import figure_text, ratio_text
+    from ..analysis.matrices import RATIO_NOTE, figure_text, ratio_text
 
     head = "<tr><th></th>" + "".join(f"<th>{esc(d)}</th>" for d in m.destinations) + "</tr>"
     rows = []
@@ -261,7 +264,7 @@ def _matrix_table(m: "CopyMatrix", size: int, ratios: bool) -> str:
             cells.append(f'<td class="num{" low" if low else ""}">{esc(ratio_text(c) if ratios else figure_text(c))}'
                          "</td>")
         rows.append(f"<tr><th>{esc(s)}</th>" + "".join(cells) + "</tr>")
-    kind = "today / baseline" if ratios else "GB/s"
+    kind = RATIO_NOTE if ratios else "GB/s"
     return (f'<table class="matrix"><caption>{esc(kind)}</caption><thead>{head}</thead><tbody>{"".join(rows)}'
             "</tbody></table>")
 
@@ -303,7 +306,8 @@ def curves_section(entries: Sequence[Mapping[str, object]], compared: bool) -> l
         out.append('<p class="note">No sweep: no test measured one op at two sizes or more.</p>')
         return out + ["</section>"]
     out += ["<p>floor: the median time at the smallest size; 90%: the size reaching 90 % of the peak; fit: latency "
-            "+ size / bandwidth, where one line fits the sweep; vs baseline: today / baseline. The per-size verdicts "
+            "+ size / bandwidth, where one line fits the sweep; vs baseline: today's first runs / the baseline's "
+            "medians (not the verdicts' ratio, which pools the re-measures: the table's). The per-size verdicts "
             "decide; the curves explain them.</p>", '<table id="curves-table">',
             "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in CURVE_HEADERS) + "</tr></thead>", "<tbody>"]
     for e in entries:

@@ -24,11 +24,13 @@ figure's label, ``fig.get_label()``, is the file name :func:`save_all` gives it)
   ``BaselineFigures.sweeps``), the rows whose verdict is one of :data:`MARKED_STATUSES` as a marker at
   their size, and the 80 % and 90 % sizes of today's curve (``curves.curve_model``; dashed where
   interpolated between measured sizes, dotted where measured; the baseline's in grey).  With a baseline a
-  lower panel shows today / baseline per size, with the report's tolerance as a band around 1.
+  lower panel shows today / baseline per size (the verdict's ratio where the size was judged, as the table's
+  and the matrices'), with the report's tolerance as a band around 1.
 * :func:`copy_matrix_figures`: per copy test (the test function, op and node), a source x destination
   matrix of GB/s at a few sizes (the smallest, the middle one and the largest measured; the colour scale
   from 0 to the fastest pair, so a pair's shade is its share of the fastest), and, with a baseline, of
-  today / baseline (the baseline's figure: the median of its runs' medians) on a diverging colour scale
+  today / baseline (the verdict's ratio where the case was judged, else today's figure over the median of
+  the baseline's runs' medians: ``matrices.Cell.ratio``) on a diverging colour scale
   symmetric around 1.0 (red slower, blue faster); rows and columns are the devices seen, a pair not
   measured is left blank.  Where the report has one-way copies of more than one test (peer copies, host to
   device, device to host), a first figure puts them all in one matrix, the host a row and a column like a
@@ -51,7 +53,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 
@@ -60,7 +62,7 @@ from ..analysis.curve_fit import curve_model
 from ..analysis.sweeps import Sweep, sweep_key
 from ..analysis.matrices import copy_matrices
 from ..gate.shipped import install_command
-from ..units import GB, describe_duration, format_size, plural
+from ..units import GB, describe_duration, format_gbps, format_ratio, format_size, plural
 from .document import ReportDocument, Row, as_document
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -239,10 +241,14 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
     doc, figures = as_document(report), as_figures(baseline)
     base = figures.sweeps if figures is not None else {}
     marks: dict[tuple[Any, ...], list[tuple[int, float, str]]] = {}
+    judged: dict[tuple[Any, ...], dict[int, float]] = {}  # per sweep and size, the verdict's ratio
     for row in doc.rows:
+        m = row.measurement
         for status in _verdict_statuses(row):
-            m = row.measurement
             marks.setdefault(sweep_key(row.test, m), []).append((int(m.size_bytes), float(m.gbps), status))
+        ratio = row.verdict.ratio if row.verdict is not None else None
+        if ratio is not None and math.isfinite(ratio) and ratio > 0:
+            judged.setdefault(sweep_key(row.test, m), {})[int(m.size_bytes)] = ratio
     tolerance = doc.tolerance
     context = context_line(doc, figures)
     figs = []
@@ -255,7 +261,7 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
             ax, rax = fig.subplots(1, 1), None
         _draw_sweep(ax, sweep, doc.crossings(sweep), b, marks.get(sweep.key, []))
         if rax is not None and b is not None:
-            _draw_ratio(rax, sweep, b, tolerance)
+            _draw_ratio(rax, sweep, b, tolerance, judged.get(sweep.key, {}))
         _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
         if rax is not None:
             ax.tick_params(labelbottom=False)
@@ -325,16 +331,18 @@ def _draw_crossings(ax: "Axes", crossings: Sequence["CrossingSize"], color: str,
                 color="dimgrey", wrap=True, gid="crossing-notes", **_LITERAL)
 
 
-def _draw_ratio(ax: "Axes", sweep: Sweep, base: Sweep, tolerance: object) -> None:
+def _draw_ratio(ax: "Axes", sweep: Sweep, base: Sweep, tolerance: object, judged: Mapping[int, float]) -> None:
+    """Today / baseline per size: the verdict's ratio where the size was judged (``judged``: today's runs
+    pooled, as the table and the matrices give it), else today's figure over the baseline's."""
     bmap = {p.size_bytes: p.gbps for p in base.points}
     common = [p for p in sweep.points if p.size_bytes in bmap]
     x = [p.size_bytes for p in common]
-    r = [p.gbps / bmap[p.size_bytes] for p in common]
+    r = [judged.get(p.size_bytes, p.gbps / bmap[p.size_bytes]) for p in common]
     if isinstance(tolerance, (int, float)) and 0 < tolerance < 1:
         ax.axhspan(1 - tolerance, 1 + tolerance, color="grey", alpha=0.15, lw=0,
                    label=f"tolerance {tolerance:.0%}", gid="tolerance")
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.plot(x, r, "o-", color=_TODAY, ms=3, label="today / baseline", gid="ratio")
+    ax.plot(x, r, "o-", color=_TODAY, ms=3, label="today / baseline (the verdict's ratio where judged)", gid="ratio")
     ax.set_ylabel("today / baseline")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
@@ -379,12 +387,12 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
                     ratio[i, k] = cell.ratio
             top = float(np.nanmax(gb)) if np.isfinite(gb).any() else 1.0
             _matrix(axes[0, j], gb, src, dst, f"{format_size(size)}: GB/s", "viridis", 0.0, top,
-                    f"gbps-{size}", "{:.3g}")
+                    f"gbps-{size}", format_gbps)
             if with_ratio:
                 spread = np.nanmax(np.abs(ratio - 1.0)) if np.isfinite(ratio).any() else 0.0
                 half = max(0.05, float(spread))
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
-                        1.0 - half, 1.0 + half, f"ratio-{size}", "{:.2f}x")
+                        1.0 - half, 1.0 + half, f"ratio-{size}", lambda v: f"{format_ratio(v, 2)}x")
         fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9, **_LITERAL)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)
@@ -392,7 +400,7 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
 
 
 def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title: str, cmap_name: str,
-            vmin: float, vmax: float, gid: str, fmt: str) -> None:
+            vmin: float, vmax: float, gid: str, fmt: Callable[[float], str]) -> None:
     import matplotlib
 
     cmap = matplotlib.colormaps[cmap_name].with_extremes(bad="white")
@@ -411,7 +419,7 @@ def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title
             if math.isfinite(v):
                 dark = (v - lo) / (hi - lo) if hi > lo else 0.5
                 light = (cmap_name == "viridis" and dark < 0.6) or (cmap_name != "viridis" and abs(dark - 0.5) > 0.3)
-                ax.text(k, i, fmt.format(v), ha="center", va="center", fontsize=7,
+                ax.text(k, i, fmt(float(v)), ha="center", va="center", fontsize=7,
                         color="white" if light else "black")
     bar = ax.figure.colorbar(im, ax=ax, shrink=0.8)
     bar.formatter.set_useOffset(False)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement, Record
-from ..units import format_gbps, format_size, plural
+from ..units import format_gbps, format_ratio, format_size, plural
 from ..vocab import Status
 from .document import ReportDocument, Row, RowVerdict, rows_of
 from .text import DEFAULT_WIDTH, fit
@@ -47,7 +47,8 @@ LEGEND = (
     "GB/s: median busbw for collectives, algbw for copies (GB = 1e9 bytes; a both-ways copy counts both "
     "directions); p50/p99: per-iteration time; CV: coefficient of variation of the iteration times; n: samples; "
     "1-op tail: p99 of the single ops, each timed on its own (the slowest rank's), and their p99/p50; ratio: "
-    "today / baseline."
+    "the verdict's, today / baseline, where \"(2 runs)\" says it pools the first run (the GB/s shown) with its "
+    "re-measures or folds, as the matrices and plots give it."
 )
 #: the sweeps the terminal's curves section shows (the JSON report has every one)
 CURVE_LIMIT = 30
@@ -116,8 +117,8 @@ def gate_columns(items: Iterable["Row | Record"]) -> list[list[Any]]:
     out = []
     for r in rows_of(items):
         base = r.verdict.baseline_gbps if r.verdict is not None else None
-        ratio = r.verdict.ratio if r.verdict is not None else None
-        out.append([format_gbps(base) if base else "-", f"{ratio:.3f}" if ratio else "-", r.status])
+        out.append([format_gbps(base) if base else "-", r.verdict.ratio_text() if r.verdict is not None else "-",
+                    r.status])
     return out
 
 
@@ -452,14 +453,16 @@ def straggler_lines(run: "ReportDocument | Iterable[Row | Record]", limit: int =
 
 def live_text(items: Iterable["Row | Record"], gated: bool, limit: int = 2) -> str:
     """A test's figures and verdicts for its line under ``-v``: ``395.8 GB/s 1.00x ok`` per measurement
-    (the ratio and the verdict where the gate judged it), at most ``limit`` of them and a count of the rest."""
+    (the first run's figure; the verdict's ratio, ``0.34x (2 runs)`` where it pools several, and the verdict
+    where the gate judged it), at most ``limit`` of them and a count of the rest."""
     rows = rows_of(items)
     parts = []
     for r in rows[:limit]:
         text = f"{format_gbps(r.measurement.gbps)} GB/s"
         ratio = r.verdict.ratio if r.verdict is not None else None
         if ratio:
-            text += f" {ratio:.2f}x"
+            runs = r.verdict.runs if r.verdict is not None else 1
+            text += f" {format_ratio(ratio, 2)}x" + (f" ({runs} runs)" if runs > 1 else "")
         if gated or r.status == Status.FAILED.value:
             text += f" {r.status}"
         parts.append(text)

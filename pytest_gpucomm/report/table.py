@@ -45,8 +45,7 @@ def _base(r: Row) -> str:
 
 
 def _ratio(r: Row) -> str:
-    ratio = r.verdict.ratio if r.verdict is not None else None
-    return f"{ratio:.3f}" if ratio else "-"
+    return r.verdict.ratio_text() if r.verdict is not None else "-"
 
 
 def _throttled(r: Row) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ..units import describe_duration, format_size
 from .document import ReportDocument
-from ..units import format_gbps
+from ..units import format_gbps, format_ratio
 from .run import (CURVE_LIMIT, counts_line, gated_of, level_lines, sensitivity_lines, straggler_lines,
                   table_lines)
 from .text import DEFAULT_WIDTH, fit
@@ -30,8 +30,8 @@ __all__ = ["summary_lines", "matrix_section", "curve_section", "curve_lines", "c
 
 #: the heading of the curves section of the terminal summary and of ``gpucomm show``
 CURVES_HEADING = ("gpucomm curves (floor: the median time at the smallest size; 90%: the size reaching 90 % of the "
-                  "peak; fit: latency + size / bandwidth, where one line fits the sweep; vs baseline: today / "
-                  "baseline):")
+                  "peak; fit: latency + size / bandwidth, where one line fits the sweep; vs baseline: today's "
+                  "first runs / the baseline's medians, not the verdicts' ratio, which pools the re-measures):")
 
 
 def matrix_section(doc: ReportDocument, baseline: Optional["BaselineFigures"] = None, *,
@@ -102,11 +102,11 @@ def curve_cells(entry: Mapping[str, Any]) -> dict[str, str]:
         listed: list[object] = c["ratios"] if isinstance(c.get("ratios"), list) else []
         ratios = [(_number(r[0]), _number(r[1])) for r in listed if isinstance(r, list) and len(r) == 2]
         known = [(s, r) for s, r in ratios if s is not None and r is not None]
-        parts = [f"{name} {x:.2f}x" for name, x in (("peak", _number(c.get("peak_ratio"))),
+        parts = [f"{name} {format_ratio(x, 2)}x" for name, x in (("peak", _number(c.get("peak_ratio"))),
                                                      ("floor", _number(c.get("latency_ratio")))) if x is not None]
         if known:
             size, ratio = min(known, key=lambda sr: sr[1])
-            parts.append(f"worst {format_size(int(size))} {ratio:.2f}x")
+            parts.append(f"worst {format_size(int(size))} {format_ratio(ratio, 2)}x")
         cells["vs baseline"] = ", ".join(parts) or "no size in common"
     return cells
 
