@@ -519,7 +519,7 @@ def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pyt
                                      "df) is below the 5% tolerance limit 0.95x", "    covers *test_copy[[]0->1-0[]]",
                                      failed_note])
         # what fails the session is in pytest's own final line, beside the tests that passed
-        result.stdout.fnmatch_lines(["*= 16 passed, 1 gpucomm level regression in *"])
+        result.stdout.fnmatch_lines(["*= 16 passed, *1 gpucomm level regression in *"])
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         # the rows the class covers are regressions in the report, though each test passed on its own
         doc = json.loads((pytester.path / "report.json").read_text())
@@ -540,7 +540,8 @@ def test_a_baseline_claiming_more_bandwidth_for_every_case_is_a_common_shift(pyt
     else:
         result.stdout.fnmatch_lines(["gpucomm levels: 1 class offset: 1 gated, *each",
                                      "gpucomm levels: 16 case residuals: *"])
-        result.stdout.fnmatch_lines(["*= 16 passed in *"])
+        result.stdout.fnmatch_lines(["*= 16 passed*in *"])  # a warning of the host's pytest may stand between
+        result.stdout.no_fnmatch_line("*gpucomm level regression*")
         result.stdout.no_fnmatch_line("*REGRESSION*")
         assert result.ret == pytest.ExitCode.OK
 
@@ -587,7 +588,7 @@ def test_under_xdist_the_controller_reads_the_baseline_and_judges_the_levels_ove
     result.assert_outcomes(passed=16)
     result.stdout.fnmatch_lines(["gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB: 1*% slower (16 "
                                  "cases)", "gpucomm: FAILED: 1 regression at the gate's levels*",
-                                 "*= 16 passed, 1 gpucomm level regression in *"])
+                                 "*= 16 passed, *1 gpucomm level regression in *"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     doc = json.loads((pytester.path / "report.json").read_text())
     assert len(doc["baseline"]["levels"]["classes"][0]["cases"]) == 16
@@ -747,7 +748,7 @@ def test_a_run_that_judged_fewer_than_half_its_cases_says_so_first_and_last_and_
     assert result.ret == 1
     result.stdout.fnmatch_lines(["gpucomm: FAILED: 0 of 2 cases judged, fewer than --gpu-min-judged=0.5 of them *",
                                  # what fails the session, counted in pytest's own final line
-                                 "*= 2 passed, 2 gpucomm cases not judged in *"])
+                                 "*= 2 passed, *2 gpucomm cases not judged in *"])
     result.assert_outcomes(passed=2)  # the tests pass; the session does not
 
 

@@ -100,7 +100,7 @@ All statistics work on log bandwidth, so a shift is a ratio.
    allowed (DEFAULT_MAX_REMEASURES is 1), another follows while the pooled ratio is still below 1 - t and
    not yet decided.  A re-measure that could not draw a new state is merged into the run it repeats (k
    unchanged).  Folds: a case of a folded class (gate.levels.FOLDED_CLASSES: collectives up to 1 MiB) is
-   measured before its verdict in K process groups of its own (--gpucomm-folds, DEFAULT_FOLDS 2; the
+   measured before its verdict in K process groups of its own (--gpucomm-folds, DEFAULT_FOLDS 4; the
    session's group and K - 1 kept beside it), and its first look pools them (k = K); the folds spend no look
    of alpha (only the re-measures after them may decide).
 5a. No verdict without evidence.  Where the baseline cannot tell a case's spread (one session and no prior
