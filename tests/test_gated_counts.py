@@ -57,6 +57,17 @@ def test_a_case_gated_by_its_residual_only_counts_once_as_gated_and_its_row_read
     assert sum(v["status"] == "ok" for v in verdicts) == counts.gated
 
 
+
+def test_with_strict_a_case_failed_as_not_gated_is_not_counted_gated_by_its_residual():
+    """--gpu-baseline-strict fails a case that is not gated at its test, before the levels: its row stays NOT GATED
+    though its residual gates it at the end, and the count of gated says what the rows say."""
+    levels = _levels([_verdict("case", "a", status="ok", drop=TOL), _verdict("case", "b", status="ok", drop=TOL)])
+    verdicts = _after_levels([_case("a", gated=False, status="NOT GATED"), _case("b", gated=False)], levels)
+    assert [v["status"] for v in verdicts] == ["NOT GATED", "ok"]
+    counts = gated_counts(verdicts, levels.to_dict())
+    assert (counts.cases, counts.own, counts.by_residual) == (2, 0, 1)
+    assert counts.levels["case"] == (2, 2)  # the residuals themselves are gated: the level's count is theirs
+
 def test_the_sensitivity_line_says_the_cases_gated_and_each_levels_count_in_one_sentence():
     counts = GatedCounts(cases=169, own=39, by_residual=21, levels={"class": (2, 6), "band": (10, 30),
                                                                    "case": (45, 169)})

@@ -283,8 +283,8 @@ def gated_counts(verdicts: Iterable[Optional[Mapping[str, Any]]], levels: Option
     """The :class:`GatedCounts` of the rows' verdicts (``RowVerdict.data``, a record's ``baseline``) after the
     levels (``levels``: the levels' JSON, ``RunLevels.to_dict``; None where the run was not judged at the
     levels): a case is gated by its own verdict's ``gated``, or else by its residual's (the verdict's
-    ``residual``); a level's count is the one the levels hold (worked out from their verdicts for a report
-    written before they held it)."""
+    ``residual``; not a row that ``--gpu-baseline-strict`` failed as NOT GATED); a level's count is the one the
+    levels hold (worked out from their verdicts for a report written before they held it)."""
     own = by_residual = cases = 0
     for data in verdicts:
         if not data or data.get("detectable_drop") is None:
@@ -293,7 +293,10 @@ def gated_counts(verdicts: Iterable[Optional[Mapping[str, Any]]], levels: Option
         residual = data.get("residual")
         if data.get("gated"):
             own += 1
-        elif levels is not None and isinstance(residual, Mapping) and residual.get("gated"):
+        elif (levels is not None and isinstance(residual, Mapping) and residual.get("gated")
+              and data.get("status") != Status.NOT_GATED_STRICT.value):
+            # with --gpu-baseline-strict a case not gated failed its test before the levels: its row stays NOT
+            # GATED, and the count says what the rows say
             by_residual += 1
     if levels is None:
         return GatedCounts(cases, own, by_residual)
