@@ -41,7 +41,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TypedDict
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
 from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocation, class_scatter, corrected_alpha,
@@ -301,16 +301,7 @@ def judge_suite(counts: Counts, judged: list[Judged], fit: LevelFit,
         o2, l2 = run(lambda k, keys=keys: 0.10 if k in keys else 0.0)
         counts["one_band"][0] += caught(o2, l2, v.keys)
         counts["one_band"][1] += 1
-    small: dict[str, set[str]] = {}
-    for k in out:
-        if k in fit.members and fit.members[k].size_bytes <= SMALL_BYTES:
-            small.setdefault(fit.members[k].klass, set()).add(k)
-    for klass, keys in sorted(small.items()):
-        for d in CLASS_DROPS:
-            o2, l2 = run(lambda k, keys=keys, d=d: d if k in keys else 0.0)
-            pair = counts["class_drop"].setdefault(klass, {}).setdefault(d, [0, 0])
-            pair[0] += any(c.failed for c in o2.values()) or bool(l2.failed)
-            pair[1] += 1
+    _class_drops(counts, run, [k for k in out if k in fit.members], fit.members)
     if per_case:
         for key in out:
             o2, l2 = run(lambda k, key=key: 0.10 if k == key else 0.0)
@@ -322,6 +313,23 @@ def judge_suite(counts: Counts, judged: list[Judged], fit: LevelFit,
     return {"cases": len(judged), "statuses": statuses, "false_alarm": any(fails.values()),
             "false_levels": [k for k, f in fails.items() if f],
             "not_gated": sorted(k for k, g in gated.items() if not g)}
+
+
+def _class_drops(counts: Counts, run: Callable[..., tuple[dict[str, Comparison], RunLevels]], keys: Sequence[str],
+                 members: Mapping[str, Member]) -> None:
+    """The class-drop check of one suite (``run``: the suite judged with a drop per case key): every case of one
+    small class slowed by each of CLASS_DROPS, one class at a time; caught where the suite fails (a case's
+    verdict or a level)."""
+    small: dict[str, set[str]] = {}
+    for k in keys:
+        if members[k].size_bytes <= SMALL_BYTES:
+            small.setdefault(members[k].klass, set()).add(k)
+    for klass, ks in sorted(small.items()):
+        for d in CLASS_DROPS:
+            out, lv = run(lambda k, ks=ks, d=d: d if k in ks else 0.0)
+            pair = counts["class_drop"].setdefault(klass, {}).setdefault(d, [0, 0])
+            pair[0] += any(c.failed for c in out.values()) or bool(lv.failed)
+            pair[1] += 1
 
 
 def fit_levels_of(cases: list[Case], runs_of: dict[str, list[str]], models: dict[str, tuple[CaseModel, Prior]],

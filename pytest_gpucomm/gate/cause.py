@@ -130,6 +130,8 @@ class Yardstick:
 
     def judge(self, r: Remeasured) -> Restoration:
         """The outcome of one re-measure (the module doc's three cases)."""
+        from .decision import bounded_exp as _exp  # imported by the verdict that asked for the cause test
+
         d = math.log(r.ratio) if r.ratio > 0 else -math.inf
         sd_b = math.sqrt(max(self.baseline2 + r.se2, 0.0))
         sd_s = math.sqrt(max(self.slowed2 + r.se2, 0.0))
@@ -144,10 +146,6 @@ class Yardstick:
     def to_dict(self) -> dict[str, object]:
         return {"slowed": self.slowed, "tolerance": self.tolerance, "baseline_sd": math.sqrt(self.baseline2),
                 "slowed_sd": math.sqrt(self.slowed2), "quantile": self.quantile, "source": self.source}
-
-
-def _exp(x: float) -> float:
-    return math.exp(min(max(x, -700.0), 700.0))
 
 
 def yardstick(model: "CaseModel", prior: "Prior", slowed: float, tolerance: float, runs_pooled: int = 1

@@ -511,7 +511,7 @@ class Comparison:
     it are :func:`pytest_gpucomm.gate.reasons.comparison_reason`'s.
 
     ``ratio`` and the bounds are current/baseline bandwidth (0.86 = 14 % slower); ``lower_bound``/
-    ``upper_bound`` the bounds at 1 - alpha/m that decide (the interval the messages print, :attr:`ratio_text`),
+    ``upper_bound`` the bounds at 1 - alpha/m that decide (the interval the messages print, :attr:`bounds_text`),
     ``quantile`` the t quantile at 1 - alpha/m that gave them; ``ci_low``/``ci_high`` the two-sided 95 %
     prediction interval, kept as data (the JSON's ``ci95``) and never printed beside a verdict: it is much
     narrower than the bounds that decide, and a 95 % interval below the tolerance beside "ok" read as a
@@ -550,15 +550,10 @@ class Comparison:
         return self.upper_bound < 1.0 - self.tolerance
 
     @property
-    def ratio_text(self) -> str:
-        """The ratio and the interval that decides it, e.g. ``0.86x, bounds [0.80, 0.93] at level 0.0005 a side``:
-        the lower and upper bound, each at the per-case level alpha/m (the status is theirs against the
-        tolerance: :func:`_status`)."""
-        return f"{self.ratio:.3g}x, {self.bounds_text}"
-
-    @property
     def bounds_text(self) -> str:
-        """The interval that decides: ``bounds [0.80, 0.93] at level 0.0005 a side``."""
+        """The interval that decides, which the messages print beside the ratio: ``bounds [0.80, 0.93] at level
+        0.0005 a side``: the lower and upper bound, each at the per-case level alpha/m (the status is theirs
+        against the tolerance: :func:`_status`)."""
         return f"bounds [{self.lower_bound:.3g}, {self.upper_bound:.3g}] at level {self.alpha:.2g} a side"
 
 

@@ -54,6 +54,11 @@ FOLDED_CLASSES = ("collectives <= 1 MiB",)
 _KIND_LABEL = {"collective": "collectives", "peer": "copies between GPUs", "host": "host<->device copies"}
 
 
+def _small(members: Mapping[str, "Member"], keys: Iterable[str]) -> bool:
+    """Whether the cases ``keys`` are all of the small size (up to SMALL_BYTES): a small class."""
+    return all(members[k].size_bytes <= SMALL_BYTES for k in keys)
+
+
 def case_class(kind: str, size_bytes: int) -> str:
     """The class of a case: its kind ("collective", "peer" or "host") and whether it is up to 1 MiB."""
     return f"{_KIND_LABEL.get(kind, kind)} {'<=' if size_bytes <= SMALL_BYTES else '>'} 1 MiB"
@@ -258,7 +263,6 @@ class LevelFit:
     residuals of the baseline's runs are taken over the same cases, so they are comparable)."""
 
     members: dict[str, Member]
-    classes: dict[str, Optional[Common]]
     bands: dict[str, tuple[Residual, Prior]]
     cases: dict[str, tuple[Residual, Prior]]
     weights: dict[str, float] = field(default_factory=dict)
@@ -269,6 +273,11 @@ class LevelFit:
     #: per class, its offset's model over the baseline's runs (:func:`class_model`) and its prior (the classes of
     #: its size together, :func:`class_priors`; a baseline of one session: borrowed, :func:`borrowed_class_priors`)
     class_models: dict[str, tuple[CaseModel, Prior]] = field(default_factory=dict)
+
+    @property
+    def classes(self) -> dict[str, Common]:
+        """Per class, the spread of a new run's offset (one run, no folds) from :attr:`class_models`."""
+        return {c: common_of(m, p) for c, (m, p) in self.class_models.items()}
 
 
 def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, float],
@@ -313,18 +322,16 @@ def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, fl
     small: dict[str, bool] = {}
     for c in sorted({m.klass for m in members.values()}):
         ck = [k for k in keys if members[k].klass == c]
-        small[c] = all(members[k].size_bytes <= SMALL_BYTES for k in ck)
+        small[c] = _small(members, ck)
         m = class_model([dict(runs[k]) for k in ck], [centers[k] for k in ck], session_of)
         if m is not None:
             offset_models[c] = m
     priors = class_priors(offset_models, small)
     class_fits = {c: (m, (borrowed or {}).get(c, priors[c]) if m.sessions < 2 else priors[c])
                   for c, m in offset_models.items()}
-    classes: dict[str, Optional[Common]] = {c: None for c in small}
-    classes.update({c: common_of(m, p) for c, (m, p) in class_fits.items()})
     within = {c: within_share(r for k, (r, _) in cases.items() if members[k].klass == c)
               for c in sorted({m.klass for m in members.values()})}
-    return LevelFit(members=members, classes=classes,
+    return LevelFit(members=members,
                     bands=models(band_res, band_class), cases=cases, weights=weights, within=within,
                     sessions=dict(sessions or {}), class_models=class_fits)
 
@@ -605,8 +612,9 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
     for k in dev:
         by_class.setdefault(fit.members[k].klass, []).append(k)
         by_band.setdefault(fit.members[k].band, []).append(k)
+
     def weight(keys: Sequence[str]) -> float:
-        return SMALL_CLASS_WEIGHT if all(fit.members[k].size_bytes <= SMALL_BYTES for k in keys) else 1.0
+        return SMALL_CLASS_WEIGHT if _small(fit.members, keys) else 1.0
 
     class_weights = sum(weight(ks) for ks in by_class.values() if len(ks) >= MIN_CLASS_CASES)
     classes = [_class_verdict(c, ks, offsets[c][0], fit.class_models.get(c),
