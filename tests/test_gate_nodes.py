@@ -158,3 +158,183 @@ def test_run_group_strips_only_the_node_and_part_suffixes() -> None:
 
     assert [run_group(r) for r in ("ab12-node3", "ab12-node3-part1", "ab12-part2", "ab12", "node3")] == [
         "ab12", "ab12", "ab12", "ab12", "node3"]
+
+
+# -- each node judged as itself: its own runs, its own levels ---------------------------------------------
+
+NODE_SIZES = [1 << (10 + 2 * i) for i in range(6)]  # 1 KiB .. 1 MiB: one class, 6 cases (levels.MIN_CLASS_CASES 5)
+NODE_LEVELS = {0: 10.0, 1: 12.0}  # GB/s: two nodes of the same kind, each a little different
+
+
+def _copy_id(size: int) -> str:
+    from pytest_gpucomm.units import size_token
+
+    return f"t.py::test_copy[{size_token(size)}-0->1]"
+
+
+def _copy_samples(gbps: float, rng: Any, n: int = 40) -> list[float]:
+    return [gbps * (1 + 0.002 * float(rng.standard_normal())) for _ in range(n)]
+
+
+def _job_baseline(path: Path, sessions: int = 4) -> None:
+    """A job baseline of 2 nodes (copies of 6 sizes on each, node 1 20 % faster than node 0), ``sessions``
+    sessions of one job each, saved as Gate.save saves a job: one run per node, with the node and its host."""
+    import numpy as np
+
+    rng = np.random.default_rng(46)
+    for s in range(sessions):
+        runs = []
+        for node, level in NODE_LEVELS.items():
+            off = 1 + 0.004 * float(rng.standard_normal())  # the run's common offset
+            cases = {}
+            for size in NODE_SIZES:
+                rec = CaseRecord(test_id=_copy_id(size), op="copy", size_bytes=size, world_size=1,
+                                 samples_gbps=_copy_samples(level * off, rng), devices=("cpu:0", "cpu:1"), layout="2x1")
+                cases[rec.key] = rec
+            runs.append(RunToSave(f"job{s}-node{node}", DATE, {}, cases, f"s{s}", node, f"h{node}"))
+        save_runs(path, name="b", runs=runs)
+
+
+def _copy(size: int, gbps: float, node: int, rng: Any) -> Measurement:
+    return Measurement(op="copy", size_bytes=size, samples_s=[size / (g * 1e9) for g in _copy_samples(gbps, rng)],
+                       devices=("cpu:0", "cpu:1"), info={"node": node, "host": f"h{node}", "rank": node})
+
+
+def _job_gate(path: Path, nodes: str = "own", job_nodes: tuple[int, ...] = (0, 1)) -> Gate:
+    g = Gate(GateSettings(spec=str(path), nodes=nodes))
+    g.load(None, {"nodes": {str(n): {"host": f"h{n}"} for n in job_nodes}}, {_copy_id(s) for s in NODE_SIZES})
+    g.layout = "2x1"
+    return g
+
+
+def _judge_job(g: Gate, ratio: dict[int, float], nodes: tuple[int, ...] = (0, 1)) -> list[dict[str, Any]]:
+    """Every node's copies judged at ``ratio[node]`` x its own baseline level, then the levels applied: the
+    verdicts' dicts as the report keeps them, node by node."""
+    import numpy as np
+
+    from pytest_gpucomm.report.run import apply_levels
+
+    rng = np.random.default_rng(7)
+    records = []
+    for node in nodes:
+        for size in NODE_SIZES:
+            m = _copy(size, NODE_LEVELS.get(node, 11.0) * ratio.get(node, 1.0), node, rng)
+            rec = Rec(_copy_id(size), m)
+            rec.baseline = g.judge(rec.nodeid, m, None, None).to_dict()  # type: ignore[attr-defined]
+            rec.status = rec.baseline["status"]  # type: ignore[attr-defined]
+            records.append(rec)
+    levels = g.levels([r.baseline for r in records])  # type: ignore[attr-defined]
+    apply_levels(records, levels)  # type: ignore[arg-type]
+    g.last_levels = levels  # type: ignore[attr-defined]
+    return [r.baseline for r in records]  # type: ignore[attr-defined]
+
+
+def test_each_nodes_copies_are_judged_against_that_nodes_own_runs_and_keep_its_node(tmp_path: Path) -> None:
+    _job_baseline(tmp_path / "b.json")
+    g = _job_gate(tmp_path / "b.json")
+    verdicts = _judge_job(g, {0: 1.0, 1: 1.0})
+    assert {v["status"] for v in verdicts} == {"ok"}, [v["message"] for v in verdicts]
+    assert sorted({(v["node"], v["host"], v["baseline_nodes"]) for v in verdicts}) == [(0, "h0", "own"),
+                                                                                       (1, "h1", "own")]
+    assert all(v["case"].endswith(f"|2x1|node{v['node']}") for v in verdicts)
+    # each node's baseline figure is its own: 10 and 12 GB/s, not their pooled 11
+    assert {v["node"]: round(v["baseline_gbps"]) for v in verdicts} == {0: 10, 1: 12}
+
+
+def test_node_1_at_node_0s_speed_fails_against_its_own_runs_but_not_against_every_nodes_pooled(
+        tmp_path: Path) -> None:
+    _job_baseline(tmp_path / "b.json")
+    slower = {0: 1.0, 1: NODE_LEVELS[0] / NODE_LEVELS[1]}  # node 1 17 % below its own runs, at node 0's figure
+    own = _judge_job(_job_gate(tmp_path / "b.json"), slower)
+    assert {v["node"] for v in own if v["status"] == "REGRESSION"} == {1}
+    assert all("copy on node 1 (h1): cpu:0->cpu:1" in v["message"] for v in own if v["node"] == 1)
+    pooled = _judge_job(_job_gate(tmp_path / "b.json", "pooled"), slower)
+    assert not any(v["status"] == "REGRESSION" for v in pooled), [v["message"] for v in pooled]
+    assert {v["baseline_nodes"] for v in pooled} == {"pooled"}
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_a_class_slowdown_on_one_node_marks_only_that_nodes_rows_and_its_level_names_the_node(
+        tmp_path: Path, slow: int) -> None:
+    _job_baseline(tmp_path / "b.json")
+    g = _job_gate(tmp_path / "b.json")
+    verdicts = _judge_job(g, {slow: 0.6})
+    other = 1 - slow
+    assert all(v["status"] == "REGRESSION" for v in verdicts if v["node"] == slow)
+    assert not any(v["status"] == "REGRESSION" for v in verdicts if v["node"] == other), [
+        v["message"] for v in verdicts if v["node"] == other]
+    levels = g.last_levels  # type: ignore[attr-defined]
+    [klass] = [v for v in levels.classes if v.failed]
+    assert klass.node == slow and klass.headline().startswith(
+        f"REGRESSION (class offset) copies between GPUs <= 1 MiB on node {slow} (h{slow}): 40."), klass.headline()
+    assert all(k.endswith(f"|node{slow}") for k in klass.keys)
+    assert [v.node for v in levels.classes] == [0, 1]  # a class offset per node
+    d = levels.to_dict()
+    assert [(c["node"], c["host"], c["status"]) for c in d["classes"]] == [
+        (n, f"h{n}", "regression" if n == slow else "ok") for n in (0, 1)]
+    # each slowed row keeps the failing level that covers it, with its node; no row of the other node has one
+    assert all({lv["node"] for lv in v["levels"]} == {slow} for v in verdicts if v["node"] == slow)
+    assert not any(v.get("levels") for v in verdicts if v["node"] == other)
+
+
+def test_the_nodes_levels_split_the_session_alpha_by_their_share_of_the_cases(tmp_path: Path) -> None:
+    _job_baseline(tmp_path / "b.json")
+    g = _job_gate(tmp_path / "b.json")
+    _judge_job(g, {})
+    levels = g.last_levels  # type: ignore[attr-defined]
+    # 12 cases, 6 a node: each node's levels at half the session's alpha, so the residuals' level is that of one
+    # run of the 12 cases: alpha x share / 12
+    [a0, a1] = [v.alpha for v in levels.classes]
+    assert a0 == a1 == pytest.approx(g.settings.alpha * 0.4 / 2)
+    assert [v.alpha for v in levels.cases] == pytest.approx([g.settings.alpha * 0.25 / 12] * 12)
+    assert g.n_comparisons == 12  # each node's copy is a comparison of its own
+
+
+def test_a_node_without_runs_of_its_own_is_judged_against_the_pooled_runs_and_the_header_says_so(
+        tmp_path: Path) -> None:
+    _job_baseline(tmp_path / "b.json")
+    g = _job_gate(tmp_path / "b.json", job_nodes=(0, 1, 2))
+    header = "\n".join(g.header_lines())
+    assert "gpucomm baseline nodes: each node judged against its own runs (--gpu-baseline-nodes=own)" in header
+    assert ("gpucomm baseline nodes: node 2 (h2) has no runs of its own in the baseline (a new node): judged "
+            "against the runs of nodes 0, 1 pooled") in header, header
+    verdicts = _judge_job(g, {}, nodes=(0, 2))
+    new = [v for v in verdicts if v["node"] == 2]
+    assert {v["baseline_nodes"] for v in new} == {"pooled"} and g.pooled_nodes == {2}
+    assert all("node 2 has no runs of its own in baseline b: judged against the runs of every node pooled"
+               in v["message"] for v in new), new[0]["message"]
+    assert {v["baseline_nodes"] for v in verdicts if v["node"] == 0} == {"own"}
+
+
+def test_the_pooled_mode_is_said_in_the_header(tmp_path: Path) -> None:
+    _job_baseline(tmp_path / "b.json")
+    assert any(line.startswith("gpucomm baseline nodes: every node judged against the runs of every node pooled "
+                               "(--gpu-baseline-nodes=pooled)") for line in _job_gate(tmp_path / "b.json",
+                                                                                      "pooled").header_lines())
+
+
+def test_an_unknown_nodes_mode_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="GateSettings.nodes must be one of own, pooled, got 'mine'"):
+        GateSettings(spec="b", nodes="mine")
+
+
+def test_a_node_level_read_back_from_the_json_report_keeps_its_node_and_prints_it(tmp_path: Path) -> None:
+    from pytest_gpucomm.report.document import Levels
+    from pytest_gpucomm.report.run import level_lines
+
+    _job_baseline(tmp_path / "b.json")
+    g = _job_gate(tmp_path / "b.json")
+    _judge_job(g, {1: 0.6})
+    back = Levels(json.loads(json.dumps(g.last_levels.to_dict()))).run_levels()  # type: ignore[attr-defined]
+    assert [(v.node, v.host) for v in back.classes] == [(0, "h0"), (1, "h1")]
+    lines = level_lines(back, {})
+    assert any(line.startswith("gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB on node 1 (h1): ")
+               for line in lines), lines
+
+
+def test_a_case_key_of_one_node_splits_back_into_the_case_and_the_node() -> None:
+    from pytest_gpucomm.gate.cases import node_key, split_node_key
+
+    key = case_key("t::c[4KiB-0->1]", "copy", 4096, None, 1, "2x1")
+    assert node_key(key, 3) == key + "|node3" and split_node_key(node_key(key, 3)) == (key, 3)
+    assert node_key(key, None) == key and split_node_key(key) == (key, None)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .prior import CorpusPrior
     from .store import Baseline
 
-__all__ = ["BaselineFit", "fit_baseline", "borrowed_priors", "fit_tail_spread"]
+__all__ = ["BaselineFit", "fit_baseline", "by_node", "borrowed_priors", "fit_tail_spread"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,28 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
             commons[g] = dataclasses.asdict(common)
     return BaselineFit(models={key: (m, borrowed.get(key, priors[c])) for key, (m, c) in fitted.items()},
                        locs={key: runs for v in locs.values() for key, runs in v.items()}, commons=commons)
+
+
+def by_node(baseline: "Baseline") -> "Baseline":
+    """``baseline`` with each case's runs of one node of a job (``RunRecord.node``) split off as a case of its
+    own, keyed ``cases.node_key(key, N)``: each node judged against its own runs (``--gpu-baseline-nodes=own``);
+    the job's whole-world runs (node None) stay under the case's key.  A baseline without a run of one node is
+    returned as it is (one host: the same fit as ever)."""
+    from .cases import node_key
+
+    node_of = {r.run_id: r.node for r in baseline.runs if r.node is not None}
+    if not node_of:
+        return baseline
+    cases = {}
+    for key, e in baseline.cases.items():
+        if not e.runs:
+            cases[key] = e
+        parts: dict[Optional[int], list] = {}
+        for r in e.runs:
+            parts.setdefault(node_of.get(r.run_id), []).append(r)
+        for node, runs in parts.items():
+            cases[node_key(key, node)] = dataclasses.replace(e, runs=runs)
+    return dataclasses.replace(baseline, cases=cases)
 
 
 def borrowed_priors(fitted: dict[str, tuple[CaseModel, str]], src: Optional["Baseline"]) -> dict[str, Prior]:

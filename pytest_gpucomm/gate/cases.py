@@ -1,10 +1,12 @@
 """A case of a baseline: its key (:func:`~pytest_gpucomm.vocab.case_key`: test, op, size, dtype, world and
-layout, a word of the package root that the analysis shares), and its record in the run being saved
+layout, a word of the package root that the analysis shares), the key of its measurement on one node of a job
+(:func:`node_key`: what the gate judges a node's copies and groups under), and its record in the run being saved
 (:class:`CaseRecord`, made from a measurement), which :func:`pytest_gpucomm.gate.store.save_run` merges into the
 file."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
@@ -13,7 +15,23 @@ from ..vocab import case_key
 if TYPE_CHECKING:
     from ..measurement import Measurement
 
-__all__ = ["case_key", "CaseRecord"]
+__all__ = ["case_key", "node_key", "split_node_key", "CaseRecord"]
+
+_NODE_PART = re.compile(r"\|node([0-9]+)$")
+
+
+def node_key(key: str, node: Optional[int]) -> str:
+    """The key under which the gate judges case ``key`` as measured on ``node`` of a job across nodes (a
+    node-local copy, an intra-node group: ``info["node"]``): ``<case key>|node<N>``, so that each node's verdict,
+    model and levels stay that node's; ``key`` itself where ``node`` is None (one host, or the whole job).  The
+    baseline file keeps the case key alone: a node's runs are told apart by their ``node``."""
+    return key if node is None else f"{key}|node{int(node)}"
+
+
+def split_node_key(key: str) -> tuple[str, Optional[int]]:
+    """(case key, node) of a key :func:`node_key` made; (``key``, None) for a key without a node."""
+    m = _NODE_PART.search(key)
+    return (key, None) if m is None else (key[:m.start()], int(m.group(1)))
 
 
 @dataclass

@@ -7,6 +7,7 @@ models, priors and bounds this reuses); nothing here reads a file or knows pytes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
@@ -355,6 +356,15 @@ class LevelVerdict:
     tolerance: float
     why: str = ""  # "not judged": why not
     assumed: bool = False  # its spread between sessions is assumed (a baseline of one session, no prior): not gated
+    node: Optional[int] = None  # a job across nodes: the node whose cases it covers (None: no node's, one host)
+    host: str = ""  # that node's host
+
+    @property
+    def where(self) -> str:
+        """`` on node 1 (vm-b)`` for a level of one node's cases, "" for any other."""
+        if self.node is None:
+            return ""
+        return f" on node {self.node}" + (f" ({self.host})" if self.host else "")
 
     @property
     def failed(self) -> bool:
@@ -375,12 +385,12 @@ class LevelVerdict:
         word = {"regression": "REGRESSION", "improved": "improved", "ok": "ok", "not gated": "not gated",
                 "not judged": "not judged"}[self.status]
         if self.status == "not judged":
-            return f"{word} ({self.level_name}) {self.name}: {self.why}"
+            return f"{word} ({self.level_name}) {self.name}{self.where}: {self.why}"
         change = 1.0 - self.ratio
         of = "" if self.level == "class" else " than its class"
         what = {"class": f"{len(self.keys)} cases", "band": f"{len(self.keys)} sizes", "case": "this case"}[self.level]
         how = "slower" if change > 0 else "faster"
-        return f"{word} ({self.level_name}) {self.name}: {abs(change):.1%} {how}{of} ({what})"
+        return f"{word} ({self.level_name}) {self.name}{self.where}: {abs(change):.1%} {how}{of} ({what})"
 
     def detail(self) -> str:
         """The bound that decided, its level and quantile, against the tolerance; what this level catches."""
@@ -411,7 +421,8 @@ class LevelVerdict:
                 "ratio": self.ratio, "upper_bound": self.upper_bound, "lower_bound": self.lower_bound,
                 "alpha": self.alpha, "quantile": self.quantile, "df": self.df, "sd": self.sd,
                 "detectable_drop": self.detectable_drop, "tolerance": self.tolerance, "gated": self.gated,
-                "assumed": self.assumed, "why": self.why, "text": self.text()}
+                "assumed": self.assumed, "why": self.why, "text": self.text(),
+                **({"node": self.node, "host": self.host} if self.node is not None else {})}
 
 
 def own_verdict(status: str, message: str) -> str:
@@ -433,6 +444,14 @@ class RunLevels:
     @property
     def all(self) -> list[LevelVerdict]:
         return [*self.classes, *self.bands, *self.cases]
+
+    def on_node(self, node: int, host: str) -> "RunLevels":
+        """These levels as those of one node of a job (each verdict names it: ``LevelVerdict.where``)."""
+        def named(vs: list[LevelVerdict]) -> list[LevelVerdict]:
+            return [dataclasses.replace(v, node=int(node), host=host) for v in vs]
+
+        return RunLevels(classes=named(self.classes), bands=named(self.bands), cases=named(self.cases),
+                         alpha=self.alpha, shares=dict(self.shares))
 
     @property
     def failed(self) -> list[LevelVerdict]:

@@ -27,6 +27,15 @@ the offset of each class (copies between GPUs, host<->device copies, collectives
 each op band's and each case's residual after its class's offset.  A regression at any level fails the
 session and marks the rows of the cases it covers.
 
+In a job across nodes each node is judged as itself (``GateSettings.nodes``, ``--gpu-baseline-nodes``): a
+measurement of one node (its copies, its intra-node group: ``info["node"]``) is judged under the key
+``cases.node_key(case, N)`` against the baseline's runs of node N ("own"; a node with none of its own, a new
+node, against the runs of every node, said in the header), or against the runs of every node ("pooled"); and
+the levels are judged per node (a class offset, band and residual of node N over node N's cases), each node's
+share of alpha its share of the cases judged, so that a case residual is judged at the level it would have in
+one run of every node's cases.  A job's whole-world measurements and a run on one host have no node and are
+judged as before.
+
 The statistics are in :mod:`pytest_gpucomm.gate.decision` (the rule is ``decision.DECISION_RULE``), the
 file in :mod:`pytest_gpucomm.gate.store`.  Both are imported on first use, not here: building a
 :class:`Gate` (every pytest run with the plugin installed does) imports neither numpy, scipy, jsonschema
@@ -56,7 +65,10 @@ if TYPE_CHECKING:
     from .store import Baseline, CaseEntry
     from .tails import TailSpread
 
-__all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "case_group", "case_kind"]
+__all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "case_group", "case_kind", "NODE_MODES"]
+
+#: how a job's node is judged (``--gpu-baseline-nodes``): against its own runs, or every node's runs pooled
+NODE_MODES = ("own", "pooled")
 
 
 class GateUsageError(Exception):
@@ -78,6 +90,13 @@ class GateSettings(Judging):
     max_remeasures: int = DEFAULT_MAX_REMEASURES
     #: the corpus' spread prior (gate.prior) for the one-session cases no file of this hardware covers; None: none
     prior_path: Optional[Path] = None
+    #: a job across nodes: each node's measurements judged against that node's runs ("own") or every node's
+    #: runs pooled ("pooled", for identical nodes); ``--gpu-baseline-nodes``
+    nodes: str = "own"
+
+    def __post_init__(self) -> None:
+        if self.nodes not in NODE_MODES:
+            raise ValueError(f"GateSettings.nodes must be one of {', '.join(NODE_MODES)}, got {self.nodes!r}")
 
 
 @dataclass
@@ -180,6 +199,12 @@ def _step_line(m: "Measurement", first_gbps: float, now_gbps: float, ratio: floa
             "per training step")
 
 
+def _node_of(m: "Measurement") -> Optional[int]:
+    """The node of a measurement of one node of a job (``info["node"]``), None for any other."""
+    node = (getattr(m, "info", None) or {}).get("node")
+    return None if node is None else int(node)
+
+
 def case_group(op: str) -> str:
     """The group whose common shift a case belongs to: "collective" for what runs over a process group (the
     collectives, the training-step patterns, the node pairs), "copy" for the copies (the op's spec says)."""
@@ -255,6 +280,13 @@ class Gate:
         self._every: dict[str, list[float]] = {}  # the same over the whole run, where it is known first (preview)
         self.located: Optional[Located] = None  # where the file was found (load)
         self.machine: Optional[MachineFit] = None  # the file's runs of this machine (use; gate.machines)
+        #: the baseline as the models are fitted on it: with --gpu-baseline-nodes=own, each node's runs of a case
+        #: a case of their own (``baseline_fit.by_node``); else the baseline itself
+        self._view: Optional[Baseline] = None
+        #: own mode: every node's runs pooled, (models, locations), fitted for a node with no runs of its own
+        self._pooled: Optional[tuple[dict[str, tuple["CaseModel", "Prior"]], dict[str, dict[str, float]]]] = None
+        #: the nodes judged against the pooled runs of every node although the mode is "own" (none of their own)
+        self.pooled_nodes: set[int] = set()
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -309,10 +341,18 @@ class Gate:
         self.path, self.baseline = Path(path), self.machine.baseline if self.machine is not None else None
         self._models, self._commons, self._tail_spread = None, {}, None
         self._corpus, self._scatter, self._every = None, {}, {}
+        self._pooled, self.pooled_nodes = None, set()
         if self.baseline is not None:
-            # floor-only cases are checked against their floor, not tested: they spend no alpha
-            gated = sum(1 for e in self.baseline.cases.values() if e.has_runs and e.test_id in nodeids)
-            self.n_tail_comparisons = sum(1 for e in self.baseline.cases.values()
+            # floor-only cases are checked against their floor, not tested: they spend no alpha; a case of one
+            # node's runs (a node-local copy of a job) is judged on each node of the job: one comparison each
+            node_runs = {r.run_id for r in self.baseline.runs if r.node is not None}
+            nodes = max(1, len((fingerprint or {}).get("nodes") or {}))
+
+            def looks(e: "CaseEntry") -> int:
+                return nodes if any(r.run_id in node_runs for r in e.runs) else 1
+
+            gated = sum(looks(e) for e in self.baseline.cases.values() if e.has_runs and e.test_id in nodeids)
+            self.n_tail_comparisons = sum(looks(e) for e in self.baseline.cases.values()
                                           if e.test_id in nodeids and any(r.tail is not None for r in e.runs))
             self.n_comparisons = max(1, gated + self.n_tail_comparisons)
             # another host of the same kind (a CI runner pool) is not an environment change
@@ -377,13 +417,42 @@ class Gate:
     def _fit(self) -> dict[str, tuple["CaseModel", "Prior"]]:
         """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
         if self._models is None:
-            from .baseline_fit import fit_baseline
+            from .baseline_fit import by_node, fit_baseline
 
             assert self.baseline is not None
-            fit = fit_baseline(self.baseline, self.path, self._spread_source,
+            self._view = by_node(self.baseline) if self.settings.nodes == "own" else self.baseline
+            fit = fit_baseline(self._view, self.path, self._spread_source,
                                self._corpus if self._spread_source is None else None)
             self._models, self._locs, self._commons = fit.models, fit.locs, fit.commons
+            self._pooled = None
         return self._models
+
+    def node_case(self, key: str, node: Optional[int]) -> str:
+        """The key a measurement of case ``key`` on ``node`` is judged under (``cases.node_key``; ``key`` itself
+        where node is None), its model there: the node's own runs ("own"), else, and for a node with no runs of
+        its own (:attr:`pooled_nodes`), the runs of every node pooled."""
+        from .cases import node_key
+
+        models = self._fit()
+        nkey = node_key(key, node)
+        if node is None or nkey in models:
+            return nkey
+        if self._pooled is None:
+            if self.settings.nodes == "pooled" or self._view is self.baseline:
+                self._pooled = (dict(models), dict(self._locs))
+            else:
+                from .baseline_fit import fit_baseline
+
+                assert self.baseline is not None
+                fit = fit_baseline(self.baseline, self.path, self._spread_source,
+                                   self._corpus if self._spread_source is None else None)
+                self._pooled = (fit.models, fit.locs)
+        pooled_models, pooled_locs = self._pooled
+        if key in pooled_models:
+            models[nkey], self._locs[nkey] = pooled_models[key], pooled_locs[key]
+            if self.settings.nodes == "own":
+                self.pooled_nodes.add(int(node))
+        return nkey
 
     def case_model(self, key: str) -> Optional[tuple["CaseModel", "Prior"]]:
         """The model of case ``key`` and its class's prior (the cause test's spreads); None where the baseline
@@ -429,6 +498,7 @@ class Gate:
         ]
         if b.source == "published":
             lines.append(f"gpucomm baseline source: {b.source_detail}")
+        lines += self._node_lines()
         lines += self._one_session_lines()
         if b.runs:
             if self.env_diff:
@@ -436,6 +506,33 @@ class Gate:
                              + format_fingerprint_diff(self.env_diff))
             else:
                 lines.append("gpucomm environment: same as when the baseline was recorded")
+        return lines
+
+    def _node_lines(self) -> list[str]:
+        """In a job across nodes, or with a baseline of one: how each node's measurements are judged
+        (``--gpu-baseline-nodes``), and, judging each node against its own runs, the nodes of this job with
+        none in the baseline (judged against every node's runs pooled); none on one host."""
+        b = self.baseline
+        assert b is not None
+        recorded = sorted({r.node for r in b.runs if r.node is not None})
+        every = (self.fingerprint or {}).get("nodes")
+        job = {int(n): fp for n, fp in every.items()} if isinstance(every, dict) else {}
+        if not recorded and len(job) < 2:
+            return []
+        head = "gpucomm baseline nodes: "
+        if self.settings.nodes == "pooled":
+            return [f"{head}every node judged against the runs of every node pooled (--gpu-baseline-nodes=pooled), "
+                    f"the levels per node"]
+        if not recorded:
+            return [f"{head}the baseline has no runs of one node: every node judged against the job's runs of every "
+                    f"node pooled, the levels per node"]
+        lines = [f"{head}each node judged against its own runs (--gpu-baseline-nodes=own), the levels per node; "
+                 f"the baseline has runs of {plural(len(recorded), 'node')}"]
+        nodes = ", ".join(map(str, recorded))
+        for n in sorted(set(job) - set(recorded)):
+            host = job[n].get("host") if isinstance(job[n], dict) else None
+            lines.append(f"{head}node {n}" + (f" ({host})" if host else "") + " has no runs of its own in the "
+                         f"baseline (a new node): judged against the runs of nodes {nodes} pooled")
         return lines
 
     def _one_session_lines(self) -> list[str]:
@@ -471,7 +568,7 @@ class Gate:
         """Every measurement of the run known before the first verdict (``gpucomm compare``): the scatter of
         each class's cases (``decision.Floors.cases``) is taken over all of them, not only over those judged
         before (as in a live run)."""
-        from .cases import case_key
+        from .cases import case_key, node_key
         from .decision import run_location
         from .levels import case_class
 
@@ -481,9 +578,11 @@ class Gate:
         every: dict[str, list[float]] = {}
         for nodeid, m in items:
             key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size, self.layout)
+            key = self.node_case(key, _node_of(m)) if key in self.baseline.cases else key
             if key in models and m.samples_gbps:
                 loc = run_location(m.samples_gbps, f"{nodeid}: this run's samples").loc
-                every.setdefault(case_class(case_kind(m.op), m.size_bytes), []).append(loc - models[key][0].center)
+                klass = node_key(case_class(case_kind(m.op), m.size_bytes), _node_of(m))
+                every.setdefault(klass, []).append(loc - models[key][0].center)
         self._every = every
 
     # -- the decision ------------------------------------------------------------------------------
@@ -514,8 +613,15 @@ class Gate:
         again = _Remeasures(nodeid, remeasure)
         if entry.floor_only and entry.floor_gbps is not None:  # floor_only: no run, a floor
             return self._judge_floor(m, first, entry.floor_gbps, again, tol)
+        node = _node_of(m)
+        key = self.node_case(key, node)  # a node's measurement: judged as that node's (the module doc)
         v, pooled, below = self._judge_median(nodeid, key, m, first, again, tol, fold)
+        if node is not None:
+            v.details.update(node=node, host=str(m.info.get("host") or ""),
+                             baseline_nodes="pooled" if self.settings.nodes == "pooled" or node in self.pooled_nodes
+                             else "own")
         tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
+        entry = self._view.cases.get(key, entry) if self._view is not None else entry  # the node's own sketches
         return self._judge_tail(nodeid, entry, m, v, again, tol_tail, below[len(pooled):])
 
     def _judge_floor(self, m: Measurement, first: RunLocation, floor_gbps: float, again: "_Remeasures",
@@ -539,12 +645,13 @@ class Gate:
                       ) -> tuple[Verdict, list[str], list[str]]:
         """The median's verdict on a case with measured baseline runs (``decision.judge``, with its folds and
         re-measures), and the lines of its message: what was pooled, and those below the first line."""
+        from .cases import node_key
         from .decision import CASE_ALPHA_SHARE, class_scatter, judge
         from .levels import case_class
 
         model, prior = self._fit()[key]
         fold_log, fold_locs = self._folds(nodeid, m, fold)
-        klass = case_class(case_kind(m.op), m.size_bytes)
+        klass = node_key(case_class(case_kind(m.op), m.size_bytes), _node_of(m))  # a node's class is its own
         seen = self._scatter.setdefault(klass, [])
         j = judge(first, model, prior, again.call, tolerance=tol, alpha=self.settings.alpha * CASE_ALPHA_SHARE,
                   n_comparisons=self.n_comparisons, max_remeasures=self.settings.max_remeasures, folds=fold_locs,
@@ -566,6 +673,10 @@ class Gate:
                              "runs_now_var": c.spread.runs_now,
                              "folds": 1 + len(fold_log), "fold_runs": fold_log})
         pooled: list[str] = []
+        if _node_of(m) in self.pooled_nodes:
+            assert self.baseline is not None
+            pooled.append(f"node {_node_of(m)} has no runs of its own in baseline {self.baseline.name}: judged "
+                          "against the runs of every node pooled")
         if fold_log:
             pooled.append(f"measured in {1 + len(fold_log)} process groups: {format_gbps(first.gbps)}, "
                           + ", ".join(format_gbps(a['median_gbps']) for a in fold_log) + " GB/s")
@@ -677,10 +788,11 @@ class Gate:
     def levels(self, verdicts: list[dict[str, Any]]) -> Optional[RunLevels]:
         """The run judged at the three levels (``gate.levels.judge_run``) from the verdicts' dicts
         (``to_dict``, also those an xdist worker sent): their cases, log ratios (the runs each pooled) and
-        prediction spreads; None where no verdict compared with measured runs."""
+        prediction spreads; None where no verdict compared with measured runs.  In a job across nodes each
+        node's cases are judged as a run of their own (:meth:`_node_levels`)."""
         if self.baseline is None:
             return None
-        from .levels import fit_levels, judge_run, member
+        from .cases import split_node_key
 
         models = self._fit()
         dev: dict[str, float] = {}
@@ -688,27 +800,62 @@ class Gate:
         folds: dict[str, int] = {}
         floors: dict[str, float] = {}
         runs: dict[str, int] = {}
+        hosts: dict[int, str] = {}
         for v in verdicts:
             key = v.get("case") if v else None
+            if isinstance(key, str) and key not in models:  # a node's key of a report judged elsewhere
+                plain, node = split_node_key(key)
+                if node is not None and plain in self.baseline.cases:
+                    self.node_case(plain, node)
             if key in models and v.get("log_ratio") is not None:
                 dev[key] = float(v["log_ratio"])
                 var[key] = float(v.get("prediction_sd") or 0.0) ** 2
                 folds[key] = int(v.get("folds") or 1)
                 floors[key] = float(v.get("runs_now_var") or 0.0)
                 runs[key] = int(v.get("runs_pooled") or 1)
+                if v.get("node") is not None:
+                    hosts[int(v["node"])] = str(v.get("host") or "")
         if not dev:
             return None
-        members = {}
+        by_node: dict[Optional[int], list[str]] = {}
         for key in dev:
-            e = self.baseline.cases[key]
+            by_node.setdefault(split_node_key(key)[1], []).append(key)
+        parts = [self._node_levels(node, keys, dev, var, folds, floors, runs, len(keys) / len(dev), hosts)
+                 for node, keys in sorted(by_node.items(), key=lambda kv: -1 if kv[0] is None else kv[0])]
+        if len(parts) == 1:
+            return parts[0]
+        from .levels import RunLevels
+
+        return RunLevels(classes=[v for p in parts for v in p.classes], bands=[v for p in parts for v in p.bands],
+                         cases=[v for p in parts for v in p.cases], alpha=self.settings.alpha,
+                         shares=dict(parts[0].shares))
+
+    def _node_levels(self, node: Optional[int], keys: list[str], dev: dict[str, float], var: dict[str, float],
+                     folds: dict[str, int], floors: dict[str, float], runs: dict[str, int], share: float,
+                     hosts: dict[int, str]) -> RunLevels:
+        """The levels of one node's cases ``keys`` (node None: the cases of no node, a run on one host or a
+        job's whole-world groups), at ``share`` of the session's alpha (the node's share of the cases judged:
+        Bonferroni over the nodes, each case residual at the level it has in one run of every node's cases);
+        each level verdict names its node."""
+        from .cases import split_node_key
+        from .levels import fit_levels, judge_run, member
+
+        assert self.baseline is not None
+        models = self._fit()
+        members = {}
+        for key in keys:
+            e = self.baseline.cases[split_node_key(key)[0]]
             members[key] = member(key, test_id=e.test_id, op=e.op, kind=case_kind(e.op), size_bytes=e.size_bytes,
                                   dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)
         session_of = {r.run_id: r.session for r in self.baseline.runs}
         fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of,
                          self._corpus.residual_sessions() if self._corpus is not None else None,
                          self._borrowed_class_priors(members))
-        return judge_run(dev, fit, var, tolerance=self.settings.tolerance, alpha=self.settings.alpha, folds=folds,
-                         floors=floors, runs=runs)
+        levels = judge_run({k: dev[k] for k in keys}, fit, var, tolerance=self.settings.tolerance,
+                           alpha=self.settings.alpha * share, folds=folds, floors=floors, runs=runs)
+        if node is None:
+            return levels
+        return levels.on_node(node, hosts.get(node, ""))
 
     def _borrowed_class_priors(self, members: dict[str, "Member"]) -> dict[str, "Prior"]:
         """Where the cases borrow their spreads from a file of the same hardware (``use_spreads_of``), the class
@@ -718,13 +865,15 @@ class Gate:
         if src is None:
             return {}
         from .baseline_fit import fit_baseline
+        from .cases import split_node_key
         from .levels import MIN_CLASS_CASES, borrowed_class_priors, class_model
 
         fit = fit_baseline(src, src.path)
         session_of = {r.run_id: r.session for r in src.runs}
         models = {}
-        for klass in sorted({m.klass for m in members.values()}):
-            keys = [k for k, m in members.items() if m.klass == klass and k in fit.locs and k in fit.models]
+        for klass in sorted({m.klass for m in members.values()}):  # a node's cases: that case of the source's
+            keys = [p for k, m in members.items() for p in [split_node_key(k)[0]]
+                    if m.klass == klass and p in fit.locs and p in fit.models]
             model = class_model([fit.locs[k] for k in keys], [fit.models[k][0].center for k in keys], session_of)
             if model is not None and len(keys) >= MIN_CLASS_CASES:
                 models[klass] = model

@@ -51,7 +51,8 @@ class Judging:
                         else default_baseline_dir(self.config.rootpath, self.config.invocation_params.dir))
             self._gate = Gate(GateSettings(
                 spec=s.baseline, save=s.baseline_save, search_dirs=(base_dir,),
-                shipped_dir=shipped_folder("baselines"), prior_path=prior_path(s.prior), **s.judging(),
+                shipped_dir=shipped_folder("baselines"), prior_path=prior_path(s.prior), nodes=s.baseline_nodes,
+                **s.judging(),
             ))
         return self._gate
 

@@ -62,6 +62,11 @@ _OPTIONS = [
      "baseline file of this hardware has runs in several sessions: a PATH (write one from your own machines' "
      "baselines with python -m pytest_gpucomm.gate.prior FILE... -o PATH), or 'none' (those cases are not gated). "
      "Default: the prior shipped with pytest-gpucomm, fitted on the shipped baselines.", "PATH|none"),
+    ("--gpu-baseline-nodes", "gpucomm_baseline_nodes", "gpucomm_baseline_nodes", "GPUCOMM_BASELINE_NODES",
+     "A job across nodes: judge each node's own measurements (its copies, its intra-node groups) against that "
+     "node's runs in the baseline ('own'; a node with none of its own against every node's runs, said in the "
+     "header), or against the runs of every node pooled ('pooled', for identical nodes). Either way the levels are "
+     "judged per node and each verdict names its node. Default: own.", "own|pooled"),
     ("--gpu-min-judged", "gpucomm_min_judged", "gpucomm_min_judged", "GPUCOMM_MIN_JUDGED",
      "Fail the session (exit status 1) when fewer than this share of its cases measured against a baseline could "
      "be judged (gated, or failing): a gate that judged nothing does not pass. The CI templates use 0.5. "
@@ -171,6 +176,7 @@ class Settings(Judging):
     env_names: tuple[str, ...] = ()  # --gpucomm-env: more variables recorded (names or patterns)
     prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
     min_judged: float = 0.0  # --gpu-min-judged
+    baseline_nodes: str = "own"  # --gpu-baseline-nodes: "own" or "pooled"
 
     def to_dict(self) -> dict[str, object]:
         """The settings that shaped the figures, for the JSON report."""
@@ -179,6 +185,7 @@ class Settings(Judging):
                 "alpha": self.alpha, "strict": self.strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
+                "baseline_nodes": self.baseline_nodes,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -391,7 +398,17 @@ def read_settings(config: pytest.Config) -> Settings:
         env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
         prior=_get(config, "--gpu-baseline-prior", _parse_prior, None),
         min_judged=_get(config, "--gpu-min-judged", _checked(checks.min_judged), 0.0),
+        baseline_nodes=_get(config, "--gpu-baseline-nodes", _parse_baseline_nodes, "own"),
     )
+
+
+def _parse_baseline_nodes(value: str, name: str, origin: str) -> str:
+    from ..gate.verdicts import NODE_MODES
+
+    v = value.strip().lower()
+    if v not in NODE_MODES:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {' or '.join(NODE_MODES)}")
+    return v
 
 
 def _parse_prior(value: str, name: str, origin: str) -> str:

@@ -204,7 +204,8 @@ class Levels:
                                 lower_bound=float(v["lower_bound"]), alpha=float(v["alpha"]),
                                 quantile=float(v["quantile"]), df=float(v["df"]), sd=float(v["sd"]),
                                 detectable_drop=float(v["detectable_drop"]), tolerance=float(v["tolerance"]),
-                                why=str(v.get("why") or ""), assumed=bool(v.get("assumed")))
+                                why=str(v.get("why") or ""), assumed=bool(v.get("assumed")),
+                                node=None if v.get("node") is None else int(v["node"]), host=str(v.get("host") or ""))
 
         def verdicts(group: str) -> list[LevelVerdict]:
             return [verdict(v) for v in self.data.get(group) or []]
