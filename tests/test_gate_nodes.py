@@ -295,9 +295,11 @@ def test_a_node_without_runs_of_its_own_is_judged_against_the_pooled_runs_and_th
     _job_baseline(tmp_path / "b.json")
     g = _job_gate(tmp_path / "b.json", job_nodes=(0, 1, 2))
     header = "\n".join(g.header_lines())
-    assert "gpucomm baseline nodes: each node judged against its own runs (--gpu-baseline-nodes=own)" in header
-    assert ("gpucomm baseline nodes: node 2 (h2) has no runs of its own in the baseline (a new node): judged "
-            "against the runs of nodes 0, 1 pooled") in header, header
+    assert ("gpucomm baseline nodes: each node judged against its own runs and at its own levels "
+            "(--gpu-baseline-nodes=own)") in header
+    assert ("gpucomm baseline nodes: node 2 (h2) is new (no runs of its own in the baseline): judged against nodes "
+            "0, 1 pooled") in header, header
+    assert all(len(line) <= 120 for line in header.splitlines() if line.startswith("gpucomm baseline nodes:"))
     verdicts = _judge_job(g, {}, nodes=(0, 2))
     new = [v for v in verdicts if v["node"] == 2]
     assert {v["baseline_nodes"] for v in new} == {"pooled"} and g.pooled_nodes == {2}
@@ -308,9 +310,8 @@ def test_a_node_without_runs_of_its_own_is_judged_against_the_pooled_runs_and_th
 
 def test_the_pooled_mode_is_said_in_the_header(tmp_path: Path) -> None:
     _job_baseline(tmp_path / "b.json")
-    assert any(line.startswith("gpucomm baseline nodes: every node judged against the runs of every node pooled "
-                               "(--gpu-baseline-nodes=pooled)") for line in _job_gate(tmp_path / "b.json",
-                                                                                      "pooled").header_lines())
+    assert ("gpucomm baseline nodes: every node judged against every node's runs pooled (--gpu-baseline-nodes=pooled)"
+            in _job_gate(tmp_path / "b.json", "pooled").header_lines())
 
 
 def test_an_unknown_nodes_mode_is_refused_naming_it() -> None:
@@ -338,3 +339,20 @@ def test_a_case_key_of_one_node_splits_back_into_the_case_and_the_node() -> None
     key = case_key("t::c[4KiB-0->1]", "copy", 4096, None, 1, "2x1")
     assert node_key(key, 3) == key + "|node3" and split_node_key(node_key(key, 3)) == (key, 3)
     assert node_key(key, None) == key and split_node_key(key) == (key, None)
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--gpu-baseline-nodes=mine"], {}, "invalid --gpu-baseline-nodes 'mine' (from the command line): expected own or "
+                                        "pooled"),
+    ([], {"GPUCOMM_BASELINE_NODES": "all"}, "invalid --gpu-baseline-nodes 'all' (from the GPUCOMM_BASELINE_NODES "
+                                            "environment variable): expected own or pooled"),
+])
+def test_a_bad_baseline_nodes_mode_is_a_usage_error_naming_the_value_and_where_it_came_from(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str],
+        message: str) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*" + message])

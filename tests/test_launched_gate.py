@@ -13,6 +13,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -25,18 +26,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_launched_gate")]  
 BASELINE_ARGS = ["--gpu-baseline-dir=baselines", "-k", "all_reduce", "--gpucomm-tail-time=0"]
 
 
-def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", ""), ranks: int = 2) -> list[tuple[int, str]]:
+def two_nodes(tmp: Path, *args: str, per_node: tuple[str, str] = ("", ""), ranks: int = 2,
+              test: str = "test_small.py", extra: Optional[dict[str, str]] = None) -> list[tuple[int, str]]:
     """Two simulated nodes of ``ranks`` ranks each, started as srun would (its variables set by hand), so that
     each rank's own exit code and output are seen; ``per_node`` is each node's PYTEST_ADDOPTS.  A check that needs no
-    node of several ranks takes ``ranks=1``: half the processes."""
+    node of several ranks takes ``ranks=1``: half the processes.  ``test``: the test file run; ``extra``: more
+    variables of every rank."""
     port = free_port()
-    cmd = [sys.executable, "-m", "pytest", "test_small.py", *ARGS, "--gpucomm-launch=slurm", *args]
+    cmd = [sys.executable, "-m", "pytest", test, *ARGS, "--gpucomm-launch=slurm", *args]
     envs = []
     for rank in range(2 * ranks):
         env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(2 * ranks), SLURM_LOCALID=str(rank % ranks),
                         SLURM_NTASKS_PER_NODE=str(ranks), SLURM_NODEID=str(rank // ranks), SLURM_NNODES="2",
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                        GPUCOMM_RANK_LOG="console")  # every rank's output, to check what each says
+                        GPUCOMM_RANK_LOG="console", **(extra or {}))  # every rank's output, to check what each says
         if per_node[rank // ranks]:
             env["PYTEST_ADDOPTS"] = per_node[rank // ranks]
         envs.append(env)
@@ -222,3 +225,76 @@ def test_a_cause_test_in_a_job_sets_the_variable_back_on_every_rank_together(
     assert len(tested) == 1, rows
     assert tested[0]["baseline"]["cause"]["text"].startswith("cause: SIM_CAUSE unset (restored to 1: ")
     assert "cause: SIM_CAUSE unset (restored to 1: " in results[0][1]
+
+
+NODE_COPIES = '''
+from pytest_gpucomm import sizes
+
+
+@sizes("1KiB", "4KiB", "16KiB", "64KiB", "256KiB", "1MiB")
+def test_copy(size, comm):
+    comm.copy(("cpu:0", "cpu:1"), size)
+'''
+
+# a plugin a node's processes load (-p slow_copies in that node's PYTEST_ADDOPTS): every one-way host copy there
+# takes 10 x as long, as benchmarks/aa_cpu.py injects it (the timed batch's time scaled; the re-measures too)
+SLOW_COPIES = '''
+import pytest_gpucomm.ops.copy_timing as _ct
+
+_sample = _ct.HostCopy.sample
+
+
+def _slow(self, batch):
+    timed = _sample(self, batch)
+    dt = timed() * 10.0
+    return lambda: dt
+
+
+_ct.HostCopy.sample = _slow
+'''
+
+
+@pytest.fixture(scope="module")
+def copies_recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with NODE_COPIES and the baseline ``cpu2`` of three recording jobs of 2 nodes x 1 rank, each job a
+    session of its own (GPUCOMM_BASELINE_SESSION): a job's copies are judged against the spread between jobs."""
+    d = tmp_path_factory.mktemp("copies")
+    (d / "test_copies.py").write_text(NODE_COPIES)
+    (d / "slow_copies.py").write_text(SLOW_COPIES)
+    for job in range(3):
+        results = two_nodes(d, "--gpu-baseline=cpu2", "--gpu-baseline-save", "--gpu-baseline-dir=baselines",
+                            test="test_copies.py", ranks=1, extra={"GPUCOMM_BASELINE_SESSION": f"job{job}"})
+        assert [code for code, _ in results] == [0] * 2, results
+    return d
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_a_copy_slowdown_on_one_node_fails_that_nodes_rows_naming_it_and_leaves_the_other_nodes_rows_alone(
+        copies_recorded: Path, tmp_path: Path, slow: int) -> None:
+    for name in ("test_copies.py", "slow_copies.py"):
+        shutil.copy(copies_recorded / name, tmp_path)
+    shutil.copytree(copies_recorded / "baselines", tmp_path / "baselines")
+    doc = json.loads((tmp_path / "baselines" / "cpu2.json").read_text())
+    assert sorted({(r["node"], r["session"]) for r in doc["runs"]}) == [(n, f"job{j}") for n in (0, 1)
+                                                                        for j in range(3)]
+    per_node = ("-p slow_copies", "") if slow == 0 else ("", "-p slow_copies")
+    # a tolerance of 50 %: the node slowed 10 x fails however loaded this shared machine is (its CPU copies' figures
+    # vary by up to 2 x between jobs), the other does not
+    results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-dir=baselines", "--gpu-tolerance=0.5",
+                        "--gpucomm-json=r.json", "-rf", test="test_copies.py", per_node=per_node, ranks=1)
+    text = results[0][1]
+    assert [code for code, _ in results] == [1] * 2, "\n".join(t[-3000:] for _, t in results)
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    status = {(r["info"]["node"], r["size_bytes"]): r["baseline"]["status"] for r in rows}
+    assert len(status) == 12, status
+    assert {s for (n, _), s in status.items() if n == slow} == {"REGRESSION"}, status
+    assert not any(s == "REGRESSION" for (n, _), s in status.items() if n != slow), status
+    # each slowed row says its node: its own verdict ("copy on node 0 (vm): ...") or the node's level above it
+    assert all(f"node {slow} (" in r["baseline"]["message"].split("\n")[0] for r in rows
+               if r["info"]["node"] == slow), [r["baseline"]["message"] for r in rows]
+    assert f"REGRESSION: copy on node {1 - slow} (" not in text and f" on node {1 - slow} (" not in text, text
+    assert "gpucomm baseline nodes: each node judged against its own runs and at its own levels" in text, text
+    levels = json.loads((tmp_path / "r.json").read_text())["baseline"]["levels"]
+    assert [v["node"] for v in levels["classes"]] == [0, 1], levels["classes"]  # a class offset per node
+    failed = [v for group in ("classes", "bands", "cases") for v in levels[group] if v["status"] == "regression"]
+    assert {v["node"] for v in failed} <= {slow}, failed  # a failing level covers the slowed node's cases only

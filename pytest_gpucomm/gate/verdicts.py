@@ -521,18 +521,15 @@ class Gate:
             return []
         head = "gpucomm baseline nodes: "
         if self.settings.nodes == "pooled":
-            return [f"{head}every node judged against the runs of every node pooled (--gpu-baseline-nodes=pooled), "
-                    f"the levels per node"]
+            return [f"{head}every node judged against every node's runs pooled (--gpu-baseline-nodes=pooled)"]
         if not recorded:
-            return [f"{head}the baseline has no runs of one node: every node judged against the job's runs of every "
-                    f"node pooled, the levels per node"]
-        lines = [f"{head}each node judged against its own runs (--gpu-baseline-nodes=own), the levels per node; "
-                 f"the baseline has runs of {plural(len(recorded), 'node')}"]
+            return [f"{head}the baseline has no runs of one node: every node judged against all its runs pooled"]
+        lines = [f"{head}each node judged against its own runs and at its own levels (--gpu-baseline-nodes=own)"]
         nodes = ", ".join(map(str, recorded))
         for n in sorted(set(job) - set(recorded)):
             host = job[n].get("host") if isinstance(job[n], dict) else None
-            lines.append(f"{head}node {n}" + (f" ({host})" if host else "") + " has no runs of its own in the "
-                         f"baseline (a new node): judged against the runs of nodes {nodes} pooled")
+            lines.append(f"{head}node {n}" + (f" ({host})" if host else "") + " is new (no runs of its own in the "
+                         f"baseline): judged against nodes {nodes} pooled")
         return lines
 
     def _one_session_lines(self) -> list[str]:
