@@ -328,9 +328,10 @@ def test_a_node_level_read_back_from_the_json_report_keeps_its_node_and_prints_i
     _judge_job(g, {1: 0.6})
     back = Levels(json.loads(json.dumps(g.last_levels.to_dict()))).run_levels()  # type: ignore[attr-defined]
     assert [(v.node, v.host) for v in back.classes] == [(0, "h0"), (1, "h1")]
-    lines = level_lines(back, {})
+    lines = level_lines(back, {k: k.split("|")[0] for v in back.all for k in v.keys})  # key -> test, as the rows
     assert any(line.startswith("gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB on node 1 (h1): ")
                for line in lines), lines
+    assert "    covers t.py::test_copy[1KiB-0->1] on node 1" in lines, lines
 
 
 def test_a_case_key_of_one_node_splits_back_into_the_case_and_the_node() -> None:

@@ -81,7 +81,8 @@ _OPTIONS = [
      f"@bandwidth(tail_tolerance=...) overrides it). Default: {DEFAULT_TAIL_TOLERANCE:g}.", "TOLERANCE"),
     ("--gpu-alpha", "gpucomm_alpha", "gpucomm_alpha", "GPUCOMM_ALPHA",
      f"The session's false-alarm level: Bonferroni-corrected on the bounds that decide, split over the cases' "
-     f"own verdicts (0.1) and the levels at the end: class offsets (0.2), op bands (0.35), case residuals (0.35). "
+     f"own verdicts (0.1) and the levels at the end: class offsets (0.4), op bands (0.25), case residuals (0.25); "
+     f"in a job across nodes the levels' share split over the nodes by their share of the cases. "
      f"Default: {DEFAULT_ALPHA}.",
      "ALPHA"),
     ("--gpucomm-folds", "gpucomm_folds", "gpucomm_folds", "GPUCOMM_FOLDS",

@@ -359,10 +359,13 @@ def level_lines(levels: Optional["RunLevels"], test_of: Mapping[Optional[str], s
     regression (its headline; its bound below it; the tests of the cases it covers), wrapped to ``width``."""
     if levels is None:
         return []
+    from ..gate.cases import split_node_key
+
     lines = [f"gpucomm levels: {line}" for line in levels.summary()]
     for v in levels.failed[:limit]:
         lines += [f"gpucomm {v.headline()}", f"    {v.detail()}"]
-        tests = [test_of.get(k, k) for k in v.keys]
+        nodes = [split_node_key(k)[1] for k in v.keys]
+        tests = [test_of.get(k, k) + ("" if n is None else f" on node {n}") for k, n in zip(v.keys, nodes)]
         lines += [f"    covers {t}" for t in tests[:5]]
         if len(tests) > 5:
             lines.append(f"    ... and {len(tests) - 5} more cases (the JSON report's levels list them)")
