@@ -435,7 +435,7 @@ class Gate:
 
         models = self._fit()
         nkey = node_key(key, node)
-        if node is None or nkey in models:
+        if nkey in models:
             return nkey
         if self._pooled is None:
             if self.settings.nodes == "pooled" or self._view is self.baseline:
@@ -450,7 +450,7 @@ class Gate:
         pooled_models, pooled_locs = self._pooled
         if key in pooled_models:
             models[nkey], self._locs[nkey] = pooled_models[key], pooled_locs[key]
-            if self.settings.nodes == "own":
+            if self.settings.nodes == "own" and node is not None:
                 self.pooled_nodes.add(int(node))
         return nkey
 
