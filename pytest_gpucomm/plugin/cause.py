@@ -99,7 +99,9 @@ class CauseTests:
             if result is None:
                 continue
             text = result.text()
-            line = f"{text} (the {level.level_name} {level.name}, tested on {worst.nodeid})"
+            node = (getattr(worst.measurement, "info", None) or {}).get("node")
+            on = f"{worst.nodeid}, node {node}" if isinstance(node, int) else worst.nodeid  # a node's row of a job
+            line = f"{text} (the {level.level_name} {level.name}, tested on {on})"
             for r in covered:
                 if r.baseline is None:
                     continue
