@@ -1,6 +1,7 @@
 """The cause test per node in a job across nodes (issue 46, item 1): a variable set on node 1 alone slows node 1's
 copy; node 1's row fails as REGRESSION and its cause test sets the variable back on node 1 alone, in a new
-process of node 1's measuring rank, which brings it back; the cause line names the variable and node 1.
+process of node 1's measuring rank, which brings it back; the cause line names the variable and node 1.  A
+second copy's new process fails: its cause line names the error, and the job goes on.
 
 Real processes: two simulated nodes of one gloo rank each (srun's variables set by hand, as in
 test_launched_gate.py), CPU variant (the host buffers cpu:0 -> cpu:1, measured by local rank 0 of each node).
@@ -40,6 +41,8 @@ def fake_measure(op, settings, agree=None, prepare=None, clocks=None):
     src = op.pairs[0][0]
     size = src.numel() * src.element_size()
     rng = np.random.default_rng(size)  # the same samples in every run: node 0's row is the baseline's
+    if size == 2 * 2**20 and os.path.basename(sys.argv[0]) == "worker.py":
+        raise RuntimeError("injected: the cause test's process of the 2 MiB copy fails")
     slower = 1 / 0.7 if os.environ.get("SIM_NODE_SLOW") == "1" else 1.0
     t = (5e-6 + size / 2e9) * slower * np.exp(rng.normal(0, 0.02, 50))
     with open("measured.txt", "a") as f:  # who measured: the node, the variable, the process
@@ -57,7 +60,7 @@ TEST_FILE = """
 from pytest_gpucomm import sizes
 
 
-@sizes("1MiB")
+@sizes("1MiB", "2MiB")
 def test_copy(size, comm):
     comm.copy(("cpu:0", "cpu:1"), size)
 """
@@ -96,15 +99,23 @@ def test_a_variable_set_on_node_1_alone_is_named_as_the_cause_of_node_1s_slower_
     assert [code for code, _ in results] == [1, 1], "\n".join(t[-3000:] for _, t in results)
     text = results[0][1]
     assert "nodes.1.env.SIM_NODE_SLOW (absent) -> 1" in text, text  # the header: what changed, on node 1
-    rows = {r["info"]["node"]: r for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
-    assert rows[1]["status"] == "REGRESSION" and rows[1]["baseline"]["ratio"] < 0.75, rows[1]
-    assert rows[0]["baseline"]["ratio"] > 0.95 and "cause" not in rows[0]["baseline"], rows[0]  # as it was
-    cause = rows[1]["baseline"]["cause"]
+    rows = {(r["size_bytes"] >> 20, r["info"]["node"]): r
+            for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    host = rows[1, 1]["info"]["host"]
+    for size in (1, 2):
+        assert rows[size, 1]["status"] == "REGRESSION" and rows[size, 1]["baseline"]["ratio"] < 0.75, rows[size, 1]
+        assert rows[size, 0]["baseline"]["ratio"] > 0.95 and "cause" not in rows[size, 0]["baseline"]  # as it was
+    cause = rows[1, 1]["baseline"]["cause"]
     assert not cause["skipped"] and cause["cause"] == ["SIM_NODE_SLOW"], cause
-    assert cause["change_nodes"] == [{"node": 1, "host": rows[1]["info"]["host"], "peers": False}], cause
+    assert cause["change_nodes"] == [{"node": 1, "host": host, "peers": False}], cause
     assert [a["outcome"] for a in cause["attempts"]] == ["back"], cause  # unset on node 1, in a new process
-    line = f"cause (node 1, {rows[1]['info']['host']}): SIM_NODE_SLOW=1 (unset again: "
+    line = f"cause (node 1, {host}): SIM_NODE_SLOW=1 (unset again: "
     assert cause["text"].startswith(line) and line in text, text
+    # the 2 MiB copy's new process fails: named in its cause line, and the job goes on in step
+    cause = rows[2, 1]["baseline"]["cause"]
+    assert cause["text"].startswith(f"no restoration of the environment (node 1, {host}) brings it back from "), cause
+    assert "injected: the cause test's process of the 2 MiB copy fails" in cause["attempts"][0]["error"], cause
+    assert "2 failed" in text and "2 failed" in results[1][1], results
     # the ranks measured with today's environment; one new process, on node 1, without the variable
     measured = [line.split() for line in (tmp_path / "measured.txt").read_text().splitlines()]
     rank = [(node, slow) for node, slow, prog in measured if prog.endswith(os.path.join("pytest", "__main__.py"))]

@@ -168,7 +168,10 @@ class Comm:
 
             def with_env(env: Mapping[str, Optional[str]], node: int = node) -> Measurement:
                 state.buffers.clear()
-                return self._measure_on_nodes(spec, node, env)[0]
+                try:
+                    return self._measure_on_nodes(spec, node, env)[0]
+                except pytest.fail.Exception as e:  # every rank alike: the cause test names it and goes on
+                    raise RuntimeError(_short_failure(str(e))) from None
 
             self._record(m, None, same, "", same_how, with_env=with_env)
             if node == la.node_rank:
@@ -203,7 +206,8 @@ class Comm:
                                                              f"node {la.node_rank})", env=env)
                 m.info.update({"node": la.node_rank, "host": la.host, "rank": la.rank})
                 outcome = (la.node_rank, True, m.to_dict(with_samples=True))
-            except Exception:  # every rank waits in the exchange below: it must hear of the failure
+            except (Exception, pytest.fail.Exception):  # every rank waits in the exchange below: it must hear of
+                # the failure (the new process's fails as pytest.fail)
                 outcome = (la.node_rank, False, traceback.format_exc())
         try:
             every = launched.channel.allgather(outcome)
@@ -580,3 +584,11 @@ class Comm:
 
         d, n = self._dev(device), self._size(size, "device_to_host")
         return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="d2h"))
+
+
+def _short_failure(text: str) -> str:
+    """A failure's first line and its last (where a traceback ends: the error itself), for a line of a verdict."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "failed"
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
