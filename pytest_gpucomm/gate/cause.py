@@ -12,6 +12,9 @@ fresh process group (a collective) with some of the differing variables set back
 the verdict says which brought it back: ``cause: OMP_NUM_THREADS=1 (restored to 2: 0.99x [0.95, 1.03] 95% PI of
 the baseline, ...)``.  This never changes a verdict; it explains it.
 
+In a job across nodes the variables are each node's (``nodes.N.env.NAME``; :func:`case_env_changes` picks a
+case's), and the line names the node whose variables were set back: ``cause (node 1, vm-b): NCCL_ALGO=Ring ...``.
+
 **A restoration is judged by the evidence** (:class:`Yardstick`): the re-measure's ratio to the baseline with
 its 95 % prediction interval (the spread the case's baseline model gives one new run, ``decision.prediction``,
 plus the re-measure's own samples' error), and its ratio to the slowed run (the verdict's) with the interval of

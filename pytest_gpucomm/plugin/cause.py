@@ -15,6 +15,10 @@ not change; the JSON report keeps the result in the verdict's ``cause`` with the
   explained already: its most slowed case is tested, and the level's line and every covered case's message
   gain the cause (:meth:`CauseTests.explain_levels`).
 
+In a job across nodes the variables are each node's (``gate.cause.case_env_changes``): a node's copy (its row
+names the node: ``info["node"]``) is tested on that node's, measured again on that node alone; a job-wide case on
+every node's, set back on every rank.  The line names the node where the variables are one node's.
+
 A recording run (``--gpu-baseline-save``) makes no cause tests: its verdicts do not fail.
 """
 
