@@ -169,3 +169,68 @@ def test_compare_show_and_html_print_the_cause_lines_the_live_run_saved(slowed, 
         assert _gpucomm("html", report, "-o", page, "--no-plots")[0] == 0
         for r in own:
             assert esc(r["baseline"]["cause"]["line"]) in page.read_text()
+
+
+# -- in a job across nodes (issue 46, item 1): which variables a case's cause test sets back, and where -----------
+
+def _job_fp(*envs):
+    return {"env": dict(envs[0]), "nodes": {str(k): {"host": f"vm-{k}", "env": dict(e)} for k, e in enumerate(envs)}}
+
+
+def _job_case(info):
+    """(gate, record, what each re-measure set back) of a case measured with ``info`` (a node's copy:
+    ``{"node": N}``; a collective over the world: ``{}``) in a job of 2 nodes where NCCL_ALGO=Ring was set on
+    node 1 and OMP_NUM_THREADS=1 on node 0 since the baseline.  Each re-measure is back at 1x."""
+    from pytest_gpucomm.measurement import Record
+
+    then = _job_fp({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2"})
+    gate = SimpleNamespace(baseline=SimpleNamespace(latest_fingerprint=lambda: then), case_model=lambda key: None,
+                           fingerprint=_job_fp({"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2", "NCCL_ALGO": "Ring"}))
+    asked = []
+
+    def with_env(env):
+        asked.append(dict(env))
+        return SimpleNamespace(samples_gbps=[10.0 * (1 + 0.001 * (i % 3)) for i in range(50)])
+
+    record = Record(nodeid="t.py::test_x", measurement=SimpleNamespace(info=info), with_env=with_env,
+                    baseline={"status": "REGRESSION", "baseline_gbps": 10.0, "ratio": 0.6, "case": "k",
+                              "tolerance": 0.05, "prediction_sd": 0.01, "message": "REGRESSION: ..."})
+    return gate, record, asked
+
+
+def _causes():
+    from pytest_gpucomm.plugin.cause import CauseTests
+
+    return CauseTests(SimpleNamespace(cause_cases=1, baseline_save=False, tolerance=0.05))
+
+
+def _explained(info):
+    """The cause test of :func:`_job_case`'s case: (the variables each re-measure set back, the verdict)."""
+    gate, record, asked = _job_case(info)
+    verdict = dict(record.baseline or {})
+    _causes().explain(gate, record, verdict)
+    return asked, verdict
+def test_a_nodes_copy_is_tested_on_that_nodes_variables_alone_and_its_line_names_the_node():
+    asked, verdict = _explained({"node": 1, "host": "vm-1"})
+    assert asked == [{"NCCL_ALGO": None}]  # node 0's OMP_NUM_THREADS is no cause of node 1's copy
+    assert verdict["cause"]["line"].startswith("cause (node 1, vm-1): NCCL_ALGO=Ring (unset again: ")
+    assert verdict["message"].endswith(verdict["cause"]["line"])
+
+
+def test_a_job_wide_case_is_tested_on_every_nodes_variables_each_named_with_its_node():
+    asked, verdict = _explained({})
+    assert asked == [{"NCCL_ALGO": None}]  # the libraries' own first; back at once
+    assert verdict["cause"]["change_nodes"] == [{"node": 1, "host": "vm-1", "peers": False},
+                                                {"node": 0, "host": "vm-0", "peers": False}]
+    assert verdict["cause"]["line"].startswith("cause (node 1, vm-1): NCCL_ALGO=Ring (unset again: ")
+
+
+def test_a_failing_level_tested_on_a_nodes_copy_names_the_node_in_its_summary_line_and_in_the_cases_message():
+    gate, record, asked = _job_case({"node": 1, "host": "vm-1"})
+    level = SimpleNamespace(level="case", keys=["k"], level_name="case residual", name="copy, 1 MiB")
+    lines = _causes().explain_levels(gate, [record], SimpleNamespace(failed=[level]))
+    assert asked == [{"NCCL_ALGO": None}]
+    assert len(lines) == 1 and lines[0].startswith(
+        "gpucomm cause of the REGRESSION (case residual) copy, 1 MiB (node 1, vm-1): NCCL_ALGO=Ring (unset again: ")
+    message = (record.baseline or {})["message"]
+    assert message.endswith("(the case residual copy, 1 MiB, tested on t.py::test_x, node 1)"), message

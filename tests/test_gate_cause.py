@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from pytest_gpucomm.env.fingerprint import ABSENT, diff_fingerprints
-from pytest_gpucomm.gate.cause import (BACK, NO, PARTLY, EnvChange, Remeasured, Yardstick, env_changes, find_cause,
-                                       likely_first, yardstick)
+from pytest_gpucomm.gate.cause import (BACK, NO, PARTLY, EnvChange, Remeasured, Yardstick, case_env_changes,
+                                       env_changes, find_cause, level_cause_line, likely_first, yardstick)
 from pytest_gpucomm.gate.decision import fit_case, prediction, run_location
 from pytest_gpucomm.vocab import DEFAULT_TOLERANCE
 
@@ -184,3 +184,86 @@ def test_the_yardstick_of_a_case_is_its_models_prediction_of_one_run_and_its_run
     assert y.slowed2 == sp.run_sd ** 2 + (sp.run_sd ** 2 + model.mean_se2) / 2
     assert 0 < y.slowed2 < y.baseline2 * 2
     assert y.to_dict()["source"] == "the case's baseline model"
+
+
+# -- a job across nodes (issue 46, item 1): each node's variables, under "nodes" in the job's fingerprint ----------
+
+def _job(*envs, hosts=None, own=None):
+    """A job's fingerprint: every node's env (node -> that node's fingerprint, with its host) and the run's own
+    (rank 0's: node 0's unless ``own``)."""
+    hosts = hosts or [f"vm-{'abcdefgh'[k]}" for k in range(len(envs))]
+    return {"env": dict(own if own is not None else envs[0]),
+            "nodes": {str(k): {"host": hosts[k], "env": dict(e)} for k, e in enumerate(envs)}}
+
+
+def test_a_variable_changed_on_one_node_is_that_nodes_change_in_a_fingerprint_diff():
+    old = _job({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2"})
+    new = _job({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2", "NCCL_ALGO": "Ring"})
+    assert env_changes(diff_fingerprints(old, new), absent=ABSENT) == [EnvChange("NCCL_ALGO", None, "Ring", node=1)]
+    new["env"]["OMP_NUM_THREADS"] = new["nodes"]["0"]["env"]["OMP_NUM_THREADS"] = "1"  # on node 0: rank 0's too
+    assert env_changes(diff_fingerprints(old, new), absent=ABSENT) == [
+        EnvChange("OMP_NUM_THREADS", "2", "1"), EnvChange("OMP_NUM_THREADS", "2", "1", node=0),
+        EnvChange("NCCL_ALGO", None, "Ring", node=1)]
+
+
+def test_a_node_local_case_is_tested_on_its_own_nodes_changes_only():
+    old = _job({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2"})
+    new = _job({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2", "NCCL_ALGO": "Ring"})
+    assert case_env_changes(old, new, node=1) == [EnvChange("NCCL_ALGO", None, "Ring", node=1, host="vm-b")]
+    assert case_env_changes(old, new, node=0) == []  # node 0 is as it was
+
+
+def test_a_node_that_differs_from_its_peers_is_tested_on_their_value_where_the_baseline_holds_no_node():
+    """A baseline recorded without each node's fingerprint: node 2 against the baseline's own env, and against
+    its peers today; where the baseline holds the node, a value it kept is no cause."""
+    new = _job({"NCCL_PROTO": "Simple", "X": "1"}, {"NCCL_PROTO": "Simple", "X": "1"}, {"NCCL_PROTO": "LL"})
+    assert case_env_changes({"env": {"NCCL_PROTO": "LL"}}, new, node=2) == [
+        EnvChange("NCCL_PROTO", "Simple", "LL", node=2, host="vm-c", peers=True),
+        EnvChange("X", "1", None, node=2, host="vm-c", peers=True)]
+    assert case_env_changes({"env": {"NCCL_PROTO": "Simple"}}, new, node=2) == [  # changed since: not twice
+        EnvChange("NCCL_PROTO", "Simple", "LL", node=2, host="vm-c"),
+        EnvChange("X", "1", None, node=2, host="vm-c", peers=True)]
+    old = _job(*[{"NCCL_PROTO": "LL"}] * 3)
+    assert case_env_changes(old, new, node=2) == []  # node 2 kept its value; its peers moved
+    assert case_env_changes(old, new, node=0) == [EnvChange("NCCL_PROTO", "LL", "Simple", node=0, host="vm-a"),
+                                                  EnvChange("X", None, "1", node=0, host="vm-a")]
+
+
+def test_a_job_wide_case_is_tested_on_every_nodes_changes_named_with_the_one_node_that_changed():
+    old = _job({"A": "1", "B": "1", "C": "1"}, {"A": "1", "B": "1", "C": "2"})
+    new = _job({"A": "1", "B": "0", "C": "3"}, {"A": "5", "B": "0", "C": "3"})
+    assert case_env_changes(old, new) == [
+        EnvChange("A", "1", "5", node=1, host="vm-b"),  # node 1 alone: set back on every rank, A=1 as node 0's
+        EnvChange("B", "1", "0")]  # every node: not one node's; C, whose baseline value was not one, left out
+    # a baseline whose nodes do not hold the variable: the run's own env says it changed
+    old = _job({"A": "1"}, {"A": "1"}, own={"A": "1", "S": "1"})
+    assert case_env_changes(old, _job({"A": "1"}, {"A": "1"})) == [EnvChange("S", "1", None)]
+
+
+def test_a_run_of_one_machine_is_tested_on_its_own_environment_as_before():
+    old = {"env": {"OMP_NUM_THREADS": "2", "NCCL_ALGO": "Ring"}}
+    new = {"env": {"OMP_NUM_THREADS": "1", "NCCL_PROTO": "Simple"}}
+    assert case_env_changes(old, new) == env_changes(diff_fingerprints(old, new), absent=ABSENT)
+    assert case_env_changes(old, new, node=3) == case_env_changes(old, new)  # no nodes in the fingerprint
+
+
+def test_the_cause_line_of_a_node_names_the_node_and_its_host():
+    change = EnvChange("NCCL_ALGO", None, "Ring", node=1, host="vm-b")
+    remeasure, _ = _lab(lambda env: True)
+    r = find_cause([change], lambda env: Remeasured(1.0) if env == {"NCCL_ALGO": None} else remeasure(env), _stick())
+    assert r.where == "node 1, vm-b" and r.to_dict()["where"] == "node 1, vm-b"
+    assert r.text().startswith("cause (node 1, vm-b): NCCL_ALGO=Ring (unset again: 1x [")
+    assert level_cause_line("case residual", "copy, 1 MiB", r.text()).startswith(
+        "gpucomm cause of the REGRESSION (case residual) copy, 1 MiB (node 1, vm-b): NCCL_ALGO=Ring (unset again: ")
+    none = find_cause([change], lambda env: Remeasured(SLOWED), _stick())
+    assert none.text().startswith("no restoration of the environment (node 1, vm-b) brings it back from ")
+    peer = EnvChange("NCCL_PROTO", "Simple", "LL", node=2, host="vm-c", peers=True)
+    assert find_cause([peer], lambda env: Remeasured(1.0), _stick()).text().startswith(
+        "cause (node 2, vm-c): NCCL_PROTO=LL (set to Simple as on the other nodes: 1x [")
+    assert find_cause([EnvChange("B", "1", "0")], lambda env: Remeasured(1.0), _stick()).text().startswith(
+        "cause: B=0 (restored to 1: ")  # every node's change: no node named
+
+
+def test_a_nodes_changes_since_the_baseline_are_tried_before_its_differences_from_its_peers():
+    changes = [EnvChange("NCCL_PROTO", "Simple", "LL", node=2, peers=True), EnvChange("ZED", "1", "2", node=2)]
+    assert [c.name for c in likely_first(changes)] == ["ZED", "NCCL_PROTO"]

@@ -12,6 +12,9 @@ fresh process group (a collective) with some of the differing variables set back
 the verdict says which brought it back: ``cause: OMP_NUM_THREADS=1 (restored to 2: 0.99x [0.95, 1.03] 95% PI of
 the baseline, ...)``.  This never changes a verdict; it explains it.
 
+In a job across nodes the variables are each node's (``nodes.N.env.NAME``; :func:`case_env_changes` picks a
+case's), and the line names the node whose variables were set back: ``cause (node 1, vm-b): NCCL_ALGO=Ring ...``.
+
 **A restoration is judged by the evidence** (:class:`Yardstick`): the re-measure's ratio to the baseline with
 its 95 % prediction interval (the spread the case's baseline model gives one new run, ``decision.prediction``,
 plus the re-measure's own samples' error), and its ratio to the slowed run (the verdict's) with the interval of
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from ..env.device_state import DeviceChange
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
     from .decision import CaseModel, Prior
 
 __all__ = ["DEFAULT_BUDGET", "EnvChange", "Remeasured", "Yardstick", "yardstick", "Restoration", "Attempt",
-           "CauseResult", "env_changes", "likely_first", "find_cause", "level_cause_line",
+           "CauseResult", "env_changes", "case_env_changes", "likely_first", "find_cause", "level_cause_line",
            "untested_levels_line", "saved_cause_line", "likely_causes"]
 
 #: re-measures the cause test may make per case
@@ -67,17 +70,33 @@ BACK, PARTLY, NO = "back", "partly", "no"
 
 @dataclass(frozen=True)
 class EnvChange:
-    """A variable whose value today differs from the baseline's; None: not set on that side."""
+    """A variable whose value today differs from the baseline's; None: not set on that side.  In a job across
+    nodes, ``node`` is the node whose value it is (``nodes.N.env.NAME`` of the fingerprint; its ``host``), None
+    for the run's own or every node's; ``peers``: ``baseline`` is the value every other node of the job has
+    today (node N differs from them), not the baseline's."""
 
     name: str
     baseline: Optional[str]
     now: Optional[str]
+    node: Optional[int] = None
+    host: str = ""
+    peers: bool = False
 
     def now_text(self) -> str:
         return f"{self.name}={self.now}" if self.now is not None else f"{self.name} unset"
 
     def restored_text(self) -> str:
+        if self.peers:
+            return (f"set to {self.baseline} as on the other nodes" if self.baseline is not None
+                    else "unset as on the other nodes")
         return f"restored to {self.baseline}" if self.baseline is not None else "unset again"
+
+    @property
+    def where(self) -> str:
+        """``node 1, vm-b`` (``node 1`` without a host); "" for a change of the run's own or every node's."""
+        if self.node is None:
+            return ""
+        return f"node {self.node}, {self.host}" if self.host else f"node {self.node}"
 
 
 @dataclass(frozen=True)
@@ -214,17 +233,26 @@ class CauseResult:
                    if self.untried else "")
         if hit is not None and hit.judged is not None and y is not None:
             figures = hit.judged.text(y.slowed, y.tolerance)
+            where = _where(by_name[n] for n in hit.restored)
             if len(hit.restored) == 1:
                 c = by_name[hit.restored[0]]
-                return f"{word}: {c.now_text()} ({c.restored_text()}: {figures}){untried}"
+                return f"{word}{where}: {c.now_text()} ({c.restored_text()}: {figures}){untried}"
             names = ", ".join(by_name[n].now_text() for n in hit.restored)
-            return f"{word}: these together: {names} (all restored: {figures}){untried}"
+            return f"{word}{where}: these together: {names} (all restored: {figures}){untried}"
         tried = "; ".join(_attempt_text(a, by_name, y) for a in self.attempts) or "nothing"
         slowed = f" from {y.slowed:.3g}x of the baseline" if y is not None else ""
-        return f"no restoration of the environment brings it back{slowed} (tried: {tried}){untried}"
+        return (f"no restoration of the environment{_where(self.changes)} brings it back{slowed} (tried: {tried})"
+                f"{untried}")
+
+    @property
+    def where(self) -> str:
+        """The node whose variables the test set back (``node 1, vm-b``), where they are one node's; else ""."""
+        return _where(self.changes)[2:-1]
 
     def to_dict(self) -> dict[str, object]:
         return {"changes": [[c.name, c.baseline, c.now] for c in self.changes],
+                "change_nodes": [{"node": c.node, "host": c.host, "peers": c.peers} for c in self.changes],
+                "where": self.where,
                 "attempts": [{"restored": list(a.restored), "ratio": a.ratio, "error": a.error,
                               **({"ci95": [a.judged.low, a.judged.high], "vs_slowed": a.judged.vs_slowed,
                                   "vs_slowed_ci95": [a.judged.vs_low, a.judged.vs_high], "outcome": a.outcome}
@@ -233,6 +261,12 @@ class CauseResult:
                 "cause": list(self.cause), "partly": list(self.partly), "untried": list(self.untried),
                 "budget": self.budget, "skipped": self.skipped,
                 "yardstick": self.yardstick.to_dict() if self.yardstick is not None else None, "text": self.text()}
+
+
+def _where(changes: Iterable[EnvChange]) -> str:
+    """`` (node 1, vm-b)`` where every one of ``changes`` is that node's; else ""."""
+    places = {c.where for c in changes}
+    return f" ({places.pop()})" if len(places) == 1 and "" not in places else ""
 
 
 def _attempt_text(a: Attempt, by_name: Mapping[str, EnvChange], y: Optional[Yardstick]) -> str:
@@ -250,7 +284,10 @@ def _attempt_text(a: Attempt, by_name: Mapping[str, EnvChange], y: Optional[Yard
 
 def level_cause_line(level_name: str, level: str, text: str) -> str:
     """The summary's line of a failing level's cause test: ``gpucomm cause of the REGRESSION (case residual)
-    NAME: ...`` (``text``: :meth:`CauseResult.text`, its ``cause: `` left out)."""
+    NAME: ...`` (``text``: :meth:`CauseResult.text`, its ``cause: `` left out), or ``... NAME (node 1, vm-b):
+    ...`` where the cause is one node's."""
+    if text.startswith("cause ("):
+        return f"gpucomm cause of the REGRESSION ({level_name}) {level} {text[len('cause '):]}"
     found = text[len("cause: "):] if text.startswith("cause: ") else text
     return f"gpucomm cause of the REGRESSION ({level_name}) {level}: {found}"
 
@@ -271,20 +308,102 @@ def saved_cause_line(verdict: Mapping[str, object]) -> Optional[str]:
 
 
 def env_changes(diff: Sequence[tuple[str, object, object]], absent: object = None) -> list[EnvChange]:
-    """The environment variables among the differences of two fingerprints (``env.NAME`` keys of
-    :func:`pytest_gpucomm.env.fingerprint.diff_fingerprints`; ``absent`` stands for a missing side)."""
+    """The environment variables among the differences of two fingerprints
+    (:func:`pytest_gpucomm.env.fingerprint.diff_fingerprints`; ``absent`` stands for a missing side): the run's
+    own (``env.NAME`` keys) and, in a job across nodes, each node's (``nodes.N.env.NAME``: node N's)."""
     out = []
     for key, old, new in diff:
-        if not key.startswith("env.") or key.count(".") != 1:
+        parts = key.split(".")
+        if len(parts) == 2 and parts[0] == "env":
+            node: Optional[int] = None
+        elif len(parts) == 4 and parts[0] == "nodes" and parts[1].isdigit() and parts[2] == "env":
+            node = int(parts[1])
+        else:
             continue
-        out.append(EnvChange(key[4:], None if old is absent else str(old), None if new is absent else str(new)))
+        out.append(EnvChange(parts[-1], None if old is absent else str(old), None if new is absent else str(new),
+                             node=node))
     return out
 
 
+def case_env_changes(baseline: Optional[Mapping[str, Any]], today: Optional[Mapping[str, Any]],
+                     node: Optional[int] = None) -> list[EnvChange]:
+    """The variables that may have slowed a case: what the cause test sets back, from the baseline's newest
+    fingerprint and today's (their ``env``; in a job across nodes, each node's under ``nodes``, with its ``host``).
+
+    * A run of one machine (today's fingerprint holds no nodes): every variable changed since the baseline.
+    * Node ``node``'s node-local case (a copy between its devices) in a job: its variables changed since the
+      baseline (against the baseline's same node).  Where the baseline holds no such node (recorded without
+      each node's fingerprint), against the baseline's own ``env``, then each variable in which the node differs
+      today from every other node while they agree (``peers``: set to their value).  Where the baseline holds
+      the node, a value it kept is no cause, whatever its peers have.
+    * A job-wide case (``node`` None) in a job: each variable changed since the baseline on any node whose
+      baseline value was one value on every node: set back to it on every rank, the job's environment is the
+      baseline's again (on the nodes that did not change it, that is their value today).  Named with its node
+      where one node changed it.  A variable whose baseline value differed between the nodes is not tried:
+      one value for every rank would not restore the baseline's job.  And each variable of the run's own
+      ``env`` (rank 0's) changed since the baseline's own where no node's changed (a baseline whose nodes do not
+      hold it).
+    """
+    now_nodes, then_nodes = _node_envs(today), _node_envs(baseline)
+    then_own = _env_of(baseline)
+    if not now_nodes:
+        return [EnvChange(n, b, v) for n, b, v in _env_diff(then_own, _env_of(today))]
+
+    def then(k: int) -> dict[str, str]:
+        return then_nodes[k][1] if k in then_nodes else then_own
+
+    if node is not None:
+        host, mine = now_nodes.get(node, ("", {}))
+        out = [EnvChange(n, b, v, node=node, host=host) for n, b, v in _env_diff(then(node), mine)]
+        others = [k for k in now_nodes if k != node]
+        if node in then_nodes or not others:  # the baseline says what this node had: a value it kept is no cause
+            return out
+        changed = {c.name for c in out}
+        for name in sorted({name for k in now_nodes for name in now_nodes[k][1]} - changed):
+            values = {now_nodes[k][1].get(name) for k in others}
+            if len(values) == 1 and mine.get(name) not in values:
+                out.append(EnvChange(name, values.pop(), mine.get(name), node=node, host=host, peers=True))
+        return out
+    out, seen = [], set()
+    for name in sorted({name for k in now_nodes for name in (*now_nodes[k][1], *then(k))}):
+        was = {then(k).get(name) for k in now_nodes}
+        moved = [k for k in sorted(now_nodes) if then(k).get(name) != now_nodes[k][1].get(name)]
+        seen.update([name] if moved else [])
+        if not moved or len(was) != 1:
+            continue
+        one = moved[0] if len(moved) == 1 else None
+        out.append(EnvChange(name, was.pop(), now_nodes[moved[0]][1].get(name), node=one,
+                             host=now_nodes[moved[0]][0] if one is not None else ""))
+    # the run's own (rank 0's) where no node's says otherwise: a baseline whose nodes do not hold the variable
+    own = [EnvChange(n, b, v) for n, b, v in _env_diff(then_own, _env_of(today)) if n not in seen]
+    return sorted(out + own, key=lambda c: c.name)
+
+
+def _env_of(fingerprint: Optional[Mapping[str, Any]]) -> dict[str, str]:
+    """A fingerprint's ``env`` (name -> value as text); {} where it has none."""
+    env = (fingerprint or {}).get("env")
+    return {str(k): str(v) for k, v in env.items() if v is not None} if isinstance(env, Mapping) else {}
+
+
+def _node_envs(fingerprint: Optional[Mapping[str, Any]]) -> dict[int, tuple[str, dict[str, str]]]:
+    """A job's fingerprint's nodes (``nodes``: node -> that node's fingerprint): node -> (host, env)."""
+    nodes = (fingerprint or {}).get("nodes")
+    if not isinstance(nodes, Mapping):
+        return {}
+    return {int(k): (str(fp.get("host") or ""), _env_of(fp)) for k, fp in nodes.items()
+            if str(k).isdigit() and isinstance(fp, Mapping)}
+
+
+def _env_diff(old: Mapping[str, str], new: Mapping[str, str]) -> list[tuple[str, Optional[str], Optional[str]]]:
+    """(name, old value, new value) of each variable whose value differs, None where not set; by name."""
+    return [(n, old.get(n), new.get(n)) for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)]
+
+
 def likely_first(changes: Sequence[EnvChange]) -> list[EnvChange]:
-    """The order in which single variables are tried: the communication libraries' settings first."""
-    def rank(c: EnvChange) -> tuple[int, str]:
-        return next((i for i, p in enumerate(_FIRST) if c.name.startswith(p)), len(_FIRST)), c.name
+    """The order in which single variables are tried: the changes since the baseline before a node's
+    differences from its peers, and among each the communication libraries' settings first."""
+    def rank(c: EnvChange) -> tuple[bool, int, str]:
+        return c.peers, next((i for i, p in enumerate(_FIRST) if c.name.startswith(p)), len(_FIRST)), c.name
 
     return sorted(changes, key=rank)
 

@@ -15,6 +15,10 @@ not change; the JSON report keeps the result in the verdict's ``cause`` with the
   explained already: its most slowed case is tested, and the level's line and every covered case's message
   gain the cause (:meth:`CauseTests.explain_levels`).
 
+In a job across nodes the variables are each node's (``gate.cause.case_env_changes``): a node's copy (its row
+names the node: ``info["node"]``) is tested on that node's, measured again on that node alone; a job-wide case on
+every node's, set back on every rank.  The line names the node where the variables are one node's.
+
 A recording run (``--gpu-baseline-save``) makes no cause tests: its verdicts do not fail.
 """
 
@@ -27,7 +31,7 @@ from ..vocab import Status
 
 if TYPE_CHECKING:
     from ..gate import Gate
-    from ..gate.cause import CauseResult, Yardstick
+    from ..gate.cause import CauseResult, EnvChange, Yardstick
     from ..gate.levels import RunLevels
     from ..measurement import Record
     from .settings import Settings
@@ -47,12 +51,11 @@ class CauseTests:
         """The cause test of ``record`` whose verdict (``Verdict.to_dict``) is ``verdict``, when it is due
         (a REGRESSION, a changed environment, a way to measure with it, budget left); its line is added to
         the verdict's message and the result kept in ``verdict["cause"]``.  None when no test was due."""
-        from ..env.fingerprint import ABSENT
-        from ..gate.cause import CauseResult, Remeasured, env_changes, find_cause
+        from ..gate.cause import CauseResult, Remeasured, find_cause
 
         if verdict.get("status") != Status.REGRESSION.value or self.settings.baseline_save:
             return None
-        changes = env_changes(gate.env_diff, absent=ABSENT)
+        changes = _changes(gate, record)
         if not changes or record.with_env is None:
             return None
         if self.left <= 0:
@@ -100,7 +103,9 @@ class CauseTests:
             if result is None:
                 continue
             text = result.text()
-            line = f"{text} (the {level.level_name} {level.name}, tested on {worst.nodeid})"
+            node = (getattr(worst.measurement, "info", None) or {}).get("node")
+            on = f"{worst.nodeid}, node {node}" if isinstance(node, int) else worst.nodeid  # a node's row of a job
+            line = f"{text} (the {level.level_name} {level.name}, tested on {on})"
             for r in covered:
                 if r.baseline is None:
                     continue
@@ -115,6 +120,17 @@ class CauseTests:
             lines.append(untested_levels_line(untested, f"the session's {self.settings.cause_cases} cause tests were "
                                                         "used (--gpucomm-cause)"))
         return lines
+
+
+def _changes(gate: "Gate", record: "Record") -> list["EnvChange"]:
+    """The variables the cause test of ``record`` may set back (``gate.cause.case_env_changes``): in a job across
+    nodes, a node-local case's (a copy measured on node N: ``info["node"]``) are node N's, set back on that node
+    alone; a job-wide case's are every node's, set back on every rank."""
+    from ..gate.cause import case_env_changes
+
+    node = (getattr(record.measurement, "info", None) or {}).get("node")
+    baseline = gate.baseline.latest_fingerprint() if gate.baseline is not None else None
+    return case_env_changes(baseline, gate.fingerprint, node if isinstance(node, int) else None)
 
 
 def _yardstick(gate: "Gate", verdict: Mapping[str, Any], tolerance: float) -> "Yardstick":

@@ -152,7 +152,8 @@ class Comm:
 
         The re-measure of a node's row measures that node's copy again, by the same rank in the same process
         with new buffers, while every rank waits for it: a launched job's ranks re-measure together, so it is
-        not made in a new process."""
+        not made in a new process.  The cause test's re-measure of a node's row (``Record.with_env``) is made in
+        a new process by that rank, with the variables set back there alone: on that node, for its copy."""
         state, la = self._state, self._state.launch
         assert la is not None
         same_how = ("in the same process, with new buffers: in launched mode every rank re-measures together, "
@@ -165,15 +166,25 @@ class Comm:
                 state.buffers.clear()
                 return self._measure_on_nodes(spec, node)[0]
 
-            self._record(m, None, same, "", same_how)
+            def with_env(env: Mapping[str, Optional[str]], node: int = node) -> Measurement:
+                state.buffers.clear()
+                try:
+                    return self._measure_on_nodes(spec, node, env)[0]
+                except pytest.fail.Exception as e:  # every rank alike: the cause test names it and goes on
+                    raise RuntimeError(_short_failure(str(e))) from None
+
+            self._record(m, None, same, "", same_how, with_env=with_env)
             if node == la.node_rank:
                 mine = m
         assert mine is not None  # node_measurements gives one measurement for every node with a rank
         return mine
 
-    def _measure_on_nodes(self, spec: dict[str, Any], only_node: Optional[int] = None) -> list[Measurement]:
+    def _measure_on_nodes(self, spec: dict[str, Any], only_node: Optional[int] = None,
+                          env: Optional[Mapping[str, Optional[str]]] = None) -> list[Measurement]:
         """Every node's measurement of the copy ``spec`` (launched mode), ordered by node; with
-        ``only_node``, that node's alone (the other nodes' ranks wait).  Called by every rank at once."""
+        ``only_node``, that node's alone (the other nodes' ranks wait); with ``env``, measured in a new process
+        whose environment has these variables set (None: unset; the cause test's).  Called by every rank at
+        once."""
         import traceback
 
         from ..ops.copies import CopyError, measure_spec
@@ -188,10 +199,15 @@ class Comm:
         if la.local_rank == measuring_local_rank(spec, la.local_world_size) \
                 and (only_node is None or only_node == la.node_rank):
             try:
-                m = measure_spec(spec, state.settings.timing(), state.buffers)
+                if env is None:
+                    m = measure_spec(spec, state.settings.timing(), state.buffers)
+                else:
+                    m = state.remeasures.copy_in_new_process(spec, label=f"{self._request.node.nodeid} (cause test, "
+                                                             f"node {la.node_rank})", env=env)
                 m.info.update({"node": la.node_rank, "host": la.host, "rank": la.rank})
                 outcome = (la.node_rank, True, m.to_dict(with_samples=True))
-            except Exception:  # every rank waits in the exchange below: it must hear of the failure
+            except (Exception, pytest.fail.Exception):  # every rank waits in the exchange below: it must hear of
+                # the failure (the new process's fails as pytest.fail)
                 outcome = (la.node_rank, False, traceback.format_exc())
         try:
             every = launched.channel.allgather(outcome)
@@ -568,3 +584,11 @@ class Comm:
 
         d, n = self._dev(device), self._size(size, "device_to_host")
         return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="d2h"))
+
+
+def _short_failure(text: str) -> str:
+    """A failure's first line and its last (where a traceback ends: the error itself), for a line of a verdict."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "failed"
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
