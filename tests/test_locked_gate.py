@@ -19,7 +19,7 @@ LOOSENING_INI = "[pytest]\naddopts = --gpu-tolerance=0.9\ngpucomm_tolerance = 0.
 def test_a_pytest_ini_in_the_working_folder_cannot_loosen_a_locked_gate(pytester, monkeypatch):
     pytester.makepyfile(TEST_FILE)
     _save_simulated_runs(pytester, monkeypatch, n=8, sessions=True)  # 8 sessions: a 20 % drop is caught
-    ini = pytester.makeini(LOOSENING_INI)
+    ini = pytester.makefile(".ini", pytest=LOOSENING_INI)  # pytest.ini
     monkeypatch.setenv("SIM_RUN", "7")
     monkeypatch.setenv("SIM_SLOWER", str(1.0 / 0.8))  # every case 20 % slower
     loosened = pytester.runpytest("--gpu-baseline=cpu", *FAST)
@@ -84,9 +84,9 @@ def test_a_locked_run_with_nothing_to_set_aside_says_so_and_an_unlocked_run_prin
 
 def test_a_strict_flag_from_addopts_is_set_aside_by_the_lock_like_any_other(pytester):
     # a flag read only from the command line: addopts cannot switch strictness (or saving) on or off
-    pytester.makeini("[pytest]\naddopts = --gpu-baseline-strict --gpu-baseline-save\n")
+    pytester.makefile(".ini", pytest="[pytest]\naddopts = --gpu-baseline-strict --gpu-baseline-save\n")
     pytester.makepyfile(PLAIN)
     result = pytester.runpytest("--gpucomm-lock", "-p", "no:cacheprovider")
     text = " ".join(result.stdout.str().split())
-    assert "ignored: --gpu-baseline-save (addopts in" in text and "--gpu-baseline-strict (addopts in" in text, text
+    assert "--gpu-baseline-save (addopts in" in text and "--gpu-baseline-strict (addopts in" in text, text
     assert result.ret == 0  # unlocked, strict (and save) without a baseline is a usage error
