@@ -40,8 +40,8 @@ from ..vocab import (
 if TYPE_CHECKING:
     from ..ops.timing import TimingSettings
 
-__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "parse_seconds", "origin", "Lock",
-           "lock_of"]
+__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "parse_seconds", "origin", "given",
+           "Lock", "lock_of"]
 
 T = TypeVar("T")
 
@@ -272,6 +272,14 @@ def origin(config: pytest.Config, opt: str) -> str:
     for o, dest, ini, env, _, _ in _OPTIONS:
         if o == opt:
             return _raw(config, dest, ini, env)[1]
+    raise KeyError(opt)  # pragma: no cover
+
+
+def given(config: pytest.Config, opt: str) -> tuple[Optional[str], str]:
+    """The value of ``opt`` as given (None where not given), and where it came from."""
+    for o, dest, ini, env, _, _ in _OPTIONS:
+        if o == opt:
+            return _raw(config, dest, ini, env)
     raise KeyError(opt)  # pragma: no cover
 
 
