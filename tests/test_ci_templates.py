@@ -63,7 +63,8 @@ def test_the_gate_reads_its_baseline_from_the_baselines_branch_not_from_the_chan
     text = _scripts(job)
     if "steps" in job:  # GitHub: the branch checked out alone, nothing of the change
         (checkout,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/checkout")]
-        assert checkout["with"]["ref"] == "${{ env.BASELINES_BRANCH }}" and checkout["with"]["path"] == "gpucomm-baselines"
+        assert checkout["with"]["ref"] == "${{ env.BASELINES_BRANCH }}"
+        assert checkout["with"]["path"] == "gpucomm-baselines"
         directory = '--gpu-baseline-dir="$GITHUB_WORKSPACE/gpucomm-baselines/baselines"'
     else:
         assert 'git archive FETCH_HEAD baselines | tar -x -C "$GPUCOMM_RUN"' in text
@@ -117,7 +118,8 @@ def test_every_run_is_locked_and_runs_in_an_empty_folder_of_its_own_outside_the_
     for name, job in _jobs():
         text = _scripts(job)
         for line in _pytest_lines(text):
-            assert line.lstrip().startswith("venv/bin/python -m pytest --pyargs pytest_gpucomm.suites --gpucomm-lock"), name
+            locked = "venv/bin/python -m pytest --pyargs pytest_gpucomm.suites --gpucomm-lock"
+            assert line.lstrip().startswith(locked), name
             assert re.search(r'cd "\$(RUNNER_TEMP/gpucomm-run|GPUCOMM_RUN)"\n', text), name  # its own folder
     github_install = [s["run"] for s in GITHUB["jobs"]["gate"]["steps"] if s.get("name", "").startswith("Install")]
     for setup in github_install + [_before(GITLAB["gpucomm"])]:
@@ -233,3 +235,11 @@ def test_the_readme_no_longer_promises_that_the_template_keeps_forks_off_the_gpu
     text = " ".join(TOP_README.split())
     assert "no code from forks on the GPU host" not in text
     assert "only the repository's settings" in text and "ci/README.md" in text
+
+
+@pytest.mark.slow
+def test_the_readme_and_ci_readme_examples_are_what_todays_code_prints():
+    # issue 47, item 5: the examples are written by benchmarks/readme_examples.py from the shipped report
+    done = subprocess.run([sys.executable, str(CI.parent / "benchmarks" / "readme_examples.py"), "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
