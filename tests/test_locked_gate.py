@@ -4,6 +4,8 @@ GPUCOMM_* variables, and the header says that the settings are locked and what w
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 # loaded before any in-process run (pytester drops the modules a run imports; see tests/test_gate_plugin.py)
@@ -25,7 +27,7 @@ def test_a_pytest_ini_in_the_working_folder_cannot_loosen_a_locked_gate(pytester
     loosened = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     loosened.stdout.fnmatch_lines(["gpucomm settings: *tolerance=0.9,*"])
     loosened.assert_outcomes(passed=2)  # unlocked, the file's addopts turns a 20 % drop into a pass
-    locked = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-lock", *FAST)
+    locked = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-lock", "--gpucomm-json=report.json", *FAST)
     locked.stdout.fnmatch_lines([
         "gpucomm settings: *tolerance=0.05, tail-tolerance=*, alpha=0.01,*",
         "gpucomm locked (--gpucomm-lock on the command line): every gpucomm option from the command line or its*",
@@ -37,6 +39,8 @@ def test_a_pytest_ini_in_the_working_folder_cannot_loosen_a_locked_gate(pytester
     locked.assert_outcomes(failed=2)
     locked.stdout.fnmatch_lines(["REGRESSION: copy on *", "  beyond the 5% tolerance of baseline cpu: *"])
     assert locked.ret == pytest.ExitCode.TESTS_FAILED
+    settings = json.loads((pytester.path / "report.json").read_text())["settings"]
+    assert settings["locked"] is True and settings["tolerance"] == 0.05 and settings["alpha"] == 0.01
 
 
 @pytest.mark.parametrize("name, text", [
