@@ -162,6 +162,7 @@ class Settings(Judging):
     baseline_save_partial: bool = False
     benchmark_json: Optional[str] = None
     allow_xdist: bool = False
+    lock: Optional["Lock"] = None  # --gpucomm-lock: the options read from the command line only
     launch: str = "auto"
     rank_log: Optional[str] = None
     tail_time_s: Optional[float] = None  # None: min_time_s
@@ -172,16 +173,15 @@ class Settings(Judging):
     env_names: tuple[str, ...] = ()  # --gpucomm-env: more variables recorded (names or patterns)
     prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
     min_judged: float = 0.0  # --gpu-min-judged
-    lock: Optional["Lock"] = None  # --gpucomm-lock: the options read from the command line only
 
     def to_dict(self) -> dict[str, object]:
         """The settings that shaped the figures, for the JSON report."""
-        return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
-                "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
+        return {"locked": self.lock is not None, "device": self.device, "min_time_s": self.min_time_s,
+                "max_size": self.max_size, "baseline": self.baseline, "timeout_s": self.timeout_s,
+                "tolerance": self.tolerance,
                 "alpha": self.alpha, "strict": self.strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
-                "locked": self.lock is not None,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -243,8 +243,8 @@ def add_options(parser: pytest.Parser) -> None:
 def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional[str], str]:
     lock = lock_of(config)
     if lock is not None:  # locked: the command line, or the default
-        given = lock.given.get(dest)
-        return (None, "the default (locked)") if given is None else (str(given), "the command line")
+        value = lock.given.get(dest)
+        return (None, "the default (locked)") if value is None else (str(value), "the command line")
     v = config.getoption(dest)
     if v is not None:
         return str(v), "the command line"
@@ -481,12 +481,16 @@ def _command_line(args: "list[str] | tuple[str, ...]") -> dict[str, object]:
     """The gpucomm options among ``args`` (the invocation's own arguments, without addopts), dest -> value."""
     import argparse
 
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # pytest's parser: no abbreviations
+    # as pytest's own parser: no abbreviations, @FILE reads arguments from FILE
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, fromfile_prefix_chars="@")
     for opt, dest, *_ in _OPTIONS:
         parser.add_argument(opt, dest=dest, default=None)
     for opt, dest in _FLAGS:
         parser.add_argument(opt, dest=dest, action="store_true", default=None)
-    known, _ = parser.parse_known_args(list(args))
+    try:
+        known, _ = parser.parse_known_args(list(args))
+    except SystemExit:  # pytest has parsed the same arguments already: not expected
+        raise pytest.UsageError(f"--gpucomm-lock: cannot read the gpucomm options of {' '.join(args)!r}") from None
     return {k: v for k, v in vars(known).items() if v is not None}
 
 
