@@ -82,7 +82,7 @@ def test_a_locked_run_with_nothing_to_set_aside_says_so_and_an_unlocked_run_prin
     monkeypatch.delenv("GPUCOMM_DEVICE", raising=False)  # tests/conftest.py sets it
     pytester.makepyfile(PLAIN)
     result = pytester.runpytest("--gpucomm-lock", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["gpucomm locked (--gpucomm-lock on the command line): * nothing else set any"])
+    result.stdout.fnmatch_lines(["gpucomm locked (--gpucomm-lock on the command line): * nothing was set elsewhere"])
     pytester.runpytest("-p", "no:cacheprovider").stdout.no_fnmatch_line("*gpucomm locked*")
 
 

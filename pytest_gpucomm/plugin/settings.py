@@ -472,7 +472,7 @@ class Lock:
 
     def describe(self) -> str:
         """The header's lock line."""
-        ignored = "; ignored: " + ", ".join(self.ignored) if self.ignored else "; nothing else set any"
+        ignored = "; ignored: " + ", ".join(self.ignored) if self.ignored else "; nothing was set elsewhere"
         return (f"gpucomm locked ({self.source}): every gpucomm option from the command line or its default, "
                 f"none from addopts, PYTEST_ADDOPTS, ini keys or GPUCOMM_* variables{ignored}")
 
