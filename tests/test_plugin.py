@@ -458,18 +458,28 @@ def test_auto_on_a_machine_without_a_gpu_runs_the_cpu_variants(pytester, monkeyp
     result.assert_outcomes(passed=2)
 
 
-def test_forcing_gpu_on_a_machine_without_one_is_a_clear_error(pytester, monkeypatch):
+@pytest.mark.parametrize("args, value, origin", [
+    (["--gpucomm-device=gpu"], "gpu", "the command line"),
+    ([], "cuda", "the GPUCOMM_DEVICE environment variable"),
+], ids=["option", "environment"])
+def test_forcing_gpu_on_a_machine_without_one_stops_at_the_start_in_one_line_naming_the_value(
+        pytester, monkeypatch, args, value, origin):
     pytester.makepyfile(
         """
         def test_copy(gpu_pair, comm):
             comm.copy(gpu_pair, 4096)
         """
     )
-    for name, value in NO_GPU_ENV.items():  # a machine without one, whatever this one has
-        monkeypatch.setenv(name, value)
-    result = pytester.runpytest_subprocess("--gpucomm-device=gpu", *FAST)
-    assert result.ret != 0
-    assert "--gpucomm-device=gpu was asked for, but torch sees no GPU" in result.stdout.str() + result.stderr.str()
+    for name, env_value in NO_GPU_ENV.items():  # a machine without one, whatever this one has
+        monkeypatch.setenv(name, env_value)
+    monkeypatch.setenv("GPUCOMM_DEVICE", value)
+    result = pytester.runpytest_subprocess(*args, *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # it was a collection error (2) with ~100 lines of traceback
+    output = result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([f"ERROR: invalid --gpucomm-device '{value}' (from {origin}): torch * sees no GPU",
+                                 "  install a torch built for your GPU, or measure the CPU variants with "
+                                 "--gpucomm-device=cpu"])
+    assert "Traceback" not in output and "collected" not in output and len(output.strip().splitlines()) == 2, output
 
 
 FAKE_GPU_CONFTEST = """

@@ -67,6 +67,30 @@ class Devices:
                 raise pytest.UsageError(str(e)) from None
         return self._info
 
+    def check_gpu(self, value: str, origin: str) -> None:
+        """With ``--gpucomm-device=gpu`` (``value`` as given, from ``origin``): detect the devices now, at the
+        start, so that a machine whose torch sees no GPU stops with one line (exit status 4) before collection,
+        where the same error would be a collection error with its traceback."""
+        if self.settings.device != "gpu" or self._info is not None:
+            return
+        from ..env.hardware import CpuDevicesError, detect
+
+        try:
+            self._info = detect("gpu")
+        except CpuDevicesError as e:
+            raise pytest.UsageError(str(e)) from None
+        except RuntimeError:
+            import torch
+
+            cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
+            build = f" (CUDA {cuda})" if cuda else f" (HIP {hip})" if hip else ""  # a CPU build says +cpu
+            problem = (f"invalid --gpucomm-device {value!r} (from {origin}): torch {torch.__version__}{build} sees no "
+                       f"GPU\n  install a torch built for your GPU, or measure the CPU variants with "
+                       "--gpucomm-device=cpu")
+        else:
+            return
+        raise pytest.UsageError(problem)  # outside the except block: no chained traceback
+
     @property
     def fingerprint(self) -> dict[str, object]:
         """The run's fingerprint: read from the hardware at first use, unless given (a pytest-xdist controller

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import pytest
 
 from .markers import uses_gpucomm
-from .settings import origin, read_launch_options, read_settings
+from .settings import given, origin, read_launch_options, read_settings
 from .state import STATE_KEY, State
 from .xdist import check_controller, is_controller, worker_id
 
@@ -47,6 +47,9 @@ def open_session(config: pytest.Config) -> State:
 
         check_outputs(config, settings)
     config.stash[STATE_KEY] = state = State(config, settings, launch, worker, launch_error)
+    if settings.device == "gpu" and not config.getoption("help"):  # no GPU: one line now, not a collection error
+        value, where = given(config, "--gpucomm-device")
+        state.devices.check_gpu(value or "gpu", where)
     if writes and settings.plots_dir and getattr(config.option, "htmlpath", None):
         from .html_plots import PytestHtmlPlots  # pytest-html: the page, with the plots, goes into its report too
         from .reporting import run_document

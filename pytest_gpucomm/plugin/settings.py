@@ -40,7 +40,8 @@ from ..vocab import (
 if TYPE_CHECKING:
     from ..ops.timing import TimingSettings
 
-__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "parse_seconds", "origin"]
+__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "parse_seconds", "origin", "given",
+           "Lock", "lock_of"]
 
 T = TypeVar("T")
 
@@ -167,6 +168,7 @@ class Settings(Judging):
     baseline_save_partial: bool = False
     benchmark_json: Optional[str] = None
     allow_xdist: bool = False
+    lock: Optional["Lock"] = None  # --gpucomm-lock: the options read from the command line only
     launch: str = "auto"
     rank_log: Optional[str] = None
     tail_time_s: Optional[float] = None  # None: min_time_s
@@ -181,8 +183,9 @@ class Settings(Judging):
 
     def to_dict(self) -> dict[str, object]:
         """The settings that shaped the figures, for the JSON report."""
-        return {"device": self.device, "min_time_s": self.min_time_s, "max_size": self.max_size,
-                "baseline": self.baseline, "timeout_s": self.timeout_s, "tolerance": self.tolerance,
+        return {"locked": self.lock is not None, "device": self.device, "min_time_s": self.min_time_s,
+                "max_size": self.max_size, "baseline": self.baseline, "timeout_s": self.timeout_s,
+                "tolerance": self.tolerance,
                 "alpha": self.alpha, "strict": self.strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
@@ -213,7 +216,8 @@ class Settings(Judging):
             parts.append(f"json={self.json_path}")
         if self.plots_dir:
             parts.append(f"plots={self.plots_dir} ({self.plots_format})")
-        return "gpucomm settings: " + ", ".join(parts)
+        line = "gpucomm settings: " + ", ".join(parts)
+        return line if self.lock is None else line + "\n" + self.lock.describe()
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -232,6 +236,12 @@ def add_options(parser: pytest.Parser) -> None:
                     help="A measured case with no baseline entry fails (status NEW) instead of passing as new, and "
                          "a case the baseline cannot gate fails (NOT GATED) instead of passing as not gated. "
                          "Default: off.")
+    group.addoption("--gpucomm-lock", dest="gpucomm_lock", action="store_true", default=False,
+                    help="A locked gate (CI): every gpucomm option is read from the command line alone, never from "
+                         "addopts, PYTEST_ADDOPTS, the gpucomm_* ini keys (pytest.ini, pyproject.toml, tox.ini, "
+                         "setup.cfg) or the GPUCOMM_* environment variables, so the repository under test cannot "
+                         "loosen its tolerance, alpha, baseline or strictness; the header says what was ignored. "
+                         "Env: GPUCOMM_LOCK=1. Default: off.")
     group.addoption("--gpucomm-allow-xdist", dest="gpucomm_allow_xdist", action="store_true", default=False,
                     help="Measure GPUs in pytest-xdist workers (-n) too; only right when each worker sees GPUs of its "
                          "own (CUDA_VISIBLE_DEVICES per worker), else they measure each other's traffic. "
@@ -239,6 +249,10 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional[str], str]:
+    lock = lock_of(config)
+    if lock is not None:  # locked: the command line, or the default
+        value = lock.given.get(dest)
+        return (None, "the default (locked)") if value is None else (str(value), "the command line")
     v = config.getoption(dest)
     if v is not None:
         return str(v), "the command line"
@@ -266,6 +280,14 @@ def origin(config: pytest.Config, opt: str) -> str:
     for o, dest, ini, env, _, _ in _OPTIONS:
         if o == opt:
             return _raw(config, dest, ini, env)[1]
+    raise KeyError(opt)  # pragma: no cover
+
+
+def given(config: pytest.Config, opt: str) -> tuple[Optional[str], str]:
+    """The value of ``opt`` as given (None where not given), and where it came from."""
+    for o, dest, ini, env, _, _ in _OPTIONS:
+        if o == opt:
+            return _raw(config, dest, ini, env)
     raise KeyError(opt)  # pragma: no cover
 
 
@@ -367,7 +389,10 @@ def _parse_env_names(value: str, name: str, origin: str) -> tuple[str, ...]:
 
 def read_settings(config: pytest.Config) -> Settings:
     _check_cpu_devices()
+    lock = lock_of(config)
+    flag = (lambda dest: bool(config.getoption(dest))) if lock is None else (lambda dest: bool(lock.given.get(dest)))
     return Settings(
+        lock=lock,
         baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip(), None),
         device=_get(config, "--gpucomm-device", _parse_device, "auto"),
         min_time_s=_get(config, "--gpucomm-min-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
@@ -381,11 +406,11 @@ def read_settings(config: pytest.Config) -> Settings:
         max_runs=_get(config, "--gpu-baseline-runs", _checked(checks.baseline_runs), DEFAULT_MAX_RUNS),
         tolerance=_get(config, "--gpu-tolerance", _checked(checks.tolerance), DEFAULT_TOLERANCE),
         alpha=_get(config, "--gpu-alpha", _checked(checks.alpha), DEFAULT_ALPHA),
-        baseline_save=bool(config.getoption("gpucomm_baseline_save")),
-        strict=bool(config.getoption("gpucomm_baseline_strict")),
-        baseline_save_partial=bool(config.getoption("gpucomm_baseline_save_partial")),
+        baseline_save=flag("gpucomm_baseline_save"),
+        strict=flag("gpucomm_baseline_strict"),
+        baseline_save_partial=flag("gpucomm_baseline_save_partial"),
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
-        allow_xdist=bool(config.getoption("gpucomm_allow_xdist")) or _env_flag("GPUCOMM_ALLOW_XDIST"),
+        allow_xdist=flag("gpucomm_allow_xdist") or (lock is None and _env_flag("GPUCOMM_ALLOW_XDIST")),
         launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
         rank_log=_get(config, "--gpucomm-rank-log", lambda v, n, o: v, None),
         tail_tolerance=_get(config, "--gpu-tail-tolerance", _checked(checks.tail_tolerance), DEFAULT_TAIL_TOLERANCE),
@@ -441,3 +466,91 @@ def _env_flag(name: str) -> bool:
     if v in ("", "0", "false", "no", "off"):
         return False
     raise pytest.UsageError(f"invalid {name} {raw!r} (from the {name} environment variable): expected 1 or 0")
+
+
+# -- the locked gate (--gpucomm-lock, GPUCOMM_LOCK=1) -------------------------------------------------------
+# pytest folds addopts (the ini file's) and PYTEST_ADDOPTS into the options it parses, so config.getoption cannot
+# tell a value typed on the command line from one the repository's configuration added: a locked run parses the
+# invocation's own arguments (config.invocation_params.args) again, for the gpucomm options alone.
+
+_FLAGS = [("--gpu-baseline-save", "gpucomm_baseline_save"),
+          ("--gpu-baseline-save-partial", "gpucomm_baseline_save_partial"),
+          ("--gpu-baseline-strict", "gpucomm_baseline_strict"), ("--gpucomm-allow-xdist", "gpucomm_allow_xdist"),
+          ("--gpucomm-lock", "gpucomm_lock")]
+
+
+@dataclass(frozen=True, eq=False)
+class Lock:
+    """A locked run: where the lock came from, the gpucomm options given on the command line itself (dest ->
+    value; a flag's value is True), and what the lock set aside (each "what (where)")."""
+
+    source: str
+    given: dict[str, object]
+    ignored: tuple[str, ...]
+
+    def describe(self) -> str:
+        """The header's lock line."""
+        ignored = "; ignored: " + ", ".join(self.ignored) if self.ignored else "; nothing was set elsewhere"
+        return (f"gpucomm locked ({self.source}): every gpucomm option from the command line or its default, "
+                f"none from addopts, PYTEST_ADDOPTS, ini keys or GPUCOMM_* variables{ignored}")
+
+
+def _command_line(args: "list[str] | tuple[str, ...]") -> dict[str, object]:
+    """The gpucomm options among ``args`` (the invocation's own arguments, without addopts), dest -> value."""
+    import argparse
+
+    # as pytest's own parser: no abbreviations, @FILE reads arguments from FILE
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, fromfile_prefix_chars="@")
+    for opt, dest, *_ in _OPTIONS:
+        parser.add_argument(opt, dest=dest, default=None)
+    for opt, dest in _FLAGS:
+        parser.add_argument(opt, dest=dest, action="store_true", default=None)
+    try:
+        known, _ = parser.parse_known_args(list(args))
+    except SystemExit:  # pytest has parsed the same arguments already: not expected
+        raise pytest.UsageError(f"--gpucomm-lock: cannot read the gpucomm options of {' '.join(args)!r}") from None
+    return {k: v for k, v in vars(known).items() if v is not None}
+
+
+def lock_of(config: pytest.Config) -> Optional[Lock]:
+    """The run's lock (read once, kept in the config's stash), or None."""
+    if _LOCK_KEY not in config.stash:
+        config.stash[_LOCK_KEY] = read_lock(config)
+    return config.stash[_LOCK_KEY]
+
+
+def read_lock(config: pytest.Config) -> Optional[Lock]:
+    """The run's lock, or None where neither the command line nor GPUCOMM_LOCK asks for one (--gpucomm-lock from
+    addopts locks too: a lock only tightens)."""
+    import shlex
+
+    given = _command_line(config.invocation_params.args)
+    if given.get("gpucomm_lock"):
+        source = "--gpucomm-lock on the command line"
+    elif _env_flag("GPUCOMM_LOCK"):
+        source = "the GPUCOMM_LOCK environment variable"
+    elif config.getoption("gpucomm_lock"):
+        source = "--gpucomm-lock from addopts or PYTEST_ADDOPTS"
+    else:
+        return None
+    where = f" in {config.inipath}" if config.inipath else ""
+    from_env = _command_line(shlex.split(os.environ.get("PYTEST_ADDOPTS", "")))
+    ignored = []
+    for opt, dest, ini, env, _, _ in _OPTIONS:
+        value = config.getoption(dest)
+        if value is not None and dest not in given:
+            via = "PYTEST_ADDOPTS" if dest in from_env else f"addopts{where}"
+            ignored.append(f"{opt}={value} ({via})")
+        if config.getini(ini) is not None:
+            ignored.append(f"{ini} = {config.getini(ini)} (the ini key{where})")
+        if env in os.environ:
+            ignored.append(f"{env}={os.environ[env]} (the environment)")
+    for opt, dest in _FLAGS:
+        if config.getoption(dest) and dest not in given and dest != "gpucomm_lock":
+            ignored.append(f"{opt} ({'PYTEST_ADDOPTS' if dest in from_env else f'addopts{where}'})")
+    if os.environ.get("GPUCOMM_ALLOW_XDIST"):
+        ignored.append(f"GPUCOMM_ALLOW_XDIST={os.environ['GPUCOMM_ALLOW_XDIST']} (the environment)")
+    return Lock(source, given, tuple(ignored))
+
+
+_LOCK_KEY = pytest.StashKey[Optional[Lock]]()
