@@ -4,8 +4,11 @@ supervising parent ends it.  Two simulated nodes of one rank each, srun's variab
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,63 @@ def test_a_main_thread_in_a_sleep_is_busy_and_one_at_a_wait_line_waits() -> None
 
 def _never_called(work: object) -> None:
     work.wait()  # a wait line  # type: ignore[attr-defined]
+
+
+HANG_AT_IMPORT = '''
+import os
+import time
+
+if os.environ["RANK_OF_TEST"] == "1":
+    time.sleep(600)
+
+
+def test_group(process_group):
+    assert process_group.world_size == 2
+'''
+
+
+def job_processes(marker: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds ``marker``: every process of the job, whoever
+    started it, whatever session it moved to."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if marker.encode() in environ.split(b"\0") and stat[stat.rindex(")") + 2] not in "ZX":
+            out.append(int(entry))
+    return out
+
+
+@pytest.mark.slow
+def test_a_rank_hung_at_import_is_ended_by_its_parent_within_the_timeout_and_named(tmp_path: Path) -> None:
+    """Rank 1's test file sleeps at import: before, nothing ended it (rank 0 waited out the join's 120 s and
+    rank 1 stayed, with its supervising parent); now its parent ends it when --gpucomm-timeout has passed
+    since its session's start, rank 0 names it as hung at once, and no process of the job is left."""
+    (tmp_path / "test_hang_import.py").write_text(HANG_AT_IMPORT)
+    port, ends = free_port(), []
+    marker = f"GPUCOMM_TEST_JOB={port}"
+    probe = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={"GPUCOMM_TEST_JOB": str(port)})
+    try:  # the check below finds a live process of the job
+        assert job_processes(marker) == [probe.pid]
+    finally:
+        probe.kill()
+        probe.wait()
+    cmd = [sys.executable, "-m", "pytest", "test_hang_import.py", "-p", "no:cacheprovider", "--gpucomm-timeout=10"]
+    results = run_all([cmd] * 2, [slurm_nodes_env(r, port, GPUCOMM_TEST_JOB=str(port), COLUMNS="120")
+                                  for r in range(2)], tmp_path, ends)
+    text = " ".join(results[0][1].split())
+    assert results[0][0] == 1, results[0][1]
+    assert (f"gpucomm: rank 1 ({socket.gethostname()}) ended before it joined the job: hung: it did not come to the "
+            "job's meeting within 10 s of its session's start, collecting its tests (--gpucomm-timeout); its "
+            "supervising parent ended it (killed by SIGABRT)") in text, results[0][1]
+    assert results[1][0] == 1, results[1][1]
+    assert "gpucomm: this rank is hung: it did not come" in results[1][1], results[1][1]
+    assert max(ends) < 10 + 30, ends  # the timeout, the abort, the news: not the join's 120 s
+    time.sleep(2)
+    assert job_processes(marker) == []
