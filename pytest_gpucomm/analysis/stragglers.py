@@ -76,7 +76,7 @@ NOTABLE_SPREAD = 0.25
 #: a rank is waited for when the other ranks' median share of the iterations' time spent waiting for the last
 #: rank exceeds its own by at least this (in the timed samples or in the single ops); calibrated on healthy
 #: jobs (docs/launched-jobs.md, "A straggler outside the timed loop")
-WAITED_FOR = 0.10
+WAITED_FOR = 0.25
 
 
 def excess_waits(shares: Sequence[float]) -> list[float]:
