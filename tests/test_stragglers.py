@@ -285,6 +285,7 @@ def test_ranks_data_without_wait_shares_names_no_one_waited_for():
         del m.info["ranks"][key]
     cr = case_ranks(m)
     assert cr is not None and cr.waited_for == () and cr.ranks[0].excess_wait is None
+    assert "waited_for" not in cr.to_dict() and "excess_wait" not in cr.to_dict()["slowest"]  # reads as written
 
 
 # -- a pool-mode run (one host) -------------------------------------------------------------------------

@@ -155,11 +155,18 @@ class RankFigures:
         return f"rank {self.rank}" + (f" ({where})" if where else "")
 
     def to_dict(self) -> dict[str, object]:
-        return {"rank": self.rank, "node": self.node, "host": self.host, "device": self.device,
-                "own_median_s": self.own_median_s, "lag_median_s": self.lag_median_s,
-                "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z),
-                "excess_wait": self.excess_wait, "op_excess_wait": self.op_excess_wait,
-                "waited_for": self.waited_for}
+        out: dict[str, object] = {
+            "rank": self.rank, "node": self.node, "host": self.host, "device": self.device,
+            "own_median_s": self.own_median_s, "lag_median_s": self.lag_median_s,
+            "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z)}
+        if self.has_shares:  # a report of before the wait shares reads back as it was written
+            out.update(excess_wait=self.excess_wait, op_excess_wait=self.op_excess_wait, waited_for=self.waited_for)
+        return out
+
+    @property
+    def has_shares(self) -> bool:
+        """Its data has the ranks' wait shares (:func:`excess_waits`)."""
+        return self.excess_wait is not None or self.op_excess_wait is not None
 
 
 def _finite(x: float) -> Optional[float]:
@@ -237,7 +244,8 @@ class CaseRanks:
                 "spread_s": self.spread_s, "spread_fraction": self.spread_fraction, "clear": self.clear,
                 "notable": self.notable, "listed": self.listed, "n_nodes": self.n_nodes,
                 "median_lag_s": self.median_lag_s, "outlier_ranks": [r.to_dict() for r in self.outliers],
-                "waited_for": [r.to_dict() for r in self.waited_for]}
+                **({"waited_for": [r.to_dict() for r in self.waited_for]}
+                   if any(r.has_shares for r in self.ranks) else {})}
 
 
 _RANK_FIELDS = ("rank", "node", "host", "device", "own_median_s", "lag_median_s", "wait_median_s", "straggled")
@@ -367,16 +375,6 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
     for (label, m), cr in zip(cases, per_case):
         if cr is None or cr.n_nodes < 2:
             continue
-        for r in cr.waited_for:
-            entry = node(r.node, r.host)
-            entry.ranks.add(r.rank)
-            entry.cases.append({
-                "test": label, "op": m.op, "size_bytes": m.size_bytes, "by": "waits", "ranks": [r.rank],
-                "excess_wait": r.excess_wait, "op_excess_wait": r.op_excess_wait,
-                "why": f"waited for in {label} ({m.op} {format_size(m.size_bytes)}): rank {r.rank}: {r.waited_text()}",
-            })
-        if not cr.outliers:
-            continue
         for nd in sorted({(r.node, r.host) for r in cr.outliers}):
             mine = [r for r in cr.outliers if (r.node, r.host) == nd]
             entry = node(*nd)
@@ -388,6 +386,16 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
                 "z": [_finite(r.z) for r in mine], "ranks_median_lag_s": cr.median_lag_s,
                 "why": (f"late in {label} ({m.op} {format_size(m.size_bytes)}): {lags} after the first rank "
                         f"(median; the ranks' median lag {fmt_s(cr.median_lag_s)})"),
+            })
+        for r in cr.waited_for:  # held up in some iterations only (a rank that stands out is named above)
+            if r in cr.outliers:
+                continue
+            entry = node(r.node, r.host)
+            entry.ranks.add(r.rank)
+            entry.cases.append({
+                "test": label, "op": m.op, "size_bytes": m.size_bytes, "by": "waits", "ranks": [r.rank],
+                "excess_wait": r.excess_wait, "op_excess_wait": r.op_excess_wait,
+                "why": f"waited for in {label} ({m.op} {format_size(m.size_bytes)}): rank {r.rank}: {r.waited_text()}",
             })
     groups: dict[CaseKey, list[tuple[str, Measurement]]] = {}
     for label, m in cases:
