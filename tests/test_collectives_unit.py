@@ -171,7 +171,8 @@ def test_to_measurement_takes_rank_0s_iteration_times_and_the_ranks_compact_data
     assert m.info == {"backend": "gloo", "in_place": False, "batch": 4, "graph": False, "timer": "host clock"}
     assert ranks == {"rank": [0, 1], "node": [0, 1], "host": ["h0", "h1"], "device": ["cpu", "cpu"],
                      "own_median_s": [2e-3, 1e-3], "lag_median_s": [0.0, 2e-3], "wait_median_s": [1e-3, 0.0],
-                     "straggled": [1, 2], "straggler": [1, 0, 1]}
+                     "straggled": [1, 2], "wait_share": [0.0, 0.0], "op_wait_share": [0.0, 0.0],
+                     "straggler": [1, 0, 1]}
 
 
 def test_to_measurement_names_stragglers_by_the_ranks_of_the_results():

@@ -22,7 +22,9 @@ from pytest_gpucomm.report.run import json_document, straggler_lines
 from pytest_gpucomm.plugin.state import Record
 from pytest_gpucomm.analysis.stragglers import (
     MAD_FLOOR,
+    WAITED_FOR,
     chance_of_at_least,
+    excess_waits,
     case_ranks,
     find_outliers,
     modified_z,
@@ -35,7 +37,8 @@ from proc_helpers import gloo_pool  # noqa: E402
 MS = 1e-3
 
 
-def collective(lags, owns=None, straggler=(), nodes=None, iteration=20 * MS, n=10, hosts=None) -> Measurement:
+def collective(lags, owns=None, straggler=(), nodes=None, iteration=20 * MS, n=10, hosts=None, shares=None,
+               op_shares=None) -> Measurement:
     """A 4 KiB all_reduce measured on len(lags) ranks, through to_measurement, with the given per-rank
     median lags (and own times), per-iteration straggler ids and nodes."""
     world = len(lags)
@@ -48,7 +51,8 @@ def collective(lags, owns=None, straggler=(), nodes=None, iteration=20 * MS, n=1
                            wrong=0, checked=1024, first_wrong=None, wrong_path="",
                            straggler=straggler if r == 0 else (), own_median_s=owns[r], lag_median_s=lags[r],
                            wait_median_s=owns[r] - min(owns), straggled=sum(1 for s in straggler if s == r),
-                           host=hosts[r], node=nodes[r], device="cpu")
+                           host=hosts[r], node=nodes[r], device="cpu",
+                           wait_share=shares[r] if shares else 0.0, op_wait_share=op_shares[r] if op_shares else 0.0)
                for r in range(world)]
     return to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096)
 
@@ -214,13 +218,15 @@ def test_iteration_stats_takes_the_max_and_names_the_rank_that_arrived_last(thre
            [3.0, 1.0, 2.0, 6.0, 2.0]]
     out = three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": own}, timeout_s=60)
     times, straggler = [3.0, 5.0, 2.0, 6.0, 2.0], [1, 2, 0, 0, 0]  # a tie goes to the lowest rank
-    for r, (t, s, own_med, lag_med, wait_med, straggled) in enumerate(out):
+    for r, (t, s, own_med, lag_med, wait_med, straggled, share) in enumerate(out):
         assert t == times and s == straggler  # the same on every rank
         assert own_med == sorted(own[r])[2]
         assert lag_med == sorted(a - b for a, b in zip(times, own[r]))[2]
         low = [min(col) for col in zip(*own)]
         assert wait_med == sorted(a - b for a, b in zip(own[r], low))[2]
         assert straggled == straggler.count(r)
+        # its waits summed, over the iterations' times summed (18 s)
+        assert share == pytest.approx(sum(a - b for a, b in zip(own[r], low)) / 18.0)
 
 
 def test_iteration_stats_refuses_ranks_with_different_sample_counts(three_ranks):
@@ -232,6 +238,54 @@ def test_iteration_stats_refuses_ranks_with_different_sample_counts(three_ranks)
     text = str(e.value)
     assert "the ranks took different numbers of timed samples (1 to 2; rank 1: 2)" in text
     assert "raised on rank(s) [0, 1, 2] (world size 3)" in text, text  # on every rank alike
+
+
+# -- a rank the others waited for, summed over the iterations ----------------------------------------
+
+def test_excess_wait_is_the_others_median_share_minus_the_ranks_own():
+    assert excess_waits([0.30, 0.02]) == pytest.approx([0.02 - 0.30, 0.30 - 0.02])
+    assert excess_waits([0.3, 0.3, 0.0, 0.2]) == pytest.approx([-0.1, -0.1, 0.3, 0.1])
+    assert excess_waits([0.5]) == [0.0]
+
+
+def test_a_rank_the_others_waited_for_in_some_iterations_is_named_though_it_was_not_last_in_most():
+    """Rank 1 held up outside its timed region in a quarter of the iterations: last in 6 of 10 (not a clear
+    majority), a median lag of nothing, but the other rank spent 40 % of the iterations' time waiting."""
+    m = collective([0.0, 0.0], straggler=[1, 0, 1, 0, 1, 1, 0, 1, 0, 1], nodes=[0, 1], shares=[0.40, 0.01],
+                   op_shares=[0.02, 0.03])
+    cr = case_ranks(m)
+    assert cr is not None and not cr.clear and not cr.outliers
+    assert [r.rank for r in cr.waited_for] == [1] and cr.listed
+    assert cr.waited_for[0].excess_wait == pytest.approx(0.39)
+    assert cr.text().endswith("; waited for: rank 1 (node 1, host1, cpu): the others waited 39% of the timed "
+                              "samples' time for it, beyond its own wait (summed)")
+    _, nodes = find_outliers([("t.py::test_all_reduce", m)])
+    assert [(n.node, sorted(n.ranks)) for n in nodes] == [(1, [1])]
+    assert nodes[0].cases[0]["by"] == "waits"
+    assert cr.to_dict()["waited_for"][0]["rank"] == 1
+
+
+def test_ranks_whose_shares_differ_by_less_than_the_threshold_name_no_one():
+    just_under = WAITED_FOR - 0.005
+    cr = case_ranks(collective([0.0, 0.0], straggler=[1, 0] * 5, shares=[0.03 + just_under, 0.03],
+                               op_shares=[0.05, 0.05 + just_under]))
+    assert cr is not None and cr.waited_for == () and not cr.listed
+
+
+def test_the_single_ops_alone_can_name_the_rank_waited_for():
+    cr = case_ranks(collective([0.0, 0.0, 0.0], straggler=[0, 1, 2] * 3, shares=[0.02] * 3,
+                               op_shares=[0.30, 0.02, 0.31]))
+    assert cr is not None and [r.rank for r in cr.waited_for] == [1]
+    assert "28% of the single ops' time" in cr.text()
+
+
+def test_ranks_data_without_wait_shares_names_no_one_waited_for():
+    m = collective([0.0, 0.0], straggler=[1, 0] * 5)
+    for key in ("wait_share", "op_wait_share"):
+        del m.info["ranks"][key]
+    cr = case_ranks(m)
+    assert cr is not None and cr.waited_for == () and cr.ranks[0].excess_wait is None
+    assert "waited_for" not in cr.to_dict() and "excess_wait" not in cr.to_dict()["slowest"]  # reads as written
 
 
 # -- a pool-mode run (one host) -------------------------------------------------------------------------

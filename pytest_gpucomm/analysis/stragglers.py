@@ -27,6 +27,15 @@ others' median by more than 3.5 / 0.6745 x 2% ~ 10% of an iteration (a node when
 the nodes' median): less than that is within what runs of the same hardware differ by, and costs a job
 little.
 
+A rank held up where its own clock does not run (between two timed iterations: a sleep, a stop, another
+process on its core) is late only in some iterations, so neither the count nor the medians above see it.
+The sums do: each rank's share of the iterations' time spent waiting for the last rank
+(``info["ranks"]["wait_share"]``, and ``op_wait_share`` for the single ops timed one by one,
+:func:`~pytest_gpucomm.ops.across_ranks.iteration_stats`) grows on the ranks that wait for it, not on it.
+A rank is *waited for* when the median share of the other ranks exceeds its own by :data:`WAITED_FOR` or more
+in either phase (:attr:`RankFigures.waited_for`), which held for no rank of the healthy jobs the threshold was
+calibrated on (docs/launched-jobs.md, "A straggler outside the timed loop").
+
 Only slow is named: a rank with a *large* lag, a node with a *low* figure (one-sided); a rank that arrived
 first or a node that is faster than the others holds no one up.
 
@@ -44,7 +53,7 @@ from ..measurement import Measurement
 from ..units import describe_duration, format_size
 
 __all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "CHANCE_P", "MIN_LAG",
-           "NOTABLE_SPREAD", "modified_z", "chance_of_at_least",
+           "NOTABLE_SPREAD", "WAITED_FOR", "modified_z", "chance_of_at_least", "excess_waits",
            "RankFigures", "CaseRanks", "case_ranks", "NodeFigure", "node_outliers", "OutlierNode",
            "find_outliers", "fmt_s"]
 
@@ -64,6 +73,19 @@ CHANCE_P = 0.001
 MIN_LAG = 0.05
 #: a spread of the ranks' median own times of at least this fraction of the iteration time is notable
 NOTABLE_SPREAD = 0.25
+#: a rank is waited for when the other ranks' median share of the iterations' time spent waiting for the last
+#: rank exceeds its own by at least this (in the timed samples or in the single ops); calibrated on healthy
+#: jobs (docs/launched-jobs.md, "A straggler outside the timed loop")
+WAITED_FOR = 0.25
+
+
+def excess_waits(shares: Sequence[float]) -> list[float]:
+    """Per rank, how much more of the iterations' time the other ranks spent waiting than it did: the median
+    of the others' ``shares`` minus its own (0 for a group of one)."""
+    if len(shares) < 2:
+        return [0.0] * len(shares)
+    values = list(shares)
+    return [statistics.median(values[:i] + values[i + 1:]) - x for i, x in enumerate(values)]
 
 
 def chance_of_at_least(k: int, n: int, p: float) -> float:
@@ -110,15 +132,41 @@ class RankFigures:
     wait_median_s: float  # how long it waited for the last rank
     straggled: int  # iterations in which it arrived last
     z: float  # modified z-score of its lag among the case's ranks (0 with fewer than MIN_COMPARED ranks)
+    #: how much more of the iterations' time the others waited than it did (:func:`excess_waits`): in the
+    #: timed samples, and in the single ops (None where the data has no such share)
+    excess_wait: Optional[float] = None
+    op_excess_wait: Optional[float] = None
+
+    @property
+    def waited_for(self) -> bool:
+        """The others waited for it, summed over the iterations: its excess wait at least WAITED_FOR in the
+        timed samples or in the single ops."""
+        return any(x is not None and x >= WAITED_FOR for x in (self.excess_wait, self.op_excess_wait))
+
+    def waited_text(self) -> str:
+        """``the others waited 23% of the iterations' time for it (single ops: 31%)``"""
+        parts = [f"{x:.0%} of the {what}" for x, what in ((self.excess_wait, "timed samples' time"),
+                                                          (self.op_excess_wait, "single ops' time"))
+                 if x is not None and x >= WAITED_FOR]
+        return f"the others waited {' and '.join(parts)} for it, beyond its own wait (summed)"
 
     def label(self, with_node: bool) -> str:
         where = ", ".join(x for x in ((f"node {self.node}" if with_node else ""), self.host, self.device) if x)
         return f"rank {self.rank}" + (f" ({where})" if where else "")
 
     def to_dict(self) -> dict[str, object]:
-        return {"rank": self.rank, "node": self.node, "host": self.host, "device": self.device,
-                "own_median_s": self.own_median_s, "lag_median_s": self.lag_median_s,
-                "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z)}
+        out: dict[str, object] = {
+            "rank": self.rank, "node": self.node, "host": self.host, "device": self.device,
+            "own_median_s": self.own_median_s, "lag_median_s": self.lag_median_s,
+            "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z)}
+        if self.has_shares:  # a report of before the wait shares reads back as it was written
+            out.update(excess_wait=self.excess_wait, op_excess_wait=self.op_excess_wait, waited_for=self.waited_for)
+        return out
+
+    @property
+    def has_shares(self) -> bool:
+        """Its data has the ranks' wait shares (:func:`excess_waits`)."""
+        return self.excess_wait is not None or self.op_excess_wait is not None
 
 
 def _finite(x: float) -> Optional[float]:
@@ -135,6 +183,8 @@ class CaseRanks:
     slowest: RankFigures  # the rank that arrived last in the most iterations (ties: the first listed)
     outliers: tuple[RankFigures, ...]  # ranks whose lag stands out (modified z-score > Z_LIMIT)
     n_nodes: int  # nodes the case's ranks ran on
+    #: ranks the others waited for, summed over the iterations (:attr:`RankFigures.waited_for`), most first
+    waited_for: tuple[RankFigures, ...] = ()
 
     @property
     def spread_s(self) -> float:
@@ -165,8 +215,8 @@ class CaseRanks:
     @property
     def listed(self) -> bool:
         """Whether the report's "slowest ranks" section lists the case: a clear slowest rank, a notable
-        spread, or a rank that stands out."""
-        return self.clear or self.notable or bool(self.outliers)
+        spread, a rank that stands out, or a rank the others waited for."""
+        return self.clear or self.notable or bool(self.outliers) or bool(self.waited_for)
 
     @property
     def median_lag_s(self) -> float:
@@ -184,6 +234,8 @@ class CaseRanks:
                f"{self.spread_fraction:.0%} of the iteration's {fmt_s(self.iteration_s)})")
         if self.outliers:
             out += "; stands out: " + ", ".join(r.label(nodes) for r in self.outliers)
+        for r in self.waited_for:
+            out += f"; waited for: {r.label(nodes)}: {r.waited_text()}"
         return out
 
     def to_dict(self) -> dict[str, object]:
@@ -191,7 +243,9 @@ class CaseRanks:
         return {"n": self.n, "iteration_median_s": self.iteration_s, "slowest": self.slowest.to_dict(),
                 "spread_s": self.spread_s, "spread_fraction": self.spread_fraction, "clear": self.clear,
                 "notable": self.notable, "listed": self.listed, "n_nodes": self.n_nodes,
-                "median_lag_s": self.median_lag_s, "outlier_ranks": [r.to_dict() for r in self.outliers]}
+                "median_lag_s": self.median_lag_s, "outlier_ranks": [r.to_dict() for r in self.outliers],
+                **({"waited_for": [r.to_dict() for r in self.waited_for]}
+                   if any(r.has_shares for r in self.ranks) else {})}
 
 
 _RANK_FIELDS = ("rank", "node", "host", "device", "own_median_s", "lag_median_s", "wait_median_s", "straggled")
@@ -224,16 +278,25 @@ def case_ranks(m: Measurement) -> Optional[CaseRanks]:
     iteration = statistics.median(m.samples_s) if m.samples_s else 0.0
     lags = [float(x) for x in data["lag_median_s"]]
     zs = modified_z(lags, MAD_FLOOR * iteration) if world >= MIN_COMPARED else [0.0] * world
+    excess: dict[str, list[Optional[float]]] = {}
+    for key in ("wait_share", "op_wait_share"):  # absent from the data of before them
+        shares = data.get(key)
+        if shares is not None and len(shares) != world:
+            raise ValueError(f"{where}: {key} must list one value per rank ({world} ranks)")
+        excess[key] = list(excess_waits([float(x) for x in shares])) if shares else [None] * world
     ranks = tuple(
         RankFigures(rank=int(data["rank"][i]), node=int(data["node"][i]), host=str(data["host"][i]),
                     device=str(data["device"][i]), own_median_s=float(data["own_median_s"][i]),
                     lag_median_s=lags[i], wait_median_s=float(data["wait_median_s"][i]),
-                    straggled=int(data["straggled"][i]), z=zs[i])
+                    straggled=int(data["straggled"][i]), z=zs[i], excess_wait=excess["wait_share"][i],
+                    op_excess_wait=excess["op_wait_share"][i])
         for i in range(world))
     slowest = max(ranks, key=lambda r: r.straggled)  # max keeps the first of equals
     outliers = tuple(r for r in ranks if r.z > Z_LIMIT)
+    waited = tuple(sorted((r for r in ranks if r.waited_for),
+                          key=lambda r: -max(x for x in (r.excess_wait, r.op_excess_wait) if x is not None)))
     return CaseRanks(n=n, iteration_s=iteration, ranks=ranks, slowest=slowest, outliers=outliers,
-                     n_nodes=len({r.node for r in ranks}))
+                     n_nodes=len({r.node for r in ranks}), waited_for=waited)
 
 
 @dataclass(frozen=True)
@@ -298,8 +361,8 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
     """For the run's measurements (``(label, measurement)``, the label naming the test): each one's
     :class:`CaseRanks` (None where it has no ranks' data), and the outlier nodes, in the order first named.
 
-    A node is named when one of its ranks stands out in a collective whose ranks ran on two nodes or more
-    (on one node, the rank is named in the case's line, and there is no other node to set it against), or
+    A node is named when one of its ranks stands out, or was waited for (:attr:`RankFigures.waited_for`), in a
+    collective whose ranks ran on two nodes or more (on one node, the rank is named in the case's line), or
     when its own measurement of a case stands out from the other nodes' (:func:`node_outliers`)."""
     per_case = [case_ranks(m) for _, m in cases]
     found: dict[int, OutlierNode] = {}
@@ -310,7 +373,7 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
         return entry
 
     for (label, m), cr in zip(cases, per_case):
-        if cr is None or cr.n_nodes < 2 or not cr.outliers:
+        if cr is None or cr.n_nodes < 2:
             continue
         for nd in sorted({(r.node, r.host) for r in cr.outliers}):
             mine = [r for r in cr.outliers if (r.node, r.host) == nd]
@@ -323,6 +386,16 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
                 "z": [_finite(r.z) for r in mine], "ranks_median_lag_s": cr.median_lag_s,
                 "why": (f"late in {label} ({m.op} {format_size(m.size_bytes)}): {lags} after the first rank "
                         f"(median; the ranks' median lag {fmt_s(cr.median_lag_s)})"),
+            })
+        for r in cr.waited_for:  # held up in some iterations only (a rank that stands out is named above)
+            if r in cr.outliers:
+                continue
+            entry = node(r.node, r.host)
+            entry.ranks.add(r.rank)
+            entry.cases.append({
+                "test": label, "op": m.op, "size_bytes": m.size_bytes, "by": "waits", "ranks": [r.rank],
+                "excess_wait": r.excess_wait, "op_excess_wait": r.op_excess_wait,
+                "why": f"waited for in {label} ({m.op} {format_size(m.size_bytes)}): rank {r.rank}: {r.waited_text()}",
             })
     groups: dict[CaseKey, list[tuple[str, Measurement]]] = {}
     for label, m in cases:

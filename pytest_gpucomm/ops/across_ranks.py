@@ -39,6 +39,10 @@ class IterationStats(NamedTuple):
     lag_median_s: float
     wait_median_s: float
     straggled: int  # iterations in which this rank arrived last
+    #: the share of the iterations' time (the slowest rank's, summed) this rank spent waiting for the last
+    #: rank (its wait, summed): a rank slowed outside its own timed region has the least of it, the ranks
+    #: that waited for it the most, whichever iterations it happened in (the medians miss it when it is rare)
+    wait_share: float = 0.0
 
 
 def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], rank: int, world: int, device: str,
@@ -62,11 +66,17 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
       largest; a rank that arrived first has 0); ``wait = own_r - min_i``: how long r waited for the
       straggler (the straggler's is 0).
 
-    Each rank keeps the medians of its own time, lag and wait over the iterations, and how often it was
-    the straggler; every rank gets the k iteration times and straggler ids, and :func:`.collectives.bench` returns
-    them on rank 0 only, so that the results gathered at rank 0 grow as ranks + iterations, not ranks x
-    iterations.  The iteration times are exactly the per-iteration maximum that the controller used to
-    compute from every rank's samples (the same float64 values).
+    Each rank keeps the medians of its own time, lag and wait over the iterations, how often it was
+    the straggler, and its ``wait_share``: its waits summed over the iterations, over the iterations'
+    times summed.  A rank held up where its own clock does not run -- between two timed iterations, by a
+    sleep, a stop (SIGSTOP) or another process on its core -- makes the others wait inside their next timed
+    iteration while its own shows nothing: their share grows, its own does not.  Held up inside its own
+    timed iteration instead, it shows a longer time of its own, and the others wait in the next one: the
+    two cancel in the sums.  The medians see such a rank only when it is late in most iterations; the sums
+    see it however rarely it happens.  Every rank gets the k iteration times and straggler ids, and
+    :func:`.collectives.bench` returns them on rank 0 only, so that the results gathered at rank 0 grow as
+    ranks + iterations, not ranks x iterations.  The iteration times are exactly the per-iteration maximum
+    that the controller used to compute from every rank's samples (the same float64 values).
 
     Where an op does not make every rank wait for every other (broadcast and reduce from a root, and
     pairs that only wait for each other), the same figures are still defined -- the longest own time per
@@ -102,5 +112,6 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
         lag_median_s=statistics.median(t - o for t, o in zip(times, own)),
         wait_median_s=statistics.median(o - m for o, m in zip(own, low)),
         straggled=sum(1 for w in who if w == rank),
+        wait_share=sum(o - m for o, m in zip(own, low)) / total if (total := sum(times)) > 0 else 0.0,
     )
 

@@ -39,6 +39,7 @@ class BenchResult:
     lag_median_s: float = 0.0  # how much later than the first rank this rank arrived (median)
     wait_median_s: float = 0.0  # how long this rank waited for the last one to arrive (median)
     straggled: int = 0  # iterations in which this rank arrived last
+    wait_share: float = 0.0  # the share of the iterations' time this rank waited for the last one (sums)
     host: str = ""  # where the rank ran: host, node index, device
     node: int = 0
     device: str = ""
@@ -51,6 +52,7 @@ class BenchResult:
     op_timer_resolution_s: float = 0.0  # the timer's step
     op_timer_overhead_s: float = 0.0  # median time of an empty timed interval (start, stop, nothing between)
     op_budget_s: float = 0.0  # the time budget that set the number of single ops
+    op_wait_share: float = 0.0  # the share of the single ops' time this rank waited for the last one (sums)
 
 
 class WrongResult(Exception):
@@ -78,8 +80,9 @@ def ranks_clocks(results: Sequence[BenchResult]) -> list[dict[str, object]]:
 def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:
     """The ranks' compact data, one list per field, in the order of ``results`` (the group's ranks):
     ``rank``, ``node``, ``host``, ``device``, ``own_median_s``, ``lag_median_s``, ``wait_median_s``,
-    ``straggled`` (one entry per rank), and ``straggler`` (one entry per iteration: the rank, as named in
-    ``rank``, that arrived last).  O(ranks + iterations) numbers per case, never ranks x iterations."""
+    ``straggled``, ``wait_share``, ``op_wait_share`` (one entry per rank), and ``straggler`` (one entry per
+    iteration: the rank, as named in ``rank``, that arrived last).  O(ranks + iterations) numbers per case,
+    never ranks x iterations."""
     ids = [r.rank for r in results]
     return {
         "rank": ids,
@@ -90,6 +93,8 @@ def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:
         "lag_median_s": [r.lag_median_s for r in results],
         "wait_median_s": [r.wait_median_s for r in results],
         "straggled": [r.straggled for r in results],
+        "wait_share": [r.wait_share for r in results],
+        "op_wait_share": [r.op_wait_share for r in results],
         "straggler": [ids[i] for i in results[0].straggler],
     }
 

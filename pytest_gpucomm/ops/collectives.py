@@ -555,6 +555,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
         lag_median_s=its.lag_median_s,
         wait_median_s=its.wait_median_s,
         straggled=its.straggled,
+        wait_share=its.wait_share,
         host=ctx.host or socket.gethostname(),
         node=ctx.node_rank,
         device=ctx.device,

@@ -205,7 +205,8 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         graph_error="", registered=False, register_note="", size_bytes=0, wrong=wrong, checked=checked,
         first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
         own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
-        straggled=its.straggled, host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device,
+        straggled=its.straggled, wait_share=its.wait_share, host=ctx.host or socket.gethostname(),
+        node=ctx.node_rank, device=ctx.device,
         clocks=tuple(clock_info(clocks)), overlap=overlap if first_rank else {}, **tail)
 
 

@@ -37,7 +37,8 @@ class SingleOpFields(TypedDict, total=False):
     """What a rank's result (:class:`~.collective_results.BenchResult`, a pattern's too) holds of its single-op
     phase, passed to it as keyword arguments: per op the slowest rank's time (on rank 0 only; ``()`` on the
     others), this rank's own p50 and p99, how a single op was timed, the timer's step and the overhead of an
-    empty timed interval, and the time budget that set the number of single ops."""
+    empty timed interval, the time budget that set the number of single ops, and this rank's share of the single
+    ops' time spent waiting for the last rank (:attr:`.across_ranks.IterationStats.wait_share`)."""
 
     op_times_s: tuple[float, ...]
     op_own_p50_s: float
@@ -46,6 +47,7 @@ class SingleOpFields(TypedDict, total=False):
     op_timer_resolution_s: float
     op_timer_overhead_s: float
     op_budget_s: float
+    op_wait_share: float
 
 
 class SingleOps(NamedTuple):
@@ -250,5 +252,6 @@ def single_op_fields(torch: ModuleType, dist: ModuleType, singles: Optional[Sing
     return {"op_times_s": tuple(op_its.times) if rank == 0 else (), "op_own_p50_s": statistics.median(own_sorted),
             "op_own_p99_s": own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
             "op_timer": singles.timer, "op_timer_resolution_s": singles.resolution_s,
-            "op_timer_overhead_s": singles.overhead_s, "op_budget_s": budget_s}
+            "op_timer_overhead_s": singles.overhead_s, "op_budget_s": budget_s,
+            "op_wait_share": op_its.wait_share}
 

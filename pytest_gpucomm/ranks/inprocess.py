@@ -92,7 +92,7 @@ class InProcessExecutor:
             from pytest_gpucomm.ranks.errors import JobBroken
 
             raise JobBroken(session.broken, ranks=(), label=label or task, timeout_s=timeout_s)
-        session.watch(deadline, what, timeout_s)
+        session.watch(deadline, what, timeout_s, task=True)
         try:
             try:
                 fn = self._tasks.get(task)

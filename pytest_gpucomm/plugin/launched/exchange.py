@@ -43,14 +43,14 @@ import faulthandler
 import os
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ...env.launch import Launch
 from ...ranks.errors import JobBroken
 from .deaths import DEAD, PeerWatch, absent, dead_ranks, describe_deaths
 from .supervise import left
 
-__all__ = ["JobExchange", "Watchdog", "GRACE_S", "END_S"]
+__all__ = ["JobExchange", "Watchdog", "GRACE_S", "END_S", "main_thread_state"]
 
 #: after its deadline (or after the other ranks named it as hung), a rank waits this long before its
 #: watchdog ends it, so that the waiting ranks report the failure first
@@ -61,6 +61,43 @@ END_S = 60.0
 _WATCH_S = 24 * 3600.0
 #: when the control group fails in an exchange (a rank gone), how long to wait for the news of a death
 DEATH_NEWS_S = 5.0
+#: at a task's deadline, how long the ranks wait for each other's word on where they are (:func:`main_thread_state`)
+STATE_S = 5.0
+#: a rank named as hung by the others is ended this soon: the ranks blocked in a collective with it are freed
+#: only by its end (its connections closing), and the namers' message is written before the name is sent
+HUNG_END_S = 1.0
+#: the value of ``abort/<rank>`` that names the rank as hung (followed by the message)
+HUNG = "hung "
+#: a source line that waits for the other ranks (a collective's or a stream's wait), where the innermost Python
+#: frame of a rank's main thread is not in torch.distributed itself
+_WAITS = (".wait(", "synchronize(", "barrier(")
+
+
+def main_thread_state(frames: Optional[dict[int, Any]] = None) -> tuple[str, str]:
+    """Where this process's main thread is: ``("wait", where)`` in torch.distributed or at a line that waits
+    for other ranks (a work's ``.wait()``, a ``synchronize()``, a ``barrier()``): it waits for the others;
+    else ``("busy", where)``: it runs code of its own (a sleep, a loop, a lock), so the ranks that wait for
+    it wait for this rank.  ``where``: ``function (file:line)`` of its innermost Python frame."""
+    import linecache
+    import sys
+
+    frames = sys._current_frames() if frames is None else frames
+    frame = frames.get(threading.main_thread().ident or -1)
+    if frame is None:
+        return "busy", "no Python frame"
+    code = frame.f_code
+    where = f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+    f = frame
+    while f is not None:
+        if f"{os.sep}torch{os.sep}distributed{os.sep}" in f.f_code.co_filename:
+            return "wait", where
+        f = f.f_back
+    line = linecache.getline(code.co_filename, frame.f_lineno)
+    return ("wait" if any(w in line for w in _WAITS) else "busy"), where
+
+
+def _store_text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class Watchdog:
@@ -76,6 +113,8 @@ class Watchdog:
         self._cond = threading.Condition()
         self._armed: Optional[tuple[float, str]] = None
         self._final: Optional[tuple[float, str]] = None
+        #: run (in this thread) when the armed deadline passes, before the process is ended: it may re-arm
+        self._check: Optional[tuple[float, Callable[[], None]]] = None
         self._stopped = False
         self._thread: Optional[threading.Thread] = None
         self._firing = threading.Lock()
@@ -85,16 +124,20 @@ class Watchdog:
             self._thread = threading.Thread(target=self._run, name="gpucomm-watchdog", daemon=True)
             self._thread.start()
 
-    def arm(self, deadline: float, why: str) -> None:
-        """End this process at ``deadline`` (``time.monotonic()``) unless :meth:`disarm` comes first."""
+    def arm(self, deadline: float, why: str, check: Optional[tuple[float, Callable[[], None]]] = None) -> None:
+        """End this process at ``deadline`` (``time.monotonic()``) unless :meth:`disarm` comes first;
+        ``check``: (when, what) -- ``what()`` runs in the watchdog's thread at ``when`` (before ``deadline``)
+        unless :meth:`disarm` comes first, and may :meth:`arm` again."""
         with self._cond:
             self._armed = (deadline, why)
+            self._check = check
             self._start()
             self._cond.notify()
 
     def disarm(self) -> None:
         with self._cond:
             self._armed = None
+            self._check = None
 
     def final(self, deadline: float, why: str) -> None:
         """End this process at ``deadline`` whatever happens (an earlier final deadline is kept)."""
@@ -115,15 +158,31 @@ class Watchdog:
             with self._cond:
                 if self._stopped:
                     return
+                check = self._check
                 due = min((d for d in (self._armed, self._final) if d is not None), default=None)
-                if due is None:
+                if check is not None and (due is None or check[0] < due[0]):
+                    left = check[0] - time.monotonic()
+                    if left > 0:
+                        self._cond.wait(left)
+                        continue
+                    self._check = None
+                    due = None
+                elif due is None:
                     self._cond.wait()
                     continue
-                left = due[0] - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
-                    continue
-            self.fire(due[1])
+                else:
+                    left = due[0] - time.monotonic()
+                    if left > 0:
+                        self._cond.wait(left)
+                        continue
+            if due is None and check is not None:
+                try:
+                    check[1]()
+                except Exception:  # a store gone: the armed deadline still ends this rank
+                    pass
+                continue
+            if due is not None:
+                self.fire(due[1])
 
     def fire(self, why: str) -> None:
         """Write ``why`` and every thread's stack to ``fd``, then end the process with status 1."""
@@ -152,6 +211,9 @@ class JobExchange:
         self.device = ""
         self.hosts: tuple[str, ...] = ()
         self.devices: tuple[str, ...] = ()
+        self.nodes: tuple[int, ...] = ()  # every rank's node
+        #: the ranks named as hung at a task's deadline, with the message (the first rank's to name them)
+        self.hung: Optional[tuple[str, list[int]]] = None
         self.control: Any = None  # the gloo group of control messages
         self.broken: Optional[str] = None
         self._closing = False
@@ -185,6 +247,16 @@ class JobExchange:
                  f"{self.devices[r] if r < len(self.devices) else '?'})" for r in ranks[:8]]
         more = f" and {len(ranks) - 8} more" if len(ranks) > 8 else ""
         return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(named)}{more}"
+
+    def _named(self, ranks: Sequence[int]) -> str:
+        """``rank 1 (node 1, host vm, cpu)``, or ``ranks 1 (...), 3 (...)``: with each rank's node."""
+        def one(r: int) -> str:
+            node = f"node {self.nodes[r]}, " if r < len(self.nodes) else ""
+            return (f"{r} ({node}host {self.hosts[r] if r < len(self.hosts) else '?'}, "
+                    f"{self.devices[r] if r < len(self.devices) else '?'})")
+
+        more = f" and {len(ranks) - 8} more" if len(ranks) > 8 else ""
+        return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(one(r) for r in ranks[:8])}{more}"
 
     def _store_address(self) -> str:
         store = self._store
@@ -230,6 +302,11 @@ class JobExchange:
                     return
                 if message.startswith(DEAD):
                     self._on_death(store)
+                elif message.startswith(HUNG):
+                    self.watchdog.final(
+                        time.monotonic() + HUNG_END_S,
+                        f"{message[len(HUNG):]}\ngpucomm: this is {self._me()}, named as hung by the other ranks, "
+                        "which wait for it in a collective: it exits (status 1)")
                 elif message:
                     self.watchdog.final(
                         time.monotonic() + GRACE_S,
@@ -370,6 +447,9 @@ class JobExchange:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if self.broken is not None:
             raise JobBroken(self.broken, ranks=(), label=what, timeout_s=timeout)
+        if self.hung is not None:  # named at the task's deadline: the task ended when the hung rank did
+            self._seq += 1
+            raise self._break(self.hung[0], what, timeout, self.hung[1])
         if deadline is None:
             deadline = time.monotonic() + timeout
         seq = self._seq
@@ -395,11 +475,66 @@ class JobExchange:
         finally:
             self.watchdog.disarm()
 
-    def watch(self, deadline: float, what: str, timeout_s: float) -> None:
-        """Arm the watchdog: this rank ends GRACE_S after ``deadline`` unless ``watchdog.disarm()`` first."""
-        self.watchdog.arm(deadline + GRACE_S,
-                          f"gpucomm: {self._me()} did not finish {what} within {timeout_s:g} s (and {GRACE_S:g} s "
-                          "of grace); a hung rank cannot be recovered: it exits (status 1)")
+    def watch(self, deadline: float, what: str, timeout_s: float, task: bool = False) -> None:
+        """Arm the watchdog: this rank ends GRACE_S after ``deadline`` unless ``watchdog.disarm()`` first.
+        ``task``: a task runs (its ranks may block in a collective until the deadline): at the deadline the
+        ranks tell each other where they are, and the ones that wait name the hung ones
+        (:meth:`_at_deadline`)."""
+        why = (f"gpucomm: {self._me()} did not finish {what} within {timeout_s:g} s (and {GRACE_S:g} s "
+               "of grace); a hung rank cannot be recovered: it exits (status 1)")
+        seq = self._seq  # the exchange that ends the task: alike on every rank
+        check = (deadline, lambda: self._at_deadline(seq, what, timeout_s, deadline, why)) if task else None
+        self.watchdog.arm(deadline + GRACE_S, why, check)
+
+    def _at_deadline(self, seq: int, what: str, timeout_s: float, deadline: float, why: str) -> None:
+        """At a task's deadline (in the watchdog's thread): say in the store where this rank is (waiting for
+        the others in a collective, or busy in code of its own, :func:`main_thread_state`), read where the
+        others are (arrived at the exchange that ends the task counts as waiting), and name the ranks that
+        are busy or did not answer within :data:`STATE_S`: they are hung.  The first verdict in the store is
+        every rank's: it is sent to the hung ranks, which end at once (their end frees the collective the
+        others block in), and the exchange that ends the task raises it.  A rank that is hung itself, or
+        whose ranks all wait, keeps its deadline's end."""
+        if self._store is None or self.broken is not None:
+            return
+        store = self._store.clone()
+        rank, world = self.launch.rank, self.launch.world_size
+        kind, where = main_thread_state()
+        store.set(f"state/{seq}/{rank}", f"{kind}\t{where}")
+        if kind != "wait":
+            return
+        states: dict[int, tuple[str, str]] = {}
+        end = time.monotonic() + STATE_S
+        while True:
+            for r in range(world):
+                if r in states:
+                    continue
+                if store.check([f"arrive/{seq}/{r}"]):
+                    states[r] = ("wait", "at the exchange")
+                elif store.check([f"state/{seq}/{r}"]):
+                    k, _, w = store.get(f"state/{seq}/{r}").decode(errors="replace").partition("\t")
+                    states[r] = (k, w)
+            if len(states) == world or time.monotonic() >= end:
+                break
+            time.sleep(0.1)
+        hung = [r for r in range(world) if states.get(r, ("",))[0] != "wait"]
+        if not hung:  # every rank waits: a communicator that hangs by itself; the deadline's end stands
+            return
+        where_text = "; ".join(f"rank {r} in {states[r][1]}" if r in states else
+                               f"rank {r} did not answer within {STATE_S:g} s" for r in hung)
+        message = (f"gpucomm: {self._named(hung)} did not reach the end of {what}: hung ({where_text}, "
+                   f"{timeout_s:g} s after the task started; the other ranks waited for it in a collective); "
+                   "a hung communicator cannot be recovered: the session stops here")
+        value = _store_text(store.compare_set(f"hung/{seq}", "", message))  # the first verdict is every rank's
+        self.hung = (value, hung)
+        for r in hung:
+            try:  # not a death when its end is seen: it was ended as hung
+                store.compare_set(f"dead/{r}", "", f"{time.time():.3f}\tended as hung")
+                store.set(f"abort/{r}", HUNG + value)
+            except Exception:
+                break
+        self.watchdog.arm(time.monotonic() + GRACE_S + END_S,
+                          f"gpucomm: {self._me()} named {self._named(hung)} as hung in {what}, but stayed blocked "
+                          f"{GRACE_S + END_S:g} s after that; a hung rank cannot be recovered: it exits (status 1)")
 
     def allgather(self, obj: Any, what: str = "a control message") -> list[Any]:
         """Every rank's ``obj``, ordered by rank, over the control group (picklable objects), within

@@ -202,10 +202,12 @@ class LaunchedSession:
         raw = _innermost(store)
         channel.connect(dist.new_group(backend="gloo", timeout=timeout), dist.PrefixStore(namespace, raw))
         self._started = True
-        every = channel.exchange((la.host, channel.device, ident()), what="joining the job", timeout_s=join_s)
-        channel.hosts = tuple(h for h, _, _ in every)
-        channel.devices = tuple(d for _, d, _ in every)
-        channel.watch_peers([i for _, _, i in every])
+        every = channel.exchange((la.host, channel.device, ident(), la.node_rank), what="joining the job",
+                                 timeout_s=join_s)
+        channel.hosts = tuple(h for h, _, _, _ in every)
+        channel.devices = tuple(d for _, d, _, _ in every)
+        channel.nodes = tuple(n for _, _, _, n in every)
+        channel.watch_peers([i for _, _, i, _ in every])
         if getattr(raw, "host", None) and getattr(raw, "port", None):
             joined(raw.host, int(raw.port), namespace, la.rank, la.world_size)
 

@@ -25,8 +25,9 @@ from ..markers import uses_gpucomm
 from .agreement import agree_on_collection, agree_on_exit_status, agree_on_outcome
 from .gate import JobJudging
 from .job import JobGroups, LaunchedSession
+from .exchange import GRACE_S
 from .logs import header_lines, rank_log
-from .supervise import meeting, why_unsupervised
+from .supervise import deadline, meeting, why_unsupervised
 
 if TYPE_CHECKING:
     from ..state import State
@@ -91,7 +92,10 @@ class LaunchedMode:
         """Tell this rank's supervising parent where the ranks meet: should the rank end before it comes there,
         the parent tells the others (:mod:`.arrival`)."""
         if self.session.meets:
-            meeting(self.session.meeting().to_json())
+            m = self.session.meeting()
+            deadline(self.session.timeout_s, 2 * m.timeout_s + GRACE_S,
+                     "collecting its tests (--gpucomm-timeout)")
+            meeting(m.to_json())
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         from ...report.text import fit

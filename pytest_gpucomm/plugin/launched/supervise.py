@@ -32,6 +32,17 @@ job.  The parent sees every end, at the cost of one fork per rank (copy-on-write
 pages of pytest as it was before the session, tens of MB) and, on a death only, of importing torch in the
 parent to reach the store (a second or two).
 
+A hung child is ended by the parent too, where nothing in the child could end it: from the session's start
+(:func:`deadline`, sent with the job's timeout) the child must come to the meeting within
+``--gpucomm-timeout`` (at least :data:`COLLECT_MIN_S`), and, once there, join the job within the join's own
+time (twice the meeting's timeout: the meeting, then torch's rendezvous); after it joined, its own watchdogs
+bound every task and exchange (:mod:`.exchange`).  A child hung before (importing a test file, stuck in the
+store) gets SIGABRT (pytest's faulthandler writes its Python stacks to its output; no core file), SIGKILL
+:data:`ABORT_S` later if it is still there, and the others are told at the meeting that it ended hung, with
+where and how long: ``rank 1 (hostB) ended before it joined the job: hung: it did not come to the job's
+meeting within 10 s of its session's start (--gpucomm-timeout), collecting its tests; its supervising parent
+ended it (killed by SIGABRT)``.  The parent then exits with status 1.
+
 No supervision (the fallback alone then names a dead rank, without its signal) where a fork is not safe or
 not wanted: ``GPUCOMM_SUPERVISE=0``; not Linux; a second pytest session in one process (pytester's
 in-process runs); a job of one rank; more than one thread running already, or a GPU driver already open in
@@ -46,11 +57,12 @@ import select
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any, Optional
 
-__all__ = ["supervise", "meeting", "arrived", "departed", "joined", "left", "supervisor_pid", "why_unsupervised",
-           "describe_end"]
+__all__ = ["supervise", "deadline", "meeting", "arrived", "departed", "joined", "left", "supervisor_pid",
+           "why_unsupervised", "describe_end"]
 
 #: the signals the parent passes on to the child
 FORWARDED = ("SIGTERM", "SIGHUP")
@@ -59,6 +71,11 @@ IGNORED = ("SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGALRM")
 #: how long the parent may take to write a death into the job's store
 REPORT_S = 10.0
 _PR_SET_PDEATHSIG = 1
+#: the least time a rank has, from its session's start, to come to the job's meeting (collecting its tests:
+#: importing torch and the test files takes seconds on a loaded machine), whatever ``--gpucomm-timeout`` says
+COLLECT_MIN_S = 10.0
+#: after SIGABRT, how long a hung child has to end before SIGKILL
+ABORT_S = 5.0
 
 
 class _Child:
@@ -77,6 +94,13 @@ def _tell(line: str) -> None:
         os.write(fd, (line + "\n").encode())
     except OSError:  # the parent is gone
         _Child.fd = None
+
+
+def deadline(seconds: float, join_s: float, what: str) -> None:
+    """From now the child must come to the meeting within ``seconds`` (else it is hung ``what``, say
+    "collecting its tests (--gpucomm-timeout)"), and once there, join the job within ``join_s``: the parent
+    ends it otherwise."""
+    _tell(f"W\t{seconds:g}\t{join_s:g}\t{' '.join(what.split())}")
 
 
 def meeting(text: str) -> None:
@@ -239,6 +263,10 @@ class _Parent:
         self.meeting: Optional[str] = None  # where the child meets the others, until it joined or departed
         self.came = False  # the child came to the meeting (its session's, not a later one's)
         self.sent: list[int] = []
+        #: (when, why): the child is hung if it has not come to the meeting, or joined, by ``when``
+        self.due: Optional[tuple[float, str]] = None
+        self.join_s = 0.0
+        self.hung = ""  # why the parent ended the child as hung
 
     def _forward(self, signum: int, frame: Optional[FrameType]) -> None:
         self.sent.append(signum)
@@ -256,11 +284,14 @@ class _Parent:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         status = self._wait()
         self._drain()
+        how = describe_end(status, self.sent)
+        if self.hung:
+            how = f"{self.hung}; its supervising parent ended it ({how})"
         if self.job is not None:
-            self._report(describe_end(status, self.sent))
+            self._report(how)
         elif self.meeting is not None:  # it ended before it joined: the others would wait for it at the meeting
-            self._depart(describe_end(status, self.sent))
-        return self._mirror(status)
+            self._depart(how)
+        return 1 if self.hung else self._mirror(status)
 
     def _wait(self) -> int:
         while True:
@@ -268,9 +299,39 @@ class _Parent:
                 ready, _, _ = select.select([self.fd], [], [], 0.5)
                 if ready:
                     self._read()
-            pid, status = os.waitpid(self.child, os.WNOHANG if self.fd is not None else 0)
+            if self.due is not None and time.monotonic() >= self.due[0] and not self.hung:
+                self._end_hung(self.due[1])
+            pid, status = os.waitpid(self.child, os.WNOHANG if self.fd is not None or self.due is not None else 0)
             if pid:
                 return status
+            if self.fd is None and self.due is not None:
+                time.sleep(0.2)
+
+    def _end_hung(self, why: str) -> None:
+        """The child is hung, ``why``: SIGABRT (its Python stacks from pytest's faulthandler, no core file),
+        SIGKILL :data:`ABORT_S` later if it has not ended; say so on this process's stderr (the launcher's)."""
+        self.hung, self.due = why, None
+        try:
+            os.write(2, f"gpucomm: this rank is {why}; its supervising parent (pid {os.getpid()}) ends it "
+                        f"(SIGABRT: its Python stacks in its output)\n".encode(errors="replace"))
+        except OSError:
+            pass
+        try:
+            import resource
+
+            resource.prlimit(self.child, resource.RLIMIT_CORE, (0, 0))
+        except (ImportError, AttributeError, ValueError, OSError):
+            pass
+        try:
+            os.kill(self.child, signal.SIGABRT)
+            end = time.monotonic() + ABORT_S
+            while time.monotonic() < end:
+                if os.waitid(os.P_PID, self.child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return  # ended (reaped by the caller)
+                time.sleep(0.1)
+            os.kill(self.child, signal.SIGKILL)
+        except OSError:
+            pass
 
     def _read(self) -> None:
         assert self.fd is not None
@@ -287,18 +348,31 @@ class _Parent:
         for line in lines:
             kind, _, rest = line.decode(errors="replace").partition("\t")
             if kind == "J":
+                self.due = None  # joined: its own watchdogs bound it from here
                 try:
                     self.job, self.came, self.meeting = json.loads(rest), True, None
                 except ValueError:
                     self.job = None
             elif kind == "L":
-                self.job = None
+                self.job, self.due = None, None
+            elif kind == "W" and not self.came:
+                seconds, join_s, what = (rest.split("\t", 2) + ["", ""])[:3]
+                try:
+                    wait_s, self.join_s = max(float(seconds), COLLECT_MIN_S), float(join_s)
+                except ValueError:
+                    continue
+                self.due = (time.monotonic() + wait_s,
+                            f"hung: it did not come to the job's meeting within {wait_s:g} s of its session's start, "
+                            f"{what}")
             elif kind == "M" and not self.came:  # a later session's (pytester's, in a test) is not the rank's
                 self.meeting = rest
             elif kind == "A":
                 self.came = True
+                if self.due is not None:
+                    self.due = (time.monotonic() + self.join_s,
+                                f"hung: it came to the job's meeting but did not join the job within {self.join_s:g} s")
             elif kind == "D":
-                self.meeting, self.came = None, True
+                self.meeting, self.came, self.due = None, True, None
 
     def _drain(self) -> None:
         """What the child wrote just before it ended."""
