@@ -74,9 +74,10 @@ MIN_LAG = 0.05
 #: a spread of the ranks' median own times of at least this fraction of the iteration time is notable
 NOTABLE_SPREAD = 0.25
 #: a rank is waited for when the other ranks' median share of the iterations' time spent waiting for the last
-#: rank exceeds its own by at least this (in the timed samples or in the single ops); calibrated on healthy
-#: jobs (docs/launched-jobs.md, "A straggler outside the timed loop")
-WAITED_FOR = 0.25
+#: rank exceeds its own by at least this (in the timed samples or in the single ops); above the largest excess of
+#: every healthy job measured, jobs of more ranks than cores included (docs/launched-jobs.md, "A straggler outside
+#: the timed loop")
+WAITED_FOR = 0.5
 
 
 def excess_waits(shares: Sequence[float]) -> list[float]:
