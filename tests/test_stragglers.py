@@ -178,7 +178,7 @@ def test_the_report_lists_the_straggler_and_the_outlier_node_and_the_json_has_th
     lines = straggler_lines(records, width=1000)
     assert lines[0] == ("gpucomm slowest ranks (one rank last in 67% of the iterations or more (p <= 0.001), the "
                         "others waiting 5% of an iteration for it; or the ranks' medians 25% apart; or a rank's lag "
-                        "standing out):")
+                        "standing out; or the others waiting 50% of the time for a rank, summed):")
     assert lines[1].startswith("  t.py::test_ar[4KiB] (all_reduce 4 KiB): rank 3 (node 1, host1, cpu) arrived last "
                                "in 10 of 10 iterations")
     assert lines[2] == ("gpucomm outlier nodes (modified z-score 0.6745 (x - median) / MAD above 3.5 against the "
