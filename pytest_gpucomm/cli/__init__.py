@@ -62,8 +62,7 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpucomm", description="Saved pytest-gpucomm reports and baseline files, without a GPU.",
-        epilog="Exit codes: 0 done; 1 compare found a failing verdict, fleet a node to drain or a slower fleet; "
-               "2 bad input or usage.")
+        epilog="Exit codes: 0 done; 1 compare found a failing verdict; 2 bad input or usage.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for command in (show, compare, fleet, plot, html, baselines, env):
