@@ -35,7 +35,7 @@ from pytest_gpucomm.gate.fleet import judge_fleet  # noqa: E402
 from pytest_gpucomm.gate.store import load_baseline  # noqa: E402
 
 #: fleets per check and source: (A/A fleets of 1,000, slow-node fleets per size, drop fleets per size)
-FULL = {"h200x2": (12, 36, 12), "h200x1": (50, 48, 24), "h100": (50, 48, 24)}
+FULL = {"h200x2": (4, 12, 6), "h200x1": (20, 24, 12), "h100": (20, 24, 12)}
 QUICK = {"h200x2": (1, 4, 2), "h200x1": (2, 6, 3), "h100": (2, 6, 3)}
 SIZES = (16, 64, 256)
 DROP_SIZES = (4, 8, 16, 64, 256)
@@ -122,8 +122,9 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)")
     ap.add_argument("--out", default=str(fr.ROOT / "benchmarks/data/fleet_calibration.json"))
     ap.add_argument("--sources", default="h200x2,h200x1,h100")
+    ap.add_argument("--more", type=int, default=1, help="this many times the fleets of each kind (default: 1)")
     args = ap.parse_args(argv)
-    plan = QUICK if args.quick else FULL
+    plan = {k: tuple(args.more * x for x in v) for k, v in (QUICK if args.quick else FULL).items()}
     names = args.sources.split(",")
     tasks = [t for name in names for t in _tasks(name, plan[name])]
     t0 = time.time()

@@ -9,6 +9,7 @@ runs is ``benchmarks/fleet_calibration.py`` (docs/fleet.md).
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
@@ -301,9 +302,10 @@ def _groups(keys: Sequence[str], members: Mapping[str, Member]) -> list[tuple[st
 def group_means(dev: np.ndarray, ix: list[int]) -> np.ndarray:
     """Per row of ``dev`` the mean of its finite values in columns ``ix`` (nan where none)."""
     sub = dev[:, ix]
-    with np.errstate(invalid="ignore"):
-        return np.asarray(np.nanmean(np.where(np.isfinite(sub), sub, np.nan), axis=1)
-                          if np.isfinite(sub).any() else np.full(dev.shape[0], np.nan))
+    have = np.isfinite(sub)
+    count = have.sum(axis=1)
+    total = np.where(have, sub, 0.0).sum(axis=1)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def peer_findings(x: np.ndarray, groups: Sequence[tuple[str, str, list[int]]], keys: Sequence[str], *,
@@ -313,7 +315,8 @@ def peer_findings(x: np.ndarray, groups: Sequence[tuple[str, str, list[int]]], k
     out: list[list[Finding]] = [[] for _ in range(n)]
     if n < MIN_PEER_NODES:
         return out
-    with np.errstate(invalid="ignore"):
+    with warnings.catch_warnings():  # a case no node holds: its median is nan, and so are its deviations
+        warnings.simplefilter("ignore", RuntimeWarning)
         centre = np.nanmedian(x, axis=0)
     dev = x - centre
     count = Counter(level for level, _, _ in groups)
