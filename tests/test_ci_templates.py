@@ -243,3 +243,55 @@ def test_the_readme_and_ci_readme_examples_are_what_todays_code_prints():
     done = subprocess.run([sys.executable, str(CI.parent / "benchmarks" / "readme_examples.py"), "--check"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- the fleet templates (issue 46): a Slurm job array, one Slurm job, torchrun per node; then gpucomm fleet ----
+
+FLEET_SCRIPTS = ("slurm-array.sh", "slurm-job.sh", "torchrun-fleet.sh")
+
+
+def _commands(text, module):
+    """Each ``-m <module> ...`` command of a shell script, its continuation lines joined."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [line[line.index(f"-m {module} "):] for line in joined.splitlines() if f"-m {module} " in line]
+
+
+@pytest.mark.parametrize("name", FLEET_SCRIPTS)
+def test_each_fleet_template_is_valid_bash_writes_one_report_per_host_and_judges_the_shared_folder(name):
+    text = (CI / name).read_text()
+    subprocess.run(["bash", "-n", str(CI / name)], check=True)
+    (node,) = _commands(text, "pytest")
+    assert '--gpucomm-json="$SHARED/$(hostname -s).json"' in node and "--pyargs pytest_gpucomm.suites" in node
+    # under srun every task would count as a rank of one launched job: each node is a pool of its own GPUs
+    assert ("--gpucomm-launch=torchrun" if "torchrun" in name else "--gpucomm-launch=pool") in node
+    (judge,) = _commands(text, "pytest_gpucomm")
+    assert judge.startswith('-m pytest_gpucomm fleet "$SHARED"') and '--drain "$SHARED/drain.json"' in judge
+
+
+def test_the_fleet_templates_use_only_options_that_pytest_and_gpucomm_fleet_have():
+    texts = [(CI / n).read_text() for n in FLEET_SCRIPTS]
+    plugin = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "pytest_gpucomm.plugin"],
+                            capture_output=True, text=True, check=True).stdout
+    fleet = subprocess.run([sys.executable, "-m", "pytest_gpucomm", "fleet", "--help"], capture_output=True,
+                           text=True, check=True).stdout
+    for text in texts:
+        for option in re.findall(r"(--gpu[a-z-]*)", " ".join(_commands(text, "pytest"))):
+            assert re.search(rf"\s{re.escape(option)}\b", plugin), option
+        for option in re.findall(r"\s(--[a-z-]+)", " ".join(_commands(text, "pytest_gpucomm"))):
+            assert re.search(rf"\s{re.escape(option)}\b", fleet), option
+
+
+def test_the_array_templates_judge_step_runs_gpucomm_fleet_on_the_shared_folder_and_exits_with_its_status(tmp_path):
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "gpu-a1.json").write_text('{"format": "pytest-gpucomm-report", "rows": [')  # a damaged report
+    p = subprocess.run(["bash", str(CI / "slurm-array.sh"), "judge"], capture_output=True, text=True,
+                       env={**os.environ, "SHARED": str(shared), "PYTHON": sys.executable})
+    # one damaged report of one node: left out, named, and with no usable report left a usage error
+    assert p.returncode == 2 and "gpu-a1" in p.stderr and "cut short" in p.stderr, p.stdout + p.stderr
+    assert not (shared / "drain.json").exists()
+    p = subprocess.run(["bash", str(CI / "slurm-array.sh")], capture_output=True, text=True,
+                       env={**os.environ, "SHARED": str(shared)})
+    assert p.returncode == 2 and p.stderr.startswith("usage: SHARED=DIR ci/slurm-array.sh submit NODES")

@@ -12,6 +12,8 @@ pytest run and without a GPU.
     gpucomm baselines list | show NAME | prune NAME ... | merge A B -o C    keep baseline files by hand
     gpucomm env [--baseline B]                                this machine's fingerprint, and what changed
                                                               since B
+    gpucomm fleet REPORT... [--baseline B] [--drain OUT]      many nodes' reports judged together; exit 1
+                  [--json OUT] [--junitxml OUT]               on a node to drain or a slower fleet
 
 REPORT is a file written by ``pytest --gpucomm-json=REPORT``.  BASELINE / B is a baseline NAME (looked up in
 ``--baseline-dir``, default ``$GPUCOMM_BASELINE_DIR`` or ``./baselines``, as ``--gpu-baseline-dir``), the
@@ -51,7 +53,7 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence, TextIO
 
-from . import baselines, compare, env, html, plot, show
+from . import baselines, compare, env, fleet, html, plot, show
 from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
@@ -63,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done; 1 compare found a failing verdict; 2 bad input or usage.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for command in (show, compare, plot, html, baselines, env):
+    for command in (show, compare, fleet, plot, html, baselines, env):
         command.add_parser(sub)
     return parser
 

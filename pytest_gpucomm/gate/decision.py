@@ -12,6 +12,7 @@ imports numpy and scipy: import it only when judging.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
@@ -469,8 +470,10 @@ def class_scatter(log_ratios: Sequence[float]) -> float:
     return float((1.4826 * np.median(np.abs(x - np.median(x)))) ** 2)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def t_quantile(p: float, df: float) -> float:
-    """Student t quantile (normal from DF_NORMAL degrees of freedom up, at least 1 degree of freedom)."""
+    """Student t quantile (normal from DF_NORMAL degrees of freedom up, at least 1 degree of freedom); cached:
+    a fleet's nodes (``gate.fleet``) ask for the same quantiles at every node."""
     return float(_sstats.norm.ppf(p)) if df >= DF_NORMAL else float(_sstats.t.ppf(p, max(df, 1.0)))
 
 
