@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Input", "report_parser", "add_baseline_dir",
            "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
-           "matrix_lines", "checked_statuses", "add_force", "Output", "same_file", "not_an_input",
+           "matrix_lines", "add_force", "Output", "same_file", "not_an_input",
            "checked_output", "inputs_of"]
 
 #: one of a command's input files, for the checks of an output path: what it is (for messages), its path
@@ -161,18 +161,6 @@ def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[Inpu
     if ref is not None:
         found.append(("the baseline" if ref.kind == "baseline" else "the report taken as the baseline", ref.path))
     return found
-
-
-def checked_statuses(doc: "ReportDocument", where: str) -> None:
-    """CommandError naming the row whose status is no word of ``vocab.Status``."""
-    from ..vocab import Status
-
-    for i, row in enumerate(doc.rows):
-        try:
-            Status(row.status)
-        except ValueError:
-            raise CommandError(f"{where}: invalid report: at $.rows[{i}].status ({row.test}): "
-                               f"unknown status {row.status!r}") from None
 
 
 def hardware_line(doc: "ReportDocument") -> str:
