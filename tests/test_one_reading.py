@@ -109,3 +109,66 @@ def test_a_baseline_of_its_limit_is_read_and_one_byte_more_is_refused_by_the_sto
         store.read_document(base)
     assert gpucomm("compare", base, report) == 2
     assert capsys.readouterr().err.startswith("gpucomm: error: " + message + "baseline or report file may hold")
+
+
+def _read_only(monkeypatch, folder: Path) -> None:
+    """Creating a file in ``folder`` fails as on a read-only file system (EROFS): this machine runs as root,
+    where a folder's mode does not stop a write."""
+    import errno
+    import os
+
+    from pytest_gpucomm.files import atomic
+
+    real_open = os.open
+
+    def open_(path, flags, *a, **kw):
+        if Path(os.path.abspath(path)).parent == folder and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(atomic.os, "open", open_)
+
+
+def test_a_write_that_fails_names_the_file_asked_for_not_the_temporary_file_beside_it(tmp_path, monkeypatch):
+    """Before: ``ro/.p.html.co1budhe.tmp: Read-only file system``."""
+    import errno
+    import os
+
+    from pytest_gpucomm.files import atomic
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    _read_only(monkeypatch, ro)
+    with pytest.raises(OSError) as info:
+        atomic.write_atomic(ro / "p.html", "x")
+    assert (info.value.errno, info.value.strerror, info.value.filename) == (
+        errno.EROFS, os.strerror(errno.EROFS), str(ro / "p.html"))
+    monkeypatch.undo()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as os.fsync says it: no file named
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        atomic.write_atomic(tmp_path / "q.json", "x")
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(tmp_path / "q.json"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"]  # the temporary file removed
+
+
+def test_a_command_whose_output_cannot_be_written_names_the_option_and_the_path_the_user_gave(
+        tmp_path, capsys, monkeypatch):
+    report = FORMATS / "report_2.json"
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    _read_only(monkeypatch, ro)
+    monkeypatch.chdir(tmp_path)
+    cases = [(["html", report, "-o", "ro/p.html"], "-o ro/p.html: cannot write: Read-only file system"),
+             (["compare", FORMATS / "baseline_2.json", report, "--json", "ro/r.json"],
+              "--json ro/r.json: cannot write: Read-only file system"),
+             (["plot", report, "-o", "ro"],
+              "-o ro: cannot write matrix-test_peer_copy-copy.png: Read-only file system")]
+    for argv, message in cases:
+        assert gpucomm(*argv) == 2
+        err = capsys.readouterr().err
+        assert err == f"gpucomm: error: {message}\n", (argv, err)
+    assert list(ro.iterdir()) == []

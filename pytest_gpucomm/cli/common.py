@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Input", "report_parser", "add_baseline_dir",
            "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
            "matrix_lines", "add_force", "Output", "same_file", "not_an_input",
-           "checked_output", "inputs_of"]
+           "checked_output", "inputs_of", "OUTPUT_OPTIONS", "error_text"]
 
 #: one of a command's input files, for the checks of an output path: what it is (for messages), its path
 Input = tuple[str, "str | os.PathLike[str]"]
@@ -153,6 +153,30 @@ def checked_output(given: str, option: str, inputs: Sequence[Input],
     if not force:
         raise CommandError(f"{option} {given}: the file exists: give --force to replace it, or write to another file")
     return Output(path, replace=True, existed=True)
+
+
+#: the options that name what a command writes (``args`` dest -> the option as the user typed it)
+OUTPUT_OPTIONS = {"output": "-o", "json": "--json"}
+
+
+def error_text(e: Exception, args: argparse.Namespace) -> str:
+    """The message of an error a command ended with, after ``gpucomm: error:``: an OSError of a file the
+    command writes names the option and the path the user gave (``-o ro/p.html: cannot write: Read-only file
+    system``; a file written into the folder ``-o DIR`` names the folder, then the file), any other OSError
+    its file and reason, anything else its own message."""
+    if not isinstance(e, OSError) or not e.filename:
+        return str(e)
+    reason = e.strerror or str(e)
+    written = Path(str(e.filename))
+    for dest, option in OUTPUT_OPTIONS.items():
+        given = getattr(args, dest, None)
+        if not isinstance(given, str) or not given:
+            continue
+        if written == Path(given):
+            return f"{option} {given}: cannot write: {reason}"
+        if written.parent == Path(given):
+            return f"{option} {given}: cannot write {written.name}: {reason}"
+    return f"{e.filename}: {reason}"
 
 
 def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[Input]:
