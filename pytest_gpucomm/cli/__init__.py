@@ -52,7 +52,7 @@ import sys
 from typing import Callable, Optional, Sequence, TextIO
 
 from . import baselines, compare, env, html, plot, show
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, error_text
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, check_environment, error_text
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -82,6 +82,7 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
 
     func: Callable[..., int] = args.func
     try:
+        check_environment()
         return func(args, out=out)
     except BrokenPipeError:  # `gpucomm show ... | head`: the reader went away; an OSError, so caught first
         return EXIT_OK

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Input", "report_parser", "add_baseline_dir",
            "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
            "matrix_lines", "add_force", "Output", "same_file", "not_an_input",
-           "checked_output", "inputs_of", "OUTPUT_OPTIONS", "error_text"]
+           "checked_output", "inputs_of", "OUTPUT_OPTIONS", "error_text", "ENV_TEXTS", "check_environment"]
 
 #: one of a command's input files, for the checks of an output path: what it is (for messages), its path
 Input = tuple[str, "str | os.PathLike[str]"]
@@ -51,6 +51,19 @@ def add_baseline_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-dir", metavar="DIR",
                    help="where baseline NAMEs are looked up, before the baselines shipped with pytest-gpucomm "
                         "(default: $GPUCOMM_BASELINE_DIR, else ./baselines)")
+
+
+#: the environment variables the commands read (``--baseline-dir``'s default; ``gpucomm env``'s device)
+ENV_TEXTS = ("GPUCOMM_BASELINE_DIR", "GPUCOMM_DEVICE")
+
+
+def check_environment() -> None:
+    """The variables of :data:`ENV_TEXTS` that are set: an empty one is an error (``checks.not_empty``: the
+    rule of every option and variable of pytest-gpucomm), a CheckError that ends the command with exit 2."""
+    from ..checks import env_text
+
+    for name in ENV_TEXTS:
+        env_text(name)
 
 
 def baseline_dirs(args: argparse.Namespace) -> list[Path]:
