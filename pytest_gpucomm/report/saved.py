@@ -1,7 +1,12 @@
 """Saved files read outside a pytest run: a JSON report (``--gpucomm-json``), and what a report is compared
 with -- a baseline file (NAME or PATH, as ``--gpu-baseline`` takes it) or another report.
 
-Used by the ``gpucomm`` command (:mod:`pytest_gpucomm.cli`), the plots and the HTML page.  Every problem is
+Used by the ``gpucomm`` command (:mod:`pytest_gpucomm.cli`), the plots and the HTML page: the one reader of a
+saved report, so that every command gives one answer on a file (a status no pytest-gpucomm writes, such as
+``noisy`` in a report of version 2, is refused here, by ``show``, ``compare``, ``plot`` and ``html`` alike).
+A file compared with (a baseline or a report taken as one) is held to the baseline's limit,
+``gate.store.MAX_BASELINE_BYTES`` (256 MiB), and refused by its size before it is read; a report read as
+itself may hold :data:`MAX_REPORT_BYTES`.  Every problem is
 a :class:`ReportError` (a ValueError) that names the file and what was found, as the plugin's errors do:
 a missing file, a file that is not JSON or is cut short, a document of another format, a report of a newer
 version than this pytest-gpucomm reads.  A baseline file is read by :mod:`pytest_gpucomm.gate.store` (its
