@@ -184,7 +184,7 @@ def report(src: Source, d: np.ndarray, host: str) -> dict[str, Any]:
         size = int(c["size_bytes"])
         rows.append({"test": c["test_id"], "op": c["op"], "kind": op_group(c["op"]), "size_bytes": size,
                      "bytes_per_iter": size, "busbw_factor": 1.0, "devices": list(c["devices"]),
-                     "world_size": int(c["world_size"]), "dtype": c["dtype"], "status": "passed",
+                     "world_size": int(c["world_size"]), "dtype": c["dtype"], "status": "measured",
                      "samples_s": [round(size / 1e9 / g * k, 12) for g in samples]})
     fp = dict(src.fingerprint, host=host)
     return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "settings": {}, "fingerprint": fp, "rows": rows}

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .vocab import (DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_RUNS, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE,
                     MAX_BASELINE_RUNS, MAX_CAUSE_CASES, MAX_FOLDS, MAX_TAIL_TOLERANCE)
 
 __all__ = ["CheckError", "Origin", "tolerance", "tail_tolerance", "alpha", "min_judged", "baseline_runs", "folds",
-           "cause_cases", "seconds", "number", "percentile", "Judging"]
+           "cause_cases", "seconds", "number", "percentile", "Judging", "FLAG_ON", "FLAG_OFF", "FLAG_WORDS",
+           "environment", "not_empty", "flag", "env_text", "env_flag"]
 
 
 class CheckError(ValueError):
@@ -168,6 +170,62 @@ def number(where: Origin, *, positive: bool = False) -> float:
 def percentile(where: Origin) -> float:
     """A percentile of the latencies, 0 to 100."""
     return _in(where, 0.0, 100.0, "within 0..100")
+
+
+# -- the text of a setting: one rule for an empty value, one reading of yes and no -----------------------
+
+#: the words of a yes/no setting (any case, spaces around ignored): an option, an environment variable, an ini key
+FLAG_ON = ("1", "true", "yes", "on")
+FLAG_OFF = ("0", "false", "no", "off")
+FLAG_WORDS = "1/0, true/false, yes/no or on/off"
+
+
+def environment(name: str) -> str:
+    """Where a value of the environment variable ``name`` came from, as an :class:`Origin`'s source says it."""
+    return f"the {name} environment variable"
+
+
+def not_empty(where: Origin) -> str:
+    """The text of a setting, which must not be empty: an empty value (``--gpu-baseline=``, ``GPUCOMM_JSON=``,
+    an ini key left empty, spaces only) is an error, never "unset" or "off", for every option, environment
+    variable and ini key of pytest-gpucomm -- a CI variable that expanded to nothing must not silently turn
+    the gate or a report off.  Returns the text."""
+    text = str(where.raw)
+    if text.strip():
+        return text
+    env = where.source == environment(where.name)
+    leave = f"unset {where.name}" if env else "leave the option out"
+    raise CheckError(f"invalid {where.name} {where.raw!r} (from {where.source}): the value is empty; give one, or "
+                     f"{leave} for its default")
+
+
+def flag(where: Origin) -> bool:
+    """A yes/no setting's text: 1/0, true/false, yes/no, on/off in any case; anything else, the empty text
+    included (:func:`not_empty`), is refused naming the value and where it came from."""
+    word = not_empty(where).strip().lower()
+    if word in FLAG_ON:
+        return True
+    if word in FLAG_OFF:
+        return False
+    raise where.error(f"{FLAG_WORDS} (any case)")
+
+
+def env_text(name: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The value of the environment variable ``name``, None where it is unset; CheckError where it is set
+    but empty (:func:`not_empty`)."""
+    env = os.environ if environ is None else environ
+    if name not in env:
+        return None
+    return not_empty(Origin.option(name, env[name], environment(name)))
+
+
+def env_flag(name: str, default: bool, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """The yes/no environment variable ``name`` (:func:`flag`), ``default`` where it is unset; CheckError
+    naming the value where it is neither yes nor no (``GPUCOMM_SUPERVISE=maybe``) or empty."""
+    env = os.environ if environ is None else environ
+    if name not in env:
+        return default
+    return flag(Origin.option(name, env[name], environment(name)))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -138,7 +138,7 @@ def test_a_report_path_that_is_a_directory_stops_before_any_test(pytester, optio
     pytester.makepyfile(COPY_TEST)
     result = pytester.runpytest(f"{option}=out", *FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*{option} 'out': is a directory, not a file to write*"])
+    result.stderr.fnmatch_lines([f"*{option}=out (from the command line): is a directory, not a file to write*"])
     assert "passed" not in result.stdout.str()
 
 
@@ -147,7 +147,37 @@ def test_a_report_under_a_file_stops_before_any_test(pytester):
     pytester.makepyfile(COPY_TEST)
     result = pytester.runpytest("--gpucomm-json=notadir.txt/report.json", *FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gpucomm-json 'notadir.txt/report.json': cannot be written: Not a directory*"])
+    result.stderr.fnmatch_lines(["*--gpucomm-json=notadir.txt/report.json (from the command line): cannot write "
+                                 "there: Not a directory*"])
+
+
+@pytest.mark.parametrize("option, origin", [
+    ("--gpucomm-json", " (from the command line)"),
+    ("--gpucomm-benchmark-json", " (from the command line)"),
+    ("--junitxml", ""),
+    ("--gpucomm-plots", " (from the command line)"),
+])
+def test_an_output_path_where_no_file_can_be_created_stops_before_any_test_naming_the_option_and_the_path(
+        pytester, option, origin):
+    """Before: ``--gpucomm-json=/proc/gpucomm.json`` ran the tests, then said the report was NOT written (exit
+    1); /proc's folder looks writable to root (os.access), but no file can be made there: a file is created
+    and removed where each output goes, before any test runs."""
+    if option == "--gpucomm-plots":
+        pytest.importorskip("matplotlib")
+    path = "/proc/gpucomm-out" + ("" if option == "--gpucomm-plots" else ".json")
+    pytester.makepyfile(COPY_TEST)
+    result = pytester.runpytest(f"{option}={path}", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    message = f"ERROR: {option}={path}{origin}: cannot write there: No such file or directory"
+    assert result.stderr.lines[0].startswith(message), result.stderr.lines
+    assert "passed" not in result.stdout.str() and "test_copy" not in result.stdout.str()
+
+
+def test_an_output_in_a_folder_that_is_not_there_yet_is_checked_in_the_nearest_folder_and_nothing_is_left(pytester):
+    pytester.makepyfile(COPY_TEST)
+    pytester.runpytest("--gpucomm-json=new/deeper/r.json", "--junitxml=j.xml", *FAST).assert_outcomes(passed=2)
+    assert (pytester.path / "new" / "deeper" / "r.json").is_file()
+    assert not [p for p in pytester.path.rglob(".gpucomm-probe-*")]
 
 
 def test_a_plots_folder_under_a_file_stops_before_any_test_naming_the_file(pytester):

@@ -54,7 +54,7 @@ import sys
 from typing import Callable, Optional, Sequence, TextIO
 
 from . import baselines, compare, env, fleet, html, plot, show
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, check_environment, error_text
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -84,12 +84,12 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
 
     func: Callable[..., int] = args.func
     try:
+        check_environment()
         return func(args, out=out)
     except BrokenPipeError:  # `gpucomm show ... | head`: the reader went away; an OSError, so caught first
         return EXIT_OK
     except (CommandError, ReportError, BaselineError, PlotsUnavailable, ValueError, OSError) as e:
-        text = str(e) if not isinstance(e, OSError) or not e.filename else f"{e.filename}: {e.strerror or e}"
-        print(f"gpucomm: error: {text}", file=sys.stderr)
+        print(f"gpucomm: error: {error_text(e, args)}", file=sys.stderr)
         return EXIT_USAGE
 
 

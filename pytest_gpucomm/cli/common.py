@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Input", "report_parser", "add_baseline_dir",
            "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
-           "matrix_lines", "checked_statuses", "add_force", "Output", "same_file", "not_an_input",
-           "checked_output", "inputs_of"]
+           "matrix_lines", "add_force", "Output", "same_file", "not_an_input",
+           "checked_output", "inputs_of", "OUTPUT_OPTIONS", "error_text", "ENV_TEXTS", "check_environment"]
 
 #: one of a command's input files, for the checks of an output path: what it is (for messages), its path
 Input = tuple[str, "str | os.PathLike[str]"]
@@ -51,6 +51,19 @@ def add_baseline_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-dir", metavar="DIR",
                    help="where baseline NAMEs are looked up, before the baselines shipped with pytest-gpucomm "
                         "(default: $GPUCOMM_BASELINE_DIR, else ./baselines)")
+
+
+#: the environment variables the commands read (``--baseline-dir``'s default; ``gpucomm env``'s device)
+ENV_TEXTS = ("GPUCOMM_BASELINE_DIR", "GPUCOMM_DEVICE")
+
+
+def check_environment() -> None:
+    """The variables of :data:`ENV_TEXTS` that are set: an empty one is an error (``checks.not_empty``: the
+    rule of every option and variable of pytest-gpucomm), a CheckError that ends the command with exit 2."""
+    from ..checks import env_text
+
+    for name in ENV_TEXTS:
+        env_text(name)
 
 
 def baseline_dirs(args: argparse.Namespace) -> list[Path]:
@@ -155,24 +168,36 @@ def checked_output(given: str, option: str, inputs: Sequence[Input],
     return Output(path, replace=True, existed=True)
 
 
+#: the options that name what a command writes (``args`` dest -> the option as the user typed it)
+OUTPUT_OPTIONS = {"output": "-o", "json": "--json"}
+
+
+def error_text(e: Exception, args: argparse.Namespace) -> str:
+    """The message of an error a command ended with, after ``gpucomm: error:``: an OSError of a file the
+    command writes names the option and the path the user gave (``-o ro/p.html: cannot write: Read-only file
+    system``; a file written into the folder ``-o DIR`` names the folder, then the file), any other OSError
+    its file and reason, anything else its own message."""
+    if not isinstance(e, OSError) or not e.filename:
+        return str(e)
+    reason = e.strerror or str(e)
+    written = Path(str(e.filename))
+    for dest, option in OUTPUT_OPTIONS.items():
+        given = getattr(args, dest, None)
+        if not isinstance(given, str) or not given:
+            continue
+        if written == Path(given):
+            return f"{option} {given}: cannot write: {reason}"
+        if written.parent == Path(given):
+            return f"{option} {given}: cannot write {written.name}: {reason}"
+    return f"{e.filename}: {reason}"
+
+
 def inputs_of(args: argparse.Namespace, ref: Optional["Reference"]) -> list[Input]:
     """The files a command that read ``args.report`` and ``ref`` reads, as :func:`not_an_input` takes them."""
     found: list[Input] = [("the report", args.report)]
     if ref is not None:
         found.append(("the baseline" if ref.kind == "baseline" else "the report taken as the baseline", ref.path))
     return found
-
-
-def checked_statuses(doc: "ReportDocument", where: str) -> None:
-    """CommandError naming the row whose status is no word of ``vocab.Status``."""
-    from ..vocab import Status
-
-    for i, row in enumerate(doc.rows):
-        try:
-            Status(row.status)
-        except ValueError:
-            raise CommandError(f"{where}: invalid report: at $.rows[{i}].status ({row.test}): "
-                               f"unknown status {row.status!r}") from None
 
 
 def hardware_line(doc: "ReportDocument") -> str:

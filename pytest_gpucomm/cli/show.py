@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
-from .common import (EXIT_OK, add_baseline_dir, checked_statuses, hardware_line, load_report_and_baseline,
-                     matrix_lines, report_parser)
+from .common import (EXIT_OK, add_baseline_dir, hardware_line, load_report_and_baseline, matrix_lines,
+                     report_parser)
 
 if TYPE_CHECKING:
     from .common import Subcommands
@@ -36,7 +36,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     doc, ref = load_report_and_baseline(args)
     figures = ref.figures if ref is not None else None
-    checked_statuses(doc, args.report)
     width = command_width()
     lines = fit([f"report: {args.report}", hardware_line(doc)], width) + table_lines(doc.rows, width,
                                                                                       full=args.verbose)

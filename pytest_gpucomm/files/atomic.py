@@ -24,7 +24,7 @@ try:  # POSIX only; elsewhere temporary files are written without the liveness l
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["write_atomic", "temp_file_pattern", "remove_stale_temp_files"]
+__all__ = ["write_atomic", "temp_file_pattern", "remove_stale_temp_files", "named_error"]
 
 _TEMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 _TEMP_LEN = 8
@@ -71,10 +71,15 @@ def write_atomic(path: Path, text: "str | bytes", check: Optional[Callable[[Path
     inspect it (an exception there keeps the old file), then rename it over ``path`` and fsync the folder.
 
     ``replace=False``: ``path`` must not exist when the new file takes its name; if it does (another process
-    made it while this one wrote), FileExistsError naming it, and nothing is replaced."""
+    made it while this one wrote), FileExistsError naming it, and nothing is replaced.  An OSError of the
+    write (a read-only file system, a full disk, no permission) names ``path``, not the temporary file
+    (:func:`named_error`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_temp(path)
+    except OSError as e:
+        raise named_error(e, path) from None
     try:
         with os.fdopen(fd, "wb", closefd=False) as f:
             f.write(text.encode("utf-8") if isinstance(text, str) else text)
@@ -89,11 +94,13 @@ def write_atomic(path: Path, text: "str | bytes", check: Optional[Callable[[Path
             os.replace(tmp, path)
         else:
             _place_new(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)  # while the liveness lock is still held
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.filename in (None, str(tmp)):  # os.write names no file
+            raise named_error(e, path) from None
         raise
     finally:
         os.close(fd)  # releases the liveness lock
@@ -107,6 +114,15 @@ def write_atomic(path: Path, text: "str | bytes", check: Optional[Callable[[Path
         pass
     finally:
         os.close(dfd)
+
+
+def named_error(e: OSError, path: Path) -> OSError:
+    """``e``, an error of writing ``path`` (through its temporary file, or making its folder), as the same kind
+    of error naming ``path``, the file the caller asked for: the temporary file is gone by the time anyone
+    reads the message, and its name (``.p.html.co1budhe.tmp``) is not one the user gave."""
+    if e.errno is None:
+        return e
+    return OSError(e.errno, e.strerror or str(e), str(path))  # OSError(errno, ...) is PermissionError & co.
 
 
 def _place_new(tmp: Path, path: Path) -> None:

@@ -110,6 +110,8 @@ __all__ = [
     "write_document",
     "update_document",
     "read_document",
+    "check_document",
+    "MAX_BASELINE_NAME",
     "to_baseline",
     "merge_run",
     "run_group",
@@ -203,12 +205,26 @@ class Baseline:
 # ------------------------------------------------------------------------------------------------
 
 
+#: the name a size refusal gives the limit (``files.reading``)
+MAX_BASELINE_NAME = "pytest_gpucomm.gate.store.MAX_BASELINE_BYTES"
+
+
 def read_document(path: Path) -> dict:
-    """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file."""
+    """Read, parse and validate a baseline file; every problem becomes a BaselineError naming the file.  A
+    file larger than :data:`MAX_BASELINE_BYTES` is refused by its size, before a byte of it is read."""
     path = Path(path)
-    raw = read_regular_file(path, what="baseline", limit=int(MAX_BASELINE_BYTES),
-                            limit_name="pytest_gpucomm.gate.store.MAX_BASELINE_BYTES", error=BaselineError)
-    doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: too_deep(path))
+    raw = read_regular_file(path, what="baseline", limit=int(MAX_BASELINE_BYTES), limit_name=MAX_BASELINE_NAME,
+                            error=BaselineError)
+    return check_document(path, parse_json_bytes(raw, path, "baseline file", BaselineError,
+                                                 too_deep=lambda: too_deep(path)))
+
+
+def check_document(path: Path, doc: object) -> dict:
+    """The parsed JSON ``doc`` of the file ``path`` as a baseline document (a version 1 upgraded), checked as
+    :func:`read_document` checks a file it read; BaselineError naming ``path`` and the first problem.  For a
+    reader that read the bytes itself, within :data:`MAX_BASELINE_BYTES` (``report.saved.load_reference``:
+    a file that may be a baseline or a report is read once)."""
+    path = Path(path)
     if nesting_depth_exceeds(doc, MAX_NESTING):
         raise too_deep(path)
     if not isinstance(doc, dict):

@@ -20,7 +20,8 @@ from .xdist import check_controller, is_controller, worker_id
 if TYPE_CHECKING:
     from ..env.launch import Launch
 
-__all__ = ["open_session", "resolve_launch", "start_rank", "collected", "collection_lines"]
+__all__ = ["open_session", "resolve_launch", "start_rank", "collected", "collection_lines", "ENV_TEXTS", "ENV_FLAGS",
+           "check_flags_and_texts"]
 
 
 def open_session(config: pytest.Config) -> State:
@@ -74,8 +75,31 @@ def _register_modes(config: pytest.Config, state: State) -> None:
         config.pluginmanager.register(state.progress, f"gpucomm-progress-{id(state)}")
 
 
+#: the environment variables of pytest-gpucomm that are no option's (those are read with their option,
+#: ``settings``): each read where its work starts, checked here at once -- set but empty is an error, as an
+#: option's empty value is (``checks.not_empty``), and a yes/no one takes the words of ``checks.flag``
+ENV_TEXTS = ("GPUCOMM_BASELINE_SESSION", "GPUCOMM_RANK_START", "GPUCOMM_COPY_ENGINE", "GPUCOMM_HIP_LIBRARY",
+             "GPUCOMM_CPU_DEVICES")
+ENV_FLAGS = ("GPUCOMM_ALLOW_XDIST", "GPUCOMM_SUPERVISE")
+
+
+def check_flags_and_texts() -> None:
+    """Every variable of :data:`ENV_TEXTS` and :data:`ENV_FLAGS` that is set: a usage error naming it where it
+    is empty, or where a yes/no one is neither (``GPUCOMM_SUPERVISE=maybe``)."""
+    from ..checks import CheckError, env_flag, env_text
+
+    try:
+        for name in ENV_TEXTS:
+            env_text(name)
+        for name in ENV_FLAGS:
+            env_flag(name, False)
+    except CheckError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 def _check_environment() -> None:
     """The environment variables read later, where a measurement starts, checked at once."""
+    check_flags_and_texts()
     if "GPUCOMM_COPY_ENGINE" in os.environ:  # read where a GPU copy is set up
         from ..ops.engines import EngineError, engine_choice
 
@@ -123,6 +147,7 @@ def start_rank(config: pytest.Config) -> None:
     launch, _ = resolve_launch(choice)
     if launch is None:
         return
+    check_flags_and_texts()  # GPUCOMM_SUPERVISE is read now
     from .launched.logs import start_logs
     from .launched.supervise import supervise
 

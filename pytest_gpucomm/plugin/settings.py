@@ -221,7 +221,8 @@ class Settings(Judging):
 
 
 def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("gpucomm", "GPU communication benchmarks (pytest-gpucomm)")
+    group = parser.getgroup("gpucomm", "GPU communication benchmarks (pytest-gpucomm): command line > environment > "
+                                       "ini; an empty value is an error, not unset")
     for opt, dest, ini, env, help_, metavar in _OPTIONS:
         group.addoption(opt, dest=dest, default=None, metavar=metavar, help=help_ + f" Env: {env}; ini: {ini}.")
         parser.addini(ini, help=help_, default=None)
@@ -245,7 +246,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--gpucomm-allow-xdist", dest="gpucomm_allow_xdist", action="store_true", default=False,
                     help="Measure GPUs in pytest-xdist workers (-n) too; only right when each worker sees GPUs of its "
                          "own (CUDA_VISIBLE_DEVICES per worker), else they measure each other's traffic. "
-                         "Env: GPUCOMM_ALLOW_XDIST=1. Default: off (GPU measurements under -n fail with the reason).")
+                         f"Env: GPUCOMM_ALLOW_XDIST=1 ({checks.FLAG_WORDS}). Default: off (GPU measurements under "
+                         "-n fail with the reason).")
 
 
 def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional[str], str]:
@@ -297,12 +299,8 @@ def _get(config: pytest.Config, opt: str, parse: Callable[[str, str, str], T], d
             raw, origin = _raw(config, dest, ini, env)
             if raw is None:
                 return default
-            if not raw.strip():  # an empty value must not silently mean "off" (an ungated run, no report)
-                raise pytest.UsageError(
-                    f"invalid {opt} {raw!r} (from {origin}): the value is empty; give one, or leave the option "
-                    f"out for its default"
-                )
             try:
+                checks.not_empty(Origin.option(opt, raw, origin))  # empty is an error, never "off" (checks)
                 return parse(raw, opt, origin)
             except CheckError as e:  # a value out of its range (checks): a usage error at the start
                 raise pytest.UsageError(str(e)) from None
@@ -458,14 +456,12 @@ def read_launch_options(config: pytest.Config) -> tuple[str, Optional[str]]:
 
 
 def _env_flag(name: str) -> bool:
-    """A yes/no environment variable: 1/true/yes/on or 0/false/no/off/empty; anything else is an error."""
-    raw = os.environ.get(name, "")
-    v = raw.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("", "0", "false", "no", "off"):
-        return False
-    raise pytest.UsageError(f"invalid {name} {raw!r} (from the {name} environment variable): expected 1 or 0")
+    """A yes/no environment variable (``checks.env_flag``: 1/0, true/false, yes/no, on/off, any case), off
+    where unset; an empty value or another word is a usage error naming it."""
+    try:
+        return checks.env_flag(name, False)
+    except CheckError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 # -- the locked gate (--gpucomm-lock, GPUCOMM_LOCK=1) -------------------------------------------------------

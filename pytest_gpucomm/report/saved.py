@@ -1,7 +1,12 @@
 """Saved files read outside a pytest run: a JSON report (``--gpucomm-json``), and what a report is compared
 with -- a baseline file (NAME or PATH, as ``--gpu-baseline`` takes it) or another report.
 
-Used by the ``gpucomm`` command (:mod:`pytest_gpucomm.cli`), the plots and the HTML page.  Every problem is
+Used by the ``gpucomm`` command (:mod:`pytest_gpucomm.cli`), the plots and the HTML page: the one reader of a
+saved report, so that every command gives one answer on a file (a status no pytest-gpucomm writes, such as
+``noisy`` in a report of version 2, is refused here, by ``show``, ``compare``, ``plot`` and ``html`` alike).
+A file compared with (a baseline or a report taken as one) is held to the baseline's limit,
+``gate.store.MAX_BASELINE_BYTES`` (256 MiB), and refused by its size before it is read; a report read as
+itself may hold :data:`MAX_REPORT_BYTES`.  Every problem is
 a :class:`ReportError` (a ValueError) that names the file and what was found, as the plugin's errors do:
 a missing file, a file that is not JSON or is cut short, a document of another format, a report of a newer
 version than this pytest-gpucomm reads.  A baseline file is read by :mod:`pytest_gpucomm.gate.store` (its
@@ -81,7 +86,26 @@ def check_report(doc: Any, where: str = "") -> Mapping[str, Any]:
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         what = err.message.replace("is a required property", "is missing (a required field)")
         raise ReportError(f"{at}invalid report: at {json_path(err.absolute_path)}{row}: {what}{more}")
+    _check_statuses(doc, at)
     return doc
+
+
+def _check_statuses(doc: Mapping[str, Any], at: str) -> None:
+    """ReportError naming the first row whose status, or whose verdict's status, is no word of
+    ``vocab.Status``: every reader (``gpucomm show``, ``compare``, ``plot``, ``html``) refuses such a report
+    alike, here, instead of one refusing it and the others drawing a status they do not know.  A report of
+    version 1 holding ``noisy`` reads as ``not gated`` (``files.formats``), before this check."""
+    from ..vocab import Status
+
+    known = {s.value for s in Status}
+    for i, row in enumerate(doc["rows"]):
+        verdict = row.get("baseline")
+        for where, status in ((f"$.rows[{i}].status", row.get("status", Status.MEASURED.value)),
+                              (f"$.rows[{i}].baseline.status",
+                               verdict.get("status") if isinstance(verdict, Mapping) else None)):
+            if status is not None and status not in known:
+                raise ReportError(f"{at}invalid report: at {where} ({row['test']}): unknown status {status!r} "
+                                  "(not a status pytest-gpucomm writes)")
 
 
 #: the fields a measurement is computed from, wherever one is (a row, a re-measure, a fold): a NaN or an
@@ -248,15 +272,16 @@ def _report_validator(samples_checked: bool = False) -> Any:
 _VALIDATORS: dict[bool, Any] = {}
 
 
-def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int = MAX_REPORT_BYTES) -> Any:
+def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int = MAX_REPORT_BYTES,
+              limit_name: str = "pytest_gpucomm.report.saved.MAX_REPORT_BYTES") -> Any:
     """The parsed JSON of ``path``; ReportError naming the file when it is missing, a directory, a FIFO, a
-    socket or a device, too large, not UTF-8, empty, cut short or not JSON (``files.reading``,
-    ``files.jsontext``).  ``what`` names the file's role in the messages."""
+    socket or a device, larger than ``limit`` bytes (refused by its size, before it is read; ``limit_name``
+    names the limit), not UTF-8, empty, cut short or not JSON (``files.reading``, ``files.jsontext``).
+    ``what`` names the file's role in the messages."""
     from ..files.reading import read_regular_file
 
     p = Path(path)
-    raw = read_regular_file(p, what=what, limit=limit, limit_name="pytest_gpucomm.report.saved.MAX_REPORT_BYTES",
-                            error=ReportError)
+    raw = read_regular_file(p, what=what, limit=limit, limit_name=limit_name, error=ReportError)
     from ..files.jsontext import parse_json_bytes
 
     return parse_json_bytes(raw, p, what, ReportError)
@@ -308,18 +333,20 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
     name for ``detected_model``), or the path of a baseline file or of a saved report -- and read it.
     Raises ReportError or ``gate.store.BaselineError`` (both name the value and the file)."""
     from ..gate.names import resolve_baseline
-    from ..gate.store import read_document
+    from ..gate.store import MAX_BASELINE_BYTES, MAX_BASELINE_NAME, check_document, read_document
 
     spec = (spec or "").strip()
     if looks_like_path(spec):
         path = Path(spec).expanduser()
-        doc = read_json(path, "baseline or report")
+        # read once, and held to a baseline's limit whichever it is: a report compared with is taken as a
+        # baseline, and a file larger than a baseline may be is refused by its size before it is read
+        doc = read_json(path, "baseline or report", limit=MAX_BASELINE_BYTES, limit_name=MAX_BASELINE_NAME)
         if isinstance(doc, Mapping) and "format" in doc and "schema" not in doc:
             from .document import ReportDocument
 
             report = ReportDocument.from_json(doc, str(path))
             return Reference("report", path, report_as_baseline(report, path.stem, str(path)), report)
-        return Reference("baseline", path, read_document(path))
+        return Reference("baseline", path, check_document(path, doc))
     path = resolve_baseline(spec, search_dirs=[Path(d) for d in search_dirs], detected_model=detected_model)
     return Reference("baseline", path, read_document(path))
 

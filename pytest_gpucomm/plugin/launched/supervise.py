@@ -61,6 +61,8 @@ import time
 from types import FrameType
 from typing import Any, Optional
 
+from ...checks import env_flag
+
 __all__ = ["supervise", "deadline", "meeting", "arrived", "departed", "joined", "left", "supervisor_pid",
            "why_unsupervised", "describe_end"]
 
@@ -144,7 +146,7 @@ def why_unsupervised() -> str:
 def _cannot(world_size: int, first: bool) -> str:
     """Why this process must not fork a supervising parent, or ""."""
     raw = os.environ.get("GPUCOMM_SUPERVISE", "").strip().lower()
-    if raw in ("0", "no", "off", "false"):
+    if not env_flag("GPUCOMM_SUPERVISE", True):  # checks.flag's words; a bad one refused at start_rank
         return f"GPUCOMM_SUPERVISE={raw}"
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return "not Linux"
