@@ -386,12 +386,13 @@ def environment_section(doc: ReportDocument, figures: Optional["BaselineFigures"
         out.append(f"<p>Same as when the baseline was recorded ({esc(against)}).</p>")
         return out + ["</section>"]
     out.append(f"<p>What changed since the baseline was recorded ({esc(against)}):</p>")
-    out.append('<table id="environment-table"><thead><tr><th>key</th><th>baseline</th><th>this run</th></tr>'
+    out.append('<div class="scroll"><table id="environment-table"><thead><tr><th>key</th><th>baseline</th>'
+               '<th>this run</th></tr>'
                "</thead><tbody>")
     for key, old, new in diff:
         show = ["(absent)" if v is None else v for v in (old, new)]
         out.append(f"<tr><td>{esc(key)}</td><td>{esc(show[0])}</td><td>{esc(show[1])}</td></tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return out + ["</section>"]
 
 
