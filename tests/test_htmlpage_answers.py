@@ -142,6 +142,11 @@ def test_a_page_of_compares_output_names_the_baseline_and_keeps_the_levels(runs)
     items = [text(li) for li in section(root, "headline").findall("ul[@class='levels']/li")]
     assert items and items == failures_first(compared)
     assert text(section(root, "headline").find("p[@class='verdict']")).startswith("FAILED")
+    # whose verdicts the page shows: compare's, made against its file, not the run's
+    assert text(section(root, "headline").find("p[@class='counts source']")) == (
+        f"Shown: the verdicts gpucomm compare made against {runs.baseline}.")
+    assert text(section(page_of(runs, runs.report, "--no-plots"), "headline").find("p[@class='counts source']")) == (
+        "Shown: the run's stored verdicts.")
 
 
 def test_pytest_html_holds_the_same_page_as_gpucomm_html_of_the_runs_report(runs):

@@ -19,13 +19,9 @@ __all__ = ["verdicts_story", "drawn_story"]
 def verdicts_story(doc: "ReportDocument") -> str:
     """``the run's stored verdicts (failed: 20 failing cases of 20)``, or for a report ``gpucomm compare --json``
     wrote, ``the verdicts gpucomm compare made against baselines/h200.json (passed: ...)``."""
-    from ..report.run import judgement
+    from ..report.run import judgement, verdicts_source
 
-    said = judgement(doc).text()
-    against = (doc.compared or {}).get("against")
-    if against:
-        return f"the verdicts gpucomm compare made against {against} ({said})"
-    return f"the run's stored verdicts ({said})"
+    return f"{verdicts_source(doc)} ({judgement(doc).text()})"
 
 
 def drawn_story(doc: "ReportDocument", fitted: Optional["FittedReference"],

@@ -125,7 +125,10 @@ def headline(doc: ReportDocument, figures: Optional["BaselineFigures"] = None) -
     for status, n in sorted(Counter(r.status for r in doc.rows).items(), key=lambda x: (status_class(x[0]) != "fail",
                                                                                         x[0])):
         out.append(f'<li class="chip status-{status_class(status)}">{esc(n)} {esc(status)}</li>')
-    out += ["</ul>", f'<p class="counts">{esc(verdict_counts(doc))}</p>']
+    from .run import verdicts_source
+
+    out += ["</ul>", f'<p class="counts">{esc(verdict_counts(doc))}</p>',
+            f'<p class="counts source">Shown: {esc(verdicts_source(doc))}.</p>']
     if doc.gated:  # the one count of gated per level, as the terminal summary and the JSON report give it
         from .run import gated_of
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_us", "table_rows",
            "render_table", "gate_columns", "table_lines", "tail_cell", "tail_counts", "counts_line",
            "GatedCounts", "gated_counts", "gated_of", "sensitivity_lines", "level_lines", "Coverage", "coverage",
-           "JUDGED", "RECORD", "Judgement", "judgement", "straggler_lines", "live_text", "junit_properties",
+           "JUDGED", "RECORD", "Judgement", "judgement", "verdicts_source", "straggler_lines", "live_text",
+           "junit_properties",
            "apply_levels", "json_document",
            "cause_lines"]
 
@@ -274,6 +275,13 @@ class Judgement:
         return {"word": self.word, "why": self.why, "cases": self.cases, "judged": self.judged,
                 "failing": self.failing, "level_regressions": self.level_regressions, "record": self.record,
                 "text": self.text()}
+
+
+def verdicts_source(doc: ReportDocument) -> str:
+    """Whose verdicts a document holds: ``the run's stored verdicts``, or for a report ``gpucomm compare --json``
+    wrote, ``the verdicts gpucomm compare made against baselines/h200.json``."""
+    against = (doc.compared or {}).get("against")
+    return f"the verdicts gpucomm compare made against {against}" if against else "the run's stored verdicts"
 
 
 def judgement(doc: ReportDocument) -> Judgement:
