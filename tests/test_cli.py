@@ -198,8 +198,9 @@ def test_compare_against_another_report_takes_it_as_a_one_run_baseline(runs, tmp
     out = tmp_path / "compared.json"
     code, text = gpucomm("compare", runs.slow, runs.clean, "--json", out, "--no-curves")
     assert code == 0, text  # the unchanged run is faster than the slowed one, nowhere slower
-    assert text.splitlines()[0] == (f"gpucomm compare: the report {runs.clean} against the report {runs.slow} "
-                                    "(taken as a one-run baseline)")
+    assert " ".join(text.split("\nhardware: ")[0].split()) == (
+        f"gpucomm compare: a judgement made now of the report {runs.clean} against the report {runs.slow} (taken as "
+        "a one-run baseline), not the run's stored verdicts")
     doc = load(out)
     assert doc["compared"]["kind"] == "report" and doc["compared"]["against"] == str(runs.slow)
     now = {r["test"]: r["status"] for r in doc["rows"]}
@@ -224,10 +225,10 @@ def test_a_report_taken_as_a_baseline_leaves_out_rows_of_figure_0_and_says_how_m
     old = write(tmp_path / "zero.json", doc)
     out = tmp_path / "compared.json"
     code, text = gpucomm("compare", old, runs.clean, "--json", out, "--no-curves")
-    assert text.splitlines()[0] == (
-        f"gpucomm compare: the report {runs.clean} against the report {old} (taken as a one-run baseline; 1 of the "
-        f"report's {len(doc['rows'])} rows left out: their figure is 0 GB/s (a collective of one rank has busbw 0), "
-        "nothing to compare with)")
+    assert " ".join(text.split("\nhardware: ")[0].split()) == (
+        f"gpucomm compare: a judgement made now of the report {runs.clean} against the report {old} (taken as a "
+        f"one-run baseline; 1 of the report's {len(doc['rows'])} rows left out: their figure is 0 GB/s (a collective "
+        "of one rank has busbw 0), nothing to compare with), not the run's stored verdicts")
     statuses = {r["test"]: r["status"] for r in load(out)["rows"]}
     assert statuses[zeroed] == "new" and list(statuses.values()).count("new") == 1
 
@@ -290,7 +291,7 @@ def test_show_prints_the_table_the_counts_the_run_and_the_curves(runs):
     code, text = gpucomm("show", runs.slow, "-v")
     assert code == 0
     lines = text.splitlines()
-    assert lines[0] == f"report: {runs.slow}"
+    assert lines[0].startswith("gpucomm show: the run's stored verdicts (") and lines[1] == f"report: {runs.slow}"
     for row in report["rows"]:  # -v: one table line per row, with its test id and verdict
         [line] = [ln for ln in lines if f" {short(row['test'])} " in f" {ln} "]
         assert line.rstrip().endswith(row["status"])
@@ -331,8 +332,13 @@ def test_plot_writes_each_figure_and_names_the_files(runs, tmp_path, fmt):
     code, text = gpucomm(*argv)
     assert code == 0
     lines = text.splitlines()
-    named = [Path(line.strip()) for line in lines[1:]]
-    assert lines[0] == f"wrote {len(named)} plots to {folder} (against the baseline cpu ({runs.baseline}))"
+    at = next(i for i, line in enumerate(lines) if line.startswith("wrote "))
+    named = [Path(line.strip()) for line in lines[at + 1:]]
+    assert lines[at] == f"wrote {len(named)} plots to {folder}"
+    # first, whose verdicts and which baseline's runs: the CPU runs of the file, as the gate fits it
+    assert " ".join(" ".join(lines[:at]).split()).startswith(
+        f"gpucomm plot: the run's stored verdicts (failed: 1 failing case of 6; 1 regression at the levels); drawn "
+        f"against the baseline cpu ({runs.baseline}), its 3 runs of this machine's shape")
     assert sorted(named) == sorted(folder.iterdir())
     # a figure per sweep and the copies' matrix
     assert sorted(p.name for p in named) == sorted(f"{stem}.{fmt}" for stem in (
@@ -348,7 +354,8 @@ def test_html_writes_one_page_holding_the_verdicts_and_the_plots(runs, tmp_path)
 
     page = tmp_path / "out" / "page.html"
     code, text = gpucomm("html", runs.slow, "--baseline", runs.baseline, "-o", page)
-    assert code == 0 and text == f"wrote {page}\n"
+    assert code == 0 and text.startswith("gpucomm html: the run's stored verdicts (") and text.endswith(
+        f"\nwrote {page}\n")
     body = page.read_text(encoding="utf-8")
     root = ET.fromstring(body)
     cells = ["".join(td.itertext()) for td in root.iter("td")]

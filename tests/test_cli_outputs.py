@@ -164,7 +164,9 @@ def test_plot_replaces_the_files_it_writes_only_with_force_and_leaves_every_othe
     (files / "figs").mkdir()  # a folder that exists and holds none of its files: no --force needed
     code, text = gpucomm("plot", "report.json", "-o", "figs")
     assert code == 0, capsys.readouterr().err
-    written = [Path(line.strip()).name for line in text.splitlines()[1:]]  # in the order written
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("wrote "))  # after what it shows (cli.story)
+    written = [Path(line.strip()).name for line in lines[at + 1:]]  # in the order written
     ours = sorted(p.name for p in (files / "figs").iterdir())
     assert sorted(written) == ours and len(ours) == 5 and "replaced" not in text and "also holds" not in text
     (files / "figs" / "notes.txt").write_text("mine")
@@ -179,7 +181,7 @@ def test_plot_replaces_the_files_it_writes_only_with_force_and_leaves_every_othe
     assert _snapshot(files) == before
     code, text = gpucomm("plot", "report.json", "-o", "figs", "--force")
     assert code == 0
-    lines = text.splitlines()
+    lines = [line for line in text.splitlines() if not line.startswith(("gpucomm plot: ", "    "))]
     assert lines[0] == "wrote 5 plots to figs; replaced 5 files that were there (--force)"
     assert lines[-1] == ("figs also holds 1 other .png files this command did not write (left as they were): "
                          "old-run.png")

@@ -204,13 +204,14 @@ def test_titles_name_the_hardware_the_date_and_the_baseline(report, baseline):
     figs = plots.all_figures(report, baseline)
     assert len(figs) == 5  # three sweeps, one copy matrix, one small-message latency
     for fig in figs:
-        title = fig.get_suptitle()
+        title = " ".join(fig.get_suptitle().split())  # wrapped to the figure's width: title_lines
         assert f"CPU {fp['cpu']}, {fp['cpu_cores']} cores, gloo, host {fp['host']}" in title
         assert f"{fp['date'][:10]} {fp['date'][11:16]}" in title
         assert "baseline cpu (2 runs)" in title
-    assert "baseline cpu (judged in the run; its file not drawn)" in plots.sweep_figures(report)[0].get_suptitle()
+    assert "baseline cpu (judged in the run; its file not drawn)" in " ".join(
+        plots.sweep_figures(report)[0].get_suptitle().split())
     del report["baseline"]
-    assert "; no baseline" in plots.sweep_figures(report)[0].get_suptitle()
+    assert "; no baseline" in " ".join(plots.sweep_figures(report)[0].get_suptitle().split())
     gpu = {"kind": "gpu", "count": 8, "model": "NVIDIA H200", "comm_library": "nccl 2.28.9", "driver": "570.1",
            "host": "h0"}
     assert plots.hardware_line(gpu) == "8 x NVIDIA H200, nccl 2.28.9, driver 570.1, host h0"
@@ -243,8 +244,9 @@ def test_a_dollar_in_the_fingerprint_or_a_device_is_drawn_as_written(report, bas
     for fig in figs:
         texts = _svg_texts(fig)
         title = [t for t in texts if t.startswith(f"CPU cpu {text}, ")]
-        assert title == [f"CPU cpu {text}, {report['fingerprint']['cpu_cores']} cores, gloo, host host-{text}; "
-                         f"{title[0].split('; ')[1]}; baseline cpu (2 runs)"], (fig.get_label(), texts)
+        drawn = " ".join(texts)  # the title wrapped to the figure's width: a text element per line
+        assert len(title) == 1 and (f"CPU cpu {text}, {report['fingerprint']['cpu_cores']} cores, gloo, host "
+                                    f"host-{text}; " in drawn and "; baseline cpu (2 runs)" in drawn), texts
     matrix = _figure(figs, "matrix-test_copy-copy")
     assert {f"cpu:0 {text}", f"cpu:1 {text}"} <= set(_svg_texts(matrix))
 
@@ -320,6 +322,11 @@ def test_one_way_copies_of_several_tests_share_one_matrix_with_the_host_as_a_row
                 assert cells[devs.index(r["devices"][0]), devs.index(r["devices"][1])] == pytest.approx(r["gbps"])
         assert np.ma.is_masked(cells[2, 2]) and np.ma.is_masked(cells[0, 0])  # host->host, cpu:0->cpu:0
         assert np.ma.is_masked(ratio.get_array()[2, 0])  # host->cpu:0 is not in the baseline
+    # one mapping of ratio to colour in every panel of every figure, centred on 1, at least the tolerance wide
+    clims = {_one(f, f"ratio-{size}").get_clim() for f in figs for size in SIZES["copy"] if _gid(f, f"ratio-{size}")}
+    assert len(clims) == 1, clims
+    [(lo, hi)] = clims
+    assert lo + hi == pytest.approx(2.0) and hi - 1 >= report["settings"]["tolerance"]
     # one copy test only: no combined matrix (it would repeat the test's own)
     only = [r for r in report["rows"] if r["op"] not in ("h2d", "d2h")]
     assert [f.get_label() for f in plots.copy_matrix_figures(dict(report, rows=only))] == ["matrix-test_copy-copy"]
@@ -447,3 +454,19 @@ def test_a_document_of_another_format_or_a_newer_version_is_refused_naming_what_
         plots.latency_figures(report, report)
     with pytest.raises(ValueError, match="not a pytest-gpucomm report: a list"):
         plots.all_figures([])
+
+
+def test_a_title_wider_than_its_figure_is_wrapped_at_words_never_cut_at_the_edge():
+    context = ("1 x NVIDIA H200, NCCL 2.28.9, driver 580.159.04, host vm; 2026-12-01 22:05 UTC; baseline h200 "
+               "(judged in the run; its file not drawn)")
+    lines = plots.title_lines(f"copy h2d\n{context}", 4.0)
+    assert lines[0] == "copy h2d" and " ".join(lines[1:]) == context and len(lines) >= 3
+    assert all(len(x) * plots.TITLE_POINTS * 0.62 <= 4.0 * 72 for x in lines)  # each fits 4 inches
+    assert plots.title_lines("a\nb", 8.0) == ["a", "b"]
+
+
+def test_every_ratio_panel_of_a_report_has_one_colour_scale_at_least_the_runs_tolerance():
+    assert plots.ratio_scale([0.94, 1.01], 0.05) == pytest.approx(0.06)
+    assert plots.ratio_scale([0.99], 0.1) == 0.1  # within the tolerance: the scale is the tolerance
+    assert plots.ratio_scale([0.0, 3.0], None) == 1.0  # at most 1
+    assert plots.ratio_scale([], "x") == 0.05  # a tolerance that is not a fraction: the default

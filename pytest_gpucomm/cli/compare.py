@@ -105,7 +105,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         "levels": levels_json, "gated": gated_counts(verdicts, levels_json).to_dict()})
     figures = ref.figures
     width = command_width()
-    text = [f"gpucomm compare: the report {args.report} against {ref.describe()}", hardware_line(new), *g.header]
+    # the first line says whose verdicts these are: a judgement made now, not the run's stored ones (cli.story)
+    text = [f"gpucomm compare: a judgement made now of the report {args.report} against {ref.describe()}, not the "
+            "run's stored verdicts", hardware_line(new), *g.header]
     lines = fit(text, width) + table_lines(new.rows, width, full=args.verbose)
     text = [counts_line(new.rows)]
     judged = [(test, was.verdict.data.get("status") if was.verdict is not None and was.verdict.data else None, v)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from .common import (EXIT_OK, add_baseline_dir, add_force, checked_output, inputs_of, load_report_and_baseline,
                      report_parser)
+from .story import drawn_story
 
 if TYPE_CHECKING:
     from .common import Subcommands
@@ -29,9 +30,17 @@ def add_parser(sub: "Subcommands") -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.html import write_html
 
+    from ..report.drawn import fitted_reference, stored_figures
+
     doc, ref = load_report_and_baseline(args)
     page = checked_output(args.output, "-o", inputs_of(args, ref), args.force)
-    write_html(page.path, doc, ref.figures if ref is not None else None, replace=page.replace,
+    fitted = fitted_reference(ref, doc) if ref is not None else None
+    from ..report.text import command_width, fit
+
+    story = [f"gpucomm html: {drawn_story(doc, fitted, stored_figures(doc) if fitted is None else None)}",
+             *(fitted.lines if fitted is not None else [])]
+    out.write("\n".join(fit(story, command_width())) + "\n")
+    write_html(page.path, doc, fitted.figures if fitted is not None else None, replace=page.replace,
                with_plots=not args.no_plots)
     out.write(f"wrote {page.wrote()}\n")
     return EXIT_OK

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from .common import (EXIT_OK, CommandError, add_baseline_dir, add_force, inputs_of, load_report_and_baseline,
                      not_an_input, report_parser)
+from .story import drawn_story
 
 if TYPE_CHECKING:
     from .common import Input, Subcommands
@@ -61,14 +62,22 @@ def _checked_files(args: argparse.Namespace, names: list[str], inputs: list["Inp
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.plots import all_figures, file_names, save_all
 
+    from ..report.drawn import fitted_reference, stored_figures
+
     doc, ref = load_report_and_baseline(args)
     inputs = inputs_of(args, ref)
     _check_folder(args, inputs)
-    figs = all_figures(doc, ref.figures if ref is not None else None)
+    fitted = fitted_reference(ref, doc) if ref is not None else None
+    stored = stored_figures(doc) if fitted is None else None
+    figs = all_figures(doc, fitted.figures if fitted is not None else stored)
     names = file_names(figs, args.format)
     replaced = _checked_files(args, names, inputs)
     paths = save_all(figs, args.output, args.format, replace=args.force)
-    out.write(f"wrote {len(paths)} plots to {args.output}" + (f" (against {ref.describe()})" if ref else "")
+    from ..report.text import command_width, fit
+
+    story = [f"gpucomm plot: {drawn_story(doc, fitted, stored)}", *(fitted.lines if fitted is not None else [])]
+    out.write("\n".join(fit(story, command_width())) + "\n")
+    out.write(f"wrote {len(paths)} plots to {args.output}"
               + (f"; replaced {len(replaced)} files that were there (--force)" if replaced else "") + "\n")
     for p in paths:
         out.write(f"  {p}\n")

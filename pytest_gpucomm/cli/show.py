@@ -34,11 +34,18 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
 
+    from ..report.drawn import fitted_reference
+
     doc, ref = load_report_and_baseline(args)
-    figures = ref.figures if ref is not None else None
+    figures = fitted_reference(ref, doc).figures if ref is not None else None  # as the gate fits it to the machine
     width = command_width()
-    lines = fit([f"report: {args.report}", hardware_line(doc)], width) + table_lines(doc.rows, width,
-                                                                                      full=args.verbose)
+    from .story import verdicts_story
+
+    said = verdicts_story(doc)
+    if ref is not None:
+        said += f"; the copy matrices and curves compared with {ref.describe()}, its runs of this machine's shape"
+    lines = fit([f"gpucomm show: {said}", f"report: {args.report}", hardware_line(doc)], width) + table_lines(
+        doc.rows, width, full=args.verbose)
     text: list[str] = []
     if doc.gated:
         text.append(counts_line(doc.rows))

@@ -22,11 +22,11 @@ import pytest
 from ..units import plural
 
 if TYPE_CHECKING:
-    from ..report.run import Coverage
+    from ..report.run import Coverage, Judgement
     from .state import State
 
-__all__ = ["Progress", "finish_session", "SessionFailure", "FAILURES_KEY", "session_failures", "count_in_final_line",
-           "write_summary", "terminal_width"]
+__all__ = ["Progress", "finish_session", "SessionFailure", "FAILURES_KEY", "JUDGEMENT_KEY", "session_failures",
+           "count_in_final_line", "not_judged_key", "write_summary", "terminal_width"]
 
 
 class Progress:
@@ -76,7 +76,6 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
         from ..report.run import coverage
 
         state.coverage = coverage(state.records)
-        _junit_coverage(session.config, state.coverage)
     if state.records and writes:  # before the run is saved into the baseline
         from .reporting import baseline_document, curves_of
 
@@ -94,6 +93,13 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
     failures = session_failures(state)
     state.notes += [f"gpucomm: FAILED: {f.why}" for f in failures]
     session.config.stash[FAILURES_KEY] = failures
+    if state.records and writes and not state.settings.baseline_save:
+        from ..report.run import judgement
+        from .reporting import session_report
+
+        judged = judgement(session_report(state).document)
+        session.config.stash[JUDGEMENT_KEY] = judged
+        _junit_judgement(session.config, judged, state.coverage)
     if failures and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -112,6 +118,9 @@ class SessionFailure:
 
 #: the session's failures outside its tests (:func:`session_failures`), set at the session's end
 FAILURES_KEY = pytest.StashKey[list[SessionFailure]]()
+#: what the run's report says first (``report.run.judgement`` of the session's document), set at the session's end
+#: where this process wrote the reports of a run that was not a recording run
+JUDGEMENT_KEY = pytest.StashKey["Judgement"]()
 
 
 def session_failures(state: "State") -> list[SessionFailure]:
@@ -148,32 +157,62 @@ def count_in_final_line(terminalreporter: pytest.TerminalReporter, failures: lis
         terminalreporter.stats.setdefault(f.word, []).extend([f] * f.count)
 
 
-def _junit_coverage(config: pytest.Config, cov: Optional["Coverage"]) -> None:
-    """The run's coverage as properties of the JUnit test suite (``--junitxml``): ``gpucomm.judged``,
-    ``gpucomm.cases``, ``gpucomm.not_judged`` ("yes" where fewer than half were judged)."""
-    if cov is None:
-        return
+def _junit_judgement(config: pytest.Config, judged: "Judgement", cov: Optional["Coverage"]) -> None:
+    """What the run's report says first as properties of the JUnit test suite (``--junitxml``):
+    ``gpucomm.verdict`` (``Judgement.text``: ``not judged: no baseline: ...``, ``passed: ...``, ``failed:
+    ...``), ``gpucomm.judged``, ``gpucomm.cases`` (of the cases measured against a baseline; every case where
+    there was none), ``gpucomm.not_judged`` ("yes" where no baseline judged the run or fewer than half its
+    cases were judged)."""
     for plugin in config.pluginmanager.get_plugins():  # pytest's LogXML, where --junitxml is given
         add = getattr(plugin, "add_global_property", None)
         if callable(add) and hasattr(plugin, "logfile"):
-            add("gpucomm.judged", str(cov.judged))
-            add("gpucomm.cases", str(cov.total))
-            add("gpucomm.not_judged", "yes" if cov.loud else "no")
+            add("gpucomm.verdict", judged.text())
+            add("gpucomm.judged", str(cov.judged if cov is not None else judged.judged))
+            add("gpucomm.cases", str(cov.total if cov is not None else judged.cases))
+            add("gpucomm.not_judged", "yes" if judged.not_judged or (cov is not None and cov.loud) else "no")
+
+
+@dataclass(frozen=True)
+class NotJudged:
+    """An entry of pytest's stats that counts a case not judged in its final line (it fails nothing)."""
+
+    word: str
+
+
+def not_judged_key(judged: Optional["Judgement"], failures: list[SessionFailure]) -> Optional[tuple[str, int]]:
+    """The word and count pytest's final line adds where the run was not judged (``9 passed, 9 gpucomm cases not
+    judged (no baseline)``, yellow, not green; the exit status stays): None where it was judged, or where a
+    failure of --gpu-min-judged counts the cases already."""
+    if judged is None or not judged.not_judged or any("not judged" in f.word for f in failures):
+        return None
+    n = judged.cases - judged.judged
+    word = f"gpucomm case{'s' if n != 1 else ''} not judged"
+    return word + (" (no baseline)" if judged.why == "no baseline" else ""), n
 
 
 def last_line(state: "State") -> Optional[str]:
-    """The session's very last line, after pytest's own, where fewer than half the cases measured against a
-    baseline were judged (a pass must not read as a verdict); None otherwise."""
-    cov = state.coverage
-    if cov is None or not cov.loud or not state.speaks or state.worker is not None:
+    """The session's very last line, after pytest's own, where the run was not judged (no baseline, or fewer
+    than half the cases measured against one judged: a pass must not read as a verdict); None otherwise."""
+    if not state.speaks or state.worker is not None:
         return None
-    return cov.last_line(state.settings.baseline or "")
+    cov = state.coverage
+    if cov is not None and cov.loud:
+        return cov.last_line(state.settings.baseline or "")
+    judged = state.config.stash.get(JUDGEMENT_KEY, None)
+    if judged is None or not judged.not_judged:
+        return None
+    return f"gpucomm: NOT JUDGED: {judged.text().split(': ', 1)[1]}"
 
 
 def write_summary(terminalreporter: pytest.TerminalReporter, state: "State") -> None:
     """The "gpucomm results" section, where this process speaks and measured; the session's failures outside
     its tests counted in pytest's final line (:func:`count_in_final_line`)."""
-    count_in_final_line(terminalreporter, terminalreporter.config.stash.get(FAILURES_KEY, []))
+    failures = terminalreporter.config.stash.get(FAILURES_KEY, [])
+    count_in_final_line(terminalreporter, failures)
+    key = not_judged_key(terminalreporter.config.stash.get(JUDGEMENT_KEY, None), failures)
+    if key is not None:  # pytest counts the entries of a key of its reporter's stats
+        entry = NotJudged(key[0])  # an object, as other plugins read the stats' entries (their __dict__)
+        terminalreporter.stats.setdefault(key[0], []).extend([entry] * key[1])
     if not state.records or not state.speaks:
         return
     from .reporting import summary_lines

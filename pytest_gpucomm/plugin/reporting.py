@@ -84,8 +84,9 @@ def curves_of(state: "State") -> tuple[list[dict[str, object]], list[str]]:
 def baseline_extra(state: "State") -> Optional[dict[str, object]]:
     """The "baseline" section of the JSON report: the file, the number of gated comparisons, what changed
     in the environment, the baseline's common spread per group (or what the xdist workers said of all
-    that), the run at the gate's levels, the coverage, and how many are gated at each level
-    (``report.run.gated_counts``: the one count every view prints)."""
+    that), the run at the gate's levels, the coverage, how many are gated at each level
+    (``report.run.gated_counts``: the one count every view prints), and the figures of the baseline the views
+    draw (``report.drawn``: the runs the verdicts used, so that a later page shows what the run saw)."""
     extra = state.from_workers.baseline
     if not extra and state.settings.baseline and state.gate.loaded:
         from ..gate import ABSENT
@@ -102,9 +103,15 @@ def baseline_extra(state: "State") -> Optional[dict[str, object]]:
         return extra
     from ..report.run import gated_counts
 
+    from ..report.drawn import DRAWN_KEY, drawn_document
+
     levels = state.levels.to_dict() if state.levels is not None else None
+    figures = baseline_figures(state)  # the runs the gate judged against: this machine's shape only
+    drawn = drawn_document(figures.document if figures is not None else None,
+                           [(r.baseline or {}).get("case") for r in state.records])
     return {**extra, "levels": levels, "coverage": state.coverage.to_dict() if state.coverage is not None else None,
-            "gated": gated_counts([r.baseline for r in state.records], levels).to_dict()}
+            "gated": gated_counts([r.baseline for r in state.records], levels).to_dict(),
+            **({DRAWN_KEY: drawn} if drawn is not None else {})}
 
 
 def session_levels(state: "State") -> Optional["RunLevels"]:

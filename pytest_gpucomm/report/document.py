@@ -10,7 +10,9 @@ judged again (:meth:`ReportDocument.rejudged`), or read back from a saved JSON r
 A view that compares with a baseline file takes that file's figures as a second input
 (``analysis.baseline_figures.BaselineFigures``, made once from the file).
 
-**The JSON report** is :meth:`ReportDocument.to_json`: ``format`` and ``version``, ``settings``,
+**The JSON report** is :meth:`ReportDocument.to_json`: ``format`` and ``version``, ``verdict`` (what the run
+says first, derived from the rows and the levels: ``report.run.Judgement``; "not judged" where no row has a
+baseline's verdict or fewer than half the cases were judged), ``settings``,
 ``fingerprint``, ``rows`` (per row its test id, the measurement with its samples -- ``Measurement.to_dict``
 --, ``status``, ``checks``, the gate's verdict under ``baseline`` and a collective's ranks under
 ``stragglers``), ``outliers`` (the outlier nodes), then where the run has them ``baseline`` (the file judged
@@ -49,7 +51,7 @@ __all__ = ["ReportDocument", "Row", "RowVerdict", "BaselineSection", "Levels", "
            "as_document"]
 
 #: the top-level keys :meth:`ReportDocument.to_json` writes from its fields, in their order
-_KNOWN = ("format", "version", "settings", "fingerprint", "rows", "outliers", "baseline", "launch", "curves",
+_KNOWN = ("format", "version", "verdict", "settings", "fingerprint", "rows", "outliers", "baseline", "launch", "curves",
           "compared")
 #: the keys of a row :meth:`Row.to_json` writes beyond the measurement's
 _ROW_KEYS = ("test", "status", "checks", "baseline", "stragglers")
@@ -450,7 +452,10 @@ class ReportDocument:
 
     def to_json(self) -> dict[str, object]:
         """The JSON report (see the module doc)."""
-        doc: dict[str, Any] = {"format": REPORT_FORMAT, "version": self.version, "settings": self.settings,
+        from .run import judgement
+
+        doc: dict[str, Any] = {"format": REPORT_FORMAT, "version": self.version,
+                               "verdict": judgement(self).to_dict(), "settings": self.settings,
                                "fingerprint": self.fingerprint, "rows": [r.to_json() for r in self.rows],
                                "outliers": [n.to_dict() for n in self.outliers]}
         for key, value in (("baseline", self.baseline.data if self.baseline is not None else None),

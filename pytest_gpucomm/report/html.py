@@ -15,11 +15,12 @@ answering first whether the run passed:
 * a header: the title, and the hardware, the run's date and the baseline (``plots.context_line``, the
   second line of every plot's title, so the page and its figures name the same run; the file ``gpucomm
   compare`` judged against where the report is its output);
-* the headline: PASSED or FAILED in one word and why (how many cases failed, how many regressions at the
-  levels), a coloured chip per status with its count, the counts line (as the terminal's ``gpucomm
-  verdicts:``), the class offsets -- the run's common shift per class -- and every band or case that failed
-  at its level (``gpucomm compare``'s levels where it judged the report again), and whether the environment
-  changed;
+* the headline: FAILED, PASSED or a grey NOT JUDGED in one word and why (``run.judgement``, the JSON's
+  ``verdict``: how many cases failed, how many regressions at the levels; no baseline, or fewer than half the
+  cases judged, with the command that records one), a coloured chip per status with its count (failing first),
+  the counts line (as the terminal's ``gpucomm verdicts:``), every class, band or case that failed at its level
+  first, then the other class offsets -- the run's common shift per class -- (``gpucomm compare``'s levels
+  where it judged the report again), and whether the environment changed;
 * the failing cases, each with its verdict's first line (what, where, how much), the detail below it and
   its plots (its sweep's, its single ops' latency);
 * the results: a table of every row, grouped by sweep (a heading row per sweep: op, devices or world,
@@ -27,11 +28,14 @@ answering first whether the run passed:
   status (coloured: red where it fails the test, green where it passed the gate, grey where nothing was
   judged) and the verdict (its first line, the detail folded under it).  With ``--baseline B`` the baseline's
   figure and the ratio are B's (today / its figure), the statuses the run's;
-* the copy matrices as tables (GB/s, and today / baseline beside it, a cell below 0.95x marked) and the
-  curves as a table (``terminal.curve_cells``: floor, peak, 90 % point, fit, against the baseline);
+* the copy matrices as tables (GB/s, and today / baseline beside it, a cell below 1 - the run's tolerance
+  marked) and the curves as a table (``terminal.curve_cells``: floor, peak, 90 % point, fit, against the baseline);
 * the environment: what changed in the fingerprint since the baseline was recorded (the report's
   ``baseline.environment_diff``, as the gate saw it during the run), where the run was gated;
-* the other plots (``plots.all_figures``), inline in a grid, each with its label as ``alt`` text and caption.
+* the other plots (``plots.all_figures``), inline in a grid, each with its label as ``alt`` text and caption,
+  drawn against ``--baseline B`` (its runs of the report's machine shape: ``drawn.fitted_reference``), else
+  against the baseline the report stores (``drawn.stored_figures``: the runs its verdicts used).
+Each table sits in a box that scrolls sideways where it is wider than the page (``div.scroll``).
   Without matplotlib the page is still written, with a note naming the extra that brings it (``plots.EXTRA``).
 
 The figures are written at ``PLOT_DPI`` (90, against the 150 of ``plots.save_all``'s files): a figure
@@ -98,6 +102,9 @@ _STYLE = """
 .gpucomm .headline .word { font-size: 1.5em; font-weight: bold; margin-right: 0.4em; }
 .gpucomm .headline.failed .word { color: #b71c1c; }
 .gpucomm .headline.passed .word { color: #1b5e20; }
+.gpucomm .headline.not-judged { background: #eeeeee; border-left: 8px solid #757575; }
+.gpucomm .headline.not-judged .word { color: #424242; }
+.gpucomm .headline p.record { margin: 0.2em 0; color: #333; }
 .gpucomm ul.chips { list-style: none; padding: 0; margin: 0.4em 0; display: flex; flex-wrap: wrap; gap: 0.4em; }
 .gpucomm .chip { padding: 0.1em 0.7em; border-radius: 1em; font-weight: 600; }
 .gpucomm .status-fail.chip, .gpucomm span.status-fail { background: #f8d0d0; color: #8b0000; }
@@ -105,13 +112,14 @@ _STYLE = """
 .gpucomm .status-info.chip { background: #e6e6e6; color: #444; }
 .gpucomm p.counts { color: #444; margin: 0.3em 0; }
 .gpucomm ul.levels { margin: 0.3em 0; padding-left: 1.2em; }
+.gpucomm div.scroll { max-width: 100%; overflow-x: auto; }
 .gpucomm table { border-collapse: collapse; font-size: 0.93em; margin: 0.4em 0 0.8em 0; }
 .gpucomm th, .gpucomm td { border: 1px solid #ddd; padding: 0.25em 0.6em; vertical-align: top; }
 .gpucomm th { background: #f2f2f2; text-align: left; white-space: nowrap; }
 .gpucomm tr.sweep th { background: #e8eef7; font-weight: 600; }
 .gpucomm td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .gpucomm td.test { font-family: ui-monospace, monospace; font-size: 0.9em; white-space: nowrap; }
-.gpucomm td.message { font-size: 0.9em; color: #444; max-width: 30em; }
+.gpucomm td.message { font-size: 0.9em; color: #444; min-width: 14em; max-width: 26em; }
 .gpucomm td.message summary { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .gpucomm td.message div.detail, .gpucomm p.message-detail { white-space: pre-wrap; }
 .gpucomm summary { cursor: pointer; }
@@ -129,8 +137,9 @@ _STYLE = """
 .gpucomm p.message-head { font-weight: 600; margin: 0.3em 0; }
 .gpucomm p.message-detail { font-size: 0.9em; color: #444; margin: 0.3em 0; }
 .gpucomm p.note { color: #7a5200; background: #fff6e0; padding: 0.4em; }
-.gpucomm div.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 1em; }
-.gpucomm figure { margin: 0.5em 0; }
+.gpucomm div.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(540px, 100%), 1fr));
+  gap: 1em; }
+.gpucomm figure { margin: 0.5em 0; min-width: 0; }
 .gpucomm figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .gpucomm figcaption { font-size: 0.8em; color: #555; }
 """
@@ -186,9 +195,9 @@ def page_body(doc: ReportDocument, figures: Optional[BaselineFigures], images: l
     from .terminal import curve_entries
 
     shown: set[str] = set()
-    parts = [*headline(doc), *failing_cases(doc, images, shown), *results_table(doc, figures),
+    parts = [*headline(doc, figures), *failing_cases(doc, images, shown), *results_table(doc, figures),
              *matrices_section(doc, figures), *curves_section(curve_entries(doc, figures), figures is not None),
-             *environment_section(doc)]
+             *environment_section(doc, figures)]
     if with_plots:
         parts += figures_section(images, shown, unavailable=unavailable, notes=list(notes))
     return parts
@@ -207,9 +216,12 @@ def html_page(report: "ReportDocument | Mapping[str, object]",
     from ..vocab import __version__
     from .plots import context_line
 
+    from .drawn import stored_figures
+
     doc, figures = as_document(report), as_figures(baseline)
     title = title or "pytest-gpucomm report"
-    images, unavailable = drawn_images(doc, figures) if with_plots else ([], "")
+    drawn = figures if figures is not None else stored_figures(doc)  # the baseline that judged the run
+    images, unavailable = drawn_images(doc, drawn) if with_plots else ([], "")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -223,7 +235,7 @@ def html_page(report: "ReportDocument | Mapping[str, object]",
         '<body class="gpucomm">',
         "<header>",
         f"<h1>{esc(title)}</h1>",
-        f'<p class="context">{esc(context_line(doc, figures))}</p>',
+        f'<p class="context">{esc(context_line(doc, drawn))}</p>',
         "</header>",
         *page_body(doc, figures, images, unavailable=unavailable, with_plots=with_plots),
         f'<footer><p class="context">written by pytest-gpucomm {esc(__version__)}</p></footer>',

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from ..analysis.baseline_figures import BaselineFigures
     from ..analysis.matrices import CopyMatrix
 
-__all__ = ["Image", "HEADERS", "CURVE_HEADERS", "esc", "img", "status_class", "verdict_counts", "headline",
+__all__ = ["Image", "HEADERS", "CURVE_HEADERS", "esc", "img", "status_class", "verdict_counts", "unrepeated",
+           "headline", "report_tolerance", "environment_diff",
            "failing_cases", "results_table", "matrices_section", "curves_section", "environment_section",
            "figures_section", "case_labels"]
 
@@ -88,40 +89,60 @@ def verdict_counts(doc: ReportDocument) -> str:
             + tail_counts(doc.rows))
 
 
-def headline(doc: ReportDocument) -> list[str]:
-    """Passed or failed, and why, first: the verdict in one word and a sentence, a chip per status with its
-    count, the counts line, how many are gated at each level (``run.gated_of``), the class offsets (the run's
-    common shift per class) and every band or case that failed at its level (the run's levels, or ``gpucomm
-    compare``'s where it judged the report again), and whether the environment changed since the baseline."""
+def unrepeated(text: str) -> str:
+    """``text`` with a "; "-separated part said twice kept once (a level's reason that repeats its reference's
+    words: ``2 cases, fewer than 5; 2 cases, fewer than 5``)."""
+    parts: list[str] = []
+    for part in text.split("; "):
+        if part not in parts:
+            parts.append(part)
+    return "; ".join(parts)
+
+
+def headline(doc: ReportDocument, figures: Optional["BaselineFigures"] = None) -> list[str]:
+    """Passed, failed or not judged, and why, first (``run.judgement``: the word the JSON report's ``verdict``
+    and the terminal's last lines give): the word and a sentence (grey "NOT JUDGED" with what to record where
+    no baseline judged the run or fewer than half its cases), a chip per status with its count, the counts
+    line, how many are gated at each level (``run.gated_of``), what failed at the levels first, then the class
+    offsets (the run's common shift per class) that did not (the run's levels, or ``gpucomm compare``'s where
+    it judged the report again), and whether the environment changed since the baseline."""
     from collections import Counter
 
-    from ..units import plural
+    from .run import judgement
 
-    levels = doc.levels
-    failed_levels = [t for t in (levels.texts() if levels is not None else [])]
-    failing = [r for r in doc.rows if r.failed]
-    word = "FAILED" if failing or failed_levels else "PASSED"
-    why = (f"{plural(len(failing), 'failing case')} of {len(doc.rows)}" if failing else
-           f"{len(doc.rows)} cases, none failing")
-    if failed_levels:
-        why += f"; {plural(len(failed_levels), 'regression')} at the levels"
-    out = [f'<section id="headline" class="headline {word.lower()}">',
-           f'<p class="verdict"><span class="word">{word}</span> {esc(why)}</p>', '<ul class="chips">']
-    for status, n in sorted(Counter(r.status for r in doc.rows).items()):
+    j = judgement(doc)
+    word = j.word.upper()
+    css = {"failed": "failed", "passed": "passed"}.get(j.word, "not-judged")
+    why = j.text().split(": ", 1)[1]
+    if j.not_judged and j.record:
+        why = why[:-len(j.record) - 2]
+    out = [f'<section id="headline" class="headline {css}" data-verdict="{esc(j.word)}">',
+           f'<p class="verdict"><span class="word">{esc(word)}</span> {esc(why)}</p>']
+    if j.not_judged:
+        out.append(f'<p class="record">Not judged: a pass here says nothing. {esc(j.record[0].upper() + j.record[1:])}'
+                   "</p>" if j.record else "")
+    out.append('<ul class="chips">')
+    for status, n in sorted(Counter(r.status for r in doc.rows).items(), key=lambda x: (status_class(x[0]) != "fail",
+                                                                                        x[0])):
         out.append(f'<li class="chip status-{status_class(status)}">{esc(n)} {esc(status)}</li>')
-    out += ["</ul>", f'<p class="counts">{esc(verdict_counts(doc))}</p>']
+    from .run import verdicts_source
+
+    out += ["</ul>", f'<p class="counts">{esc(verdict_counts(doc))}</p>',
+            f'<p class="counts source">Shown: {esc(verdicts_source(doc))}.</p>']
     if doc.gated:  # the one count of gated per level, as the terminal summary and the JSON report give it
         from .run import gated_of
 
         out.append(f'<p class="counts gated">{esc(gated_of(doc).text())}</p>')
-    texts = levels.texts(every=("classes",)) if levels is not None else []
+    levels = doc.levels
+    failed = levels.texts() if levels is not None else []
+    texts = failed + [t for t in (levels.texts(every=("classes",)) if levels is not None else []) if t not in failed]
     if texts:
-        out.append('<ul class="levels">' + "".join(f"<li>{esc(t)}</li>" for t in texts) + "</ul>")
-    diff = doc.baseline.environment_diff if doc.baseline is not None else None
+        out.append('<ul class="levels">' + "".join(f"<li>{esc(unrepeated(t))}</li>" for t in texts) + "</ul>")
+    diff, _ = environment_diff(doc, figures)
     if diff:
         out.append(f'<p class="note">The environment changed since the baseline was recorded: '
                    f'{esc(", ".join(k for k, _, _ in diff))} (see Environment).</p>')
-    return out + ["</section>"]
+    return [x for x in out if x] + ["</section>"]
 
 
 # -- the failing cases -------------------------------------------------------------------------------------
@@ -214,7 +235,8 @@ def _verdict_cell(lines: Sequence[str]) -> str:
 
 
 def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> list[str]:
-    """Every row, grouped by sweep (``table.sweep_groups``, a heading row per sweep), coloured by status."""
+    """Every row, grouped by sweep (``table.sweep_groups``, a heading row per sweep), coloured by status, in a
+    box of its own that scrolls sideways where the table is wider than the page (``div.scroll``)."""
     from ..units import format_size
     from ..units import format_gbps
     from .run import fmt_us, tail_cell
@@ -226,8 +248,8 @@ def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> 
     out = ['<section id="results">', "<h2>Results</h2>"]
     if against:
         out.append(f'<p class="note">{esc(against)}</p>')
-    out += ['<table id="verdicts-table">', "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
-            + "</tr></thead>"]
+    out += ['<div class="scroll">', '<table id="verdicts-table">',
+            "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEADERS) + "</tr></thead>"]
     for group in sweep_groups(doc.rows):
         out.append(f'<tbody><tr class="sweep"><th colspan="{len(HEADERS)}">{esc(group_heading(group))}</th></tr>')
         for row in group:
@@ -242,13 +264,24 @@ def results_table(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> 
             out.append(f'<tr class="status-{status_class(status)}" data-status="{esc(status)}">' + "".join(cells)
                        + "</tr>")
         out.append("</tbody>")
-    return out + ["</table>", "</section>"]
+    return out + ["</table>", "</div>", "</section>"]
 
 
 # -- the copy matrices and the curves ----------------------------------------------------------------------
 
 
-def _matrix_table(m: "CopyMatrix", size: int, ratios: bool) -> str:
+def report_tolerance(doc: ReportDocument) -> float:
+    """The run's --gpu-tolerance (``vocab.DEFAULT_TOLERANCE`` where the report does not say one readably): a
+    ratio below 1 - it is marked, as the gate calls a drop beyond it a regression."""
+    from ..vocab import DEFAULT_TOLERANCE
+
+    value = doc.tolerance
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+        return float(value)
+    return DEFAULT_TOLERANCE
+
+
+def _matrix_table(m: "CopyMatrix", size: int, ratios: bool, tolerance: float = 0.05) -> str:
     from ..analysis.matrices import RATIO_NOTE, figure_text, ratio_text
 
     head = "<tr><th></th>" + "".join(f"<th>{esc(d)}</th>" for d in m.destinations) + "</tr>"
@@ -260,18 +293,20 @@ def _matrix_table(m: "CopyMatrix", size: int, ratios: bool) -> str:
             if c is None:
                 cells.append('<td class="num empty">-</td>')
                 continue
-            low = ratios and c.ratio is not None and c.ratio < 0.95
+            low = ratios and c.ratio is not None and c.ratio < 1.0 - tolerance
             cells.append(f'<td class="num{" low" if low else ""}">{esc(ratio_text(c) if ratios else figure_text(c))}'
                          "</td>")
         rows.append(f"<tr><th>{esc(s)}</th>" + "".join(cells) + "</tr>")
-    kind = RATIO_NOTE if ratios else "GB/s"
+    kind = f"{RATIO_NOTE}; below {1.0 - tolerance:.2f}x marked (the run's {tolerance:.0%} tolerance)" if ratios \
+        else "GB/s"
     return (f'<table class="matrix"><caption>{esc(kind)}</caption><thead>{head}</thead><tbody>{"".join(rows)}'
             "</tbody></table>")
 
 
 def matrices_section(doc: ReportDocument, figures: Optional["BaselineFigures"]) -> list[str]:
     """Each copy matrix (``matrices.shown_matrices``) at its fullest size as a table, source rows and
-    destination columns, and today / the baseline beside it where compared (below 0.95x marked); nothing
+    destination columns, and today / the baseline beside it where compared (below 1 - the run's tolerance
+    marked: :func:`report_tolerance`); nothing
     where the report has none."""
     from ..analysis.matrices import MATRIX_NOTE, copy_matrices, shown_matrices
     from ..units import describe_size
@@ -283,6 +318,7 @@ def matrices_section(doc: ReportDocument, figures: Optional["BaselineFigures"]) 
                 "</section>"]
     if not shown:
         return []
+    tolerance = report_tolerance(doc)
     out = ['<section id="matrices">', "<h2>Copy matrices</h2>", f"<p>{esc(MATRIX_NOTE)}; at the largest size where "
            "the most pairs were measured.</p>"]
     for m in shown:
@@ -291,8 +327,9 @@ def matrices_section(doc: ReportDocument, figures: Optional["BaselineFigures"]) 
                        "(other parameters)</p>")
             continue
         size = m.fullest_size()
-        tables = _matrix_table(m, size, False) + (_matrix_table(m, size, True) if m.compared else "")
-        out += [f'<div class="matrix-pair"><h3>{esc(f"{m.title} at {describe_size(size)}")}</h3>', tables, "</div>"]
+        tables = _matrix_table(m, size, False) + (_matrix_table(m, size, True, tolerance) if m.compared else "")
+        out += [f'<div class="matrix-pair"><h3>{esc(f"{m.title} at {describe_size(size)}")}</h3>',
+                f'<div class="scroll">{tables}</div>', "</div>"]
     return out + ["</section>"]
 
 
@@ -308,7 +345,7 @@ def curves_section(entries: Sequence[Mapping[str, object]], compared: bool) -> l
     out += ["<p>floor: the median time at the smallest size; 90%: the size reaching 90 % of the peak; fit: latency "
             "+ size / bandwidth, where one line fits the sweep; vs baseline: today's first runs / the baseline's "
             "medians (not the verdicts' ratio, which pools the re-measures: the table's). The per-size verdicts "
-            "decide; the curves explain them.</p>", '<table id="curves-table">',
+            "decide; the curves explain them.</p>", '<div class="scroll">', '<table id="curves-table">',
             "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in CURVE_HEADERS) + "</tr></thead>", "<tbody>"]
     for e in entries:
         cells = curve_cells(e)
@@ -316,28 +353,49 @@ def curves_section(entries: Sequence[Mapping[str, object]], compared: bool) -> l
             cells["vs baseline"] = "not in the baseline"
         out.append("<tr>" + "".join(f'<td class="{"name" if h == "sweep" else "num"}">{esc(cells[h])}</td>'
                                     for h in CURVE_HEADERS) + "</tr>")
-    return out + ["</tbody></table>", "</section>"]
+    return out + ["</tbody></table>", "</div>", "</section>"]
 
 
 # -- the environment and the plots -------------------------------------------------------------------------
 
 
-def environment_section(doc: ReportDocument) -> list[str]:
+def environment_diff(doc: ReportDocument, figures: Optional["BaselineFigures"] = None
+                     ) -> tuple[Optional[list[tuple[str, object, object]]], str]:
+    """What changed in the environment since the baseline, and against what: with ``figures`` (``--baseline B``,
+    fitted to the report's machine shape: ``drawn.fitted_reference``) whose runs keep their fingerprints, B's
+    latest run of this machine's shape against the report's, as the gate and ``gpucomm compare`` diff them (the
+    host and the volatile keys left out); else the diff the run's gate recorded (``baseline.environment_diff``).
+    (None, "") where neither is known."""
+    runs = [r for r in (figures.document.get("runs") or []) if isinstance(r, Mapping)] if figures else []
+    latest = runs[-1].get("fingerprint") if runs else None
+    if isinstance(latest, Mapping) and doc.fingerprint:
+        from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints
+
+        now = [(k, None if a is ABSENT else a, None if b is ABSENT else b) for k, a, b in
+               diff_fingerprints(latest, doc.fingerprint, ignore=VOLATILE_KEYS | {"host"})]
+        return now, (f"against the latest run of this machine's shape in {figures.name if figures else '?'}, as "
+                      "gpucomm compare judges it now")
     diff = doc.baseline.environment_diff if doc.baseline is not None else None
+    return diff, "as the run's gate recorded it (the baseline's latest run then)" if diff is not None else ""
+
+
+def environment_section(doc: ReportDocument, figures: Optional["BaselineFigures"] = None) -> list[str]:
+    """The environment's changes since the baseline (:func:`environment_diff`), saying against what."""
+    diff, against = environment_diff(doc, figures)
     if diff is None:
         return []
     out = ['<section id="environment">', "<h2>Environment</h2>"]
     if not diff:
-        out.append("<p>Same as when the baseline was recorded (its latest run's fingerprint).</p>")
+        out.append(f"<p>Same as when the baseline was recorded ({esc(against)}).</p>")
         return out + ["</section>"]
-    out.append("<p>What changed since the baseline was recorded (its latest run's fingerprint against this "
-               "run's):</p>")
-    out.append('<table id="environment-table"><thead><tr><th>key</th><th>baseline</th><th>this run</th></tr>'
+    out.append(f"<p>What changed since the baseline was recorded ({esc(against)}):</p>")
+    out.append('<div class="scroll"><table id="environment-table"><thead><tr><th>key</th><th>baseline</th>'
+               '<th>this run</th></tr>'
                "</thead><tbody>")
     for key, old, new in diff:
         show = ["(absent)" if v is None else v for v in (old, new)]
         out.append(f"<tr><td>{esc(key)}</td><td>{esc(show[0])}</td><td>{esc(show[1])}</td></tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return out + ["</section>"]
 
 

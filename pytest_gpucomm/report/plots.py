@@ -88,6 +88,8 @@ __all__ = [
     "sweep_figure_label",
     "latency_figure_label",
     "copy_matrix_figures",
+    "ratio_scale",
+    "title_lines",
     "latency_figures",
     "all_figures",
     "file_names",
@@ -195,6 +197,27 @@ def context_line(report: ReportLike, baseline: BaselineLike = None) -> str:
     return f"{hardware_line(doc.fingerprint)}; {_date(doc)}; {_baseline_name(doc, figures)}"
 
 
+#: the title's font size (points), and the width of one of its characters at most, in ems (DejaVu Sans, the
+#: default font: its widest common letters, "m" and "W", are under 0.9 em; the average near 0.55)
+TITLE_POINTS, _CHAR_EM = 9, 0.62
+
+
+def title_lines(text: str, width_in: float, points: float = TITLE_POINTS) -> list[str]:
+    """``text`` wrapped at words to fit a figure ``width_in`` inches wide at ``points``: a title is never cut
+    at the figure's edge."""
+    import textwrap
+
+    chars = max(20, int(width_in * 72 / (points * _CHAR_EM)))
+    return [w for line in text.split("\n") for w in (textwrap.wrap(line, chars) or [""])]
+
+
+def title(fig: "Figure", first: str, context: str) -> None:
+    """The figure's title: ``first`` (what it draws) over the context line (:func:`context_line`), each wrapped
+    to the figure's width (:func:`title_lines`)."""
+    fig.suptitle("\n".join(title_lines(f"{first}\n{context}", float(fig.get_figwidth()))), fontsize=TITLE_POINTS,
+                 **_LITERAL)
+
+
 # -- helpers -------------------------------------------------------------------------------------------
 
 
@@ -265,7 +288,7 @@ def sweep_figures(report: ReportLike, baseline: BaselineLike = None) -> list["Fi
         _size_axis(rax if rax is not None else ax, sweep.sizes + (b.sizes if b is not None else []))
         if rax is not None:
             ax.tick_params(labelbottom=False)
-        fig.suptitle(f"{sweep.label}\n{context}", fontsize=9, **_LITERAL)
+        title(fig, sweep.label, context)
         fig.set_label(sweep_figure_label(sweep))
         figs.append(fig)
     return figs
@@ -357,19 +380,23 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
     ``sizes`` (default: the smallest, middle and largest measured), and, with ``baseline``, today / the
     baseline's figure (the median of its runs' medians) per cell; a pair not measured (or not in the
     baseline) is blank.  Each matrix is an ``AxesImage`` whose array holds the cells (NaN masked) in the
-    order of the axes' tick labels."""
+    order of the axes' tick labels; every ratio panel of the report has one colour scale (:func:`ratio_scale`)."""
     Figure = _mpl()
     doc, figures = as_document(report), as_figures(baseline)
     asked = sorted({int(s) for s in sizes}) if sizes is not None else None
     context = context_line(doc, figures)
-    figs = []
+    shown = []
     for m in copy_matrices(doc.rows, figures, layout=doc.layout):
-        test, op, node = m.test, m.op, m.node
         if m.ambiguous:  # several rows of one pair and size: no matrix shows them (matrices' module doc)
             continue
         chosen = [s for s in asked if s in m.cells] if asked is not None else _pick_sizes(m.sizes)
-        if not chosen:
-            continue
+        if chosen:
+            shown.append((m, chosen))
+    half = ratio_scale([c.ratio for m, chosen in shown for size in chosen for c in m.cells[size].values()
+                        if c.ratio is not None and not c.floor], doc.tolerance)
+    figs = []
+    for m, chosen in shown:
+        test, op, node = m.test, m.op, m.node
         src, dst = m.sources, m.destinations
         with_ratio = figures is not None
         ncols = len(chosen)
@@ -388,15 +415,26 @@ def copy_matrix_figures(report: ReportLike, baseline: BaselineLike = None, *,
             top = float(np.nanmax(gb)) if np.isfinite(gb).any() else 1.0
             _matrix(axes[0, j], gb, src, dst, f"{format_size(size)}: GB/s", "viridis", 0.0, top,
                     f"gbps-{size}", format_gbps)
-            if with_ratio:
-                spread = np.nanmax(np.abs(ratio - 1.0)) if np.isfinite(ratio).any() else 0.0
-                half = max(0.05, float(spread))
+            if with_ratio:  # one mapping of ratio to colour in every panel of the report (ratio_scale)
                 _matrix(axes[1, j], ratio, src, dst, f"{format_size(size)}: today / baseline", "RdBu",
                         1.0 - half, 1.0 + half, f"ratio-{size}", lambda v: f"{format_ratio(v, 2)}x")
-        fig.suptitle(f"{m.title}, source (rows) x destination (columns)\n{context}", fontsize=9, **_LITERAL)
+        title(fig, f"{m.title}, source (rows) x destination (columns)", context)
         fig.set_label(f"matrix-{_slug(test or op)}-{_slug(op)}" + (f"-{_slug(node)}" if node else ""))
         figs.append(fig)
     return figs
+
+
+def ratio_scale(ratios: Iterable[float], tolerance: object = None) -> float:
+    """The half-width of the one colour scale of every today / baseline panel of a report: 1 +- it maps to
+    the darkest blue and red, so one ratio has one colour in every panel.  The largest distance from 1 among
+    the panels' ``ratios`` (those drawn), at least the run's tolerance (``vocab.DEFAULT_TOLERANCE`` where
+    ``tolerance`` is not a fraction), at most 1 (a ratio of 0 is the darkest red)."""
+    from ..vocab import DEFAULT_TOLERANCE
+
+    tol = float(tolerance) if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool) and \
+        0 < tolerance < 1 else DEFAULT_TOLERANCE
+    spread = max((abs(r - 1.0) for r in ratios if math.isfinite(r)), default=0.0)
+    return min(1.0, max(tol, spread))
 
 
 def _matrix(ax: Any, values: np.ndarray, rows: list[str], cols: list[str], title: str, cmap_name: str,
@@ -525,9 +563,8 @@ def latency_figures(report: ReportLike, baseline: BaselineLike = None, *,
         p = ", ".join(f"{q} {describe_duration(float(tail[f'{q}_us']) * 1e-6)}" for q in ("p50", "p99")
                       if isinstance(tail.get(f"{q}_us"), (int, float)))
         where = f"{m.world_size} ranks" if m.world_size > 1 else "->".join(m.devices)
-        fig.suptitle(f"{m.op} {format_size(m.size_bytes)}, {where}: single-op latency"
-                     f"{f' (today {p})' if p else ''}\n"
-                     f"{context}", fontsize=9, **_LITERAL)
+        title(fig, f"{m.op} {format_size(m.size_bytes)}, {where}: single-op latency"
+              f"{f' (today {p})' if p else ''}", context)
         fig.set_label(latency_figure_label(test, m.op))
         figs.append(fig)
     return figs

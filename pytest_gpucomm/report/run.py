@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["HEADERS", "GATE_HEADERS", "LEGEND", "CURVE_LIMIT", "LIVE_KEY", "fmt_us", "table_rows",
            "render_table", "gate_columns", "table_lines", "tail_cell", "tail_counts", "counts_line",
            "GatedCounts", "gated_counts", "gated_of", "sensitivity_lines", "level_lines", "Coverage", "coverage",
-           "JUDGED", "straggler_lines", "live_text", "junit_properties", "apply_levels", "json_document",
+           "JUDGED", "RECORD", "Judgement", "judgement", "verdicts_source", "straggler_lines", "live_text",
+           "junit_properties",
+           "apply_levels", "json_document",
            "cause_lines"]
 
 HEADERS = [
@@ -227,6 +229,81 @@ def coverage(items: Iterable["Row | Record"]) -> Optional[Coverage]:
     not_gated = [v for v in verdicts if v.status in (Status.NOT_GATED.value, Status.NOT_GATED_STRICT.value)]
     assumed = sum(1 for v in not_gated if v.data.get("spread_assumed"))
     return Coverage(judged, len(verdicts), assumed, len(not_gated) - assumed, new)
+
+
+#: how a baseline is recorded, as every line that says a run was not judged gives it
+RECORD = "pytest ... --gpu-baseline=NAME --gpu-baseline-save"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a run's report says first, the same in every view (the terminal's last lines, pytest's final line,
+    the JSON report's ``verdict``, JUnit's ``gpucomm.verdict``, the page's headline): ``word`` "failed" (a row
+    fails its test, or a regression at the levels), "not judged" (no row has a baseline's verdict, or fewer than
+    half the cases measured against one were judged: :attr:`Coverage.loud`) or "passed"; ``why``: for "not
+    judged", "no baseline" or "fewer than half the cases judged against baseline h200"; ``record``: what to
+    record to have it judged."""
+
+    word: str
+    cases: int
+    judged: int
+    failing: int = 0
+    level_regressions: int = 0
+    why: str = ""
+    record: str = ""
+
+    @property
+    def not_judged(self) -> bool:
+        return self.word == "not judged"
+
+    def text(self) -> str:
+        """``not judged: no baseline: 9 cases measured, none judged; record one: pytest ... --gpu-baseline=NAME
+        --gpu-baseline-save``; ``failed: 2 failing cases of 9; 1 regression at the levels``; ``passed: 9 of 9
+        cases judged, none failing``."""
+        if self.word == "failed":
+            out = f"failed: {plural(self.failing, 'failing case')} of {self.cases}" if self.failing else "failed: "
+            if self.level_regressions:
+                out += ("; " if self.failing else "") + f"{plural(self.level_regressions, 'regression')} at the levels"
+            return out
+        if self.word == "passed":
+            return f"passed: {self.judged} of {plural(self.cases, 'case')} judged, none failing"
+        judged = "none judged" if not self.judged else f"{self.judged} judged"
+        return (f"not judged: {self.why}: {plural(self.cases, 'case')} measured, {judged}"
+                + (f"; {self.record}" if self.record else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"word": self.word, "why": self.why, "cases": self.cases, "judged": self.judged,
+                "failing": self.failing, "level_regressions": self.level_regressions, "record": self.record,
+                "text": self.text()}
+
+
+def verdicts_source(doc: ReportDocument) -> str:
+    """Whose verdicts a document holds: ``the run's stored verdicts``, or for a report ``gpucomm compare --json``
+    wrote, ``the verdicts gpucomm compare made against baselines/h200.json``."""
+    against = (doc.compared or {}).get("against")
+    return f"the verdicts gpucomm compare made against {against}" if against else "the run's stored verdicts"
+
+
+def judgement(doc: ReportDocument) -> Judgement:
+    """The :class:`Judgement` of a document: of its rows' verdicts and its levels (``gpucomm compare``'s where
+    it judged the report again, else the run's)."""
+    levels = doc.levels
+    regressions = len(levels.texts()) if levels is not None else 0
+    failing = sum(1 for r in doc.rows if r.failed)
+    cases = len(doc.rows)
+    cov = coverage(doc.rows)
+    judged = cov.judged if cov is not None else 0
+    if failing or regressions:
+        return Judgement("failed", cases, judged, failing, regressions)
+    settings = doc.settings or {}
+    name = str((doc.compared or {}).get("against") or settings.get("baseline") or "NAME")
+    if cov is None:
+        return Judgement("not judged", cases, 0, why="no baseline", record=f"record one: {RECORD}, then run with "
+                         "--gpu-baseline=NAME")
+    if cov.loud:
+        return Judgement("not judged", cases, judged, why=f"fewer than half the cases judged against baseline {name}",
+                         record=cov.fix(name))
+    return Judgement("passed", cases, judged)
 
 
 @dataclass(frozen=True)
