@@ -334,3 +334,13 @@ def test_a_one_session_class_offset_judged_on_borrowed_spreads_is_gated_and_fail
     same = judge_run({k: rng.normal(0, 0.002) for k in members},
                      fit_levels(one, centers, members, {"b0": None}, borrowed=borrowed), var)
     assert same.classes[0].status == "ok", same.classes[0].text()
+
+
+def test_a_level_not_judged_says_why_once_in_its_text():
+    from pytest_gpucomm.gate.levels import LevelVerdict
+
+    why = "its reference, the other cases of its class, is 46.3% slower itself"
+    v = LevelVerdict("case", "h2d 4 KiB", ("k",), "not judged", 0.5, math.nan, math.nan, 0.001, math.nan, math.nan,
+                     math.nan, math.nan, 0.05, why=why)
+    assert v.text().count("46.3% slower itself") == 1
+    assert v.text() == f"not judged (case residual) h2d 4 KiB: {why}"

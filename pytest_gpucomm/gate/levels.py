@@ -413,7 +413,9 @@ class LevelVerdict:
             f"{GATED_DROP_FACTOR * self.tolerance:.0%} could pass")
 
     def text(self) -> str:
-        """One line: the headline and the detail."""
+        """One line: the headline and the detail (a level not judged: its headline, which holds why)."""
+        if self.status == "not judged":
+            return self.headline()
         return f"{self.headline()}; {self.detail()}"
 
     def to_dict(self) -> dict[str, object]:
