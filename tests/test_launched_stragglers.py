@@ -14,7 +14,7 @@ import pytest
 
 from pytest_gpucomm.analysis.stragglers import WAITED_FOR
 
-from test_launched import ARGS, free_port, run_all, slurm_nodes_env
+from test_launched import ARGS, ONE_ALL_REDUCE, free_port, run_all, slurm_nodes_env
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -38,16 +38,6 @@ if os.environ["SLURM_PROCID"] == "1":  # launched mode runs the task in this pro
 
     timed_case.TimedLoop.sample = _held_up
 '''
-
-ONE_ALL_REDUCE = '''
-from pytest_gpucomm import sizes
-
-
-@sizes("4KiB")
-def test_all_reduce(process_group, size, comm):
-    comm.all_reduce(process_group, size)
-'''
-
 
 @pytest.mark.slow
 def test_a_rank_held_up_outside_the_timed_loop_in_some_iterations_is_named_waited_for(tmp_path: Path) -> None:
