@@ -158,3 +158,34 @@ def bench_in_subgroups(ctx: RankContext, groups: list[list[int]], kwargs: dict[s
     finally:
         dist.barrier()  # every group done before this rank leaves its own
         dist.destroy_process_group(handle)
+
+
+def start_session_sleepers(ctx: RankContext, seconds: int = 301) -> list[dict[str, Any]]:
+    """Start two ``sleep`` processes outside the rank's process group and leave them running: a child in a
+    session of its own, and a daemon-like grandchild (``setsid sh -c 'sleep &'``, its parent exits at once);
+    the pid and start time of each."""
+    import subprocess
+
+    from proc_helpers import process_start_time
+
+    child = subprocess.Popen(["sleep", str(seconds)], start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _children.append(child)
+    shell = subprocess.run(["sh", "-c", f"sleep {int(seconds)} >/dev/null 2>&1 </dev/null & echo $!"],
+                           start_new_session=True, capture_output=True, text=True, check=True)
+    grandchild = int(shell.stdout.split()[0])
+    return [{"rank": ctx.rank, "pid": p, "start": process_start_time(p)} for p in (child.pid, grandchild)]
+
+
+def start_session_sleepers_then_hang(ctx: RankContext, marker_dir: str) -> int:
+    """:func:`start_session_sleepers` (written to ``marker_dir``/rank<N>.json), then sleep until killed."""
+    import json
+    import time
+
+    info = start_session_sleepers(ctx)
+    path = os.path.join(marker_dir, f"rank{ctx.rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(info, f)
+    os.replace(path + ".tmp", path)
+    time.sleep(3600)
+    return 0

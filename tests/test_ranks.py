@@ -437,7 +437,7 @@ def test_worker_module_imports_no_plugin_dependencies() -> None:
     assert not {m.split(".")[0] for m in modules} & {"pytest", "_pytest", "numpy", "scipy"}
     ranks = {m for m in modules if m.startswith("pytest_gpucomm.ranks.")}
     assert ranks == {"pytest_gpucomm.ranks.worker", "pytest_gpucomm.ranks.context",
-                     "pytest_gpucomm.ranks.protocol"}
+                     "pytest_gpucomm.ranks.protocol", "pytest_gpucomm.ranks.reaper"}
 
 
 # ----------------------------------------------------------------- errors
@@ -486,6 +486,35 @@ def test_teardown_after_task_error_and_restarted_pool_close_kill_task_children(s
     finally:
         pool.close()
     assert _sleepers_gone(second), second
+
+
+def test_processes_a_task_started_in_a_session_of_their_own_do_not_outlive_the_pool(start: dict) -> None:
+    """Issue 49: a ``start_new_session`` child and a double-forked ``setsid`` grandchild of a task left the
+    rank's process group; closing the pool ends them too (the worker is their subreaper)."""
+    pool = RankPool(1, start_timeout_s=60, **start)
+    try:
+        sleepers = pool.run("rank_tasks:start_session_sleepers", timeout_s=30)[0]
+        assert all(process_running(s["pid"], s["start"]) for s in sleepers)  # left running, outside the group
+        assert all(os.getpgid(s["pid"]) != pool.pids[0] for s in sleepers)
+    finally:
+        pool.close()
+    assert _sleepers_gone(sleepers, timeout_s=3.0), sleepers
+
+
+@pytest.mark.slow
+def test_a_hung_rank_torn_down_takes_the_processes_it_started_in_their_own_session(
+        tmp_path: Path, start: dict) -> None:
+    """The controller's side: a rank still running when its pool is torn down (a timeout) has its descendants
+    outside its group killed before it is."""
+    pool = RankPool(1, start_timeout_s=60, **start)
+    try:
+        with pytest.raises(RankTimeout):
+            pool.run("rank_tasks:start_session_sleepers_then_hang", {"marker_dir": str(tmp_path)}, timeout_s=2)
+        sleepers = json.loads((tmp_path / "rank0.json").read_text())
+        assert len(sleepers) == 2
+        assert _sleepers_gone(sleepers, timeout_s=3.0), sleepers
+    finally:
+        pool.close()
 
 
 def test_children_of_a_crashed_rank_and_of_its_peers_are_killed(tmp_path: Path, start: dict) -> None:

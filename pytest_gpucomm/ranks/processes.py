@@ -2,8 +2,9 @@
 ``Popen`` of a worker a zygote forked), its stacks on demand (:func:`dump_stacks`: SIGUSR1 and the
 faulthandler dump it writes to ``rank<N>.stacks``), and its end: :func:`kill_ranks` kills a worker's whole
 process group whenever it is stopped, gracefully exited or crashed (so whatever a task left running goes too),
-before reaping it; :func:`release_ranks` does so with SIGINT and SIGTERM held back and closes its handles.
-:mod:`.spawn` starts them.  Stdlib only.
+and first, while it runs, every descendant that left that group (:mod:`.reaper`), before reaping it;
+:func:`release_ranks` does so with SIGINT and SIGTERM held back and closes its handles.  :mod:`.spawn` starts them.
+Stdlib only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Iterator, Sequence, cast
+
+from pytest_gpucomm.ranks.reaper import kill_descendants
 
 if TYPE_CHECKING:
     from pytest_gpucomm.ranks.spawn import Zygote
@@ -211,11 +214,15 @@ def kill_ranks(processes: Sequence[RankProcess], wait_s: float = 10.0) -> None:
     ``WNOWAIT``); kill the group again while the rank is a zombie (its pid, the group id,
     is still taken, so no other process can own it; this catches children forked in the
     meantime and those of a rank that had already exited); only then reap the rank.
-    Children that left the group themselves (``setsid``, ``setpgid``) are not reached.
+    Children that left the group themselves (``setsid``, ``setpgid``) are still the running worker's
+    descendants (it is their subreaper on Linux, :mod:`.reaper`): they are killed before it is; a worker
+    that exits ends them itself, one that died abruptly left them to init.
     ``wait_s`` is per rank: a GPU rank killed in the middle of a driver call can take many seconds to
     exit.  A rank reaped by someone else (its pid may be another process's now) is not signalled again.
     """
     for p in processes:
+        if not p.exited():
+            kill_descendants(p.pid)  # what left its group but not its tree (the worker is their subreaper)
         if not p.exited() and not _kill_group(p):
             try:
                 p.proc.kill()

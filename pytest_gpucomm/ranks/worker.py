@@ -7,7 +7,8 @@ Started by :func:`pytest_gpucomm.ranks.spawn.start_ranks` (for a
 
 with the control-channel authkey (hex) written to its stdin (never on the
 command line). It imports only the stdlib, torch and the stdlib-only
-:mod:`pytest_gpucomm.ranks.context` and :mod:`pytest_gpucomm.ranks.protocol`.
+:mod:`pytest_gpucomm.ranks.context`, :mod:`pytest_gpucomm.ranks.protocol` and
+:mod:`pytest_gpucomm.ranks.reaper` (it is the subreaper of what its tasks start, and ends it before it exits).
 
 Protocol over the control connection (``multiprocessing.connection``): the pickled
 dataclasses of :mod:`pytest_gpucomm.ranks.protocol`.
@@ -39,6 +40,7 @@ from types import ModuleType
 from typing import Callable, NoReturn, Optional, TextIO
 
 from pytest_gpucomm.ranks.context import RankContext, load_task
+from pytest_gpucomm.ranks.reaper import become_subreaper, end_descendants
 from pytest_gpucomm.ranks.protocol import (
     Bye,
     Hello,
@@ -116,10 +118,12 @@ def _merge_sys_path(controller_path: list[str] | None) -> None:
 
 
 def _watch_process(args: argparse.Namespace) -> None:
-    """Die with the controller, leave SIGINT to it, and write the stacks on a crash (to stderr) and on SIGUSR1
+    """Die with the controller, keep what the tasks start as this process's descendants, leave SIGINT to the
+    controller, and write the stacks on a crash (to stderr) and on SIGUSR1
     (to the stack file, where the controller asks a hung rank for them)."""
     global _stack_file
     set_parent_death_signal(args.parent_pid)
+    become_subreaper()  # what the tasks start stays in this process's tree, whatever its session (.reaper)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller owns cleanup
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults -> log
     _stack_file = open(args.stack_file, "a", encoding="utf-8")
@@ -158,8 +162,9 @@ def _init_group(args: argparse.Namespace) -> ModuleType:
 
 
 def _shut_down(conn: Connection, rank: int, dist: ModuleType) -> NoReturn:
-    """Leave the process group, say goodbye and exit at once."""
+    """End what the tasks left running, leave the process group, say goodbye and exit at once."""
     code = 0
+    end_descendants()  # before Bye: once the controller has it, nothing of this rank runs but this process
     try:
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report, still leave
@@ -200,6 +205,7 @@ def _serve(conn: Connection, rank: int, ctx: RankContext, dist: ModuleType) -> N
         except (EOFError, OSError):
             # Controller went away without saying goodbye: leave at once, a
             # process-group teardown could block on peers.
+            end_descendants()
             os._exit(1)
         if isinstance(msg, Shutdown):
             _shut_down(conn, rank, dist)
@@ -211,6 +217,7 @@ def _serve(conn: Connection, rank: int, ctx: RankContext, dist: ModuleType) -> N
         try:
             conn.send(reply)
         except (EOFError, BrokenPipeError, ConnectionResetError):
+            end_descendants()
             os._exit(1)
         except Exception:  # result could not be pickled
             conn.send(TaskError(
