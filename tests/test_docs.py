@@ -88,3 +88,12 @@ def test_the_readme_links_to_docs_pages_and_headings_that_exist():
         assert target.is_file(), f"README.md links to {link}: no such file"
         if anchor:
             assert anchor in _anchors(target), f"README.md links to {link}: no such heading in {path}"
+
+
+def test_the_lock_file_beside_a_saved_baseline_is_named_in_the_baselines_page_and_the_ci_guide():
+    # issue 49, item 9: a user who commits baselines learns that NAME.json.lock stays beside the file, and not to
+    # commit it
+    root = Path(__file__).resolve().parents[1]
+    for page in ("docs/baselines.md", "ci/README.md"):
+        text = " ".join((root / page).read_text().split())
+        assert "NAME.json.lock" in text and "*.json.lock" in text and ".gitignore" in text, page
