@@ -90,8 +90,9 @@ def verdict_counts(doc: ReportDocument) -> str:
 
 
 def unrepeated(text: str) -> str:
-    """``text`` with a "; "-separated part said twice kept once (a level's reason that repeats its reference's
-    words: ``2 cases, fewer than 5; 2 cases, fewer than 5``)."""
+    """``text`` with a "; "-separated part said twice kept once: the stored text of a level not judged in a report
+    written before ``levels.LevelVerdict.text`` said its reason once (``2 cases, fewer than 5; 2 cases, fewer than
+    5``); today's reports need nothing of it."""
     parts: list[str] = []
     for part in text.split("; "):
         if part not in parts:

@@ -75,10 +75,10 @@ def check_report(doc: Any, where: str = "") -> Mapping[str, Any]:
             raise ReportError(f"{at}invalid report: rows[{i}] is not a measurement row (no test id)")
     from ..files.jsontext import json_path
 
-    bad = _non_finite_figure(doc)
+    bad, plain = _scan_figures(doc)
     if bad:
         raise ReportError(f"{at}invalid report: at {bad[0]}{_row_of(doc, bad[1])}: {bad[2]!r} is not a finite number")
-    validator = _report_validator(samples_checked=_plain_samples(doc))
+    validator = _report_validator(samples_checked=plain)
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         err = errors[0]
@@ -113,25 +113,33 @@ def _check_statuses(doc: Mapping[str, Any], at: str) -> None:
 _FIGURES = ("samples_s", "busbw_factor")
 
 
-def _non_finite_figure(doc: Any) -> Optional[tuple[str, list[Any], float]]:
+def _scan_figures(doc: Any) -> tuple[Optional[tuple[str, list[Any], float]], bool]:
+    """One walk over ``doc``'s figures: (the JSON path, path parts and value of the first NaN or infinity among
+    them, or None; whether every ``samples_s`` list holds plain positive numbers: ints or floats, no booleans).
+    Both at C speed where a list is plain (a report holds tens of thousands of samples: checked one by one by
+    jsonschema they were 90 % of reading it, ``gpucomm fleet`` reads a thousand); where one is not, the schema
+    checks its samples one by one and names the first bad one."""
     from ..files.jsontext import first_non_finite, json_path
 
+    plain = True
     stack: list[tuple[Any, list[Any]]] = [(doc, [])]
     while stack:
         value, where = stack.pop()
         if isinstance(value, dict):
             for k, v in value.items():
                 if k in _FIGURES:
-                    if _plain_finite(v):  # the common case, at C speed
+                    if _plain_finite(v):  # the common case
+                        plain = plain and not (k == "samples_s" and v and min(v) <= 0)
                         continue
                     bad = first_non_finite(v)
                     if bad:
-                        return json_path([*where, k]) + bad[0][1:], [*where, k], bad[1]
+                        return (json_path([*where, k]) + bad[0][1:], [*where, k], bad[1]), False
+                    plain = plain and k != "samples_s"
                 elif isinstance(v, (dict, list)):
                     stack.append((v, [*where, k]))
         elif isinstance(value, list):
             stack.extend((v, [*where, i]) for i, v in enumerate(value) if isinstance(v, (dict, list)))
-    return None
+    return None, plain
 
 
 def _plain_finite(v: Any) -> bool:
@@ -139,26 +147,6 @@ def _plain_finite(v: Any) -> bool:
     if type(v) in (int, float):
         return math.isfinite(v)
     return isinstance(v, list) and set(map(type, v)) <= {int, float} and all(map(math.isfinite, v))
-
-
-def _plain_samples(doc: Any) -> bool:
-    """Every ``samples_s`` list of ``doc`` holds plain positive numbers (ints or floats, no booleans): what the
-    schema asks of each sample, checked here at C speed (a report holds tens of thousands of samples: checked one
-    by one by jsonschema they were 90 % of reading it, ``gpucomm fleet`` reads a thousand); where one is not, the
-    schema checks them one by one and names the first bad one."""
-    stack: list[Any] = [doc]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if k == "samples_s":
-                    if isinstance(v, list) and v and not (set(map(type, v)) <= {int, float} and min(v) > 0):
-                        return False
-                elif isinstance(v, (dict, list)):
-                    stack.append(v)
-        elif isinstance(value, list):
-            stack.extend(v for v in value if isinstance(v, (dict, list)))
-    return True
 
 
 def _without_sample_items(schema: Any) -> Any:
@@ -260,7 +248,7 @@ REPORT_SCHEMA: dict[str, Any] = {
 
 def _report_validator(samples_checked: bool = False) -> Any:
     """The report schema's validator; ``samples_checked``: every sample was found a positive number already
-    (``_plain_samples``), so the schema leaves them out."""
+    (``_scan_figures``), so the schema leaves them out."""
     import jsonschema
 
     if samples_checked not in _VALIDATORS:
