@@ -24,6 +24,7 @@ __all__ = [
     "gpus",
     "world",
     "rank_timeout",
+    "engines",
     "Measurement",
     "Remeasure",
     "parse_size",
@@ -39,7 +40,8 @@ __all__ = [
 #: ``@sizes("4KB", "1MB")`` or ``@sizes(start="4KiB", stop="1GiB", factor=4)``: a sweep over sizes;
 #: ``@gpus(2)``: the test needs two devices, else it is skipped with the reason;
 #: ``@world(4)``: the process_group fixture of this test has four ranks;
-#: ``@rank_timeout(30)``: the test's work on the ranks fails as hung after 30 seconds.
+#: ``@rank_timeout(30)``: the test's work on the ranks fails as hung after 30 seconds;
+#: ``@engines("torch")``: the test runs on these engines of --gpucomm-engine only.
 from .vocab import MARKER_NAMES as _MARKS  # noqa: E402
 
 

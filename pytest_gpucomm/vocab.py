@@ -115,9 +115,9 @@ DTYPE_ALIASES: dict[str, str] = {"fp32": "float32", "float": "float32", "bf16": 
 DEFAULT_DTYPE = "float32"
 
 #: the markers the plugin registers and reads, and the fixtures it provides
-MARKER_NAMES: tuple[str, ...] = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout")
+MARKER_NAMES: tuple[str, ...] = ("bandwidth", "latency", "sizes", "gpus", "world", "rank_timeout", "engines")
 FIXTURE_NAMES: frozenset[str] = frozenset({"gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "comm",
-                                           "process_group", "gpucomm_state"})
+                                           "process_group", "gpucomm_state", "gpucomm_engine"})
 
 # -- defaults (options, gate, timing) -----------------------------------------------------------------
 DEFAULT_MIN_TIME_S = 0.1  # measuring time per case, warm-up excluded

@@ -621,6 +621,20 @@ class Gate:
         entry = self._view.cases.get(key, entry) if self._view is not None else entry  # the node's own sketches
         return self._judge_tail(nodeid, entry, m, v, again, tol_tail, below[len(pooled):])
 
+    def baseline_ratio(self, nodeid: str, m: Measurement) -> Optional[float]:
+        """``m``'s run location (median bandwidth) over the baseline's centre of the case of test ``nodeid``,
+        without re-measures or a verdict (what another engine's figure of a failing case says); None where the
+        baseline has no measured runs of the case."""
+        from .cases import case_key
+        from .decision import run_location
+
+        if self.baseline is None:
+            return None
+        model = self.case_model(case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size, self.layout))
+        if model is None:
+            return None
+        return math.exp(run_location(m.samples_gbps, f"{nodeid}: this run's samples").loc - model[0].center)
+
     def _judge_floor(self, m: Measurement, first: RunLocation, floor_gbps: float, again: "_Remeasures",
                      tol: float) -> Verdict:
         """The verdict on a published case (a floor, no run: ``gate.floors``)."""

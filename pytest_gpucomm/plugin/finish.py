@@ -59,6 +59,7 @@ def finish_session(state: "State", session: pytest.Session, exitstatus: int) -> 
     terminal summary is printed.  An output that cannot be written is named in the summary and makes the exit
     status non-zero, as a regression at the levels and too few cases judged do (:func:`session_failures`:
     each is said in the summary and counted in pytest's final line)."""
+    state.notes += state.engines.lines()  # every program the engines ran: its command line and its time
     state.close()
     writes = state.speaks and state.worker is None  # the reports, the levels: not a worker's, not a quiet rank's
     if state.records and state.settings.baseline and writes:

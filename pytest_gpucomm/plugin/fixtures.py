@@ -1,5 +1,5 @@
 """gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``size``, ``group_kind``,
-``comm``, ``process_group``.
+``comm``, ``process_group``, ``gpucomm_engine``.
 
 ``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``gpu``, ``size`` and ``group_kind`` are parametrized at collection
 (:mod:`.parametrize`); the fixtures hand the parameter to the test.
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .group import ProcessGroup
 
 __all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "size", "group_kind", "comm",
-           "process_group"]
+           "process_group", "gpucomm_engine"]
 
 
 @pytest.fixture(scope="session")
@@ -84,10 +84,27 @@ def _param(request: pytest.FixtureRequest, name: str) -> Any:
 
 
 @pytest.fixture
-def comm(gpucomm_state: State, request: pytest.FixtureRequest) -> "Comm":
-    """Runs measurements (copies, collectives) and returns Measurement objects (see plugin.measurer.Comm)."""
+def gpucomm_engine(gpucomm_state: State, request: pytest.FixtureRequest) -> str:
+    """What runs this case's measurements: "torch", or "nccl-tests" (its binaries and nvbandwidth), from
+    --gpucomm-engine (one test per engine, the engine ending its id, where it is not torch alone; see
+    :mod:`.engines`).  Skipped, with the reason, where the engine cannot run the case here."""
+    engine = str(getattr(request, "param", "torch"))
+    why = gpucomm_state.engines.unavailable(engine, request.node)
+    if why:
+        pytest.skip(why)
+    return engine
+
+
+@pytest.fixture
+def comm(gpucomm_state: State, request: pytest.FixtureRequest, gpucomm_engine: str) -> "Comm":
+    """Runs measurements (copies, collectives) and returns Measurement objects (see plugin.measurer.Comm),
+    on the case's engine (``gpucomm_engine``)."""
     from .measurer import Comm
 
+    if gpucomm_engine != "torch":
+        from .tool_comm import ToolComm
+
+        return ToolComm(gpucomm_state, request)
     return Comm(gpucomm_state, request)
 
 
@@ -108,6 +125,15 @@ def process_group(gpucomm_state: State, request: pytest.FixtureRequest) -> "Proc
     if marks.world is None and world < 2:
         pytest.skip(gpucomm_state.devices.one_rank_reason())
     kind = str(request.getfixturevalue("group_kind")) if "group_kind" in request.fixturenames else "world"
+    engine = str(request.getfixturevalue("gpucomm_engine")) if "gpucomm_engine" in request.fixturenames else "torch"
+    if engine != "torch":  # another engine's binary is one process over the world's GPUs: no ranks to start
+        from .engines import ToolWorld
+        from .group import ProcessGroup
+
+        problem = gpucomm_state.devices.world_problem(world)
+        if problem:
+            raise pytest.UsageError(problem)
+        return ProcessGroup(ToolWorld(world, engine), engine, gpucomm_state.settings.timeout_s, request.node.nodeid)
     why = gpucomm_state.groups.group_problem(kind)
     if why:
         pytest.skip(why)

@@ -37,6 +37,8 @@ class Judging:
         self.devices = devices
         self._gate: Optional["Gate"] = None
         self.causes = CauseTests(settings)  # why a REGRESSION got slower, where the environment changed
+        #: with both engines, the line saying how the other engine's figure of a REGRESSION's case stands
+        self.engine_line: Optional[Callable[[Record], Optional[str]]] = None
 
     @property
     def gate(self) -> "Gate":
@@ -103,6 +105,10 @@ class Judging:
             v = self.gate.judge(r.nodeid, r.measurement, tolerance, redo, tail_tolerance, r.fold)
             r.baseline = v.to_dict()
             self.causes.explain(self.gate, r, r.baseline)  # adds its line to the message
+            if v.status is Status.REGRESSION and self.engine_line is not None:
+                line = self.engine_line(r)
+                if line:
+                    r.baseline["message"] = f"{r.baseline['message']}\n  {line}"
             if r.status is not Status.FAILED:
                 r.status = v.status
             if v.failed and not self.settings.baseline_save:

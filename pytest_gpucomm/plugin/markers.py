@@ -72,6 +72,8 @@ _MARKER_HELP = {
     "world": "world(n): the process_group fixture of this test has n ranks (default: every visible GPU, 2 on CPU).",
     "rank_timeout": "rank_timeout(seconds): the test fails as hung when its work on the ranks takes longer than this "
     "(overrides --gpucomm-timeout for this test).",
+    "engines": "engines(*names): the engines this test runs on with --gpucomm-engine (torch, nccl-tests); on the "
+    "others it is skipped, saying so. Default: every engine of the session.",
 }
 #: the ``markers`` ini lines, one per name of vocab.MARKER_NAMES
 MARKER_LINES = [_MARKER_HELP[name] for name in MARKER_NAMES]

@@ -322,20 +322,7 @@ class Comm:
         group's size, an intra-node group's names its node (``info["node"]``, ``info["host"]``), an inter-node
         group's its local rank (``info["group"]``) -- and the slowest of them (lowest busbw) is returned, for
         the test's own assertions."""
-        nodeid = self._request.node.nodeid
-        if op not in OPS:
-            raise pytest.UsageError(f"{nodeid}: unknown collective {op!r}; known: {', '.join(OPS)}")
-        dtype = DTYPE_ALIASES.get(str(dtype).lower(), dtype)
-        if dtype not in DTYPES:
-            raise pytest.UsageError(f"{nodeid}: unknown dtype {dtype!r} for {op}; known: {', '.join(DTYPES)}")
-        if not isinstance(group, ProcessGroup):
-            raise pytest.UsageError(f"{nodeid}: comm.{op}() needs the process_group fixture, got {group!r}")
-        n = self._size(size, op)
-        spec = OPS[op]
-        ip = spec.default_in_place if in_place is None else bool(in_place)
-        form = "in_place" if ip else "out_of_place"
-        if form not in spec.forms:
-            raise pytest.UsageError(f"{nodeid}: {op} has no {form.replace('_', '-')} form in torch.distributed")
+        n, dtype, ip = self._collective_args(op, group, size, dtype, in_place)
         kwargs = {"op": op, "size_bytes": n, "dtype": dtype, "in_place": ip,
                   "min_time_s": self._state.settings.min_time_s, "tail_time_s": self._state.settings.tail_time_s}
         if kind is not None and kind != group.kind:
@@ -376,6 +363,25 @@ class Comm:
                                 "restarted", with_env=in_job_with_env)
         return self._record(run(), fresh, run, "in a new process group", "in the same process group", fold,
                             with_env)
+
+    def _collective_args(self, op: str, group: "ProcessGroup", size: Optional[SizeLike], dtype: str,
+                         in_place: Optional[bool]) -> tuple[int, str, bool]:
+        """A collective's arguments, checked: its size in bytes, its element type and whether in place."""
+        nodeid = self._request.node.nodeid
+        if op not in OPS:
+            raise pytest.UsageError(f"{nodeid}: unknown collective {op!r}; known: {', '.join(OPS)}")
+        dtype = DTYPE_ALIASES.get(str(dtype).lower(), dtype)
+        if dtype not in DTYPES:
+            raise pytest.UsageError(f"{nodeid}: unknown dtype {dtype!r} for {op}; known: {', '.join(DTYPES)}")
+        if not isinstance(group, ProcessGroup):
+            raise pytest.UsageError(f"{nodeid}: comm.{op}() needs the process_group fixture, got {group!r}")
+        n = self._size(size, op)
+        spec = OPS[op]
+        ip = spec.default_in_place if in_place is None else bool(in_place)
+        form = "in_place" if ip else "out_of_place"
+        if form not in spec.forms:
+            raise pytest.UsageError(f"{nodeid}: {op} has no {form.replace('_', '-')} form in torch.distributed")
+        return n, dtype, ip
 
     def _group_of_kind(self, group: ProcessGroup, kind: str) -> ProcessGroup:
         """The job's groups of ``kind``, for a test that was given ``group`` (skipped where there are none)."""

@@ -160,6 +160,8 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
         if "size" not in metafunc.fixturenames:
             raise pytest.Collector.CollectError(f"{where}: @sizes needs the test to take a 'size' argument")
         cap = state.devices.max_size
+        if state.settings.engines != ("torch",):  # the nccl-tests sweeps cover every size collected
+            state.engines.sizes.update(s for s in sizes if s <= cap)
         above = pytest.mark.skip(reason=f"above --gpucomm-max-size {max_size_text(state)}")
         metafunc.parametrize("size", [SweepSize(s) if s <= cap else pytest.param(SweepSize(s), marks=above)
                                       for s in sizes],
@@ -182,3 +184,4 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
         gpus = state.devices.names() if state.devices.info.kind == "gpu" else []
         _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],
                        "needs a GPU (host<->device copies); none is used: running the CPU variants", "no-gpu")
+    state.engines.parametrize(metafunc)  # last: the engine ends the id ("[1MiB-nccl-tests]")

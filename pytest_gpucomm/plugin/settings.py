@@ -137,6 +137,17 @@ _OPTIONS = [
      "each other device, 0 -> j and j -> 0: 2(n - 1)). The all-peers patterns (gpu_hub, copy_all_pairs) are not "
      f"affected. Default (or 'auto'): all up to {AUTO_ALL_PAIRS_MAX_DEVICES} devices, neighbours above.",
      "all|neighbours|from0|auto"),
+    ("--gpucomm-engine", "gpucomm_engine", "gpucomm_engine", "GPUCOMM_ENGINE",
+     "What runs the cases of the tests that take the comm fixture: 'torch' (ours), 'nccl-tests' (the installed "
+     "nccl-tests binaries for the collectives, one process with -g <world>, and nvbandwidth for the host<->device "
+     "and peer copies; the test ids gain '-nccl-tests') or 'both' (each case twice, ids ending '-torch' and "
+     "'-nccl-tests'; a failing case's message says whether the other engine's figure held). A test's "
+     "@pytest.mark.engines(...) narrows it. Default: torch.", "torch|nccl-tests|both"),
+    ("--gpucomm-nccl-tests", "gpucomm_nccl_tests", "gpucomm_nccl_tests", "GPUCOMM_NCCL_TESTS",
+     "The folder of the nccl-tests binaries (all_reduce_perf, ...) for --gpucomm-engine. Default: found on PATH.",
+     "DIR"),
+    ("--gpucomm-nvbandwidth", "gpucomm_nvbandwidth", "gpucomm_nvbandwidth", "GPUCOMM_NVBANDWIDTH",
+     "The nvbandwidth program for the copy cases of --gpucomm-engine. Default: found on PATH.", "PATH"),
     ("--gpucomm-launch", "gpucomm_launch", "gpucomm_launch", "GPUCOMM_LAUNCH",
      "How the ranks of a process group are started: 'auto' (as one rank of the job when pytest was started once "
      "per rank by torchrun, srun or mpirun, found from their environment variables; else 'pool'), 'pool' (a pool "
@@ -180,6 +191,16 @@ class Settings(Judging):
     prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
     min_judged: float = 0.0  # --gpu-min-judged
     baseline_nodes: str = "own"  # --gpu-baseline-nodes: "own" or "pooled"
+    engine: str = "torch"  # --gpucomm-engine: "torch", "nccl-tests" or "both"
+    nccl_tests_dir: Optional[str] = None  # --gpucomm-nccl-tests; None: PATH
+    nvbandwidth: Optional[str] = None  # --gpucomm-nvbandwidth; None: PATH
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines each case runs on, in order: ("torch",), ("nccl-tests",) or both."""
+        from ..compare.tool_engine import engines_of
+
+        return engines_of(self.engine)
 
     def to_dict(self) -> dict[str, object]:
         """The settings that shaped the figures, for the JSON report."""
@@ -189,7 +210,7 @@ class Settings(Judging):
                 "alpha": self.alpha, "strict": self.strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
-                "baseline_nodes": self.baseline_nodes,
+                "baseline_nodes": self.baseline_nodes, "engine": self.engine,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -208,6 +229,7 @@ class Settings(Judging):
             f"dtype={','.join(self.dtypes)}",
             f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",
             *([f"pairs={self.pairs}"] if self.pairs is not None else []),
+            *([f"engine={self.engine}"] if self.engine != "torch" else []),
         ]
         if self.baseline:
             parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}, "
@@ -423,7 +445,19 @@ def read_settings(config: pytest.Config) -> Settings:
         prior=_get(config, "--gpu-baseline-prior", _parse_prior, None),
         min_judged=_get(config, "--gpu-min-judged", _checked(checks.min_judged), 0.0),
         baseline_nodes=_get(config, "--gpu-baseline-nodes", _parse_baseline_nodes, "own"),
+        engine=_get(config, "--gpucomm-engine", _parse_engine, "torch"),
+        nccl_tests_dir=_get(config, "--gpucomm-nccl-tests", lambda v, n, o: v.strip(), None),
+        nvbandwidth=_get(config, "--gpucomm-nvbandwidth", lambda v, n, o: v.strip(), None),
     )
+
+
+def _parse_engine(value: str, name: str, origin: str) -> str:
+    from ..compare.tool_engine import ENGINE_CHOICES
+
+    v = value.strip().lower()
+    if v not in ENGINE_CHOICES:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {', '.join(ENGINE_CHOICES)}")
+    return v
 
 
 def _parse_baseline_nodes(value: str, name: str, origin: str) -> str:

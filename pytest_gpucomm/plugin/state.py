@@ -20,6 +20,7 @@ import pytest
 
 from ..measurement import Record
 from .devices import Devices
+from .engines import Engines
 from .finish import Progress
 from .judging import Judging
 from .pools import Groups, RankPools
@@ -66,6 +67,8 @@ class State:
         self.groups: Groups = self.pools
         self.remeasures = Remeasures(settings, self.devices, self.pools)
         self.judging = Judging(config, settings, self.devices)
+        self.engines = Engines(settings, self.devices, launched=launch is not None)
+        self.judging.engine_line = lambda r: self.engines.counterpart_line(r, self.records, self.gate)
         self.progress = Progress()
         self.from_workers = WorkerReports()  # under pytest-xdist, in the controller: what the workers sent
         self.records: list[Record] = []
@@ -126,6 +129,7 @@ class State:
     def close(self) -> None:
         """Stop the rank pools and free the copy buffers (a launched job's groups are left by its mode)."""
         self.pools.close()
+        self.engines.close()
         if self._buffers is not None:
             self._buffers.clear()
 
