@@ -129,3 +129,59 @@ def test_nvbandwidth_measures_whole_mib_and_reads_the_cell_of_the_device(tmp_pat
     assert len(engine.runs) == 1 and m.devices == ("cuda:1",) and 40 < m.gbps < 60 and 390 < peer.gbps < 400
     with pytest.raises(ToolMissing, match="nvbandwidth has no copy-engine test mapped to copy_bidir"):
         engine.measure("copy_bidir", ["cuda:0", "cuda:1"], 1 << 20)
+
+
+class _Gate:
+    """A gate whose baseline puts every case's centre at ``1 / ratio`` of today's figure."""
+
+    def __init__(self, ratio):
+        self.ratio, self.asked = ratio, []
+
+    def baseline_ratio(self, nodeid, m):
+        self.asked.append(nodeid)
+        return self.ratio
+
+
+def _engines(tmp_path):
+    from pytest_gpucomm.plugin.engines import Engines
+    from pytest_gpucomm.plugin.settings import Settings
+
+    settings = Settings(baseline="cpu", device="cpu", min_time_s=0.01, max_size=None, json_path=None, timeout_s=60.0,
+                        engine="both", nccl_tests_dir=str(STANDIN))
+    engines = Engines(settings, devices=None, launched=False)  # type: ignore[arg-type]
+    engines.nccl_tests.reader = READ
+    engines.sizes.update({1024, 4096})
+    return engines
+
+
+def _record(nodeid, m):
+    from pytest_gpucomm.measurement import Record
+
+    return Record(nodeid=nodeid, measurement=m)
+
+
+@pytest.mark.parametrize("ratio, line", [
+    (1.0, "nccl-tests holds 1.00x: the slowdown is in torch's collective path"),
+    (0.96, "nccl-tests holds 0.96x: the slowdown is in torch's collective path"),
+    (0.5, "nccl-tests dropped too (0.50x): the slowdown is in what both engines share (the library, the driver, "
+          "the hardware)")])
+def test_a_torch_collective_regression_says_how_nccl_tests_stands_from_its_kept_sweep(tmp_path, ratio, line):
+    engines = _engines(tmp_path)
+    torch_m = engines.nccl_tests.measure("all_reduce", 2, "float32", True, 4096)  # a collective's figure
+    torch_m.info.pop("tool")
+    gate = _Gate(ratio)
+    got = engines.counterpart_line(_record("t.py::test_all_reduce[4KiB-torch]", torch_m), [], gate)
+    assert got == line and gate.asked == ["t.py::test_all_reduce[4KiB-nccl-tests]"]
+    assert len(engines.nccl_tests.runs) == 1  # the sweep kept from the first measure: no second run
+    engines.close()
+
+
+def test_a_nccl_tests_regression_says_that_torch_held_from_the_torch_case_that_ran_before(tmp_path):
+    engines = _engines(tmp_path)
+    m = engines.nccl_tests.measure("all_reduce", 2, "float32", True, 1024)
+    torch_m = engines.nccl_tests.measure("all_reduce", 2, "float32", True, 1024)
+    records = [_record("t.py::test_all_reduce[1KiB-torch]", torch_m)]
+    got = engines.counterpart_line(_record("t.py::test_all_reduce[1KiB-nccl-tests]", m), records, _Gate(1.0))
+    assert got == "torch holds 1.00x: the slowdown is in nccl-tests' own run, not what both engines share"
+    assert engines.counterpart_line(_record("t.py::test_all_reduce[1KiB]", m), records, _Gate(1.0)) is None
+    engines.close()

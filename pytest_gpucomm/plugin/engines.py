@@ -6,12 +6,12 @@ A test that takes the ``comm`` fixture takes ``gpucomm_engine`` through it: with
 then ``-nccl-tests`` (the torch case first: its counterpart's figure is then known, or one sweep away, when
 either fails).  ``@pytest.mark.engines("torch")`` keeps a test off an engine (it is skipped there, saying so).
 
-On the nccl-tests engine ``comm.collective`` (and ``comm.all_reduce``, ...) runs the op's nccl-tests binary and
-``comm.host_to_device``, ``comm.device_to_host`` and ``comm.copy`` run nvbandwidth
-(:mod:`pytest_gpucomm.compare.tool_engine`); every other measurement has no counterpart there and is
-skipped with that reason, as is every case where a program is missing or the session measures the CPU
-variants (nothing of theirs runs without a GPU; ``GPUCOMM_ENGINE_STANDIN=1`` runs the stand-in binaries of
-the tests there).  The ``process_group`` of such a case starts no ranks.
+On the nccl-tests engine the ``comm`` fixture is a :class:`~.tool_comm.ToolComm`: ``comm.collective`` (and
+``comm.all_reduce``, ...) runs the op's nccl-tests binary and ``comm.host_to_device``, ``comm.device_to_host``
+and ``comm.copy`` run nvbandwidth (:mod:`pytest_gpucomm.compare.tool_engine`); every other measurement has
+no counterpart there and is skipped with that reason, as is every case where a program is missing or the
+session measures the CPU variants (nothing of theirs runs without a GPU; ``GPUCOMM_ENGINE_STANDIN=1`` runs
+the stand-in binaries of the tests there).  The ``process_group`` of such a case starts no ranks.
 
 When a case fails as REGRESSION with both engines, :meth:`Engines.counterpart_line` says how the other
 engine's figure of the same case stands against its own baseline: "nccl-tests holds 1.00x: the slowdown is
@@ -232,7 +232,8 @@ class Engines:
         path = "collective path" if m.kind == "collective" else "copy path"
         tol = self.settings.tolerance
         if ratio >= 1 - tol:
-            where = f"{mine}'s {path}" if engine == TORCH else f"{mine}'s own run, not what both engines share"
+            whose = mine + ("'" if mine.endswith("s") else "'s")
+            where = f"{whose} {path}" if engine == TORCH else f"{whose} own run, not what both engines share"
             return f"{tool} holds {ratio:.2f}x: the slowdown is in {where}"
         return (f"{tool} dropped too ({ratio:.2f}x): the slowdown is in what both engines share (the library, the "
                 "driver, the hardware)")
