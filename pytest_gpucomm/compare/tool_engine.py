@@ -260,16 +260,18 @@ class NcclTests:
                                        f"  its last lines:\n{last_lines(run.text)}")
 
     def _case(self, outcome: _Outcome, op: str, world: int, dtype: str, in_place: bool, size: int) -> Measurement:
-        if outcome.error is not None or outcome.run is None:
+        if outcome.run is None:
             raise ToolFailed(outcome.error or "nccl-tests did not run")
         run, name = outcome.run, Path(outcome.run.command[0]).name
         form = "in place" if in_place else "out of place"
         rows = [r for r in parse_nccl_tests_output(run.text, op) if r["in_place"] == in_place]
         row = _nearest(rows, size, lambda r: int(r["size_bytes"]))
-        if row is not None and row["wrong"]:
+        if row is not None and row["wrong"]:  # before the exit status: nccl-tests exits 7 on wrong values
             raise ToolFailed(f"{name} reported {row['wrong']} wrong values at {format_size(int(row['size_bytes']))} "
                              f"{form} (#wrong)\n  command: {run.command_line}\n  its last lines:\n"
                              f"{last_lines(run.text)}")
+        if outcome.error is not None:
+            raise ToolFailed(outcome.error)
         cases = [c.measurement for c in outcome.foreign.cases
                  if c.measurement.op == op and bool(c.measurement.info.get("in_place")) == in_place]
         m = _nearest(cases, size, lambda c: int(c.size_bytes))

@@ -12,7 +12,8 @@ nccl-tests reads them), -g (the world: counts, busbw factors, the device lines),
 The environment steers it: ``GPUCOMM_STANDIN_RUN`` seeds the draw (default 0), ``GPUCOMM_STANDIN_SLOWER``
 multiplies every time (a regression), ``GPUCOMM_STANDIN_FAULT`` is ``hang`` (prints its header, starts a
 child that sleeps, writes the child's pid to ``GPUCOMM_STANDIN_PIDFILE`` and sleeps), ``exit1`` (prints an
-NCCL warning and exits 1) or ``wrong`` (#wrong 3 at every size).  Standard library only.
+NCCL warning and exits 1) or ``wrong`` (#wrong 3 at every size, exit status 7 as nccl-tests).  Standard
+library only.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
                "average_bus_bandwidth": {"bandwidth": 0.0, "okay": "unchecked"}, "errors": [""],
                "end_time": time.strftime("%Y-%m-%d %H:%M:%S")}
         Path(str(o["J"])).write_text(json.dumps(doc, indent=1))
-    return 0
+    return 7 if wrong else 0  # testNumResults, as nccl-tests' main returns on wrong values
 
 
 if __name__ == "__main__":
