@@ -185,3 +185,21 @@ def test_a_nccl_tests_regression_says_that_torch_held_from_the_torch_case_that_r
     assert got == "torch holds 1.00x: the slowdown is in nccl-tests' own run, not what both engines share"
     assert engines.counterpart_line(_record("t.py::test_all_reduce[1KiB]", m), records, _Gate(1.0)) is None
     engines.close()
+
+
+def test_an_interrupted_run_ends_the_program_before_the_interruption_goes_on(tmp_path, monkeypatch):
+    import subprocess
+
+    real = subprocess.Popen.communicate
+    seen = []
+
+    def interrupted(self, input=None, timeout=None):
+        if not seen:  # the first wait is Ctrl-C's
+            seen.append(self.pid)
+            raise KeyboardInterrupt
+        return real(self, input, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_program([sys.executable, "-c", "import time; time.sleep(600)"], timeout_s=60.0)
+    assert seen and not Path(f"/proc/{seen[0]}").exists()  # ended and reaped

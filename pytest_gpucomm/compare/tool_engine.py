@@ -113,14 +113,17 @@ class ToolRun:
 
 def run_program(command: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] = None) -> ToolRun:
     """Run ``command`` in a process group of its own, stdout and stderr together; past ``timeout_s`` the group
-    is ended (SIGTERM, then SIGKILL) and ToolFailed says so with the output's last lines."""
+    is ended (SIGTERM, then SIGKILL) and ToolFailed says so with the output's last lines.  Interrupted
+    (Ctrl-C, SIGTERM), the group is ended before the interruption goes on."""
     start = time.monotonic()
     p = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                          env=dict(env) if env is not None else None, start_new_session=True)
     try:
         out, _ = p.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except BaseException as e:  # Ctrl-C or SIGTERM (a KeyboardInterrupt) must not leave it running either
         out = _end_group(p)
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
         text = out.decode(errors="replace")
         raise ToolFailed(f"{Path(command[0]).name} did not finish within the session's --gpucomm-timeout of "
                          f"{timeout_s:g} s and was ended\n  command: {shlex.join(command)}\n  its last lines:\n"
