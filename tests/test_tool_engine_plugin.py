@@ -235,3 +235,13 @@ def test_the_engines_marker_keeps_a_test_off_an_engine_saying_so(pytester, stand
     result = pytester.runpytest(*FAST, "--gpucomm-engine=both", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: @engines(torch) keeps this test off the nccl-tests engine"])
+
+
+def test_a_failed_program_s_lines_fit_the_terminal_width(pytester, standin, monkeypatch):
+    pytester.makepyfile(test_engine=ALL_REDUCE)
+    monkeypatch.setenv("GPUCOMM_STANDIN_FAULT", "exit1")
+    monkeypatch.setenv("COLUMNS", "100")
+    result = pytester.runpytest(*FAST, "--gpucomm-engine=nccl-tests")
+    result.assert_outcomes(failed=3)
+    message = [line for line in result.stdout.lines if "all_reduce_perf" in line or "NCCL WARN" in line]
+    assert message and all(len(line) <= 100 for line in message), message

@@ -92,8 +92,10 @@ class ToolWorld:
 class Engines:
     """The session's engines: which run, the sizes the sweeps cover, the programs' runs and their cost."""
 
-    def __init__(self, settings: "Settings", devices: "Devices", launched: bool) -> None:
+    def __init__(self, settings: "Settings", devices: "Devices", launched: bool,
+                 width: Callable[[], int] = lambda: 120) -> None:
         self.settings = settings
+        self.width = width  # a failure's lines are wrapped to it (the terminal's: finish.terminal_width)
         self.devices = devices
         self.launched = launched
         self.sizes: set[int] = set()  # every size collected (the nccl-tests sweeps cover them)
@@ -171,14 +173,15 @@ class Engines:
     def collective(self, nodeid: str, op: str, world: int, dtype: str, in_place: bool, size: int,
                    fresh: bool = False) -> "Measurement":
         """The case on nccl-tests; skipped where it cannot run, failed where the binary failed."""
-        return self._measured(nodeid, lambda: self.nccl_tests.measure(op, world, dtype, in_place, size, fresh))
+        return self._measured(nodeid, lambda: self.nccl_tests.measure(op, world, dtype, in_place, size, fresh),
+                              self.width())
 
     def copy(self, nodeid: str, op: str, devices: Sequence[str], size: int, fresh: bool = False) -> "Measurement":
         """The copy on nvbandwidth; skipped where it cannot run, failed where the program failed."""
-        return self._measured(nodeid, lambda: self.nvbandwidth.measure(op, devices, size, fresh))
+        return self._measured(nodeid, lambda: self.nvbandwidth.measure(op, devices, size, fresh), self.width())
 
     @staticmethod
-    def _measured(nodeid: str, measure: Callable[[], "Measurement"]) -> "Measurement":
+    def _measured(nodeid: str, measure: Callable[[], "Measurement"], width: int) -> "Measurement":
         skip: Optional[str] = None
         failure = ""
         try:
@@ -189,7 +192,9 @@ class Engines:
             failure = str(e)
         if skip is not None:  # outside the except blocks: no chained traceback
             pytest.skip(skip)
-        pytest.fail(f"{nodeid}: {failure}", pytrace=False)
+        from ..report.text import fit
+
+        pytest.fail("\n".join(fit([f"{nodeid}: {failure}"], width)), pytrace=False)
 
     def runs(self) -> list["ToolRun"]:
         """Every program run of the session, in order."""

@@ -21,7 +21,7 @@ import pytest
 from ..measurement import Record
 from .devices import Devices
 from .engines import Engines
-from .finish import Progress
+from .finish import Progress, terminal_width
 from .judging import Judging
 from .pools import Groups, RankPools
 from .remeasures import Remeasures
@@ -67,7 +67,8 @@ class State:
         self.groups: Groups = self.pools
         self.remeasures = Remeasures(settings, self.devices, self.pools)
         self.judging = Judging(config, settings, self.devices)
-        self.engines = Engines(settings, self.devices, launched=launch is not None)
+        self.engines = Engines(settings, self.devices, launched=launch is not None,
+                               width=lambda: terminal_width(config))
         self.judging.engine_line = lambda r: self.engines.counterpart_line(r, self.records, self.gate)
         self.progress = Progress()
         self.from_workers = WorkerReports()  # under pytest-xdist, in the controller: what the workers sent
