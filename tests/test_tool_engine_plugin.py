@@ -245,3 +245,17 @@ def test_a_failed_program_s_lines_fit_the_terminal_width(pytester, standin, monk
     result.assert_outcomes(failed=3)
     message = [line for line in result.stdout.lines if "all_reduce_perf" in line or "NCCL WARN" in line]
     assert message and all(len(line) <= 100 for line in message), message
+
+
+def test_an_unknown_name_in_the_engines_marker_is_an_error_naming_the_test(pytester, standin):
+    pytester.makepyfile(test_engine="""
+        import pytest
+
+        @pytest.mark.engines("nccl")
+        def test_all_reduce(process_group, comm):
+            comm.all_reduce(process_group, "1KiB")
+    """)
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_engine.py::test_all_reduce: @engines: unknown engine 'nccl'; known: torch, "
+                                 "nccl-tests*"])

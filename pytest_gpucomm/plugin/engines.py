@@ -128,6 +128,8 @@ class Engines:
         return None
 
     def _standin(self) -> bool:
+        if self.settings.lock is not None:  # a locked gate reads no GPUCOMM_* variable
+            return False
         try:
             return checks.env_flag(STANDIN_ENV, False)
         except CheckError as e:
