@@ -259,3 +259,24 @@ def test_an_unknown_name_in_the_engines_marker_is_an_error_naming_the_test(pytes
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*test_engine.py::test_all_reduce: @engines: unknown engine 'nccl'; known: torch, "
                                  "nccl-tests*"])
+
+
+def test_host_copies_read_nvbandwidth_s_figure_of_the_device_and_its_group_starts_no_ranks(pytester, standin):
+    pytester.makepyfile(test_engine="""
+        def test_h2d(gpus, comm):
+            comm.host_to_device(gpus[1], "1MiB")
+
+        def test_d2h(gpus, comm):
+            comm.device_to_host(gpus[0], "1MiB")
+
+        def test_task(process_group, comm):
+            process_group.run("os:getpid")
+    """)
+    out = pytester.path / "report.json"
+    result = pytester.runpytest(*FAST, "--gpucomm-engine=nccl-tests", f"--gpucomm-json={out}")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_task[[]nccl-tests[]] (task os:getpid): process_group.run() runs on torch's "
+                                 "ranks; this case's engine is nccl-tests, which starts none *"])
+    rows = {r["op"]: r for r in json.loads(out.read_text())["rows"]}
+    assert 45 < rows["h2d"]["gbps"] < 51 and 48 < rows["d2h"]["gbps"] < 54  # the stand-in's -b 1 figures
+    assert rows["h2d"]["devices"] == ["cpu:1"] and rows["d2h"]["info"]["tool"] == "nvbandwidth v0.8"
