@@ -293,9 +293,10 @@ def as_report_json(doc: Any, path: "str | os.PathLike[str]", nvbandwidth_size: O
 
 
 def load_report(path: "str | os.PathLike[str]") -> dict[str, Any]:
-    """A saved JSON report, checked and in today's layout (:func:`check_report`); a file of another tool
-    as its report (:func:`as_report_json`)."""
-    return dict(check_report(as_report_json(read_json(path, "report"), path), str(path)))
+    """A saved JSON report, checked and in today's layout (:func:`check_report`): one of ours only (``gpucomm
+    fleet`` and the comparison tools read our reports; ``show``, ``compare`` and ``html`` read other tools'
+    files too, through ``ReportDocument.load`` and :func:`load_reference`)."""
+    return dict(check_report(read_json(path, "report"), str(path)))
 
 
 def looks_like_path(spec: str) -> bool:
