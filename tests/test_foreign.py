@@ -44,6 +44,14 @@ def test_nccl_tests_per_iteration_file_gives_each_iterations_time_as_a_sample():
     assert first.measurement.info["source_version"] == "JSON format 3"
 
 
+def test_nccl_tests_iterations_its_own_statistics_skip_are_left_out_of_the_samples(tmp_path):
+    doc = doc_of(SENDRECV_ITER)
+    doc["results"][0]["out_of_place_per_iter"]["skipped_iterations"] = 3
+    times = doc["results"][0]["out_of_place_per_iter"]["times_us"]
+    m = read_foreign(written(tmp_path, doc)).cases[0].measurement
+    assert m.samples_s == pytest.approx([t * 1e-6 for t in times[3:]])
+
+
 def test_nccl_tests_summary_file_gives_one_sample_per_case_the_mean_time():
     run = read_foreign(BROADCAST)
     raw = doc_of(BROADCAST)["results"]
@@ -155,6 +163,12 @@ HOSTILE = [
      "0 microseconds is not a positive"),
     ("nccl per-iteration zero", SENDRECV_ITER, _set(("results", 1, "in_place_per_iter", "times_us", 4), 0.0),
      "results[1].in_place_per_iter.times_us[4]", "not a positive finite figure"),
+    ("nccl skips all", SENDRECV_ITER, _set(("results", 0, "in_place_per_iter", "skipped_iterations"), 50),
+     "results[0].in_place_per_iter.skipped_iterations", "50 of 50 iterations: leaves no sample"),
+    ("nccl nwrong nan", BROADCAST, _set(("results", 1, "out_of_place", "nwrong"), float("nan")),
+     "results[1].out_of_place.nwrong", "nan is not a whole number"),
+    ("nccl size infinite", BROADCAST, _set(("results", 1, "size"), float("inf")), "results[1].size",
+     "inf is not a whole number"),
     ("nccl wrong result", BROADCAST, _set(("results", 2, "out_of_place", "nwrong"), 5.0),
      "results[2].out_of_place.nwrong", "5 wrong elements at 16KiB (broadcast_perf): a wrong result is a failure"),
     ("nccl markup redop", BROADCAST, _set(("results", 0, "redop"), "<script>"), "results[0].redop",

@@ -88,7 +88,8 @@ class Field:
         return value
 
     def whole(self, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))):
             self.fail(f"{short(value)} is not a whole number")
         return int(value)
 

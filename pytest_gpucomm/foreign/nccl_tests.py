@@ -6,13 +6,15 @@ are kept, ``env.variables.recorded_environment``: NCCL_/CUDA_/... and the thread
 looks like a secret), ``nccl_version`` (NCCL's code: 22809 is 2.28.9), ``config`` (the ranks: ``devices[]``
 with each rank's host and GPU), ``results[]`` (per size: ``size``, ``count``, ``type``, ``redop``, ``root`` and,
 out of place and in place, ``time`` in microseconds, ``alg_bw``, ``bus_bw``, ``nwrong``; with ``-I 1`` also
-``*_per_iter`` blocks holding the raw ``times_us[]``).
+``*_per_iter`` blocks holding the raw ``times_us[]``: each iteration's time, the slowest process's, of which
+nccl-tests' own statistics leave out the first ``skipped_iterations``, ``-K``).
 
 What becomes of it (:func:`read`): one case per size and placement, op by the binary (``all_reduce_perf`` ->
 ``all_reduce``), ``size_bytes`` nccl-tests' size column, which is ours (``Measurement``: the op's S as
 nccl-tests defines it), world size the ranks of ``config.devices``, busbw by our formula (the same as theirs).
-The samples are the per-iteration times where the file has them; else the one summary time (the mean of
-``iterations`` launches), and the run counts as one location, judged with the spread the baseline knows.
+The samples are the per-iteration times where the file has them (less the ``-K`` ones); else the one summary
+time (the mean of ``iterations`` launches), and the run counts as one location, judged with the spread the
+baseline knows.
 A wrong result (``nwrong`` > 0) is a failure, not a figure: the file is refused.  CPU time (``-C 1``,
 ``cpu_time``) is not the operation's time: refused.  rccl-tests writes the same file (a fork): told apart by
 ``rccl`` in the binary's path or an AMD device in ``config`` -- not checked on AMD hardware.
@@ -163,6 +165,10 @@ def _cases(row: Mapping[str, Any], at: Field, op: str, binary: str, world: int, 
             if not times:
                 b_at.at("times_us").fail("empty: no iteration was timed")
             samples = [b_at.at("times_us", j).positive(t, "microseconds") * 1e-6 for j, t in enumerate(times)]
+            skip = b_at.at("skipped_iterations").whole(block.get("skipped_iterations", 0))
+            if not 0 <= skip < len(samples):
+                b_at.at("skipped_iterations").fail(f"{skip} of {len(samples)} iterations: leaves no sample")
+            samples = samples[skip:]  # -K: the leading iterations its own statistics leave out
             timer = "device events (nccl-tests -I 1: each iteration between CUDA events)"
         else:
             samples = [mean_us * 1e-6]
