@@ -29,8 +29,8 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 #: later) counts there too.  ``__init__`` is the lazy public API, ``__main__`` the ``python -m`` entry.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("vocab", "units", "summary", "measurement", "sketches", "checks", "_lazy"),
-    ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("gate",), ("report",), ("compare",),
-    ("cli",), ("plugin",), ("__init__",), ("__main__",),
+    ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("foreign",), ("gate",), ("report",),
+    ("compare",), ("cli",), ("plugin",), ("__init__",), ("__main__",),
 )
 
 #: the arrows back up that the layers allow: none today (the version string lives in vocab.py)

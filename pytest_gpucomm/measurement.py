@@ -156,6 +156,11 @@ class MeasurementInfo(TypedDict, total=False):
     step_label: str  # the pattern and shape in words
     step: str  # the step's time in words
     overlap: OverlapInfo
+    # another tool's figure (pytest_gpucomm.foreign): the tool, its version, its own name of the test, and a note
+    source: str  # "nccl-tests", "rccl-tests", "nvbandwidth"
+    source_version: str  # "v0.8"; nccl-tests' JSON holds its format only: "JSON format 3"
+    source_case: str  # the tool's binary or test ("all_reduce_perf", "host_to_device_memcpy_sm")
+    source_note: str  # what the figure is where it is not what the op says
 
 
 def copy_where(op: str, devices: Sequence[str]) -> str:

@@ -345,6 +345,20 @@ def test_under_xdist_a_gated_run_prints_the_verdicts_of_every_worker(pytester):
     assert sum(int(part.split()[0]) for part in verdicts.split(":", 1)[1].split(",")) == 2
 
 
+@pytest.mark.slow
+def test_an_unchanged_run_under_xdist_against_a_baseline_of_one_session_is_not_judged_and_does_not_fail(pytester):
+    # issue 49 item 7: an A/A run under -n 2 failed cases that did not change.  Two workers sharing 2 cores slow
+    # each other, and a baseline of one session says nothing of how far such runs wander: with no prior for the
+    # machine its cases are not judged (the evidence floor of issue 43), at the default tolerance
+    pytest.importorskip("xdist")
+    pytester.makepyfile(COPY_TEST)
+    assert pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST).ret == 0
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", *FAST)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["gpucomm baseline WARNING: 2 cases of one session *",
+                                 "*2 passed, 2 gpucomm cases not judged*"])
+
+
 def test_a_subclass_marker_overrides_its_base_class_marker(pytester):
     pytester.makepyfile(
         """

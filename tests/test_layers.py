@@ -37,7 +37,8 @@ def test_the_package_root_holds_only_the_public_api_and_the_shared_vocabulary():
     assert root == ["__init__.py", "__main__.py", "_lazy.py", "checks.py", "measurement.py", "sketches.py",
                     "summary.py", "units.py", "vocab.py"]
     folders = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert folders == ["analysis", "cli", "compare", "env", "files", "gate", "ops", "plugin", "ranks", "report"]
+    assert folders == ["analysis", "cli", "compare", "env", "files", "foreign", "gate", "ops", "plugin", "ranks",
+                       "report"]
 
 
 def test_no_module_outside_the_plugin_imports_the_plugin():
@@ -105,7 +106,8 @@ def test_every_import_of_the_package_names_a_module_or_name_that_exists():
 #: ``__init__``) and the ``python -m`` entry the top.  benchmarks/structure.py counts the same arrows.
 LAYERS = (
     ("vocab", "units", "summary", "measurement", "sketches", "checks", "_lazy"),
-    ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("gate",), ("report",), ("compare",), ("cli",),
+    ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("foreign",), ("gate",), ("report",), ("compare",),
+    ("cli",),
     ("plugin",), ("__init__",), ("__main__",),
 )
 

@@ -27,7 +27,10 @@ def test_a_pytest_ini_in_the_working_folder_cannot_loosen_a_locked_gate(pytester
     loosened = pytester.runpytest("--gpu-baseline=cpu", *FAST)
     loosened.stdout.fnmatch_lines(["gpucomm settings: *tolerance=0.9,*"])
     loosened.assert_outcomes(passed=2)  # unlocked, the file's addopts turns a 20 % drop into a pass
-    locked = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-lock", "--gpucomm-json=report.json", *FAST)
+    # a locked run takes no GPUCOMM_* variable, GPUCOMM_DEVICE=cpu of the test environment neither: on a machine
+    # with a GPU it would measure the GPU and refuse the CPU baseline, so the device is given on the command line
+    locked = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-lock", "--gpucomm-device=cpu",
+                                "--gpucomm-json=report.json", *FAST)
     locked.stdout.fnmatch_lines([
         "gpucomm settings: *tolerance=0.05, tail-tolerance=*, alpha=0.01,*",
         "gpucomm locked (--gpucomm-lock on the command line): every gpucomm option from the command line or its*",

@@ -132,6 +132,20 @@ def _isolation() -> list[str]:
 
 
 @pytest.mark.slow
+def _dependency_folders() -> list[str]:
+    """Where this interpreter finds the package's dependencies, for the fresh venv's .pth: torch's folder, and
+    every PYTHONPATH folder but the checkout (on the GPU machine the wheels of jsonschema and its needs are
+    installed into a folder on PYTHONPATH, which the test takes out of the environment: without it the fresh
+    venv's pytest stopped with an internal error on ``import jsonschema``, exit 3, issue 49 item 8)."""
+    import torch
+
+    folders = [str(Path(torch.__file__).resolve().parent.parent)]
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and Path(entry).resolve() != ROOT.resolve() and entry not in folders:
+            folders.append(entry)
+    return folders
+
+
 def test_the_wheel_carries_the_suites_and_baselines_and_runs_them_from_a_fresh_venv(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     # what the build reads, copied (setuptools writes build/ and an egg-info into the tree it builds)
@@ -168,9 +182,7 @@ def test_the_wheel_carries_the_suites_and_baselines_and_runs_them_from_a_fresh_v
         installed = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target",
                           site, wheel], tmp_path, env, timeout=120)
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    import torch
-
-    (site / "zz_dependencies.pth").write_text(str(Path(torch.__file__).resolve().parent.parent) + "\n")
+    (site / "zz_dependencies.pth").write_text("".join(f"{folder}\n" for folder in _dependency_folders()))
 
     user = tmp_path / "somewhere"  # a user's folder, outside the checkout
     user.mkdir()

@@ -1,5 +1,5 @@
-"""Keeping baseline files by hand: ``gpucomm baselines list | show NAME | prune NAME ... | merge A B -o C``,
-outside a pytest run.
+"""Keeping baseline files by hand: ``gpucomm baselines list | show NAME | prune NAME ... | merge A B -o C |
+add NAME FILE...``, outside a pytest run.
 
 The plugin adds runs to a baseline (``--gpu-baseline-save``) and drops the oldest beyond ``max_runs``; what it
 never does is take runs out on request, join the files of two machines or CI pools, or tell what is in a file.
@@ -41,8 +41,11 @@ the value and the file.
 Imports: building the parsers imports nothing beyond argparse; running a command imports the store (jsonschema,
 filelock) and tabulate, and torch only for the NAME ``auto``.
 
-The command is in four modules: this one (the parser, ``list`` and ``show``), :mod:`.baselines_prune`,
-:mod:`.baselines_merge`, and what they share with ``gpucomm env``, :mod:`.baseline_files`.
+* ``gpucomm baselines add NAME FILE...``: other tools' result files (nccl-tests / rccl-tests ``-J``, nvbandwidth
+  ``-j``) recorded as runs, each file one run (:mod:`.baselines_add`).
+
+The command is in five modules: this one (the parser, ``list`` and ``show``), :mod:`.baselines_prune`,
+:mod:`.baselines_merge`, :mod:`.baselines_add`, and what they share with ``gpucomm env``, :mod:`.baseline_files`.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from ..units import format_size, plural
 from ..vocab import DEFAULT_BASELINE_DIR
 from .baseline_files import (BASELINE_DIR_ENV, KeepError, bad_input_types, baseline_dir, baseline_dir_source,
                              common_options, error, print_lines, read_baseline, resolve, run_groups, sessions)
+from .baselines_add import add_add_parser, run_add
 from .baselines_merge import run_merge
 from .baselines_prune import run_prune
 
@@ -87,7 +91,7 @@ def add_parser(sub: "Subcommands") -> None:
 
 def add_baselines_parser(subparsers: "Subcommands") -> None:
     """Add ``baselines`` (``list``, ``show``, ``prune``, ``merge``) to an argparse ``add_subparsers()`` object."""
-    bp = subparsers.add_parser("baselines", help="List, show, prune and merge baseline files.",
+    bp = subparsers.add_parser("baselines", help="List, show, prune, merge baseline files; add other tools' results.",
                                description="Keep baseline files by hand (exit 0 done, 2 bad input).")
     sub = bp.add_subparsers(dest="baselines_action", metavar="ACTION", required=True)
     p = sub.add_parser("list", parents=[common_options()],
@@ -115,6 +119,8 @@ def add_baselines_parser(subparsers: "Subcommands") -> None:
     p.add_argument("-o", "--output", metavar="C", required=True,
                    help="The merged baseline: a name (in the baseline dir) or a path; A, B or a new file.")
     p.set_defaults(func=run_baselines)
+    add_add_parser(sub, common_options(lock=True, dry_run=True))
+    sub.choices["add"].set_defaults(func=run_baselines)
 
 
 def run_baselines(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
@@ -131,7 +137,9 @@ def run_baselines(args: argparse.Namespace, out: Optional[TextIO] = None, err: O
             return run_prune(args, out)
         if action == "merge":
             return run_merge(args, out)
-        raise KeepError(f"unknown baselines action {action!r}: expected list, show, prune or merge")
+        if action == "add":
+            return run_add(args, out)
+        raise KeepError(f"unknown baselines action {action!r}: expected list, show, prune, merge or add")
     except bad_input_types() as e:
         return error(err, str(e))
     except BrokenPipeError:  # the reader went away (| head): not an error of the file

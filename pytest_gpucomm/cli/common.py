@@ -10,7 +10,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from ..vocab import DEFAULT_BASELINE_DIR
 
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = ["CommandError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "Input", "report_parser", "add_baseline_dir",
-           "baseline_dirs", "load_document", "load_report_and_baseline", "load_reference", "hardware_line",
+           "baseline_dirs", "load_document", "add_nvbandwidth_size", "nvbandwidth_size", "report_words",
+           "row_source", "load_report_and_baseline", "load_reference", "hardware_line",
            "matrix_lines", "add_force", "Output", "same_file", "not_an_input",
            "checked_output", "inputs_of", "OUTPUT_OPTIONS", "error_text", "ENV_TEXTS", "check_environment"]
 
@@ -44,6 +45,7 @@ def report_parser(sub: "Subcommands", name: str, help: str, baseline_help: str,
     p: argparse.ArgumentParser = sub.add_parser(name, help=help)
     p.add_argument("report", metavar="REPORT", help=report_help)
     p.add_argument("--baseline", metavar="B", help=baseline_help)
+    add_nvbandwidth_size(p)
     return p
 
 
@@ -75,16 +77,54 @@ def baseline_dirs(args: argparse.Namespace) -> list[Path]:
     return [Path(d)] + ([shipped] if shipped is not None else [])
 
 
-def load_document(path: str) -> "ReportDocument":
-    """The saved report ``path`` as its document (``ReportDocument.load``)."""
+def load_document(path: str, args: Optional[argparse.Namespace] = None) -> "ReportDocument":
+    """The saved report ``path`` as its document (``ReportDocument.load``; a file of nccl-tests or nvbandwidth
+    as its report, nvbandwidth's buffers of ``--nvbandwidth-size`` where the command has it)."""
     from ..report.document import ReportDocument
 
-    return ReportDocument.load(path)
+    return ReportDocument.load(path, nvbandwidth_size(args))
+
+
+def add_nvbandwidth_size(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nvbandwidth-size", metavar="SIZE",
+                   help="the buffer size of an nvbandwidth file (its -b; its JSON does not say it). Default: "
+                        "nvbandwidth's own, 512MiB")
+
+
+def nvbandwidth_size(args: Optional[argparse.Namespace]) -> Optional[int]:
+    """``--nvbandwidth-size`` in bytes (None where not given); CommandError naming a bad value."""
+    from ..units import parse_size
+
+    given = getattr(args, "nvbandwidth_size", None) if args is not None else None
+    if given is None:
+        return None
+    try:
+        size = parse_size(given, "--nvbandwidth-size")
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    if size <= 0:
+        raise CommandError(f"--nvbandwidth-size {given!r}: a buffer size is positive")
+    return size
+
+
+def report_words(doc: "ReportDocument", path: str) -> str:
+    """What the file ``path`` read as ``doc`` is, for a header: ``the report PATH``, or for a file of another tool
+    ``the nccl-tests file PATH (nccl-tests JSON format 3; nccl-tests summary: one figure per case, judged with
+    the baseline's run spread)`` (``foreign.describe_foreign``)."""
+    from ..foreign import FOREIGN_KEY, describe_foreign
+
+    foreign = doc.extra.get(FOREIGN_KEY)
+    return describe_foreign(foreign, path) if isinstance(foreign, Mapping) else f"the report {path}"
+
+
+def row_source(info: Mapping[str, object]) -> str:
+    """`` (nccl-tests JSON format 3)`` for a row of another tool's file (its info's source and version), else ""."""
+    return f" ({info['source']} {info.get('source_version', '')})".replace(" )", ")") if info.get("source") else ""
 
 
 def load_report_and_baseline(args: argparse.Namespace) -> tuple["ReportDocument", Optional["Reference"]]:
     """The document of ``args.report`` and, with ``--baseline``, what it names (:func:`load_reference`)."""
-    doc = load_document(args.report)
+    doc = load_document(args.report, args)
     return doc, load_reference(args.baseline, args, doc) if args.baseline else None
 
 
@@ -94,7 +134,7 @@ def load_reference(spec: str, args: argparse.Namespace, doc: Optional["ReportDoc
     from ..report.saved import load_reference as load
 
     model = (doc.fingerprint or {}).get("model") if doc is not None and spec.strip() == "auto" else None
-    return load(spec, search_dirs=baseline_dirs(args), detected_model=model)
+    return load(spec, search_dirs=baseline_dirs(args), detected_model=model, nvbandwidth_size=nvbandwidth_size(args))
 
 
 # -- outputs -------------------------------------------------------------------------------------------

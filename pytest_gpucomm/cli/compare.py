@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import checks
 from ..checks import CheckError, Origin
-from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, add_force, baseline_dirs,
-                     checked_output, hardware_line, inputs_of, load_document, load_reference, matrix_lines)
+from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, add_force, add_nvbandwidth_size,
+                     baseline_dirs, checked_output, hardware_line, inputs_of, load_document, load_reference,
+                     matrix_lines, report_words, row_source)
 
 if TYPE_CHECKING:
     from .regate import Regated
@@ -36,6 +37,7 @@ def add_parser(sub: Any) -> None:
     add_force(p, "the --json file")
     p.add_argument("--no-curves", action="store_true", help="leave out the curves section")
     p.add_argument("-v", "--verbose", action="store_true", help="the table with every column, each row its test id")
+    add_nvbandwidth_size(p)
     add_baseline_dir(p)
     p.set_defaults(func=run)
 
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..vocab import Status
 
     _check(args)
-    doc = load_document(args.report)
+    doc = load_document(args.report, args)
     ref = load_reference(args.baseline, args, doc)
     json_out = checked_output(args.json, "--json", _inputs(args, ref, doc), args.force) if args.json else None
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
@@ -106,8 +108,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     figures = ref.figures
     width = command_width()
     # the first line says whose verdicts these are: a judgement made now, not the run's stored ones (cli.story)
-    text = [f"gpucomm compare: a judgement made now of the report {args.report} against {ref.describe()}, not the "
-            "run's stored verdicts", hardware_line(new), *g.header]
+    text = [f"gpucomm compare: a judgement made now of {report_words(doc, args.report)} against {ref.describe()}, "
+            "not the run's stored verdicts", hardware_line(new), *g.header]
     lines = fit(text, width) + table_lines(new.rows, width, full=args.verbose)
     text = [counts_line(new.rows)]
     judged = [(test, was.verdict.data.get("status") if was.verdict is not None and was.verdict.data else None, v)
@@ -118,8 +120,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                     "re-measure the report does not hold):")
         text += [f"  {test}: run {was} -> now {v.status}" for test, was, v in changed[:20]]
     failed = [(test, v) for test, _, v in judged if Status(v.status).failed]
+    source = {r.test: row_source(r.measurement.info) for r in new.rows}
     for test, v in failed:  # the test, then its message's lines (the first says what, where and how much)
-        text += [f"FAILED {test}:"] + [f"  {line}" for line in v.message.splitlines()]
+        text += [f"FAILED {test}{source.get(test, '')}:"] + [f"  {line}" for line in v.message.splitlines()]
     lines += fit(text, width)
     lines += sensitivity_lines([r.verdict for r in new.rows if r.verdict is not None], gated=gated_of(new),
                                width=width)

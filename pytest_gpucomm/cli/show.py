@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 from .common import (EXIT_OK, add_baseline_dir, hardware_line, load_report_and_baseline, matrix_lines,
-                     report_parser)
+                     report_parser, report_words)
 
 if TYPE_CHECKING:
     from .common import Subcommands
@@ -42,9 +42,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from .story import verdicts_story
 
     said = verdicts_story(doc)
+    report_line = str(args.report) if doc.extra.get("foreign") is None else report_words(doc, args.report)
     if ref is not None:
         said += f"; the copy matrices and curves compared with {ref.describe()}, its runs of this machine's shape"
-    lines = fit([f"gpucomm show: {said}", f"report: {args.report}", hardware_line(doc)], width) + table_lines(
+    lines = fit([f"gpucomm show: {said}", "report: " + report_line, hardware_line(doc)], width) + table_lines(
         doc.rows, width, full=args.verbose)
     text: list[str] = []
     if doc.gated:

@@ -433,11 +433,12 @@ class ReportDocument:
                    outliers=nodes, straggler_note=note)
 
     @classmethod
-    def load(cls, path: "str | os.PathLike[str]") -> "ReportDocument":
-        """A saved JSON report (``saved.read_json``: the file's problems are ReportErrors naming it)."""
-        from .saved import read_json
+    def load(cls, path: "str | os.PathLike[str]", nvbandwidth_size: Optional[int] = None) -> "ReportDocument":
+        """A saved JSON report (``saved.read_json``: the file's problems are ReportErrors naming it), or a file of
+        nccl-tests, rccl-tests or nvbandwidth as its report (``saved.as_report_json``)."""
+        from .saved import as_report_json, read_json
 
-        return cls.from_json(read_json(path, "report"), str(path))
+        return cls.from_json(as_report_json(read_json(path, "report"), path, nvbandwidth_size), str(path))
 
     def rejudged(self, verdicts: Sequence[Mapping[str, Any]], compared: Mapping[str, Any]) -> "ReportDocument":
         """The same run with new verdicts (one per row, ``gate.Verdict.to_dict``: ``gpucomm compare``), each

@@ -45,6 +45,7 @@ __all__ = [
     "report_as_baseline",
     "measurements_of",
     "looks_like_path",
+    "as_report_json",
 ]
 
 #: a report larger than this is refused (a full 8-GPU run with samples is a few MB)
@@ -275,8 +276,26 @@ def read_json(path: "str | os.PathLike[str]", what: str = "report", limit: int =
     return parse_json_bytes(raw, p, what, ReportError)
 
 
+def as_report_json(doc: Any, path: "str | os.PathLike[str]", nvbandwidth_size: Optional[int] = None) -> Any:
+    """``doc``, the parsed JSON of ``path``, as a report: a file of nccl-tests, rccl-tests or nvbandwidth
+    (``foreign.is_foreign``) becomes the report of its run (``foreign.report_of``: its own test ids, its
+    environment as the fingerprint; ``nvbandwidth_size`` the buffer size its JSON does not hold), a
+    ReportError naming the file and the field where it cannot be taken as evidence; anything else is returned
+    as it is."""
+    from ..foreign import ForeignError, foreign_of, is_foreign, report_of
+
+    if not is_foreign(doc):
+        return doc
+    try:
+        return report_of(foreign_of(doc, path, nvbandwidth_size=nvbandwidth_size))
+    except ForeignError as e:
+        raise ReportError(str(e)) from None
+
+
 def load_report(path: "str | os.PathLike[str]") -> dict[str, Any]:
-    """A saved JSON report, checked and in today's layout (:func:`check_report`)."""
+    """A saved JSON report, checked and in today's layout (:func:`check_report`): one of ours only (``gpucomm
+    fleet`` and the comparison tools read our reports; ``show``, ``compare`` and ``html`` read other tools'
+    files too, through ``ReportDocument.load`` and :func:`load_reference`)."""
     return dict(check_report(read_json(path, "report"), str(path)))
 
 
@@ -311,14 +330,22 @@ class Reference:
     def describe(self) -> str:
         if self.kind == "report":
             left = self.doc.get("source_detail")
-            return f"the report {self.path} (taken as a one-run baseline" + (f"; {left})" if left else ")")
+            what = "the report"
+            foreign = self.report.extra.get("foreign") if self.report is not None else None
+            if isinstance(foreign, Mapping):
+                from ..foreign import describe_foreign
+
+                return (f"{describe_foreign(foreign, str(self.path))}, taken as a one-run baseline"
+                        + (f" ({left})" if left else ""))
+            return f"{what} {self.path} (taken as a one-run baseline" + (f"; {left})" if left else ")")
         return f"the baseline {self.name} ({self.path})"
 
 
 def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"] = (),
-                   detected_model: Optional[str] = None) -> Reference:
+                   detected_model: Optional[str] = None, nvbandwidth_size: Optional[int] = None) -> Reference:
     """Resolve ``spec`` -- a baseline NAME (looked up in ``search_dirs``, as ``--gpu-baseline``), ``auto`` (the
     name for ``detected_model``), or the path of a baseline file or of a saved report -- and read it.
+    A file of nccl-tests, rccl-tests or nvbandwidth is taken as a report (:func:`as_report_json`).
     Raises ReportError or ``gate.store.BaselineError`` (both name the value and the file)."""
     from ..gate.names import resolve_baseline
     from ..gate.store import MAX_BASELINE_BYTES, MAX_BASELINE_NAME, check_document, read_document
@@ -329,6 +356,7 @@ def load_reference(spec: str, *, search_dirs: Sequence["str | os.PathLike[str]"]
         # read once, and held to a baseline's limit whichever it is: a report compared with is taken as a
         # baseline, and a file larger than a baseline may be is refused by its size before it is read
         doc = read_json(path, "baseline or report", limit=MAX_BASELINE_BYTES, limit_name=MAX_BASELINE_NAME)
+        doc = as_report_json(doc, path, nvbandwidth_size)  # a file of nccl-tests or nvbandwidth: its report
         if isinstance(doc, Mapping) and "format" in doc and "schema" not in doc:
             from .document import ReportDocument
 

@@ -87,12 +87,16 @@ def _label(row: Row) -> str:
 
 def group_heading(rows: Sequence[Row]) -> str:
     """A group's heading: the sweep's op, form, devices or world and dtype, and its test id without the size
-    (``all_reduce in place, 2 ranks (gloo), float32 (test_ar)``)."""
+    (``all_reduce in place, 2 ranks (gloo), float32 (test_ar)``); the figures of another tool's file
+    (``pytest_gpucomm.foreign``) name the tool and its version first (``(nvbandwidth v0.8:
+    host_to_device_memcpy_ce[cuda:0])``)."""
     from ..analysis.sweeps import sweep_key
 
     first = rows[0]
     sid = sweep_key(first.test, first.measurement)[0] or first.test
-    return f"{_label(first)} ({short_test(sid)})"
+    info = first.measurement.info
+    source = f"{info['source']} {info.get('source_version', '')}: " if info.get("source") else ""
+    return f"{_label(first)} ({source}{short_test(sid)})"
 
 
 def sweep_groups(items: Iterable["Row"]) -> list[list[Row]]:
