@@ -107,8 +107,7 @@ class MeasurementInfo(TypedDict, total=False):
     slowest_link: str
     link_timer: str  # what the per-link figures time
     pid: int  # the process that measured (a fresh re-measure's)
-    # a case run by another tool's binary (--gpucomm-engine; compare.tool_engine)
-    tool: str  # the tool and its version: "nccl-tests 2.19.6", "nvbandwidth v0.8"
+    # a case run by another tool's binary (--gpucomm-engine; compare.tool_engine; the tool is ``source`` below)
     command: str  # the exact command line that measured it (shell quoting)
     tool_seconds: float  # the wall time of that command, which measured tool_cases cases at once
     tool_cases: int

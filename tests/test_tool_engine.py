@@ -1,13 +1,12 @@
 """Unit tests of compare/tool_engine.py: the nccl-tests and nvbandwidth programs run as an engine (issue 48
 item 2) -- where a program is looked for, the command lines, the sweeps, a run past its time, the cache.
 
-The programs are the stand-ins of tests/data/standin; their files are read by the stand-in reader there
-until ``pytest_gpucomm.foreign`` (issue 48 item 1) is merged.
+The programs are the stand-ins of tests/data/standin; their files are read by ``pytest_gpucomm.foreign``
+(issue 48 item 1).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import textwrap
@@ -20,18 +19,6 @@ from pytest_gpucomm.compare.tool_engine import (NcclTests, Nvbandwidth, ToolFail
                                                 find_program, last_lines, run_program, sweep_ranges)
 
 STANDIN = Path(__file__).resolve().parent / "data" / "standin"
-
-
-def _standin_reader():
-    spec = importlib.util.spec_from_file_location("foreign_standin_unit", STANDIN / "foreign_standin.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module.read_foreign
-
-
-READ = _standin_reader()
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +81,7 @@ def test_last_lines_keeps_the_tail_and_cuts_long_lines():
 
 
 def _nccl_tests(tmp_path, sizes=(1024, 4096, 16384)):
-    return NcclTests(str(STANDIN), 60.0, tmp_path, set(sizes), dict(os.environ), reader=READ)
+    return NcclTests(str(STANDIN), 60.0, tmp_path, set(sizes), dict(os.environ))
 
 
 def test_the_nccl_tests_command_line_asks_for_per_iteration_times_as_json(tmp_path):
@@ -121,7 +108,7 @@ def test_an_op_without_a_binary_or_a_type_not_run_is_missing_not_failed(tmp_path
 
 
 def test_nvbandwidth_measures_whole_mib_and_reads_the_cell_of_the_device(tmp_path, monkeypatch):
-    engine = Nvbandwidth(str(STANDIN / "nvbandwidth"), 60.0, tmp_path, dict(os.environ), reader=READ)
+    engine = Nvbandwidth(str(STANDIN / "nvbandwidth"), 60.0, tmp_path, dict(os.environ))
     with pytest.raises(ToolMissing, match=r"nvbandwidth copies whole MiB buffers \(-b MiB\); 1.5 MiB is not one"):
         engine.measure("h2d", ["cuda:1"], 3 << 19)
     m = engine.measure("h2d", ["cuda:1"], 1 << 20)
@@ -149,7 +136,6 @@ def _engines(tmp_path):
     settings = Settings(baseline="cpu", device="cpu", min_time_s=0.01, max_size=None, json_path=None, timeout_s=60.0,
                         engine="both", nccl_tests_dir=str(STANDIN))
     engines = Engines(settings, devices=None, launched=False)  # type: ignore[arg-type]
-    engines.nccl_tests.reader = READ
     engines.sizes.update({1024, 4096})
     return engines
 
@@ -168,7 +154,7 @@ def _record(nodeid, m):
 def test_a_torch_collective_regression_says_how_nccl_tests_stands_from_its_kept_sweep(tmp_path, ratio, line):
     engines = _engines(tmp_path)
     torch_m = engines.nccl_tests.measure("all_reduce", 2, "float32", True, 4096)  # a collective's figure
-    torch_m.info.pop("tool")
+    torch_m.info.pop("source")  # torch's own figure names no other tool
     gate = _Gate(ratio)
     got = engines.counterpart_line(_record("t.py::test_all_reduce[4KiB-torch]", torch_m), [], gate)
     assert got == line and gate.asked == ["t.py::test_all_reduce[4KiB-nccl-tests]"]

@@ -2,13 +2,11 @@
 tests/data/standin (which print and write what the real tools do, from runs recorded on one H100) run as the
 engine of a pytest session, with GPUCOMM_DEVICE=cpu and GPUCOMM_ENGINE_STANDIN=1.
 
-The reader of their files (``pytest_gpucomm.foreign``, issue 48 item 1) is another branch's; until it is
-merged the stand-in reader of tests/data/standin/foreign_standin.py is installed in its place.
+Their files are read by ``pytest_gpucomm.foreign`` (issue 48 item 1), as on a GPU machine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -23,21 +21,6 @@ STANDIN = Path(__file__).resolve().parent / "data" / "standin"
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider"]
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only (process groups)")
-
-
-@pytest.fixture(autouse=True)
-def foreign_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-in reader as pytest_gpucomm.foreign where that package is not there yet."""
-    try:
-        found = importlib.util.find_spec("pytest_gpucomm.foreign") is not None
-    except ImportError:
-        found = False
-    if not found:
-        spec = importlib.util.spec_from_file_location("pytest_gpucomm.foreign", STANDIN / "foreign_standin.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        monkeypatch.setitem(sys.modules, "pytest_gpucomm.foreign", module)
-        spec.loader.exec_module(module)
 
 
 @pytest.fixture
@@ -82,7 +65,8 @@ def test_the_nccl_tests_engine_runs_one_sweep_for_every_size_and_keeps_its_comma
     assert [r["test"] for r in rows] == [f"test_engine.py::test_all_reduce[{s}-nccl-tests]"
                                          for s in ("1KiB", "4KiB", "16KiB")]
     info = rows[0]["info"]
-    assert info["tool"] == "nccl-tests 3" and info["tool_cases"] == 6 and info["command"].startswith(str(standin))
+    assert (info["source"], info["source_version"]) == ("nccl-tests", "2.19.6")  # the version its output printed
+    assert info["tool_cases"] == 6 and info["command"].startswith(str(standin))
     assert info["in_place"] is True and rows[0]["n"] == 20  # the per-iteration times of -I 1 are the samples
 
 
@@ -279,4 +263,4 @@ def test_host_copies_read_nvbandwidth_s_figure_of_the_device_and_its_group_start
                                  "ranks; this case's engine is nccl-tests, which starts none *"])
     rows = {r["op"]: r for r in json.loads(out.read_text())["rows"]}
     assert 45 < rows["h2d"]["gbps"] < 51 and 48 < rows["d2h"]["gbps"] < 54  # the stand-in's -b 1 figures
-    assert rows["h2d"]["devices"] == ["cpu:1"] and rows["d2h"]["info"]["tool"] == "nvbandwidth v0.8"
+    assert rows["h2d"]["devices"] == ["cpu:1"] and rows["d2h"]["info"]["source_version"] == "v0.8"

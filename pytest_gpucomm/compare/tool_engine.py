@@ -6,21 +6,22 @@ run nvbandwidth's copy-engine tests.  Each binary runs as few times as it can: n
 and element type over every size the session collected (``-b``/``-e``/``-f`` where the sizes are one
 geometric step, else once per size), with per-iteration CUDA-event times (``-I 1``) written as JSON (``-J``);
 nvbandwidth once per buffer size (``-b`` MiB) for every copy test at once (``-j``).  A run is kept for the
-session; a re-measure of the gate is a new process of one size.  What a run printed is read by the reader of
-their files (``pytest_gpucomm.foreign.read_foreign``, issue 48 item 1): :func:`read_output` is that one call.
+session; a re-measure of the gate is a new process of one size.  What a run wrote is read by the reader of
+their files (``pytest_gpucomm.foreign.read_foreign``, issue 48 item 1): :func:`read_output` is that one call,
+given what their JSON does not hold (nccl-tests' version from its output, nvbandwidth's buffer size).
 
 The exact command line, its wall time and how many cases it measured are in each measurement's ``info``
-(``command``, ``tool_seconds``, ``tool_cases``, ``tool``).  A program that is not there is :class:`ToolMissing`
-(the case is skipped: which program, where it was looked for); one that exits non-zero, reports a wrong
-result (nccl-tests' ``#wrong``) or runs past the session's timeout is :class:`ToolFailed` (the case fails
-with its output's last lines; a program past its time is ended with its process group).
+(``command``, ``tool_seconds``, ``tool_cases``; the reader's ``source`` and ``source_version`` name the
+tool).  A program that is not there is :class:`ToolMissing` (the case is skipped: which program, where it was
+looked for); one that exits non-zero, reports a wrong result (nccl-tests' ``#wrong``) or runs past the
+session's timeout is :class:`ToolFailed` (the case fails with its output's last lines; a program past its
+time is ended with its process group).
 
 No pytest: the plugin (``plugin/engines.py``) turns these errors into skips and failures.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import shlex
 import shutil
@@ -29,11 +30,14 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement
 from ..units import format_size
-from .nccl_output import NCCL_TESTS_BINARIES, parse_nccl_tests_output
+from .nccl_output import NCCL_TESTS_BINARIES, parse_nccl_tests_output, parse_nccl_tests_summary
+
+if TYPE_CHECKING:
+    from ..foreign import ForeignRun
 
 __all__ = ["TORCH", "NCCL_TESTS", "ENGINE_CHOICES", "engines_of", "NVBANDWIDTH", "NVBANDWIDTH_TESTS",
            "NCCL_TESTS_DTYPES", "NCCL_TESTS_ITERS", "NCCL_TESTS_WARMUP", "ToolMissing", "ToolFailed", "ToolRun",
@@ -159,10 +163,13 @@ def sweep_ranges(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
     return [(x, x, 2) for x in s]
 
 
-def read_output(path: Path) -> Any:
-    """Their output file read as a run of ours (a ``ForeignRun``: ``cases`` of ``ForeignCase`` with a
-    ``measurement``, ``tool``, ``version``): issue 48 item 1's reader, the one call to it."""
-    return importlib.import_module("pytest_gpucomm.foreign").read_foreign(path)
+def read_output(path: Path, *, nvbandwidth_size: Optional[int] = None, version: Optional[str] = None
+                ) -> "ForeignRun":
+    """Their output file read as a run of ours (:func:`pytest_gpucomm.foreign.read_foreign`, the one call to
+    it): nvbandwidth's buffer size and nccl-tests' version, which their JSON does not hold, from the run."""
+    from ..foreign import read_foreign
+
+    return read_foreign(path, nvbandwidth_size=nvbandwidth_size, version=version)
 
 
 def _device_indices(devices: Sequence[str]) -> list[int]:
@@ -175,10 +182,10 @@ def _device_indices(devices: Sequence[str]) -> list[int]:
     return out
 
 
-def _stamped(m: Measurement, run: ToolRun, tool: str, cases: int) -> Measurement:
-    """``m`` with the run that measured it in its info."""
-    m.info["tool"], m.info["command"] = tool, run.command_line
-    m.info["tool_seconds"], m.info["tool_cases"] = round(run.seconds, 3), cases
+def _stamped(m: Measurement, run: ToolRun, cases: int) -> Measurement:
+    """``m`` with the run that measured it in its info (the reader's ``source`` and ``source_version`` name the
+    tool)."""
+    m.info["command"], m.info["tool_seconds"], m.info["tool_cases"] = run.command_line, round(run.seconds, 3), cases
     return m
 
 
@@ -203,7 +210,7 @@ class NcclTests:
     workdir: Path
     sizes: set[int] = field(default_factory=set)
     env: Optional[Mapping[str, str]] = None
-    reader: Callable[[Path], Any] = read_output
+    reader: Callable[..., Any] = read_output
     runs: list[ToolRun] = field(default_factory=list)
     _kept: dict[tuple[str, int, str, int, int, int], _Outcome] = field(default_factory=dict)
 
@@ -256,8 +263,9 @@ class NcclTests:
         if run.returncode != 0:
             return _Outcome(run, error=f"{name} exited with status {run.returncode}\n  command: {run.command_line}\n"
                                        f"  its last lines:\n{last_lines(run.text)}")
+        version = parse_nccl_tests_summary(run.text).get("nccl_tests_version")  # "# nccl-tests version 2.19.6"
         try:
-            return _Outcome(run, foreign=self.reader(out))
+            return _Outcome(run, foreign=self.reader(out, version=version))
         except (OSError, ValueError) as e:  # ForeignError is a ValueError naming the file and field
             return _Outcome(run, error=f"{name} wrote no output to read: {e}\n  command: {run.command_line}\n"
                                        f"  its last lines:\n{last_lines(run.text)}")
@@ -285,8 +293,7 @@ class NcclTests:
                         m.world_size, m.dtype, m.kind, dict(m.info))
         if m.size_bytes != size:
             m.info["requested_bytes"] = size
-        tool = f"nccl-tests {getattr(outcome.foreign, 'version', '') or ''}".strip()
-        return _stamped(m, run, tool, len(outcome.foreign.cases))
+        return _stamped(m, run, len(outcome.foreign.cases))
 
 
 def _nearest(items: Sequence[Any], size: int, size_of: Callable[[Any], int]) -> Any:
@@ -307,7 +314,7 @@ class Nvbandwidth:
     timeout_s: float
     workdir: Path
     env: Optional[Mapping[str, str]] = None
-    reader: Callable[[Path], Any] = read_output
+    reader: Callable[..., Any] = read_output
     runs: list[ToolRun] = field(default_factory=list)
     _kept: dict[int, _Outcome] = field(default_factory=dict)
 
@@ -348,7 +355,7 @@ class Nvbandwidth:
         out = self.workdir / f"nvbandwidth-b{mib}-{len(self.runs)}.json"
         out.write_text(run.text[run.text.find("{"):] if "{" in run.text else run.text)  # -j prints the JSON
         try:
-            return _Outcome(run, foreign=self.reader(out))
+            return _Outcome(run, foreign=self.reader(out, nvbandwidth_size=mib << 20))
         except (OSError, ValueError) as e:
             return _Outcome(run, error=f"nvbandwidth wrote no output to read: {e}\n  command: {run.command_line}\n"
                                        f"  its last lines:\n{last_lines(run.text)}")
@@ -363,8 +370,7 @@ class Nvbandwidth:
             if m.op == op and _device_indices(m.devices) == want:  # the run was of this size: its figure's
                 samples = [size / (g * 1e9) for g in m.samples_gbps]  # times at the size asked
                 m = Measurement(op, size, samples, tuple(devices), size, 1.0, 1, None, "copy", dict(m.info))
-                tool = f"nvbandwidth {getattr(outcome.foreign, 'version', '') or ''}".strip()
-                return _stamped(m, run, tool, len(outcome.foreign.cases))
+                return _stamped(m, run, len(outcome.foreign.cases))
         raise ToolFailed(f"nvbandwidth measured no {NVBANDWIDTH_TESTS[op]} of {format_size(size)} between "
                          f"{', '.join(map(str, devices))}\n  command: {run.command_line}\n  its last lines:\n"
                          f"{last_lines(run.text)}")

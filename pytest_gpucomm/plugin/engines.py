@@ -234,8 +234,8 @@ class Engines:
         if ratio is None:
             return None
         m = record.measurement
-        tool = str(twin.info.get("tool") or other).split(" ")[0] if other != TORCH else TORCH
-        mine = str(m.info.get("tool") or engine).split(" ")[0] if engine != TORCH else TORCH
+        tool = str(twin.info.get("source") or other) if other != TORCH else TORCH
+        mine = str(m.info.get("source") or engine) if engine != TORCH else TORCH
         path = "collective path" if m.kind == "collective" else "copy path"
         tol = self.settings.tolerance
         if ratio >= 1 - tol:
