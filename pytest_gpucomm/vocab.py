@@ -51,9 +51,28 @@ __all__ = [
     "MAX_TIMEOUT_S",
     "MAX_BASELINE_RUNS",
     "MAX_SWEEP_SIZES",
+    "DEFAULT_ENGINE_ID_PARTS",
+    "default_engine_id",
 ]
 
 __version__ = "0.1.0"
+
+
+#: the id parts that name the default engine of a test run on several (``--gpucomm-engine=both``: ``-torch``):
+#: the case is the one the default engine's id names, so a baseline recorded without the option gates it
+DEFAULT_ENGINE_ID_PARTS = ("torch",)
+
+
+def default_engine_id(test_id: str) -> str:
+    """``test_id`` without a last id part naming a default engine (``t[16MiB-torch]`` -> ``t[16MiB]``,
+    ``t[torch]`` -> ``t``): the key of a case measured by the default engine is the same whatever other engines
+    the session ran beside it."""
+    for part in DEFAULT_ENGINE_ID_PARTS:
+        if test_id.endswith(f"[{part}]"):
+            return test_id[:-len(part) - 2]
+        if test_id.endswith(f"-{part}]"):
+            return test_id[:-len(part) - 2] + "]"
+    return test_id
 
 
 def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world_size: int,
@@ -68,6 +87,7 @@ def case_key(test_id: str, op: str, size_bytes: int, dtype: Optional[str], world
     """
     if layout and not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", layout):
         raise ValueError(f"layout must be '<nodes>x<ranks per node>' (e.g. '2x8'), got {layout!r}")
+    test_id = default_engine_id(test_id)
     if isinstance(size_bytes, bool) or int(size_bytes) != size_bytes or size_bytes < 0:
         raise ValueError(f"size_bytes must be a whole number of bytes, got {size_bytes!r}")
     if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:

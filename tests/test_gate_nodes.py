@@ -357,3 +357,11 @@ def test_a_bad_baseline_nodes_mode_is_a_usage_error_naming_the_value_and_where_i
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*" + message])
+
+
+def test_a_case_of_the_default_engine_keys_as_without_the_engine_option() -> None:
+    # --gpucomm-engine=both names torch's cases [...-torch]: a baseline recorded without the option gates them
+    assert case_key("t::a[4KiB-torch]", "all_reduce", 4096, "float32", 2) == case_key("t::a[4KiB]", "all_reduce",
+                                                                                      4096, "float32", 2)
+    assert case_key("t::a[torch]", "all_reduce", 4096, "float32", 2).startswith("t::a|")
+    assert case_key("t::a[4KiB-nccl-tests]", "all_reduce", 4096, "float32", 2).startswith("t::a[4KiB-nccl-tests]|")

@@ -264,3 +264,19 @@ def test_host_copies_read_nvbandwidth_s_figure_of_the_device_and_its_group_start
     rows = {r["op"]: r for r in json.loads(out.read_text())["rows"]}
     assert 45 < rows["h2d"]["gbps"] < 51 and 48 < rows["d2h"]["gbps"] < 54  # the stand-in's -b 1 figures
     assert rows["h2d"]["devices"] == ["cpu:1"] and rows["d2h"]["info"]["source_version"] == "v0.8"
+
+
+def test_a_baseline_recorded_with_the_default_engine_gates_the_torch_cases_of_both_engines(pytester, standin):
+    # the torch cases of --gpucomm-engine=both are named [...-torch] but keyed as the default engine's cases
+    pytester.makepyfile(test_engine=ALL_REDUCE)
+    assert pytester.runpytest(*FAST, "--gpu-baseline=base.json", "--gpu-baseline-save").ret == 0
+    out = pytester.path / "report.json"
+    result = pytester.runpytest(*FAST, "--gpu-baseline=base.json", "--gpucomm-engine=both", f"--gpucomm-json={out}")
+    result.assert_outcomes(passed=6)
+    rows = {r["test"]: r for r in json.loads(out.read_text())["rows"]}
+    torch_row, tool_row = rows["test_engine.py::test_all_reduce[1KiB-torch]"], rows[
+        "test_engine.py::test_all_reduce[1KiB-nccl-tests]"]
+    # torch's case is found in the baseline of the default engine, under the default engine's key
+    assert torch_row["baseline"]["case"] == "test_engine.py::test_all_reduce[1KiB]|all_reduce|1024B|float32|ws2"
+    assert torch_row["baseline"]["baseline_gbps"] > 0 and torch_row["status"] != "new"
+    assert tool_row["status"] == "new"  # nccl-tests' case is keyed apart: not in this baseline

@@ -4,7 +4,8 @@ A test that takes the ``comm`` fixture takes ``gpucomm_engine`` through it: with
 "torch" and nothing is parametrized (the test ids stay as they were, so baselines still match); with
 ``nccl-tests`` every such test runs once on it, its id ending ``-nccl-tests``; with ``both`` twice, ``-torch``
 then ``-nccl-tests`` (the torch case first: its counterpart's figure is then known, or one sweep away, when
-either fails).  ``@pytest.mark.engines("torch")`` keeps a test off an engine (it is skipped there, saying so).
+either fails; a ``-torch`` case is keyed as the default engine's, ``vocab.default_engine_id``).
+``@pytest.mark.engines("torch")`` keeps a test off an engine (it is skipped there, saying so).
 
 On the nccl-tests engine the ``comm`` fixture is a :class:`~.tool_comm.ToolComm`: ``comm.collective`` (and
 ``comm.all_reduce``, ...) runs the op's nccl-tests binary and ``comm.host_to_device``, ``comm.device_to_host``
