@@ -26,7 +26,8 @@ from typing import Any, Generator, Optional
 
 import pytest
 
-from .fixtures import comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpus, group_kind, process_group, size  # noqa: F401  (fixtures)
+from .fixtures import (comm, copy_engine, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_state, gpus,  # noqa: F401  (fixtures)
+                       group_kind, host_link, process_group, size)
 from .devices import check_requirements
 from .finish import finish_session, last_line, terminal_width, write_summary
 from .judging import check_test, live_status
@@ -100,7 +101,7 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
 
 
 #: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone
-_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "group_kind"})
+_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "group_kind", "host_link", "copy_engine"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -137,6 +137,13 @@ _OPTIONS = [
      "each other device, 0 -> j and j -> 0: 2(n - 1)). The all-peers patterns (gpu_hub, copy_all_pairs) are not "
      f"affected. Default (or 'auto'): all up to {AUTO_ALL_PAIRS_MAX_DEVICES} devices, neighbours above.",
      "all|neighbours|from0|auto"),
+    ("--gpucomm-copy-engine", "gpucomm_copy_engine", "gpucomm_copy_engine", "GPUCOMM_COPY_ENGINE",
+     "What makes the copy suite's copies: 'ce' (the copy engines: the GPU runtime's asynchronous copy, as "
+     "nvbandwidth's *_memcpy_ce), 'sm' (a copy kernel on the GPU's own cores, Triton, as nvbandwidth's "
+     "*_memcpy_sm: ops copy_sm, h2d_sm, ..., ids ending in -sm; on CPU the cores' element-wise kernel instead of "
+     "memcpy) or 'both' (each copy test once with each, ids ending in -ce and -sm). The all-peers patterns are "
+     "copy-engine copies either way. Which call makes a copy-engine copy is GPUCOMM_COPY_CALL. Default: ce.",
+     "ce|sm|both"),
     ("--gpucomm-launch", "gpucomm_launch", "gpucomm_launch", "GPUCOMM_LAUNCH",
      "How the ranks of a process group are started: 'auto' (as one rank of the job when pytest was started once "
      "per rank by torchrun, srun or mpirun, found from their environment variables; else 'pool'), 'pool' (a pool "
@@ -180,6 +187,7 @@ class Settings(Judging):
     prior: Optional[str] = None  # --gpu-baseline-prior: a path, "none", or None (the shipped prior)
     min_judged: float = 0.0  # --gpu-min-judged
     baseline_nodes: str = "own"  # --gpu-baseline-nodes: "own" or "pooled"
+    copy_engine: str = "ce"  # --gpucomm-copy-engine: "ce", "sm" or "both"
 
     def to_dict(self) -> dict[str, object]:
         """The settings that shaped the figures, for the JSON report."""
@@ -189,7 +197,7 @@ class Settings(Judging):
                 "alpha": self.alpha, "strict": self.strict, "dtypes": list(self.dtypes),
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
-                "baseline_nodes": self.baseline_nodes,
+                "baseline_nodes": self.baseline_nodes, "copy_engine": self.copy_engine,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -208,6 +216,7 @@ class Settings(Judging):
             f"dtype={','.join(self.dtypes)}",
             f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",
             *([f"pairs={self.pairs}"] if self.pairs is not None else []),
+            *([f"copy-engine={self.copy_engine}"] if self.copy_engine != "ce" else []),
         ]
         if self.baseline:
             parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}, "
@@ -423,7 +432,17 @@ def read_settings(config: pytest.Config) -> Settings:
         prior=_get(config, "--gpu-baseline-prior", _parse_prior, None),
         min_judged=_get(config, "--gpu-min-judged", _checked(checks.min_judged), 0.0),
         baseline_nodes=_get(config, "--gpu-baseline-nodes", _parse_baseline_nodes, "own"),
+        copy_engine=_get(config, "--gpucomm-copy-engine", _parse_copy_engine, "ce"),
     )
+
+
+def _parse_copy_engine(value: str, name: str, origin: str) -> str:
+    from ..ops.engines import copy_engine_choice
+
+    try:
+        return copy_engine_choice(value, origin)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def _parse_baseline_nodes(value: str, name: str, origin: str) -> str:
