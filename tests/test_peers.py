@@ -358,8 +358,7 @@ def test_the_suite_time_benchmark_counts_runs_and_models_8_devices(tmp_path, cap
     run = rows["all"]["cpu_runs"]["suites/test_copies.py"]
     assert run["failed"] == 0 and run["wall_s"] > 0
     # the CPU run collects the CPU sweep (one size here): its pair tests are the choice's
-    # pairs, links, hubs twice, every pair at once, and the host both ways to and from each of the 8 devices
-    assert rows["all"]["cpu_runs"]["suites/test_copies.py"]["passed"] == 56 + 28 + 8 + 8 + 1 + 8
+    assert rows["all"]["cpu_runs"]["suites/test_copies.py"]["passed"] == 56 + 28 + 8 + 8 + 1
     assert "N=8 pairs=auto (neighbours)" in capsys.readouterr().out
 
 
