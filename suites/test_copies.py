@@ -14,8 +14,8 @@ all and all to one are the one-way pair copies and every pair at once is the bot
 already (and a 2-GPU run, its baseline included, stays as it was).
 
 Host memory to and from each GPU at once (nvbandwidth's host_to_device_bidirectional_memcpy_ce and its
-device_to_host twin in one test), from 1 MiB to 1 GiB, counted per direction: one direction's bytes over the span of both; each
-row's info adds each direction's own figure as nvbandwidth counts it.
+device_to_host twin in one test), from 1 MiB to 1 GiB, counted per direction: one direction's bytes over the
+span of both; each row's info adds each direction's own figure as nvbandwidth counts it.
 
 --gpucomm-copy-engine=sm makes the pair, host<->device and both-ways host copies with a copy kernel on the GPU's
 own cores instead of the copy engines (nvbandwidth's *_memcpy_sm; ops copy_sm, ..., ids ending in -sm), =both

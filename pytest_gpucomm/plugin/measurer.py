@@ -7,8 +7,8 @@ In a launched job of several nodes a collective runs over a group kind (:mod:`.t
 ``"intra-node"`` / ``"inter-node"``, where every group of the kind runs at once; each group's measurement is
 recorded (its node or local rank named), and the method returns the slowest of them.
 The copies of one source to one destination (``comm.copy``, ``comm.host_to_device``, ...) are
-:class:`.copy_methods.CopyMethods`'s.  ``comm.copy_one_to_all(hub, size)``, ``comm.copy_all_to_one(hub, size)`` and ``comm.copy_all_pairs(size)``
-copy between all peers at once (:func:`.ops.copies.measure_pattern`).  ``comm.node_pairs()`` is the
+:class:`.copy_methods.CopyMethods`'s.  ``comm.copy_one_to_all(hub, size)``, ``comm.copy_all_to_one(hub, size)``
+and ``comm.copy_all_pairs(size)`` copy between all peers at once (:func:`.ops.copies.measure_pattern`).  ``comm.node_pairs()`` is the
 inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)`` (and ``comm.dp_grad_sync``,
 ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the training-step patterns
 (:mod:`.ops.patterns`).
@@ -228,7 +228,7 @@ class Comm(CopyMethods):
             )
         return name
 
-    # -- copies one to one: .copy_methods.CopyMethods; all peers at once (ops.copies.measure_pattern) -------------------------------------------------
+    # -- copies one to one: .copy_methods.CopyMethods; all peers at once (ops.copies.measure_pattern) -----
     def copy_one_to_all(self, hub: DeviceLike, size: Optional[SizeLike] = None, *,
                         peers: Optional[Sequence[DeviceLike]] = None) -> Measurement:
         """``hub`` writing to every peer at once (``peers``; default: every other device in use), each copy
