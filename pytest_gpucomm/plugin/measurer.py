@@ -9,9 +9,9 @@ recorded (its node or local rank named), and the method returns the slowest of t
 The copies of one source to one destination (``comm.copy``, ``comm.host_to_device``, ...) are
 :class:`.copy_methods.CopyMethods`'s.  ``comm.copy_one_to_all(hub, size)``, ``comm.copy_all_to_one(hub, size)``
 and ``comm.copy_all_pairs(size)`` copy between all peers at once (:func:`.ops.copies.measure_pattern`).
-``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)`` (and ``comm.dp_grad_sync``,
-``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the training-step patterns
-(:mod:`.ops.patterns`).
+``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)``
+(and ``comm.dp_grad_sync``, ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the
+training-step patterns (:mod:`.ops.patterns`).
 """
 
 from __future__ import annotations
