@@ -4,8 +4,8 @@
 
 Builds tests/hipshim/hipshim.c (the HIP entry points of ``pytest_gpucomm.ops.engines.HIP``, forwarded to
 the CUDA driver) with the C compiler (``$CC``, else ``cc``) into a temporary directory, or takes
-``--shim PATH``, and measures every copy with the CUDA engine (``GPUCOMM_COPY_ENGINE=cuda``) and with the
-HIP engine (``GPUCOMM_COPY_ENGINE=hip``, ``GPUCOMM_HIP_LIBRARY`` = the shim), alternating, ``--rounds``
+``--shim PATH``, and measures every copy with the CUDA engine (``GPUCOMM_COPY_CALL=cuda``) and with the
+HIP engine (``GPUCOMM_COPY_CALL=hip``, ``GPUCOMM_HIP_LIBRARY`` = the shim), alternating, ``--rounds``
 times each, in this one process with ``measure_copy`` / ``measure_host_device`` as the suites measure.
 The copies: cuda:0 -> cuda:1 one way and both ways (cuda:0 -> cuda:0 one way on a single GPU), pinned
 host -> cuda:0 and cuda:0 -> host; the sizes 64 KiB to 1 GiB by factors of 4.  An engine's figure is the
@@ -80,8 +80,8 @@ def copies(n_gpus: int) -> list[tuple[str, Callable[..., Any]]]:
 
 def _measure_with(engine: str, shim: Path, run: Callable[[], Any]) -> Any:
     """Run ``run`` with the copy engine ``engine`` ("cuda" or "hip" through ``shim``) selected."""
-    saved = {k: os.environ.get(k) for k in (engines.ENV_ENGINE, engines.ENV_HIP_LIBRARY)}
-    os.environ[engines.ENV_ENGINE] = engine
+    saved = {k: os.environ.get(k) for k in (engines.ENV_CALL, engines.ENV_HIP_LIBRARY)}
+    os.environ[engines.ENV_CALL] = engine
     if engine == "hip":
         os.environ[engines.ENV_HIP_LIBRARY] = str(shim)
     else:

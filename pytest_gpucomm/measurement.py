@@ -25,7 +25,7 @@ from .units import GB, describe_size, format_gbps
 from .vocab import Status
 
 __all__ = ["Measurement", "MeasurementInfo", "RanksInfo", "TailInfo", "HistogramDict", "OverlapInfo", "Record",
-           "Remeasure", "copy_where"]
+           "Remeasure", "copy_where", "both_ways_op"]
 
 
 class HistogramDict(TypedDict):
@@ -96,7 +96,11 @@ class MeasurementInfo(TypedDict, total=False):
     ranks: RanksInfo
     tail: TailInfo
     # a copy (ops.copies)
-    engine: str  # the copy call used ("cuMemcpyAsync", "hipMemcpyAsync", "torch copy_")
+    engine: str  # the copy call used ("cuMemcpyAsync", "hipMemcpyAsync", "torch copy_"), or the copy kernel
+    copy_kernel: str  # a copy by kernel (ops.sm_copy): Triton's version and the kernel's shape
+    accounting: str  # how a both-ways host copy counts (per direction)
+    h2d_gbps: float  # a both-ways host copy: host->device's own figure while device->host copies
+    d2h_gbps: float  # and device->host's own figure while host->device copies
     engine_note: str  # why, after a fallback
     peer_access: bool
     no_peer_access: list[str]  # the links of a pattern without peer access ("0->1")
@@ -172,7 +176,13 @@ def copy_where(op: str, devices: Sequence[str]) -> str:
         return f"{peers}->{devices[-1]}"
     if op == "copy_all_pairs":
         return f"every pair of {len(devices)} devices"
-    return ("<->" if op == "copy_bidir" else "->").join(devices)
+    return ("<->" if both_ways_op(op) else "->").join(devices)
+
+
+def both_ways_op(op: str) -> bool:
+    """Whether the copy ``op`` copies both ways at once: ``copy_bidir``, ``host_bidir`` and their copy-kernel
+    ``_sm`` forms."""
+    return op in ("copy_bidir", "copy_bidir_sm", "host_bidir", "host_bidir_sm")
 
 
 @dataclass(init=False)

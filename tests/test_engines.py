@@ -17,7 +17,7 @@ import torch
 from pytest_gpucomm.ops import copies, engines
 from pytest_gpucomm.ops.engines import CUDA, HIP, CopyError, Engine, EngineError, select
 
-ENGINE, LIBRARY = engines.ENV_ENGINE, engines.ENV_HIP_LIBRARY
+ENGINE, LIBRARY = engines.ENV_CALL, engines.ENV_HIP_LIBRARY
 
 
 class FakeFunction:
@@ -283,8 +283,8 @@ def test_the_hip_library_variable_is_not_read_when_the_cuda_engine_is_chosen():
 @pytest.mark.parametrize("value,said", [("cudaa", "is 'cudaa'"), ("", "is empty"), ("  ", "is empty"),
                                         ("nccl", "is 'nccl'")])
 def test_a_bad_engine_value_is_an_error_naming_the_variable_and_the_choices(value, said):
-    with pytest.raises(EngineError, match=f"^{ENGINE} {said}: the GPU copy engine must be one of auto, cuda, hip, "
-                                          f"torch \\(unset: auto\\)$"):
+    with pytest.raises(EngineError, match=f"^{ENGINE} {said}: the call of the GPU copy engine must be one of auto, "
+                                          f"cuda, hip, torch \\(unset: auto\\)$"):
         select({ENGINE: value}, "cuda", Loader(_libs()), no_hip_loaded)
 
 
@@ -355,10 +355,10 @@ def test_current_on_a_cpu_build_of_torch_loads_nothing(monkeypatch, fresh_engine
 
 def test_a_bad_engine_variable_is_a_usage_error_before_any_test_runs(pytester, monkeypatch):
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    monkeypatch.setenv("GPUCOMM_COPY_ENGINE", "cudda")
+    monkeypatch.setenv("GPUCOMM_COPY_CALL", "cudda")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == 4  # pytest's usage error
-    result.stderr.fnmatch_lines(["*invalid environment: GPUCOMM_COPY_ENGINE is 'cudda': the GPU copy engine must be "
-                                 "one of auto, cuda, hip, torch*"])
-    monkeypatch.setenv("GPUCOMM_COPY_ENGINE", "torch")
+    result.stderr.fnmatch_lines(["*invalid environment: GPUCOMM_COPY_CALL is 'cudda': the call of the GPU copy "
+                                 "engine must be one of auto, cuda, hip, torch*"])
+    monkeypatch.setenv("GPUCOMM_COPY_CALL", "torch")
     assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == 0

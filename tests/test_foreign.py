@@ -95,7 +95,7 @@ def test_nvbandwidth_figures_become_one_buffer_time_under_our_copy_ops():
     assert (run.tool, run.version, run.per_iteration, len(run.cases)) == ("nvbandwidth", "v0.8", False, 9)
     h2d = by_name["host_to_device_memcpy_sm"]
     assert h2d.test_id == "nvbandwidth::host_to_device_memcpy_sm[1GiB-cuda:0]"
-    assert (h2d.measurement.op, h2d.measurement.devices, h2d.measurement.n) == ("h2d", ("host", "cuda:0"), 1)
+    assert (h2d.measurement.op, h2d.measurement.devices, h2d.measurement.n) == ("h2d_sm", ("host", "cuda:0"), 1)
     assert by_name["device_to_host_memcpy_ce"].measurement.op == "d2h"
     assert by_name["device_local_copy"].measurement.devices == ("cuda:0", "cuda:0")
     assert "reverse copy runs" in by_name["host_to_device_bidirectional_memcpy_ce"].measurement.info["source_note"]

@@ -9,7 +9,7 @@ are copied, a driver error comes back named, an unknown copy kind is refused, a 
 Where a CUDA GPU and libcuda also exist: the copies measured with the HIP engine through the shim must
 be within 3 % of the CUDA engine's at every size from 64 KiB to 1 GiB (medians, the engines alternating:
 benchmarks/hip_shim_vs_cuda.py measures, the same function the lead's script runs), and the shipped copy
-suite run with ``GPUCOMM_COPY_ENGINE=hip`` reports ``hipMemcpyAsync`` in every row.
+suite run with ``GPUCOMM_COPY_CALL=hip`` reports ``hipMemcpyAsync`` in every row.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _cuda_why_not() -> str:
 
 def _hip_engine(shim: Path):
     """The HIP engine, bound to ``shim`` as GPUCOMM_HIP_LIBRARY names it on a CUDA build of torch."""
-    sel = select({engines.ENV_ENGINE: "hip", engines.ENV_HIP_LIBRARY: str(shim)}, "cuda")
+    sel = select({engines.ENV_CALL: "hip", engines.ENV_HIP_LIBRARY: str(shim)}, "cuda")
     assert sel.engine is not None and sel.engine.table is HIP and sel.engine.library == str(shim)
     return sel.engine
 
@@ -167,7 +167,7 @@ def test_hip_engine_through_the_shim_measures_what_the_cuda_engine_measures(gpu_
 @pytest.mark.gpu
 def test_copy_suite_reports_the_hip_engine_when_asked_for_it(gpu_shim, tmp_path):
     out = tmp_path / "hip.json"
-    env = {**os.environ, engines.ENV_ENGINE: "hip", engines.ENV_HIP_LIBRARY: str(gpu_shim)}
+    env = {**os.environ, engines.ENV_CALL: "hip", engines.ENV_HIP_LIBRARY: str(gpu_shim)}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "suites" / "test_copies.py"), "-q", "-p", "no:cacheprovider",
          "-k", "64KiB or 1MiB", f"--gpucomm-json={out}", "--gpucomm-min-time=0.02"],
@@ -186,7 +186,7 @@ def bench(monkeypatch):
     module = _load("gpucomm_hip_shim_vs_cuda", ROOT / "benchmarks" / "hip_shim_vs_cuda.py")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.delenv(engines.ENV_ENGINE, raising=False)
+    monkeypatch.delenv(engines.ENV_CALL, raising=False)
     monkeypatch.delenv(engines.ENV_HIP_LIBRARY, raising=False)
     return module
 
@@ -197,7 +197,7 @@ def _stand_in(figures, seen, label=None):
     import types
 
     def measure(size, settings, pool):
-        engine = os.environ[engines.ENV_ENGINE]
+        engine = os.environ[engines.ENV_CALL]
         seen.append((engine, os.environ.get(engines.ENV_HIP_LIBRARY), size))
         info = {"engine": label or engines.TABLES[engine].label, "engine_note": "libamdhip64.so not loaded"}
         return types.SimpleNamespace(gbps=figures[engine].pop(0), info=info)
@@ -218,7 +218,7 @@ def test_comparison_alternates_the_engines_and_takes_the_median_of_the_rounds_pa
     # the rounds' pairs: 99/100, 120/90, 100/101; their median, not the medians' ratio
     assert (row["paired_ratios"] == pytest.approx([0.99, 120 / 90, 100 / 101])
             and row["ratio"] == pytest.approx(100 / 101))
-    assert engines.ENV_ENGINE not in os.environ and engines.ENV_HIP_LIBRARY not in os.environ  # put back
+    assert engines.ENV_CALL not in os.environ and engines.ENV_HIP_LIBRARY not in os.environ  # put back
 
 
 def test_comparison_stops_when_a_copy_ran_with_another_engine(bench, monkeypatch):

@@ -242,7 +242,7 @@ def test_bench_copy_measures_with_buffers_of_its_own_and_returns_a_measurement_d
 @pytest.mark.parametrize("args, message", [
     (("nvlink", ["cpu:0", "cpu:1"], 1), "copy must be one of 'peer', 'host_device'"),
     (("peer", ["cpu:0"], 1), "a peer copy needs [src, dst] devices"),
-    (("host_device", ["cuda:0"], 1), "direction 'h2d' or 'd2h'"),
+    (("host_device", ["cuda:0"], 1), "direction 'h2d', 'd2h' or 'both'"),
 ])
 def test_copy_spec_rejects_what_names_no_copy(args, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

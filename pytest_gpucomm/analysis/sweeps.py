@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..measurement import Measurement
+from ..measurement import Measurement, both_ways_op
 from ..units import GB, describe_duration, describe_size, size_token
 
 __all__ = ["SweepKey", "SweepPoint", "Sweep", "sweeps", "sweeps_from_report", "sweeps_from_baseline", "sweep_id",
@@ -279,7 +279,7 @@ def sweeps_from_baseline(doc: Mapping[str, object], *, min_sizes: int = 2) -> li
         groups.setdefault(key, []).append((str(name), point))
         collective = world > 1 or any(d.startswith("rank") for d in devices)
         where = (f"{world} ranks" if collective else
-                 ("<->" if case["op"] == "copy_bidir" else "->").join(devices))
+                 ("<->" if both_ways_op(str(case["op"])) else "->").join(devices))
         heads[key] = {"op": case["op"], "where": where, "world_size": world, "dtype": case.get("dtype"),
                       "figure": "busbw" if collective else "algbw", "form": form_of_id(sid)}
     out = []

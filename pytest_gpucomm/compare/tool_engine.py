@@ -51,7 +51,8 @@ NVBANDWIDTH = "nvbandwidth"
 #: our copy op -> nvbandwidth's copy-engine test of it (the bidirectional copies are not mapped: nvbandwidth's
 #: figure of a bidirectional test is not known here to count the bytes of both directions, as ours does)
 NVBANDWIDTH_TESTS = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce",
-                     "copy": "device_to_device_memcpy_write_ce"}
+                     "copy": "device_to_device_memcpy_write_ce", "h2d_sm": "host_to_device_memcpy_sm",
+                     "d2h_sm": "device_to_host_memcpy_sm", "copy_sm": "device_to_device_memcpy_write_sm"}
 #: our element type -> nccl-tests' -d
 NCCL_TESTS_DTYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
 #: nccl-tests' timed iterations (-n) and warm-up iterations (-w) per size: its per-iteration samples

@@ -97,15 +97,17 @@ def read(doc: Mapping[str, Any], path: str, size: Optional[int] = None) -> Forei
 
 
 def _where(name: str, description: str, row: int, col: int) -> tuple[str, tuple[str, ...]]:
-    """(our op, devices) of a testcase's entry at ``row``, ``col``."""
+    """(our op, devices) of a testcase's entry at ``row``, ``col``: a copy by kernel (``*_memcpy_sm``) is our
+    op of the same copy by kernel (``h2d_sm``, ``d2h_sm``, ``copy_sm``)."""
+    sm = "_sm" if name.endswith("_memcpy_sm") or "_memcpy_read_sm" in name or "_memcpy_write_sm" in name else ""
     if name.startswith("host_to_device"):
-        return "h2d", ("host", f"cuda:{col}")
+        return "h2d" + sm, ("host", f"cuda:{col}")
     if name.startswith("device_to_host"):
-        return "d2h", (f"cuda:{col}", "host")
+        return "d2h" + sm, (f"cuda:{col}", "host")
     backwards = "<-" in description and "<->" not in description
     src, dst = (col, row) if backwards else (row, col)
     if name.startswith("device_to_device") and "bidirectional" not in name or name == "device_local_copy":
-        return "copy", (f"cuda:{src}", f"cuda:{dst}")
+        return "copy" + sm, (f"cuda:{src}", f"cuda:{dst}")
     return name, (f"cuda:{src}", f"cuda:{dst}")
 
 

@@ -459,9 +459,10 @@ def likely_causes(changes: Sequence["DeviceChange"], m: Measurement, measured: S
     below what today's ``fingerprint`` says it can, and the first run that throttled."""
     from ..env.clocks import ClockSummary, throttle_text
     from ..env.device_state import affects, pcie_under_load
+    from ..ops.specs import HOST_KIND, op_kind
 
     lines = [f"{c.text}: a likely cause" for c in changes if affects(c, m.op, m.devices, m.kind)]
-    if getattr(m, "op", None) in ("h2d", "d2h"):
+    if op_kind(str(getattr(m, "op", ""))) == HOST_KIND:  # a host<->device copy, either engine, one or both ways
         clocks = (getattr(m, "info", None) or {}).get("clocks") or []
         for c in clocks if isinstance(clocks, list) else []:
             s = ClockSummary.from_dict(c) if isinstance(c, dict) else None

@@ -3,18 +3,24 @@
 On a GPU a copy is one call of the GPU runtime's own asynchronous copy of contiguous bytes on one stream,
 as nvbandwidth (CUDA) and TransferBench (ROCm) issue their copies, timed with device events: the CUDA
 driver's ``cuMemcpyAsync``, or HIP's ``hipMemcpyAsync`` on ROCm builds of torch (``ops.engines``: one
-engine, a table of entry points per platform; ``GPUCOMM_COPY_ENGINE`` and ``GPUCOMM_HIP_LIBRARY``
+engine, a table of entry points per platform; ``GPUCOMM_COPY_CALL`` and ``GPUCOMM_HIP_LIBRARY``
 choose).  Peer access is enabled through torch first, where the pair supports it.  torch's
 ``dst.copy_(src)`` is not used for the timed copies: between two GPUs it adds a two-way barrier between
 the source and destination streams to every copy, which on 2 x H200 made a 256 KiB peer copy take 11 us
 instead of 3 (23 GB/s against 85 GB/s raw).  It is the fallback where the runtime's library does not load
-(or ``GPUCOMM_COPY_ENGINE=torch``); the measurement's ``info["engine"]`` says which was used (and
+(or ``GPUCOMM_COPY_CALL=torch``); the measurement's ``info["engine"]`` says which was used (and
 ``info["engine_note"]`` why, after a fallback).  Small copies are batched behind a short spin
 kernel (a "latch", as nvbandwidth does) so the host has enqueued the whole batch before the device starts
 it: the device then runs the copies back to back and launch overhead is not measured.
 
 On CPU a copy is a host memcpy between two buffers, timed with the host clock; "both ways" runs two
 copies at once in two threads.
+
+Copies by the GPU's own cores (``engine="sm"``, ``--gpucomm-copy-engine=sm|both``): the same copies made by a
+copy kernel (:mod:`.sm_copy`, as nvbandwidth's ``*_memcpy_sm``), ops named with ``_sm`` (``copy_sm``,
+``copy_bidir_sm``, ``h2d_sm``, ``d2h_sm``, ``host_bidir_sm``) so that baselines and the gate keep them apart;
+on host buffers the cores' element-wise kernel instead of memcpy.  Host memory to and from a device at once
+(``measure_host_both_ways``, op ``host_bidir``): nvbandwidth's ``*_bidirectional_memcpy_ce`` / ``_sm``.
 
 All peers at once (as nvbandwidth's one_to_all / all_to_one tests and TransferBench do): one device
 writing to every peer at once (``one_to_all``), every peer writing to one device (``all_to_one``), every
@@ -46,7 +52,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 from ..measurement import Measurement, MeasurementInfo, copy_where
 from .copy_timing import (CudaCopy, CudaPattern, HostCopy, HostPattern, device_index, gpu_batches, single_threaded,
                           verify_copies)
-from .engines import CopyError
+from .engines import CE, SM, CopyError, copy_engine_of
+from .sm_copy import HOST_KERNEL, KernelConfig
 from .specs import COPY, HOST_KIND, PEER_KIND, OpSpec
 from .clocks import Sampler, clock_info, sampler_for
 from .timing import TimingSettings, measure
@@ -59,7 +66,8 @@ if TYPE_CHECKING:
 #: ``CopyError`` is :mod:`.engines`' (a copy the runtime's library refused), named here for the copies' callers
 __all__ = ["CopyError", "measure_copy", "measure_host_device", "BufferPool", "copy_spec", "measure_spec",
            "bench_copy", "measure_pattern", "pattern_pairs", "PATTERN_OPS", "ONE_TO_ALL", "ALL_TO_ONE", "ALL_PAIRS",
-           "PEER", "HOST_DEVICE", "SPECS", "HOST_PATTERN_MEMORY_SHARE", "fill_pattern"]
+           "PEER", "HOST_DEVICE", "SPECS", "HOST_PATTERN_MEMORY_SHARE", "fill_pattern", "sm_op", "SM_SUFFIX",
+           "measure_host_both_ways", "HOST_BOTH_WAYS_ACCOUNTING", "BOTH"]
 
 
 class BufferPool:
@@ -114,6 +122,12 @@ def fill_pattern(buf: "Tensor") -> None:
         buf[words * 8 :].copy_(torch.arange(1, rest + 1, dtype=torch.uint8, device=buf.device))
 
 
+def sm_op(op: str, engine: str) -> str:
+    """The op of a copy by ``engine``: ``op`` for the copy engines, ``op`` + ``_sm`` for the copy kernel (so that
+    the baselines and the gate's classes keep the two apart)."""
+    return op + SM_SUFFIX if copy_engine_of(engine, f"the {op} copy") == SM else op
+
+
 def measure_copy(
     src_dev: str,
     dst_dev: str,
@@ -121,11 +135,15 @@ def measure_copy(
     settings: TimingSettings,
     pool: BufferPool,
     both_ways: bool = False,
+    engine: str = CE,
+    kernel: Optional[KernelConfig] = None,
 ) -> Measurement:
-    """Peer copy src_dev -> dst_dev of ``size`` bytes (and dst_dev -> src_dev at once when both_ways)."""
+    """Peer copy src_dev -> dst_dev of ``size`` bytes (and dst_dev -> src_dev at once when both_ways); the two
+    devices may be one (a copy within a device).  ``engine`` ``"sm"``: by the copy kernel (:mod:`.sm_copy`,
+    shaped by ``kernel``), run on the source GPU; both ways is then one kernel on the source GPU."""
     import torch
 
-    op = "copy_bidir" if both_ways else "copy"
+    op = sm_op("copy_bidir" if both_ways else "copy", engine)
     what = f"{op} {src_dev}->{dst_dev} ({size} bytes)"
     a_src = pool.get(src_dev, "a_src", size)
     b_dst = pool.get(dst_dev, "b_dst", size)
@@ -140,16 +158,18 @@ def measure_copy(
         peer = bool(torch.cuda.can_device_access_peer(i, j)) if i != j else True
         info["peer_access"] = peer
         streams = [(torch.cuda.Stream(device=i), torch.cuda.Stream(device=j))]
-        if both_ways:
+        if both_ways and engine == CE:
             streams.append((torch.cuda.Stream(device=j), torch.cuda.Stream(device=i)))
         timed: "CudaCopy | HostCopy"
-        timed = CudaCopy(pairs, streams, latch_device=i, what=what)
+        timed = CudaCopy(pairs, streams, latch_device=i, what=what, engine=engine, kernel=kernel)
         info["timer"] = "device events"
         info.update(timed.engine_info)
         settings = gpu_batches(settings)
     else:
-        timed = HostCopy(pairs)
+        timed = HostCopy(pairs, engine)
         info["timer"] = "host clock"
+        if engine == SM:
+            info["engine"] = HOST_KERNEL
     clocks = sampler_for((src_dev, dst_dev))
     with single_threaded(not src_dev.startswith("cuda")):
         samples, p = measure(timed, settings, clocks=clocks)
@@ -168,33 +188,99 @@ def measure_copy(
 
 
 def measure_host_device(device: str, size: int, direction: str, settings: TimingSettings,
-                        pool: BufferPool) -> Measurement:
-    """Pinned host memory -> device ("h2d") or device -> pinned host memory ("d2h")."""
+                        pool: BufferPool, engine: str = CE, kernel: Optional[KernelConfig] = None) -> Measurement:
+    """Pinned host memory -> device ("h2d") or device -> pinned host memory ("d2h"); ``engine`` ``"sm"``: by
+    the copy kernel on the device (op ``h2d_sm``, ``d2h_sm``)."""
     import torch
 
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
     if not device.startswith("cuda"):
         raise CopyError(f"host<->device copies need a GPU device, got {device!r}")
+    op = sm_op(direction, engine)
     host = pool.get("cpu", f"pinned_{direction}", size, pinned=True, user=device)
     dev = pool.get(device, f"{direction}_dev", size)
     src, dst = (host, dev) if direction == "h2d" else (dev, host)
     i = device_index(device)
-    what = f"{direction} {device} ({size} bytes)"
-    timed = CudaCopy([(src, dst)], [(torch.cuda.Stream(device=i), None)], latch_device=i, what=what)
+    what = f"{op} {device} ({size} bytes)"
+    timed = CudaCopy([(src, dst)], [(torch.cuda.Stream(device=i), None)], latch_device=i, what=what,
+                     engine=engine, kernel=kernel)
     clocks = sampler_for((device,))
     samples, p = measure(timed, gpu_batches(settings), clocks=clocks)
     verify_copies(timed, [(src, dst)], what)
     info: MeasurementInfo = {"timer": "device events", **timed.engine_info, "pinned": True, "batch": p.batch}
     _keep_clocks(info, clocks)
     return Measurement(
-        op=direction,
+        op=op,
         size_bytes=size,
         samples_s=samples,
         devices=("host", device) if direction == "h2d" else (device, "host"),
         kind="copy",
         info=info,
     )
+
+
+#: how a both-ways host copy counts (``info["accounting"]``)
+HOST_BOTH_WAYS_ACCOUNTING = ("per direction: one direction's bytes over the span of both directions copying at "
+                             "once (the total / 2)")
+
+
+def measure_host_both_ways(device: str, size: int, settings: TimingSettings, pool: BufferPool,
+                           engine: str = CE, kernel: Optional[KernelConfig] = None) -> Measurement:
+    """Host memory -> ``device`` and ``device`` -> host memory at once, ``size`` bytes each way (op
+    ``host_bidir``, by the copy kernel ``host_bidir_sm``): nvbandwidth's ``host_to_device_bidirectional_memcpy_*``
+    and ``device_to_host_bidirectional_memcpy_*`` in one measurement.
+
+    Counted per direction (``HOST_BOTH_WAYS_ACCOUNTING``): ``bytes_per_iter`` is ``size``, over the span of
+    both.  By the copy engines each direction copies on its own stream, and ``info`` adds each direction's own
+    figure as nvbandwidth's ``*_bidirectional_memcpy_ce`` tests count it -- its bytes over its own time while
+    the other direction copies (``h2d_gbps``, ``d2h_gbps``: medians over the samples).  By the copy kernel both
+    directions are one kernel (the figure is the total / 2 over its time, as nvbandwidth's
+    ``*_bidirectional_memcpy_sm`` counts).  Pinned host memory on a GPU; on host buffers (the CPU variant,
+    ``device`` a logical host device) two threads copy at once, each direction's own figure from the common
+    start to its thread's end."""
+    import statistics
+
+    import torch
+
+    op = sm_op("host_bidir", engine)
+    what = f"{op} host<->{device} ({size} bytes)"
+    on_gpu = device.startswith("cuda")
+    info: MeasurementInfo = {"accounting": HOST_BOTH_WAYS_ACCOUNTING}
+    timed: "CudaPattern | CudaCopy | HostPattern"
+    if on_gpu:
+        host_src = pool.get("cpu", "pinned_bidir_h2d", size, pinned=True, user=device)
+        host_dst = pool.get("cpu", "pinned_bidir_d2h", size, pinned=True, user=device)
+        pairs = [(host_src, pool.get(device, "bidir_h2d_dev", size)),
+                 (pool.get(device, "bidir_d2h_dev", size), host_dst)]
+        i = device_index(device)
+        if engine == SM:
+            timed = CudaCopy(pairs, [(torch.cuda.Stream(device=i), None)], latch_device=i, what=what, engine=SM,
+                             kernel=kernel)
+        else:
+            timed = CudaPattern(pairs, [(torch.cuda.Stream(device=i), None), (torch.cuda.Stream(device=i), None)],
+                                latch_device=i, what=what)
+        info.update({"timer": "device events", **timed.engine_info, "pinned": True})
+        settings = gpu_batches(settings)
+    else:
+        pairs = [(pool.get("host", "bidir_h2d", size), pool.get(device, "bidir_h2d_dev", size)),
+                 (pool.get(device, "bidir_d2h_dev", size), pool.get("host", "bidir_d2h", size))]
+        timed = HostPattern(pairs, engine)
+        info["timer"] = "host clock"
+        if engine == SM:
+            info["engine"] = HOST_KERNEL
+    clocks = sampler_for((device,))
+    with single_threaded(not on_gpu):
+        samples, p = measure(timed, settings, clocks=clocks)
+    if isinstance(timed, (CudaPattern, HostPattern)):
+        read = timed.link_times[-len(samples):]  # the timed samples' are the last read
+        h2d, d2h = ([size * batch / max(t[k], 1e-12) / 1e9 for batch, t in read] for k in (0, 1))
+        info["h2d_gbps"], info["d2h_gbps"] = statistics.median(h2d), statistics.median(d2h)
+    verify_copies(timed, pairs, what)
+    info["batch"] = p.batch
+    _keep_clocks(info, clocks)
+    return Measurement(op=op, size_bytes=size, bytes_per_iter=size, samples_s=samples,
+                       devices=("host", device), kind="copy", info=info)
 
 
 def _keep_clocks(info: MeasurementInfo, clocks: Sampler) -> None:
@@ -207,40 +293,50 @@ def _keep_clocks(info: MeasurementInfo, clocks: Sampler) -> None:
 # -- a copy as plain data: measured here, or in a new process ----------------------------------------
 
 PEER, HOST_DEVICE = "peer", "host_device"
+#: a host<->device copy's direction for both ways at once (``measure_host_both_ways``)
+BOTH = "both"
+#: the end of an op's name made by the copy kernel (``sm_op``)
+SM_SUFFIX = "_sm"
 
 
 def copy_spec(copy: str, devices: Sequence[str], size_bytes: int, *, both_ways: bool = False,
-              direction: str = "") -> dict[str, Any]:
-    """A copy as plain JSON values: ``copy`` is ``"peer"`` (``devices`` = [src, dst], ``both_ways``),
-    ``"host_device"`` (``devices`` = [device], ``direction`` "h2d" or "d2h"), or a pattern of all peers at
-    once (``pattern_pairs``): ``"one_to_all"`` ([src, *dsts]), ``"all_to_one"`` ([*srcs, dst]) or
-    ``"all_pairs"`` (the devices), at least two distinct devices."""
+              direction: str = "", engine: str = CE) -> dict[str, Any]:
+    """A copy as plain JSON values: ``copy`` is ``"peer"`` (``devices`` = [src, dst], ``both_ways``; src and
+    dst may be one device), ``"host_device"`` (``devices`` = [device], ``direction`` "h2d", "d2h" or "both"),
+    or a pattern of all peers at once (``pattern_pairs``): ``"one_to_all"`` ([src, *dsts]), ``"all_to_one"``
+    ([*srcs, dst]) or ``"all_pairs"`` (the devices), at least two distinct devices.  ``engine``: ``"ce"`` the
+    copy engines, ``"sm"`` the copy kernel (:mod:`.sm_copy`; not for the patterns)."""
+    engine = copy_engine_of(engine, f"a {copy} copy")
     if copy in PATTERN_OPS:
         pattern_pairs(copy, devices)  # checks the devices
         if both_ways or direction:
             raise ValueError(f"the {copy} pattern has no both_ways or direction, got {both_ways!r} and {direction!r}")
+        if engine != CE:
+            raise ValueError(f"the {copy} pattern is made by the copy engines only, got engine {engine!r}")
         return {"copy": copy, "devices": [str(d) for d in devices], "size_bytes": int(size_bytes),
-                "both_ways": False, "direction": ""}
+                "both_ways": False, "direction": "", "engine": CE}
     if copy not in (PEER, HOST_DEVICE):
         raise ValueError(f"copy must be one of {', '.join(repr(c) for c in (PEER, HOST_DEVICE, *PATTERN_OPS))}, "
                          f"got {copy!r}")
     if copy == PEER and len(devices) != 2:
         raise ValueError(f"a peer copy needs [src, dst] devices, got {list(devices)!r}")
-    if copy == HOST_DEVICE and (len(devices) != 1 or direction not in ("h2d", "d2h")):
-        raise ValueError(f"a host<->device copy needs one device and direction 'h2d' or 'd2h', got "
+    if copy == HOST_DEVICE and (len(devices) != 1 or direction not in ("h2d", "d2h", BOTH)):
+        raise ValueError(f"a host<->device copy needs one device and direction 'h2d', 'd2h' or 'both', got "
                          f"{list(devices)!r} and {direction!r}")
     return {"copy": copy, "devices": [str(d) for d in devices], "size_bytes": int(size_bytes),
-            "both_ways": bool(both_ways), "direction": direction}
+            "both_ways": bool(both_ways), "direction": direction, "engine": engine}
 
 
 def measure_spec(spec: Mapping[str, Any], settings: TimingSettings, pool: BufferPool) -> Measurement:
     """Measure the copy ``spec`` (see ``copy_spec``) in this process, with buffers from ``pool``."""
-    devices, size = spec["devices"], int(spec["size_bytes"])
+    devices, size, engine = spec["devices"], int(spec["size_bytes"]), str(spec.get("engine", CE))
     if spec["copy"] in PATTERN_OPS:
         return measure_pattern(spec["copy"], devices, size, settings, pool)
     if spec["copy"] == PEER:
-        return measure_copy(devices[0], devices[1], size, settings, pool, bool(spec.get("both_ways")))
-    return measure_host_device(devices[0], size, spec["direction"], settings, pool)
+        return measure_copy(devices[0], devices[1], size, settings, pool, bool(spec.get("both_ways")), engine)
+    if spec["direction"] == BOTH:
+        return measure_host_both_ways(devices[0], size, settings, pool, engine)
+    return measure_host_device(devices[0], size, spec["direction"], settings, pool, engine)
 
 
 def _check_visible(devices: Sequence[str]) -> None:
@@ -262,13 +358,14 @@ def _check_visible(devices: Sequence[str]) -> None:
 
 
 def bench_copy(ctx: Optional[RankContext], *, copy: str, devices: Sequence[str], size_bytes: int,
-               timing: Mapping[str, Any], both_ways: bool = False, direction: str = "") -> dict[str, Any]:
+               timing: Mapping[str, Any], both_ways: bool = False, direction: str = "",
+               engine: str = CE) -> dict[str, Any]:
     """Rank task: measure one copy (the arguments of ``copy_spec``, and ``timing``: the fields of a
     :class:`TimingSettings`) with buffers, streams and timing state of this process alone.
 
     Returns ``Measurement.to_dict(with_samples=True)``; its ``info["pid"]`` is this process's id.
     """
-    spec = copy_spec(copy, devices, size_bytes, both_ways=both_ways, direction=direction)
+    spec = copy_spec(copy, devices, size_bytes, both_ways=both_ways, direction=direction, engine=engine)
     _check_visible(spec["devices"])
     pool = BufferPool()
     try:
@@ -284,12 +381,18 @@ def bench_copy(ctx: Optional[RankContext], *, copy: str, devices: Sequence[str],
 ONE_TO_ALL, ALL_TO_ONE, ALL_PAIRS = "one_to_all", "all_to_one", "all_pairs"
 #: the patterns of many copies at once (a ``copy_spec``'s ``copy``) -> their measurement's op
 PATTERN_OPS = {ONE_TO_ALL: "copy_one_to_all", ALL_TO_ONE: "copy_all_to_one", ALL_PAIRS: "copy_all_pairs"}
-#: the specs of every copy's op (:mod:`.specs`): one way and both ways between devices, host<->device,
-#: and the patterns
+#: the specs of every copy's op (:mod:`.specs`): one way and both ways between devices, host<->device one way
+#: and both ways, each by the copy engines and by the copy kernel (``_sm``), and the patterns
 SPECS = (OpSpec("copy", COPY, PEER_KIND),
          OpSpec("copy_bidir", COPY, PEER_KIND),
          OpSpec("h2d", COPY, HOST_KIND),
          OpSpec("d2h", COPY, HOST_KIND),
+         OpSpec("host_bidir", COPY, HOST_KIND),
+         OpSpec("copy_sm", COPY, PEER_KIND),
+         OpSpec("copy_bidir_sm", COPY, PEER_KIND),
+         OpSpec("h2d_sm", COPY, HOST_KIND),
+         OpSpec("d2h_sm", COPY, HOST_KIND),
+         OpSpec("host_bidir_sm", COPY, HOST_KIND),
          OpSpec(PATTERN_OPS[ONE_TO_ALL], COPY, PEER_KIND),
          OpSpec(PATTERN_OPS[ALL_TO_ONE], COPY, PEER_KIND),
          OpSpec(PATTERN_OPS[ALL_PAIRS], COPY, PEER_KIND))

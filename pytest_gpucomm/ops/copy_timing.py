@@ -1,7 +1,9 @@
 """How a copy is timed: on a GPU, the runtime's own asynchronous copy (:mod:`.engines`) on its streams, between
 device events, small copies batched behind a spin kernel (:class:`SpinLatch`) so that the device runs them back
-to back (:class:`CudaCopy`; many pairs at once with each pair's own time, :class:`CudaPattern`); on the host, a
-memcpy per thread (:class:`HostCopy`, :class:`HostPattern`), torch single-threaded meanwhile
+to back (:class:`CudaCopy`; an SM copy is one launch of the copy kernel of :mod:`.sm_copy` per batch; many
+pairs at once with each pair's own time, :class:`CudaPattern`); on the host, a
+memcpy per thread (:class:`HostCopy`, :class:`HostPattern`; or the cores' element-wise kernel for an SM
+copy's CPU variant), torch single-threaded meanwhile
 (:class:`single_threaded`).  After timing, :func:`verify_copies` checks the copied data: a fast wrong copy is a
 failure, not a figure.  :mod:`.copies` measures with these.
 
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from . import engines
 from .engines import CopyError
+from .sm_copy import KERNEL_LABEL, KernelConfig, SmCopier, host_kernel_copy
 from .timing import TimingSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch.cuda import Event, Stream
 
 __all__ = ["GPU_BATCH_S", "spin_rate", "SpinLatch", "CudaCopy", "HostCopy", "CudaPattern", "HostPattern",
-           "verify_copies", "single_threaded", "gpu_batches", "device_index"]
+           "verify_copies", "single_threaded", "gpu_batches", "device_index", "memcpy", "host_copy_call",
+           "HostCopyCall"]
 
 _LATCH_MARGIN_S = 50e-6
 _LATCH_MAX_S = 0.02
@@ -84,7 +88,11 @@ class CudaCopy:
     """src -> dst (and, both ways, dst -> src at the same time) on GPUs, or host <-> device."""
 
     def __init__(self, pairs: list[tuple["Tensor", "Tensor"]], streams: list[tuple["Stream", Optional["Stream"]]],
-                 latch_device: int, what: str = "copy"):
+                 latch_device: int, what: str = "copy", engine: str = engines.CE,
+                 kernel: Optional["KernelConfig"] = None):
+        """``engine`` ``"ce"``: the copy engines (:mod:`.engines`), a call per copy; ``"sm"``: the copy kernel
+        (:mod:`.sm_copy`, shaped by ``kernel``), one launch per batch on each pair's stream; two pairs with
+        one stream are both ways in one kernel."""
         import torch
 
         self.torch = torch
@@ -93,6 +101,18 @@ class CudaCopy:
         self.main = streams[0][0]
         self.latch = SpinLatch(latch_device)
         self.what = what
+        self.sm: dict[int, SmCopier] = {}
+        if engine == engines.SM:
+            self.copier: Optional[engines.Engine] = None
+            self.sm = {s.device.index: SmCopier(s.device.index, kernel) for s, _ in streams}
+            self.engine = KERNEL_LABEL
+            self.engine_info = self.sm[self.main.device.index].info()
+            if len(pairs) != len(streams) and (len(pairs), len(streams)) != (2, 1):
+                raise ValueError(f"{what}: an SM copy takes a stream per pair, or two pairs on one stream (both "
+                                 f"ways in one kernel), got {len(pairs)} pairs and {len(streams)} streams")
+            self._enable_peers()
+            self.settle()
+            return
         selection = engines.current()
         self.copier = selection.engine  # None: torch's copy_
         self.engine = selection.label
@@ -102,10 +122,13 @@ class CudaCopy:
             self.calls = [self.copier.call(dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(),
                                            stream.cuda_stream, src.is_cuda, dst.is_cuda)
                           for (src, dst), (stream, _) in zip(pairs, streams)]
-            for src, dst in pairs:
-                if src.is_cuda and dst.is_cuda and src.device != dst.device and src.numel():
-                    dst[:1].copy_(src[:1])  # torch enables peer access (src device -> dst device) on first use
+            self._enable_peers()
         self.settle()
+
+    def _enable_peers(self) -> None:
+        for src, dst in self.pairs:
+            if src.is_cuda and dst.is_cuda and src.device != dst.device and src.numel():
+                dst[:1].copy_(src[:1])  # torch enables peer access (src device -> dst device) on first use
 
     def settle(self) -> None:
         """Wait for all work on the devices of the buffers (their fill or poisoning ran on other streams)."""
@@ -113,6 +136,14 @@ class CudaCopy:
             self.torch.cuda.synchronize(dev)
 
     def _copies(self, index: int, batch: int) -> None:
+        if self.sm:
+            stream = self.streams[index][0]
+            copier = self.sm[stream.device.index]
+            if len(self.pairs) > len(self.streams):  # both ways in one kernel
+                copier.copy_both(self.pairs[0], self.pairs[1], batch)
+            else:
+                copier.copy(*self.pairs[index], batch)
+            return
         if self.copier is None:
             src, dst = self.pairs[index]
             other = self.streams[index][1]
@@ -164,7 +195,22 @@ class _maybe_stream:
             self.ctx.__exit__(*exc)
 
 
-def _threads_at_once(pairs: list[tuple["Tensor", "Tensor"]], batch: int) -> list[float]:
+def memcpy(src: "Tensor", dst: "Tensor") -> None:
+    """A host copy by memcpy (torch's ``copy_`` of contiguous bytes)."""
+    dst.copy_(src)
+
+
+#: a host copy of ``src`` into ``dst``
+HostCopyCall = Callable[["Tensor", "Tensor"], None]
+
+
+def host_copy_call(engine: str) -> HostCopyCall:
+    """The host copy of an engine: memcpy (``"ce"``), the cores' element-wise kernel (``"sm"``)."""
+    return host_kernel_copy if engines.copy_engine_of(engine, "a host copy") == engines.SM else memcpy
+
+
+def _threads_at_once(pairs: list[tuple["Tensor", "Tensor"]], batch: int,
+                     copy: HostCopyCall = memcpy) -> list[float]:
     """Copy every pair ``batch`` times, a thread per pair, all released together: each thread's seconds from
     the common start to its end.  A copy that raises in its thread raises here."""
     barrier = threading.Barrier(len(pairs) + 1)
@@ -175,7 +221,7 @@ def _threads_at_once(pairs: list[tuple["Tensor", "Tensor"]], batch: int) -> list
         try:
             barrier.wait()
             for _ in range(batch):
-                dst.copy_(src)
+                copy(src, dst)
         except BaseException as e:  # noqa: BLE001  (raised in the caller's thread below)
             errors.append(e)
         ends[k] = time.perf_counter()
@@ -193,20 +239,23 @@ def _threads_at_once(pairs: list[tuple["Tensor", "Tensor"]], batch: int) -> list
 
 
 class HostCopy:
-    """Host memcpy between buffers; both ways = two threads copying at once."""
+    """Host memcpy between buffers (``engine`` "sm": the cores' element-wise kernel, :mod:`.sm_copy`); both
+    ways = two threads copying at once."""
 
-    def __init__(self, pairs: list[tuple["Tensor", "Tensor"]]):
+    def __init__(self, pairs: list[tuple["Tensor", "Tensor"]], engine: str = engines.CE):
         self.pairs = pairs
+        self.copy = host_copy_call(engine)
 
     def sample(self, batch: int) -> Callable[[], float]:
         if len(self.pairs) == 1:
             src, dst = self.pairs[0]
+            copy = self.copy
             t0 = time.perf_counter()
             for _ in range(batch):
-                dst.copy_(src)
+                copy(src, dst)
             dt = time.perf_counter() - t0
             return lambda: dt
-        dt = max(_threads_at_once(self.pairs, batch))
+        dt = max(_threads_at_once(self.pairs, batch, self.copy))
         return lambda: dt
 
     def sync(self) -> None:
@@ -308,12 +357,13 @@ class HostPattern:
     the sample is from the common start to the last thread's end; ``link_times`` gets (batch, seconds from
     the start to each thread's end) for every sample read.  A copy that raises in its thread raises here."""
 
-    def __init__(self, pairs: list[tuple[object, object]]):
+    def __init__(self, pairs: list[tuple["Tensor", "Tensor"]], engine: str = engines.CE):
         self.pairs = pairs
+        self.copy = host_copy_call(engine)
         self.link_times: list[tuple[int, list[float]]] = []
 
     def sample(self, batch: int) -> Callable[[], float]:
-        own = _threads_at_once(self.pairs, batch)
+        own = _threads_at_once(self.pairs, batch, self.copy)
         total = max(own)
 
         def seconds() -> float:

@@ -35,7 +35,9 @@ The libraries are loaded with ``ctypes``: no new dependency, and the two calls n
 
 Which engine (read at every copy set-up, so a process can switch; a table and library are loaded once):
 
-- ``GPUCOMM_COPY_ENGINE`` = ``auto`` (unset: the same), ``cuda``, ``hip`` or ``torch``.  ``auto`` takes HIP
+- ``GPUCOMM_COPY_CALL`` = ``auto`` (unset: the same), ``cuda``, ``hip`` or ``torch`` (called
+  ``GPUCOMM_COPY_ENGINE`` before that name went to ``--gpucomm-copy-engine=ce|sm|both``: copy engines or
+  copy kernels, :mod:`.sm_copy`; an old value there is a usage error naming the new variable).  ``auto`` takes HIP
   on a ROCm build of torch (``torch.version.hip``) and CUDA on a CUDA build; where that library does not
   load it falls back to torch's ``dst.copy_(src, non_blocking=True)`` and says why in
   ``info["engine_note"]``.  ``cuda`` and ``hip`` insist: the engine asked for loads or the copy fails
@@ -72,10 +74,12 @@ if TYPE_CHECKING:
     from ..measurement import MeasurementInfo
 
 __all__ = ["CopyError", "EngineError", "EntryPoints", "Function", "CUDA", "HIP", "TABLES", "ENGINE_TORCH",
-           "ENV_ENGINE", "ENV_HIP_LIBRARY", "CHOICES", "Engine", "Selection", "select", "current",
-           "forget", "torch_platform"]
+           "ENV_CALL", "ENV_HIP_LIBRARY", "CHOICES", "Engine", "Selection", "select", "current",
+           "forget", "torch_platform", "COPY_ENGINES", "CE", "SM", "copy_engine_choice",
+           "copy_engine_of"]
 
-ENV_ENGINE = "GPUCOMM_COPY_ENGINE"
+#: which call issues a copy-engine copy (the variable was ``GPUCOMM_COPY_ENGINE`` until issue 48)
+ENV_CALL = "GPUCOMM_COPY_CALL"
 ENV_HIP_LIBRARY = "GPUCOMM_HIP_LIBRARY"
 CHOICES = ("auto", "cuda", "hip", "torch")
 #: ``info["engine"]`` of the fallback: torch's own copy
@@ -103,7 +107,7 @@ class Function:
 class EntryPoints:
     """What one platform's copy engine calls (see the module docstring for the sources)."""
 
-    platform: str  # "cuda" or "hip": the value of GPUCOMM_COPY_ENGINE that asks for it
+    platform: str  # "cuda" or "hip": the value of GPUCOMM_COPY_CALL that asks for it
     label: str  # info["engine"]
     library: str  # loaded by name when no other is given
     memcpy: Function  # (dst, src, bytes, [kind,] stream) -> status, 0 is success
@@ -247,13 +251,13 @@ def _hip_in_process(maps: str = "/proc/self/maps") -> Optional[str]:
 
 
 def engine_choice(environ: Mapping[str, str]) -> str:
-    raw = environ.get(ENV_ENGINE)
+    raw = environ.get(ENV_CALL)
     if raw is None:
         return "auto"
     value = raw.strip().lower()
     if value not in CHOICES:
         said = "is empty" if not value else f"is {raw!r}"
-        raise EngineError(f"{ENV_ENGINE} {said}: the GPU copy engine must be one of {', '.join(CHOICES)} "
+        raise EngineError(f"{ENV_CALL} {said}: the call of the GPU copy engine must be one of {', '.join(CHOICES)} "
                           f"(unset: auto)")
     return value
 
@@ -286,16 +290,16 @@ def select(environ: Mapping[str, str], platform: Optional[str],
     else:
         table = TABLES[choice]
         if platform is None:
-            raise EngineError(f"{ENV_ENGINE}={choice}: this torch is not a CUDA or ROCm build")
+            raise EngineError(f"{ENV_CALL}={choice}: this torch is not a CUDA or ROCm build")
         if choice == "cuda" and platform != "cuda":
-            raise EngineError(f"{ENV_ENGINE}=cuda needs a CUDA build of torch; this one is a ROCm build "
+            raise EngineError(f"{ENV_CALL}=cuda needs a CUDA build of torch; this one is a ROCm build "
                               f"(its streams are HIP streams)")
     if table is HIP:
         library = _hip_library(environ)
         if library is not None:
             return Selection(_open(table, library, load, f" (from {ENV_HIP_LIBRARY})"))
         if platform != "hip":
-            raise EngineError(f"{ENV_ENGINE}=hip on a CUDA build of torch needs {ENV_HIP_LIBRARY}: a library "
+            raise EngineError(f"{ENV_CALL}=hip on a CUDA build of torch needs {ENV_HIP_LIBRARY}: a library "
                               f"that forwards the HIP calls to the CUDA driver (see tests/hipshim)")
         name = loaded_hip() or table.library
     else:
@@ -318,7 +322,7 @@ def _open(table: EntryPoints, library: str, load: Callable[[str], object], where
 
 @functools.lru_cache(maxsize=None)
 def _cached(choice: Optional[str], hip_library: Optional[str], platform: Optional[str]) -> Selection:
-    environ = {k: v for k, v in ((ENV_ENGINE, choice), (ENV_HIP_LIBRARY, hip_library)) if v is not None}
+    environ = {k: v for k, v in ((ENV_CALL, choice), (ENV_HIP_LIBRARY, hip_library)) if v is not None}
     return select(environ, platform)
 
 
@@ -328,9 +332,39 @@ def current() -> Selection:
     the reason)."""
     import torch
 
-    return _cached(os.environ.get(ENV_ENGINE), os.environ.get(ENV_HIP_LIBRARY), torch_platform(torch.version))
+    return _cached(os.environ.get(ENV_CALL), os.environ.get(ENV_HIP_LIBRARY), torch_platform(torch.version))
 
 
 def forget() -> None:
     """Drop the loaded engines: the next :func:`current` selects and loads afresh (for tests)."""
     _cached.cache_clear()
+
+
+# -- which engines copy: the copy engines (ce), the GPU's own cores through a copy kernel (sm), or both -------
+
+#: ``--gpucomm-copy-engine`` (env ``GPUCOMM_COPY_ENGINE``): ``ce`` the copy engines (the call above), ``sm`` a
+#: copy kernel (:mod:`.sm_copy`), ``both`` each copy test once with each
+COPY_ENGINES = ("ce", "sm", "both")
+#: the engine of one copy: the copy engines, or a kernel on the streaming multiprocessors
+CE, SM = "ce", "sm"
+
+
+def copy_engine_choice(value: str, where: str) -> str:
+    """``value`` of ``--gpucomm-copy-engine`` (lower-cased, stripped) checked: one of :data:`COPY_ENGINES`.
+    ValueError naming the value and ``where`` it came from; an old value of ``GPUCOMM_COPY_ENGINE`` (a copy
+    call, :data:`CHOICES`) says that the call is ``GPUCOMM_COPY_CALL`` now."""
+    v = value.strip().lower()
+    if v in COPY_ENGINES:
+        return v
+    said = f"invalid --gpucomm-copy-engine {value!r} (from {where}): expected {', '.join(COPY_ENGINES)}"
+    if v in CHOICES:
+        raise ValueError(f"{said}\n{v!r} is a copy call: {ENV_CALL} chooses it since GPUCOMM_COPY_ENGINE became "
+                         f"this option's;\nset {ENV_CALL}={v}")
+    raise ValueError(said)
+
+
+def copy_engine_of(engine: object, where: str) -> str:
+    """The engine of one copy, ``ce`` or ``sm``; ValueError naming ``engine`` and ``where`` otherwise."""
+    if engine in (CE, SM):
+        return str(engine)
+    raise ValueError(f"{where}: the copy engine must be {CE!r} or {SM!r}, got {engine!r}")

@@ -26,8 +26,8 @@ from typing import Any, Generator, Optional
 
 import pytest
 
-from .fixtures import (comm, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_engine, gpucomm_state, gpus,  # noqa: F401
-                       group_kind, process_group, size)  # (fixtures)
+from .fixtures import (comm, copy_engine, gpu, gpu_hub, gpu_link, gpu_pair, gpucomm_engine,  # noqa: F401
+                       gpucomm_state, gpus, group_kind, host_link, process_group, size)  # (fixtures)
 from .devices import check_requirements
 from .finish import finish_session, last_line, terminal_width, write_summary
 from .judging import check_test, live_status
@@ -101,7 +101,8 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
 
 
 #: what the plugin parametrizes at collection (parametrize.py); a test with none of them is left alone
-_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "group_kind", "gpucomm_engine"})
+_PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "group_kind", "host_link", "copy_engine",
+                           "gpucomm_engine"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,7 +1,8 @@
-"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``size``, ``group_kind``,
-``comm``, ``process_group``, ``gpucomm_engine``.
+"""gpucomm fixtures: ``gpus``, ``gpu``, ``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``host_link``, ``copy_engine``,
+``size``, ``group_kind``, ``comm``, ``process_group``, ``gpucomm_engine``.
 
-``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``gpu``, ``size`` and ``group_kind`` are parametrized at collection
+``gpu_pair``, ``gpu_link``, ``gpu_hub``, ``host_link``, ``copy_engine``, ``gpu``, ``size`` and ``group_kind`` are
+parametrized at collection
 (:mod:`.parametrize`); the fixtures hand the parameter to the test.
 """
 
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
     from .measurer import Comm, GpuPair
     from .group import ProcessGroup
 
-__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "size", "group_kind", "comm",
-           "process_group", "gpucomm_engine"]
+__all__ = ["gpucomm_state", "gpus", "gpu", "gpu_pair", "gpu_link", "gpu_hub", "host_link", "copy_engine", "size",
+           "group_kind", "comm", "process_group", "gpucomm_engine"]
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +59,21 @@ def gpu_hub(request: pytest.FixtureRequest) -> str:
     (``comm.copy_one_to_all``, ``comm.copy_all_to_one``); the test runs once per device, with ids like "hub0".
     Every device, whatever --gpucomm-pairs chooses for the pair tests."""
     return _param(request, "gpu_hub")
+
+
+@pytest.fixture
+def host_link(request: pytest.FixtureRequest) -> str:
+    """One device ("cuda:0", or "cpu:0" in the CPU variant) that the host copies to and from at once
+    (``comm.host_both_ways``); the test runs once per device, with ids like "host<->0"."""
+    return _param(request, "host_link")
+
+
+@pytest.fixture
+def copy_engine(request: pytest.FixtureRequest) -> str:
+    """What makes the test's copies: "ce" (the copy engines) or "sm" (a copy kernel), from
+    --gpucomm-copy-engine; with "both" the test runs once with each (ids "ce" and "sm"), with "sm" once (id
+    "sm"), with the default "ce" once and its id is as without this fixture."""
+    return str(getattr(request, "param", "ce"))
 
 
 @pytest.fixture

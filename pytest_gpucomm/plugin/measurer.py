@@ -6,19 +6,21 @@ The collective methods (``comm.all_reduce(group, size)``, ...) are made from the
 In a launched job of several nodes a collective runs over a group kind (:mod:`.topology`): ``"world"``, or
 ``"intra-node"`` / ``"inter-node"``, where every group of the kind runs at once; each group's measurement is
 recorded (its node or local rank named), and the method returns the slowest of them.
-``comm.copy_one_to_all(hub, size)``, ``comm.copy_all_to_one(hub, size)`` and ``comm.copy_all_pairs(size)``
-copy between all peers at once (:func:`.ops.copies.measure_pattern`).  ``comm.node_pairs()`` is the
-inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)`` (and ``comm.dp_grad_sync``,
-``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the training-step patterns
-(:mod:`.ops.patterns`).
+The copies of one source to one destination (``comm.copy``, ``comm.host_to_device``, ...) are
+:class:`.copy_methods.CopyMethods`'s.  ``comm.copy_one_to_all(hub, size)``, ``comm.copy_all_to_one(hub, size)``
+and ``comm.copy_all_pairs(size)`` copy between all peers at once (:func:`.ops.copies.measure_pattern`).
+``comm.node_pairs()`` is the inter-node pair test (:mod:`.ops.nodes`); ``comm.training(pattern, group, model)``
+(and ``comm.dp_grad_sync``, ``moe_all_to_all``, ``tp_layer``, ``pp_send_recv``, ``overlap_dp_tp``) the
+training-step patterns (:mod:`.ops.patterns`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import pytest
 
+from .copy_methods import CopyMethods, DeviceLike, GpuPair, PairLike
 from .group import ProcessGroup
 from .markers import SweepSize, marks_of
 from ..ops.collectives import OPS, add_op_methods
@@ -33,23 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["Comm", "GpuPair"]
 
 
-class GpuPair(NamedTuple):
-    """An ordered pair of devices, e.g. ("cuda:0", "cuda:1"); its test id is "0->1"."""
-
-    src: str
-    dst: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.src.split(':')[-1]}->{self.dst.split(':')[-1]}"
-
-
-#: a device as a test names it: its name ("cuda:1", "cpu:0") or its index
-DeviceLike = Union[str, int]
-#: a device pair as a test gives it: a ``gpu_pair``, (source, destination), or the source with ``dst=``
-PairLike = Union[GpuPair, Sequence[DeviceLike], DeviceLike]
-
-
 def _size_or_usage_error(value: SizeLike, where: str) -> int:
     try:
         return parse_size(value, where)
@@ -58,7 +43,7 @@ def _size_or_usage_error(value: SizeLike, where: str) -> int:
 
 
 @add_op_methods
-class Comm:
+class Comm(CopyMethods):
     """The measuring fixture: each method runs one measurement and returns a :class:`Measurement`.
 
     The size of a measurement is, in this order: the ``size`` argument, the test's ``size`` parameter
@@ -243,20 +228,7 @@ class Comm:
             )
         return name
 
-    # -- copies -----------------------------------------------------------------------------------
-    def copy(self, pair: PairLike, size: Optional[SizeLike] = None, *, dst: Optional[DeviceLike] = None,
-             both_ways: bool = False) -> Measurement:
-        """Peer copy pair.src -> pair.dst (both directions at once with both_ways=True)."""
-        from ..ops.copies import PEER, copy_spec
-
-        p = self._pair(pair, dst)
-        n = self._size(size, "copy")
-        return self._copy(copy_spec(PEER, [p.src, p.dst], n, both_ways=both_ways))
-
-    def copy_both_ways(self, pair: PairLike, size: Optional[SizeLike] = None) -> Measurement:
-        return self.copy(pair, size, both_ways=True)
-
-    # -- all peers at once (ops.copies.measure_pattern) -------------------------------------------------
+    # -- copies one to one: .copy_methods.CopyMethods; all peers at once (ops.copies.measure_pattern) -----
     def copy_one_to_all(self, hub: DeviceLike, size: Optional[SizeLike] = None, *,
                         peers: Optional[Sequence[DeviceLike]] = None) -> Measurement:
         """``hub`` writing to every peer at once (``peers``; default: every other device in use), each copy
@@ -303,13 +275,6 @@ class Comm:
                                     f"{'a peer other than the hub' if arg == 'peers' else 'two devices or more'}, "
                                     f"each once; got {devs!r}")
         return devs
-
-    def host_to_device(self, device: DeviceLike, size: Optional[SizeLike] = None) -> Measurement:
-        """Pinned host memory -> device."""
-        from ..ops.copies import HOST_DEVICE, copy_spec
-
-        d, n = self._dev(device), self._size(size, "host_to_device")
-        return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="h2d"))
 
     # -- collectives ------------------------------------------------------------------------------
     def collective(self, op: str, group: "ProcessGroup", size: Optional[SizeLike] = None, *, dtype: str = "float32",
@@ -583,13 +548,6 @@ class Comm:
         """Data and tensor parallel at once: the gradient sync while the layers' tensor-parallel collectives run,
         each on its own communicator; ``info["overlap"]`` gives each one's slowdown against running alone."""
         return self.training("overlap_dp_tp", group, model, **kw)
-
-    def device_to_host(self, device: DeviceLike, size: Optional[SizeLike] = None) -> Measurement:
-        """Device -> pinned host memory."""
-        from ..ops.copies import HOST_DEVICE, copy_spec
-
-        d, n = self._dev(device), self._size(size, "device_to_host")
-        return self._copy(copy_spec(HOST_DEVICE, [d], n, direction="d2h"))
 
 
 def _short_failure(text: str) -> str:

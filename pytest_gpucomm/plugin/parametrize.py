@@ -22,6 +22,11 @@ In launched mode the devices are those of the node that this rank sees (every ra
 many, or the ranks collect different tests and stop, saying so); the copies between them are measured on
 every node at once (:meth:`pytest_gpucomm.plugin.measurer.Comm.copy`).
 
+``host_link`` becomes one test per device, the logical host devices of the CPU variant included (ids
+"host<->0"): the host's copies to and from that device at once.  ``copy_engine`` is parametrized only where
+``--gpucomm-copy-engine`` is ``sm`` (one test, id "sm") or ``both`` (ids "ce" and "sm"): with the default the
+test and its id are as without it, so that the baselines recorded before the option still match.
+
 ``group_kind`` becomes one test per group kind (world, intra-node, inter-node) only in a launched job of
 several nodes; elsewhere it is not parametrized, so that a test's ids (and the baselines keyed by them)
 stay as they are without it.
@@ -141,8 +146,8 @@ def _too_few_pairs(state: State) -> str:
 
 
 def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
-    """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link``, ``gpu_hub`` and
-    ``gpu`` of one test function."""
+    """Parametrize ``group_kind`` (launched, several nodes), ``size``, ``gpu_pair``, ``gpu_link``, ``gpu_hub``,
+    ``host_link``, ``copy_engine`` (sm or both) and ``gpu`` of one test function."""
     where = metafunc.definition.nodeid
     if "group_kind" in metafunc.fixturenames and state.groups.multi_node:
         from ..env.topology import GROUP_KINDS
@@ -180,6 +185,12 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
         hubs = devs if len(devs) >= 2 else []
         _param_or_skip(metafunc, "gpu_hub", hubs, [f"hub{d.split(':')[-1]}" for d in hubs], _too_few_pairs(state),
                        "no-hub")
+    if "host_link" in metafunc.fixturenames:
+        devs = state.devices.names()
+        metafunc.parametrize("host_link", devs, ids=[f"host<->{d.split(':')[-1]}" for d in devs], indirect=True)
+    if "copy_engine" in metafunc.fixturenames and state.settings.copy_engine != "ce":
+        engines = ["ce", "sm"] if state.settings.copy_engine == "both" else ["sm"]
+        metafunc.parametrize("copy_engine", engines, ids=engines, indirect=True)
     if "gpu" in metafunc.fixturenames:
         gpus = state.devices.names() if state.devices.info.kind == "gpu" else []
         _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],

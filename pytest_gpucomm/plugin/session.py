@@ -78,7 +78,7 @@ def _register_modes(config: pytest.Config, state: State) -> None:
 #: the environment variables of pytest-gpucomm that are no option's (those are read with their option,
 #: ``settings``): each read where its work starts, checked here at once -- set but empty is an error, as an
 #: option's empty value is (``checks.not_empty``), and a yes/no one takes the words of ``checks.flag``
-ENV_TEXTS = ("GPUCOMM_BASELINE_SESSION", "GPUCOMM_RANK_START", "GPUCOMM_COPY_ENGINE", "GPUCOMM_HIP_LIBRARY",
+ENV_TEXTS = ("GPUCOMM_BASELINE_SESSION", "GPUCOMM_RANK_START", "GPUCOMM_COPY_CALL", "GPUCOMM_HIP_LIBRARY",
              "GPUCOMM_CPU_DEVICES")
 ENV_FLAGS = ("GPUCOMM_ALLOW_XDIST", "GPUCOMM_SUPERVISE")
 
@@ -100,7 +100,7 @@ def check_flags_and_texts() -> None:
 def _check_environment() -> None:
     """The environment variables read later, where a measurement starts, checked at once."""
     check_flags_and_texts()
-    if "GPUCOMM_COPY_ENGINE" in os.environ:  # read where a GPU copy is set up
+    if "GPUCOMM_COPY_CALL" in os.environ:  # read where a GPU copy is set up
         from ..ops.engines import EngineError, engine_choice
 
         try:

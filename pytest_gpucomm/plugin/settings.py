@@ -138,16 +138,17 @@ _OPTIONS = [
      f"affected. Default (or 'auto'): all up to {AUTO_ALL_PAIRS_MAX_DEVICES} devices, neighbours above.",
      "all|neighbours|from0|auto"),
     ("--gpucomm-engine", "gpucomm_engine", "gpucomm_engine", "GPUCOMM_ENGINE",
-     "What runs the cases of the tests that take the comm fixture: 'torch' (ours), 'nccl-tests' (the installed "
-     "nccl-tests binaries for the collectives, one process with -g <world>, and nvbandwidth for the host<->device "
-     "and peer copies; the test ids gain '-nccl-tests') or 'both' (each case twice, ids ending '-torch' and "
-     "'-nccl-tests'; a failing case's message says whether the other engine's figure held). A test's "
-     "@pytest.mark.engines(...) narrows it. Default: torch.", "torch|nccl-tests|both"),
+     "What runs the cases of the tests that take comm: 'torch' (ours), 'nccl-tests' (nccl-tests' binaries, -g <world>, "
+     "and nvbandwidth; ids gain '-nccl-tests') or 'both' (each case twice, ids ending '-torch' and '-nccl-tests'; "
+     "a failing case says whether the other engine held). Default: torch.", "torch|nccl-tests|both"),
     ("--gpucomm-nccl-tests", "gpucomm_nccl_tests", "gpucomm_nccl_tests", "GPUCOMM_NCCL_TESTS",
-     "The folder of the nccl-tests binaries (all_reduce_perf, ...) for --gpucomm-engine. Default: found on PATH.",
-     "DIR"),
+     "The folder of the nccl-tests binaries for --gpucomm-engine. Default: found on PATH.", "DIR"),
     ("--gpucomm-nvbandwidth", "gpucomm_nvbandwidth", "gpucomm_nvbandwidth", "GPUCOMM_NVBANDWIDTH",
      "The nvbandwidth program for the copy cases of --gpucomm-engine. Default: found on PATH.", "PATH"),
+    ("--gpucomm-copy-engine", "gpucomm_copy_engine", "gpucomm_copy_engine", "GPUCOMM_COPY_ENGINE",
+     "What makes the copy suite's copies: 'ce' (the copy engines, as nvbandwidth's *_memcpy_ce), 'sm' (a Triton copy "
+     "kernel on the GPU's cores, as its *_memcpy_sm; ops copy_sm, h2d_sm, ...; on CPU an element-wise kernel) or "
+     "'both' (ids ending -ce and -sm). Copy-engine copies are made by GPUCOMM_COPY_CALL. Default: ce.", "ce|sm|both"),
     ("--gpucomm-launch", "gpucomm_launch", "gpucomm_launch", "GPUCOMM_LAUNCH",
      "How the ranks of a process group are started: 'auto' (as one rank of the job when pytest was started once "
      "per rank by torchrun, srun or mpirun, found from their environment variables; else 'pool'), 'pool' (a pool "
@@ -194,6 +195,7 @@ class Settings(Judging):
     engine: str = "torch"  # --gpucomm-engine: "torch", "nccl-tests" or "both"
     nccl_tests_dir: Optional[str] = None  # --gpucomm-nccl-tests; None: PATH
     nvbandwidth: Optional[str] = None  # --gpucomm-nvbandwidth; None: PATH
+    copy_engine: str = "ce"  # --gpucomm-copy-engine: "ce", "sm" or "both"
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -211,6 +213,7 @@ class Settings(Judging):
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
                 "baseline_nodes": self.baseline_nodes, "engine": self.engine,
+                "copy_engine": self.copy_engine,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -230,6 +233,7 @@ class Settings(Judging):
             f"baseline={self.baseline or 'none'}{' (saving)' if self.baseline_save else ''}",
             *([f"pairs={self.pairs}"] if self.pairs is not None else []),
             *([f"engine={self.engine}"] if self.engine != "torch" else []),
+            *([f"copy-engine={self.copy_engine}"] if self.copy_engine != "ce" else []),
         ]
         if self.baseline:
             parts.append(f"tolerance={self.tolerance:g}, tail-tolerance={self.tail_tolerance:g}, alpha={self.alpha:g}, "
@@ -448,25 +452,35 @@ def read_settings(config: pytest.Config) -> Settings:
         engine=_get(config, "--gpucomm-engine", _parse_engine, "torch"),
         nccl_tests_dir=_get(config, "--gpucomm-nccl-tests", lambda v, n, o: v.strip(), None),
         nvbandwidth=_get(config, "--gpucomm-nvbandwidth", lambda v, n, o: v.strip(), None),
+        copy_engine=_get(config, "--gpucomm-copy-engine", _parse_copy_engine, "ce"),
     )
 
 
 def _parse_engine(value: str, name: str, origin: str) -> str:
     from ..compare.tool_engine import ENGINE_CHOICES
 
-    v = value.strip().lower()
-    if v not in ENGINE_CHOICES:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {', '.join(ENGINE_CHOICES)}")
-    return v
+    return _one_of(value, name, origin, ENGINE_CHOICES, ", ")
+
+
+def _parse_copy_engine(value: str, name: str, origin: str) -> str:
+    from ..ops.engines import copy_engine_choice
+
+    try:
+        return copy_engine_choice(value, origin)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def _parse_baseline_nodes(value: str, name: str, origin: str) -> str:
     from ..gate.verdicts import NODE_MODES
 
-    v = value.strip().lower()
-    if v not in NODE_MODES:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {' or '.join(NODE_MODES)}")
-    return v
+    return _one_of(value, name, origin, NODE_MODES, " or ")
+
+
+def _one_of(value: str, name: str, origin: str, choices: "tuple[str, ...]", sep: str) -> str:
+    if value.strip().lower() not in choices:
+        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {sep.join(choices)}")
+    return value.strip().lower()
 
 
 def _parse_prior(value: str, name: str, origin: str) -> str:

@@ -48,18 +48,33 @@ class ToolComm(Comm):
         return self._tool(lambda fresh: engines.copy(nodeid, op, devices, n, fresh), "nvbandwidth")
 
     def copy(self, pair: PairLike, size: Optional["SizeLike"] = None, *, dst: Optional[DeviceLike] = None,
-             both_ways: bool = False) -> "Measurement":
+             both_ways: bool = False, engine: Optional[str] = None) -> "Measurement":
         p = self._pair(pair, dst)
         n = self._size(size, "copy")
         if both_ways:
             self._none("copy(both_ways=True)")
-        return self._tool_copy("copy", [p.src, p.dst], n)
+        return self._tool_copy(self._op("copy", engine), [p.src, p.dst], n)
 
-    def host_to_device(self, device: DeviceLike, size: Optional["SizeLike"] = None) -> "Measurement":
-        return self._tool_copy("h2d", [self._dev(device)], self._size(size, "host_to_device"))
+    def copy_both_ways(self, pair: PairLike, size: Optional["SizeLike"] = None, *,
+                       engine: Optional[str] = None) -> "Measurement":
+        return self._none("copy_both_ways")
 
-    def device_to_host(self, device: DeviceLike, size: Optional["SizeLike"] = None) -> "Measurement":
-        return self._tool_copy("d2h", [self._dev(device)], self._size(size, "device_to_host"))
+    def host_both_ways(self, device: DeviceLike, size: Optional["SizeLike"] = None, *,
+                       engine: Optional[str] = None) -> "Measurement":
+        return self._none("host_both_ways")
+
+    def host_to_device(self, device: DeviceLike, size: Optional["SizeLike"] = None, *,
+                       engine: Optional[str] = None) -> "Measurement":
+        return self._tool_copy(self._op("h2d", engine), [self._dev(device)], self._size(size, "host_to_device"))
+
+    def device_to_host(self, device: DeviceLike, size: Optional["SizeLike"] = None, *,
+                       engine: Optional[str] = None) -> "Measurement":
+        return self._tool_copy(self._op("d2h", engine), [self._dev(device)], self._size(size, "device_to_host"))
+
+    def _op(self, op: str, engine: Optional[str]) -> str:
+        """nvbandwidth's test of the copy: its copy-engine test, or with ``engine="sm"`` (the test's
+        ``copy_engine``) its copy by kernel (``*_memcpy_sm``)."""
+        return op + ("_sm" if self._engine(engine, op) == "sm" else "")
 
     def copy_one_to_all(self, hub: DeviceLike, size: Optional["SizeLike"] = None, *,
                         peers: Optional[Sequence[DeviceLike]] = None) -> "Measurement":
