@@ -58,20 +58,24 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-#: the id parts that name the default engine of a test run on several (``--gpucomm-engine=both``: ``-torch``):
-#: the case is the one the default engine's id names, so a baseline recorded without the option gates it
-DEFAULT_ENGINE_ID_PARTS = ("torch",)
+#: the id parts that name a default engine of a test run on several (``--gpucomm-engine=both``: ``-torch``;
+#: ``--gpucomm-copy-engine=both``: ``-ce``): the case is the one the default engines' id names, so a baseline
+#: recorded without the options gates it
+DEFAULT_ENGINE_ID_PARTS = ("torch", "ce")
 
 
 def default_engine_id(test_id: str) -> str:
-    """``test_id`` without a last id part naming a default engine (``t[16MiB-torch]`` -> ``t[16MiB]``,
-    ``t[torch]`` -> ``t``): the key of a case measured by the default engine is the same whatever other engines
-    the session ran beside it."""
-    for part in DEFAULT_ENGINE_ID_PARTS:
-        if test_id.endswith(f"[{part}]"):
-            return test_id[:-len(part) - 2]
-        if test_id.endswith(f"-{part}]"):
-            return test_id[:-len(part) - 2] + "]"
+    """``test_id`` without its last id parts naming a default engine (``t[16MiB-torch]`` -> ``t[16MiB]``,
+    ``t[1MiB-ce-torch]`` -> ``t[1MiB]``, ``t[torch]`` -> ``t``): the key of a case measured by the default
+    engines is the same whatever other engines the session ran beside them."""
+    stripped = True
+    while stripped:
+        stripped = False
+        for part in DEFAULT_ENGINE_ID_PARTS:
+            if test_id.endswith(f"[{part}]"):
+                return test_id[:-len(part) - 2]
+            if test_id.endswith(f"-{part}]"):
+                test_id, stripped = test_id[:-len(part) - 2] + "]", True
     return test_id
 
 

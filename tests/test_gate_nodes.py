@@ -13,6 +13,7 @@ import pytest
 from pytest_gpucomm.gate import Gate, GateSettings
 from pytest_gpucomm.env.fingerprint import node_differences
 from pytest_gpucomm.gate.cases import CaseRecord, case_key
+from pytest_gpucomm.vocab import default_engine_id
 from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import RunToSave, load_baseline, save_run, save_runs
 from pytest_gpucomm.measurement import Measurement
@@ -365,3 +366,9 @@ def test_a_case_of_the_default_engine_keys_as_without_the_engine_option() -> Non
                                                                                       4096, "float32", 2)
     assert case_key("t::a[torch]", "all_reduce", 4096, "float32", 2).startswith("t::a|")
     assert case_key("t::a[4KiB-nccl-tests]", "all_reduce", 4096, "float32", 2).startswith("t::a[4KiB-nccl-tests]|")
+
+
+def test_a_copy_of_the_default_copy_engine_keys_as_without_the_copy_engine_option() -> None:
+    assert default_engine_id("s::test_peer_copy[4KiB-0->1-ce]") == "s::test_peer_copy[4KiB-0->1]"
+    assert default_engine_id("s::test_peer_copy[4KiB-0->1-ce-torch]") == "s::test_peer_copy[4KiB-0->1]"
+    assert default_engine_id("s::test_peer_copy[4KiB-0->1-sm]") == "s::test_peer_copy[4KiB-0->1-sm]"
