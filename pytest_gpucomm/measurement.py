@@ -191,10 +191,12 @@ class Measurement:
 
     ``size_bytes`` is the message size S of the op as nccl-tests defines it (for a copy: the bytes of
     one transfer in one direction; for all_gather/reduce_scatter/all_to_all: the full buffer).
-    ``bytes_per_iter`` is what algbw divides by the time: S for every op except the both-ways copy,
-    which counts the bytes of both directions.  ``busbw_factor`` turns algbw into busbw
-    (1 for copies and point-to-point ops).  ``info`` (:class:`MeasurementInfo`) may be given as any mapping
-    (a report row's, read back): a dict is kept as it is (its maker may add to it after), another mapping copied.
+    ``bytes_per_iter`` is what algbw divides by the time: S for every op except the both-ways copy between
+    devices (``copy_bidir``), which counts the bytes of both directions; the both-ways host copy
+    (``host_bidir``) counts one direction's, as nvbandwidth's both-ways host figures do.  ``busbw_factor``
+    turns algbw into busbw (1 for copies and point-to-point ops).  ``info`` (:class:`MeasurementInfo`) may be
+    given as any mapping (a report row's, read back): a dict is kept as it is (its maker may add to it after),
+    another mapping copied.
     """
 
     op: str

@@ -222,3 +222,37 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monke
     path.write_text(" " * 1001)
     with pytest.raises(ForeignError, match=r"huge\.json.*MAX_FOREIGN_BYTES"):
         read_foreign(path)
+
+
+def _two_gpu_doc(testcases: list) -> dict:
+    doc = doc_of(NVB)
+    body = doc["nvbandwidth"]
+    body["GPU Device list"] = [body["GPU Device list"][0], body["GPU Device list"][0].replace("0:", "1:", 1)]
+    body["testcases"] = testcases
+    return doc
+
+
+def _tc(name: str, description: str, matrix: list) -> dict:
+    return {"name": name, "status": "Passed", "bandwidth_description": description, "bandwidth_matrix": matrix}
+
+
+def test_nvbandwidth_copies_between_gpus_take_their_direction_from_the_test_name_not_the_arrows(tmp_path):
+    # nvbandwidth v0.8: a write test copies row -> column but prints "GPU(row) <- GPU(column)", a read test
+    # copies column -> row and prints "->"; device_local_copy is one row, its column the GPU
+    m = [["N/A", "10"], ["300", "N/A"]]
+    run = read_foreign(written(tmp_path, _two_gpu_doc([
+        _tc("device_to_device_memcpy_write_ce", "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", m),
+        _tc("device_to_device_memcpy_read_ce", "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", m),
+        _tc("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", [["1400", "1500"]])])))
+    figures = {(c.measurement.info["source_case"], c.measurement.devices): round(c.measurement.gbps)
+               for c in run.cases}
+    assert figures[("device_to_device_memcpy_write_ce", ("cuda:0", "cuda:1"))] == 10
+    assert figures[("device_to_device_memcpy_read_ce", ("cuda:1", "cuda:0"))] == 10
+    assert figures[("device_local_copy", ("cuda:1", "cuda:1"))] == 1500
+
+
+def test_an_nvbandwidth_matrix_of_the_wrong_shape_is_refused_naming_the_test(tmp_path):
+    doc = _two_gpu_doc([_tc("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+                            [["50", "50"], ["50", "50"]])])
+    with pytest.raises(ForeignError, match=r"bandwidth_matrix.*host_to_device_memcpy_ce on 2 GPU\(s\) has 1 row"):
+        read_foreign(written(tmp_path, doc))

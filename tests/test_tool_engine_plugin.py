@@ -163,7 +163,8 @@ def test_the_copies_run_nvbandwidth_once_per_buffer_size_and_skip_what_it_cannot
     result.stdout.fnmatch_lines([
         f"gpucomm engine: {standin}/nvbandwidth -j -b 1 -t host_to_device_memcpy_ce device_to_host_memcpy_ce "
         "device_to_device_memcpy_write_ce host_to_device_memcpy_sm device_to_host_memcpy_sm "
-        "device_to_device_memcpy_write_sm (*s, exit 0)", "gpucomm engine: 1 program run(s) took * s in all",
+        "device_to_device_memcpy_write_sm device_local_copy (*s, exit 0)",
+        "gpucomm engine: 1 program run(s) took * s in all",
         "SKIPPED [[]2[]] *: nvbandwidth copies whole MiB buffers (-b MiB); 4 KiB is not one",
         "SKIPPED [[]1[]] *: comm.copy_all_pairs() has no counterpart in nccl-tests or nvbandwidth: torch engine only"])
     rows = json.loads(out.read_text())["rows"]

@@ -89,7 +89,15 @@ def read(doc: Mapping[str, Any], path: str, size: Optional[int] = None) -> Forei
         if "latency" in name:
             notes.append(f"{name}: a latency, not a bandwidth: left out")
             continue
-        cases += _cases(tc, at, name, size, version)
+        if name.startswith("device_to_device_bidirectional"):
+            notes.append(f"{name}: its matrices (each way and the total) are not read: left out")
+            continue
+        cases += _cases(tc, at, name, size, version, len(models))
+    seen: set[str] = set()
+    for c in cases:
+        if c.test_id in seen:
+            top.at("testcases").fail(f"two figures of {c.test_id}: a test listed twice")
+        seen.add(c.test_id)
     if not cases:
         top.at("testcases").fail("no bandwidth figure: every testcase was left out" if notes else "empty")
     return ForeignRun(tool="nvbandwidth", version=version, path=path, cases=tuple(cases), env=fingerprint,
@@ -98,22 +106,32 @@ def read(doc: Mapping[str, Any], path: str, size: Optional[int] = None) -> Forei
 
 def _where(name: str, description: str, row: int, col: int) -> tuple[str, tuple[str, ...]]:
     """(our op, devices) of a testcase's entry at ``row``, ``col``: a copy by kernel (``*_memcpy_sm``) is our
-    op of the same copy by kernel (``h2d_sm``, ``d2h_sm``, ``copy_sm``)."""
+    op of the same copy by kernel (``h2d_sm``, ``d2h_sm``, ``copy_sm``).  Between GPUs the direction comes from
+    the test's name, not its description: in nvbandwidth v0.8 (testcases_ce.cpp, testcases_sm.cpp) a ``read``
+    test copies from the column's GPU to the row's and a ``write`` test from the row's to the column's, while
+    their descriptions print the arrows the other way round.  A one-row test's column is its GPU."""
     sm = "_sm" if name.endswith("_memcpy_sm") or "_memcpy_read_sm" in name or "_memcpy_write_sm" in name else ""
     if name.startswith("host_to_device"):
         return "h2d" + sm, ("host", f"cuda:{col}")
     if name.startswith("device_to_host"):
         return "d2h" + sm, (f"cuda:{col}", "host")
-    backwards = "<-" in description and "<->" not in description
-    src, dst = (col, row) if backwards else (row, col)
-    if name.startswith("device_to_device") and "bidirectional" not in name or name == "device_local_copy":
+    if name == "device_local_copy":
+        return "copy", (f"cuda:{col}", f"cuda:{col}")
+    src, dst = (col, row) if "_read_" in name else (row, col)
+    if name.startswith("device_to_device") and "bidirectional" not in name:
         return "copy" + sm, (f"cuda:{src}", f"cuda:{dst}")
     return name, (f"cuda:{src}", f"cuda:{dst}")
 
 
-def _cases(tc: Mapping[str, Any], at: Field, name: str, size: int, version: str) -> list[ForeignCase]:
+def _cases(tc: Mapping[str, Any], at: Field, name: str, size: int, version: str,
+           gpus: int) -> list[ForeignCase]:
     description = str(tc.get("bandwidth_description", ""))
     matrix = at.at("bandwidth_matrix").list(at.get(tc, "bandwidth_matrix"))
+    rows = 1 if name.startswith(("host_to_device", "device_to_host")) or name == "device_local_copy" else gpus
+    if len(matrix) != rows or any(not isinstance(r, list) or len(r) != gpus for r in matrix):
+        widths = ", ".join(str(len(r)) if isinstance(r, list) else "?" for r in matrix[:4])
+        at.at("bandwidth_matrix").fail(f"{len(matrix)} row(s) of {widths} entries: {name} on {gpus} GPU(s) "
+                                       f"has {rows} row(s) of {gpus}")
     out: list[ForeignCase] = []
     for r, row in enumerate(matrix):
         for c, value in enumerate(at.at("bandwidth_matrix", r).list(row)):
@@ -132,7 +150,8 @@ def _cases(tc: Mapping[str, Any], at: Field, name: str, size: int, version: str)
                     "timer": "nvbandwidth (its figure for the buffer, turned into one buffer's time)",
                     "engine": "SM kernel" if name.endswith("_sm") else "copy engine"}
             if "bidirectional" in name:
-                info["source_note"] = "the named direction's bandwidth while the reverse copy runs"
+                info["source_note"] = ("the named direction's bandwidth while the reverse copy runs" if
+                                       name.endswith("_ce") else "both directions' bandwidth / 2 (one kernel)")
             where = devices[1] if devices[0] == "host" else devices[0] if devices[1] == "host" else \
                 f"{devices[0]}-{devices[1]}"
             m = Measurement(op=op, size_bytes=size, samples_s=[size / (gbps * 1e9)], devices=devices, kind="copy",

@@ -157,6 +157,9 @@ def measure_copy(
         i, j = device_index(src_dev), device_index(dst_dev)
         peer = bool(torch.cuda.can_device_access_peer(i, j)) if i != j else True
         info["peer_access"] = peer
+        if engine != CE and not peer:  # the kernel on GPU i would read GPU j's memory: a fault for the process
+            raise CopyError(f"{what}: a copy by kernel between GPUs needs peer access, and {src_dev} cannot "
+                            f"access {dst_dev} (torch.cuda.can_device_access_peer); the copy engines stage it")
         streams = [(torch.cuda.Stream(device=i), torch.cuda.Stream(device=j))]
         if both_ways and engine == CE:
             streams.append((torch.cuda.Stream(device=j), torch.cuda.Stream(device=i)))

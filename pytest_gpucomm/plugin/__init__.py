@@ -105,12 +105,17 @@ _PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "gr
                            "gpucomm_engine"})
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> Generator[None, Any, Any]:
+    """The plugin's parameters first, pytest's own (``@pytest.mark.parametrize``) next, the engines last."""
     if _PARAMETRIZED.isdisjoint(metafunc.fixturenames) and metafunc.definition.get_closest_marker("sizes") is None:
-        return  # every test of every project passes here: import nothing for the ones we leave alone
-    from .parametrize import parametrize
+        return (yield)  # every test of every project passes here: import nothing for the ones we leave alone
+    from .parametrize import parametrize, parametrize_engines
 
     parametrize(metafunc, state_of(metafunc.config))
+    result = yield
+    parametrize_engines(metafunc, state_of(metafunc.config))
+    return result
 
 
 @pytest.hookimpl(tryfirst=True)

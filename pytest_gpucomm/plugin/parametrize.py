@@ -188,11 +188,17 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
     if "host_link" in metafunc.fixturenames:
         devs = state.devices.names()
         metafunc.parametrize("host_link", devs, ids=[f"host<->{d.split(':')[-1]}" for d in devs], indirect=True)
-    if "copy_engine" in metafunc.fixturenames and state.settings.copy_engine != "ce":
-        engines = ["ce", "sm"] if state.settings.copy_engine == "both" else ["sm"]
-        metafunc.parametrize("copy_engine", engines, ids=engines, indirect=True)
     if "gpu" in metafunc.fixturenames:
         gpus = state.devices.names() if state.devices.info.kind == "gpu" else []
         _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],
                        "needs a GPU (host<->device copies); none is used: running the CPU variants", "no-gpu")
-    state.engines.parametrize(metafunc)  # last: the engine ends the id ("[1MiB-nccl-tests]")
+
+
+def parametrize_engines(metafunc: pytest.Metafunc, state: State) -> None:
+    """The copy engine, then the engine of the comm cases: the last parts of a test's id ("[1MiB-0->1-sm]",
+    "[1MiB-nccl-tests]"), after the test's own ``@pytest.mark.parametrize`` ids too (the hook that calls this
+    runs after pytest's own), so ``vocab.default_engine_id`` keys a default engine's case as without them."""
+    if "copy_engine" in metafunc.fixturenames and state.settings.copy_engine != "ce":
+        engines = ["ce", "sm"] if state.settings.copy_engine == "both" else ["sm"]
+        metafunc.parametrize("copy_engine", engines, ids=engines, indirect=True)
+    state.engines.parametrize(metafunc)
