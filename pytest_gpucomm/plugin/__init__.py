@@ -105,17 +105,14 @@ _PARAMETRIZED = frozenset({"size", "gpu_pair", "gpu_link", "gpu_hub", "gpu", "gr
                            "gpucomm_engine"})
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> Generator[None, Any, Any]:
-    """The plugin's parameters first, pytest's own (``@pytest.mark.parametrize``) next, the engines last."""
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The plugin's parameters; the engines' come last (``parametrize.EngineIds``, registered where the session
+    has other engines than the defaults)."""
     if _PARAMETRIZED.isdisjoint(metafunc.fixturenames) and metafunc.definition.get_closest_marker("sizes") is None:
-        return (yield)  # every test of every project passes here: import nothing for the ones we leave alone
-    from .parametrize import parametrize, parametrize_engines
+        return  # every test of every project passes here: import nothing for the ones we leave alone
+    from .parametrize import parametrize
 
     parametrize(metafunc, state_of(metafunc.config))
-    result = yield
-    parametrize_engines(metafunc, state_of(metafunc.config))
-    return result
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -35,7 +35,7 @@ stay as they are without it.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Generator, Optional, Sequence
 
 import pytest
 
@@ -192,6 +192,21 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
         gpus = state.devices.names() if state.devices.info.kind == "gpu" else []
         _param_or_skip(metafunc, "gpu", gpus, [f"gpu{d.split(':')[-1]}" for d in gpus],
                        "needs a GPU (host<->device copies); none is used: running the CPU variants", "no-gpu")
+
+
+class EngineIds:
+    """A plugin of sessions with other engines than the defaults (``--gpucomm-copy-engine``, ``--gpucomm-engine``):
+    its hook wraps every other ``pytest_generate_tests``, so the engines' parameters come after all the others
+    (the test's own ``@pytest.mark.parametrize`` and its module's hook too) and their ids end the test's id."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> Generator[None, Any, Any]:
+        result = yield
+        parametrize_engines(metafunc, self.state)
+        return result
 
 
 def parametrize_engines(metafunc: pytest.Metafunc, state: State) -> None:
