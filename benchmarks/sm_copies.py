@@ -37,7 +37,10 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pytest_gpucomm.foreign import ForeignRun, foreign_of, read_foreign  # noqa: E402
 from pytest_gpucomm.ops.sm_copy import DEFAULT_CONFIG, KernelConfig  # noqa: E402
+
+MIB = 1024 * 1024
 
 SIZES_MIB = (1, 4, 16, 64, 256, 1024)
 #: a ratio under this, from ``GATED_FROM_MIB`` up, fails the run (the issue's target)
@@ -87,25 +90,12 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
-def nvbandwidth_figures(doc: Mapping[str, Any], where: str) -> dict[str, float]:
-    """nvbandwidth's ``-j`` document: each passed test's ``sum`` (GB/s) by its name; ValueError naming ``where``
-    and the field that is missing or not a number."""
-    top = doc.get("nvbandwidth") if isinstance(doc, Mapping) else None
-    cases = top.get("testcases") if isinstance(top, Mapping) else None
-    if not isinstance(cases, list):
-        raise ValueError(f"{where}: no nvbandwidth.testcases list: not nvbandwidth's -j output")
-    out = {}
-    for k, case in enumerate(cases):
-        if not isinstance(case, Mapping) or not isinstance(case.get("name"), str):
-            raise ValueError(f"{where}: nvbandwidth.testcases[{k}] has no name")
-        if case.get("status") != "Passed":
-            continue
-        value = case.get("sum")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{where}: nvbandwidth.testcases[{k}] ({case['name']}): sum {value!r} is not a "
-                             "positive number")
-        out[case["name"]] = float(value)
-    return out
+def gpu0_figures(run: ForeignRun) -> dict[str, float]:
+    """An nvbandwidth run read by the plugin's own reader (:mod:`pytest_gpucomm.foreign`: the checks and messages
+    of ``gpucomm compare``): each test's figure on GPU 0 (GB/s) by its name; a test the reader left out (waived,
+    a latency) is absent."""
+    return {str(c.measurement.info["source_case"]): c.measurement.gbps for c in run.cases
+            if all(d in ("host", "cuda:0") for d in c.measurement.devices)}
 
 
 def run_nvbandwidth(binary: str, mib: int, tests: Sequence[str]) -> dict[str, float]:
@@ -114,15 +104,18 @@ def run_nvbandwidth(binary: str, mib: int, tests: Sequence[str]) -> dict[str, fl
     start = proc.stdout.find("{")
     if start < 0:
         raise SystemExit(f"nvbandwidth -b {mib}: no JSON (exit {proc.returncode}): {proc.stderr[-400:]}")
-    return nvbandwidth_figures(json.loads(proc.stdout[start:]), f"{' '.join(cmd)} (its output)")
+    try:
+        return gpu0_figures(foreign_of(json.loads(proc.stdout[start:]), f"{' '.join(cmd)} (its output)",
+                                       nvbandwidth_size=mib * MIB))
+    except ValueError as e:  # json's errors and the reader's ForeignError
+        raise SystemExit(f"nvbandwidth -b {mib}: {e}") from None
 
 
 def recorded_nvbandwidth(folder: Path, mib: int) -> dict[str, float]:
-    path = folder / f"b{mib}.json"
     try:
-        return nvbandwidth_figures(json.loads(path.read_text()), str(path))
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"{path}: cannot read nvbandwidth's JSON: {e}") from None
+        return gpu0_figures(read_foreign(folder / f"b{mib}.json", nvbandwidth_size=mib * MIB))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def our_figure(row: Mapping[str, Any], how: str) -> Optional[float]:

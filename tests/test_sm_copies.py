@@ -225,21 +225,24 @@ def test_without_triton_an_sm_copy_on_a_gpu_fails_saying_it_needs_triton(monkeyp
 
 # -- benchmarks/sm_copies.py (pure parts) -----------------------------------------------------------------------
 
-def _nvb(tests):
-    return {"nvbandwidth": {"testcases": [{"name": n, "status": "Passed", "sum": v} for n, v in tests.items()]}}
+NVBANDWIDTH_FILE = Path(__file__).parent / "data" / "foreign" / "nvbandwidth-b1024.json"
 
 
-def test_the_benchmark_reads_each_passed_nvbandwidth_test_and_names_a_bad_sum():
+def test_the_benchmark_reads_nvbandwidth_through_the_plugin_s_reader_and_names_a_bad_figure(tmp_path):
     bench = _bench()
-    doc = _nvb({"host_to_device_memcpy_sm": 51.4, "device_local_copy": 1411.0})
-    doc["nvbandwidth"]["testcases"].append({"name": "device_to_host_memcpy_sm", "status": "Waived"})
-    assert bench.nvbandwidth_figures(doc, "b64.json") == {"host_to_device_memcpy_sm": 51.4,
-                                                          "device_local_copy": 1411.0}
-    with pytest.raises(ValueError, match=r"b1.json: nvbandwidth.testcases\[0\] \(device_local_copy\): sum 'x' is "
-                                         "not a positive number"):
-        bench.nvbandwidth_figures(_nvb({"device_local_copy": "x"}), "b1.json")
-    with pytest.raises(ValueError, match="b1.json: no nvbandwidth.testcases list"):
-        bench.nvbandwidth_figures({"version": 1}, "b1.json")
+    doc = json.loads(NVBANDWIDTH_FILE.read_text())
+    (tmp_path / "b1024.json").write_text(json.dumps(doc))
+    figures = bench.recorded_nvbandwidth(tmp_path, 1024)
+    expected = {tc["name"]: float(tc["bandwidth_matrix"][0][0]) for tc in doc["nvbandwidth"]["testcases"]}
+    assert figures == pytest.approx(expected, rel=1e-9)
+    doc["nvbandwidth"]["testcases"][8]["bandwidth_matrix"][0][0] = "x"
+    (tmp_path / "b1.json").write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match=r"b1.json: nvbandwidth.testcases\[8\].bandwidth_matrix\[0\]\[0\]: 'x' "
+                                         "is not a bandwidth"):
+        bench.recorded_nvbandwidth(tmp_path, 1)
+    (tmp_path / "b4.json").write_text('{"version": 1}')
+    with pytest.raises(SystemExit, match="b4.json: not a file of nccl-tests"):
+        bench.recorded_nvbandwidth(tmp_path, 4)
 
 
 def test_the_benchmark_flags_a_ratio_under_0_97_and_pairs_each_direction_of_both_ways():
