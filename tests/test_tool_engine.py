@@ -118,6 +118,14 @@ def test_nvbandwidth_measures_whole_mib_and_reads_the_cell_of_the_device(tmp_pat
         engine.measure("copy_bidir", ["cuda:0", "cuda:1"], 1 << 20)
 
 
+def test_nvbandwidth_s_json_is_read_from_its_standard_output_whatever_it_writes_to_stderr(tmp_path):
+    env = {**os.environ, "GPUCOMM_STANDIN_FAULT": "stderr"}
+    engine = Nvbandwidth(str(STANDIN / "nvbandwidth"), 60.0, tmp_path, env)
+    m = engine.measure("h2d", ["cuda:0"], 1 << 20)
+    assert 40 < m.gbps < 60 and "{cudaErrorNotSupported}" in engine.runs[0].text
+    assert "{cudaErrorNotSupported}" not in engine.runs[0].output
+
+
 class _Gate:
     """A gate whose baseline puts every case's centre at ``1 / ratio`` of today's figure."""
 

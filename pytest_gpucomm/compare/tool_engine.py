@@ -106,52 +106,65 @@ def find_program(name: str, given: Optional[str], option: str, folder: bool) -> 
 
 @dataclass(frozen=True)
 class ToolRun:
-    """One run of a program: its command line, wall time, exit status and what it printed."""
+    """One run of a program: its command line, wall time, exit status and what it printed (``text``: stdout and
+    stderr together; ``stdout``: its standard output alone where it was kept apart, else the same as ``text``)."""
 
     command: tuple[str, ...]
     seconds: float
     returncode: int
     text: str
+    stdout: Optional[str] = None
+
+    @property
+    def output(self) -> str:
+        """What the program wrote to its standard output (all it printed where the streams were not kept apart)."""
+        return self.text if self.stdout is None else self.stdout
 
     @property
     def command_line(self) -> str:
         return shlex.join(self.command)
 
 
-def run_program(command: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] = None) -> ToolRun:
-    """Run ``command`` in a process group of its own, stdout and stderr together; past ``timeout_s`` the group
-    is ended (SIGTERM, then SIGKILL) and ToolFailed says so with the output's last lines.  Interrupted
+def run_program(command: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] = None, *,
+                stdout_apart: bool = False) -> ToolRun:
+    """Run ``command`` in a process group of its own, stdout and stderr together (``stdout_apart``: kept apart,
+    for a program whose standard output is a document, its stderr after it in ``text``); past ``timeout_s`` the
+    group is ended (SIGTERM, then SIGKILL) and ToolFailed says so with the output's last lines.  Interrupted
     (Ctrl-C, SIGTERM), the group is ended before the interruption goes on."""
     start = time.monotonic()
-    p = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    p = subprocess.Popen(list(command), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE if stdout_apart else subprocess.STDOUT, stdin=subprocess.DEVNULL,
                          env=dict(env) if env is not None else None, start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=timeout_s)
+        out, err = p.communicate(timeout=timeout_s)
     except BaseException as e:  # Ctrl-C or SIGTERM (a KeyboardInterrupt) must not leave it running either
-        out = _end_group(p)
+        out, err = _end_group(p)
         if not isinstance(e, subprocess.TimeoutExpired):
             raise
-        text = out.decode(errors="replace")
+        text = (out + (err or b"")).decode(errors="replace")
         raise ToolFailed(f"{Path(command[0]).name} did not finish within the session's --gpucomm-timeout of "
                          f"{timeout_s:g} s and was ended\n  command: {shlex.join(command)}\n  its last lines:\n"
                          f"{last_lines(text)}") from None
-    return ToolRun(tuple(command), time.monotonic() - start, p.returncode, out.decode(errors="replace"))
+    stdout = out.decode(errors="replace")
+    return ToolRun(tuple(command), time.monotonic() - start, p.returncode,
+                   stdout + (err or b"").decode(errors="replace"), stdout if stdout_apart else None)
 
 
-def _end_group(p: "subprocess.Popen[bytes]") -> bytes:
-    """End the process group of ``p`` (SIGTERM, then SIGKILL after KILL_GRACE_S); what it printed."""
+def _end_group(p: "subprocess.Popen[bytes]") -> tuple[bytes, bytes]:
+    """End the process group of ``p`` (SIGTERM, then SIGKILL after KILL_GRACE_S); what it printed (stdout,
+    stderr)."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
         try:
             os.killpg(p.pid, sig)
         except ProcessLookupError:
             break
         try:
-            out, _ = p.communicate(timeout=wait)
-            return out or b""
+            out, err = p.communicate(timeout=wait)
+            return out or b"", err or b""
         except subprocess.TimeoutExpired:
             continue
-    out, _ = p.communicate()
-    return out or b""
+    out, err = p.communicate()
+    return out or b"", err or b""
 
 
 def sweep_ranges(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -348,7 +361,7 @@ class Nvbandwidth:
     def _run(self, mib: int) -> _Outcome:
         cmd = self.command(mib)
         try:
-            run = run_program(cmd, self.timeout_s, self.env)
+            run = run_program(cmd, self.timeout_s, self.env, stdout_apart=True)  # -j: the JSON on stdout
         except ToolFailed as e:
             return _Outcome(None, error=str(e))
         self.runs.append(run)
@@ -356,7 +369,7 @@ class Nvbandwidth:
             return _Outcome(run, error=f"nvbandwidth exited with status {run.returncode}\n  command: "
                                        f"{run.command_line}\n  its last lines:\n{last_lines(run.text)}")
         out = self.workdir / f"nvbandwidth-b{mib}-{len(self.runs)}.json"
-        out.write_text(run.text[run.text.find("{"):] if "{" in run.text else run.text)  # -j prints the JSON
+        out.write_text(run.output[run.output.find("{"):] if "{" in run.output else run.output)  # -j's JSON
         try:
             return _Outcome(run, foreign=self.reader(out, nvbandwidth_size=mib << 20))
         except (OSError, ValueError) as e:
