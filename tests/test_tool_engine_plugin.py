@@ -186,15 +186,27 @@ def _record_both(pytester, monkeypatch, runs=3):
     monkeypatch.setenv("GPUCOMM_STANDIN_RUN", str(runs))
 
 
-def test_with_both_engines_a_torch_regression_says_that_nvbandwidth_held(pytester, standin, monkeypatch):
+def test_with_both_engines_a_torch_regression_says_that_nvbandwidth_held_live_and_in_compare(pytester, standin,
+                                                                                             monkeypatch):
+    import io
+
+    from pytest_gpucomm import cli
+
     pytester.makepyfile(test_engine=COPIES)
     _record_both(pytester, monkeypatch)
     monkeypatch.setenv("SIM_SLOW_CASE", "1MiB-0->1-torch")
     monkeypatch.setenv("SIM_SLOWER", "2")
-    result = pytester.runpytest(*FAST, "--gpucomm-engine=both", "--gpu-baseline=cpu")
+    report = pytester.path / "run.json"
+    result = pytester.runpytest(*FAST, "--gpucomm-engine=both", "--gpu-baseline=cpu", f"--gpucomm-json={report}")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["REGRESSION: copy on cpu:0->cpu:1 at 1 MiB: *% drop, *",
                                  "  nvbandwidth holds 1.00x: the slowdown is in torch's copy path"])
+    out = io.StringIO()  # offline, the same line from the nvbandwidth case's verdict in the report
+    assert cli.main(["compare", str(pytester.path / "baselines" / "cpu.json"), str(report)], out=out) == 1
+    lines = out.getvalue().splitlines()
+    at = lines.index("FAILED test_engine.py::test_copy[1MiB-0->1-torch]:")
+    assert any(line.strip().startswith("nvbandwidth holds 1.0") and "the slowdown is in torch's copy path" in line
+               for line in lines[at:at + 8]), lines[at:at + 8]
 
 
 def test_with_both_engines_a_regression_of_the_other_tool_says_that_torch_held(pytester, standin, monkeypatch):

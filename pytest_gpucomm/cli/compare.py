@@ -85,6 +85,24 @@ def _keep_causes(doc: "ReportDocument", g: "Regated") -> None:
             row.verdict.message = f"{row.verdict.message}\n  {kept}"
 
 
+def _engine_lines(g: "Regated") -> None:
+    """With both engines in the report, each REGRESSION of one engine's case says how the same case on the other
+    engine stands against its own baseline (its verdict's ratio now), as the live run's message does."""
+    from ..compare.tool_engine import counterpart_words, engine_of_test, twin_test_id
+    from ..vocab import Status
+
+    by_test = {r.test: r for r in g.rows}
+    tolerance = float(g.settings.get("tolerance") or 0.0)
+    for row in g.rows:
+        twin_id, engine = twin_test_id(row.test), engine_of_test(row.test)
+        twin = by_test.get(twin_id) if twin_id else None
+        if row.verdict.status is not Status.REGRESSION or twin is None or engine is None or twin.verdict.ratio is None:
+            continue
+        line = counterpart_words(engine, row.measurement, twin.measurement, twin.verdict.ratio,
+                                 float(row.verdict.details.get("tolerance") or tolerance))
+        row.verdict.message = f"{row.verdict.message}\n  {line}"
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .regate import regate
     from ..report.run import (cause_lines, counts_line, gated_counts, gated_of, level_lines, sensitivity_lines,
@@ -100,6 +118,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     g = regate(doc.to_json(), ref, tolerance=args.tolerance, alpha=args.alpha, strict=True if args.strict else None,
                tail_tolerance=args.tail_tolerance, where=args.report, search_dirs=tuple(baseline_dirs(args)))
     _keep_causes(doc, g)
+    _engine_lines(g)
     verdicts = [r.verdict.to_dict() for r in g.rows]
     levels_json = g.levels.to_dict() if g.levels is not None else None
     new = doc.rejudged(verdicts, {

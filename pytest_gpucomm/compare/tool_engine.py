@@ -42,11 +42,13 @@ if TYPE_CHECKING:
 __all__ = ["TORCH", "NCCL_TESTS", "ENGINE_CHOICES", "engines_of", "NVBANDWIDTH", "NVBANDWIDTH_TESTS",
            "NCCL_TESTS_DTYPES", "NCCL_TESTS_ITERS", "NCCL_TESTS_WARMUP", "ToolMissing", "ToolFailed", "ToolRun",
            "find_program", "run_program", "sweep_ranges", "read_output", "NcclTests", "Nvbandwidth", "last_lines",
-           "cost_lines"]
+           "cost_lines", "ENGINE_SUFFIXES", "engine_of_test", "twin_test_id", "counterpart_words"]
 
 TORCH, NCCL_TESTS = "torch", "nccl-tests"
 #: --gpucomm-engine's values; "both" runs each case on torch, then on nccl-tests
 ENGINE_CHOICES = (TORCH, NCCL_TESTS, "both")
+#: the id part each engine adds with --gpucomm-engine=both (only nccl-tests' with --gpucomm-engine=nccl-tests)
+ENGINE_SUFFIXES = {TORCH: "-torch]", NCCL_TESTS: "-nccl-tests]"}
 NVBANDWIDTH = "nvbandwidth"
 #: our copy op -> nvbandwidth's copy-engine test of it (the bidirectional copies are not mapped: nvbandwidth's
 #: figure of a bidirectional test is not known here to count the bytes of both directions, as ours does)
@@ -397,3 +399,36 @@ class Nvbandwidth:
 def cost_lines(runs: Sequence[ToolRun]) -> list[str]:
     """Each run's command line and wall time, for -v output."""
     return [f"gpucomm engine: {r.command_line} ({r.seconds:.1f} s, exit {r.returncode})" for r in runs]
+
+
+def engine_of_test(nodeid: str) -> Optional[str]:
+    """The engine named at the end of a test id (``[...-nccl-tests]``), or None (the default engine's ids)."""
+    for engine, suffix in ENGINE_SUFFIXES.items():
+        if nodeid.endswith(suffix):
+            return engine
+    return None
+
+
+def twin_test_id(nodeid: str) -> Optional[str]:
+    """The id of the same case on the other engine of ``both`` (``[...-torch]`` <-> ``[...-nccl-tests]``), or None
+    where the id names no engine."""
+    engine = engine_of_test(nodeid)
+    if engine is None:
+        return None
+    other = NCCL_TESTS if engine == TORCH else TORCH
+    return nodeid[:-len(ENGINE_SUFFIXES[engine])] + ENGINE_SUFFIXES[other]
+
+
+def counterpart_words(engine: str, m: Measurement, twin: Measurement, ratio: float, tolerance: float) -> str:
+    """With both engines, the line under a REGRESSION of ``m`` (measured by ``engine``) that says how its twin (the
+    same case on the other engine) stands against its own baseline, ``ratio``: where the slowdown is."""
+    other = NCCL_TESTS if engine == TORCH else TORCH
+    tool = str(twin.info.get("source") or other) if other != TORCH else TORCH
+    mine = str(m.info.get("source") or engine) if engine != TORCH else TORCH
+    path = "collective path" if m.kind == "collective" else "copy path"
+    if ratio >= 1 - tolerance:
+        whose = mine + ("'" if mine.endswith("s") else "'s")
+        where = f"{whose} {path}" if engine == TORCH else f"{whose} own run, not what both engines share"
+        return f"{tool} holds {ratio:.2f}x: the slowdown is in {where}"
+    return (f"{tool} dropped too ({ratio:.2f}x): the slowdown is in what both engines share (the library, the "
+            "driver, the hardware)")

@@ -30,7 +30,8 @@ import pytest
 
 from .. import checks
 from ..checks import CheckError
-from ..compare.tool_engine import NCCL_TESTS, TORCH, ToolFailed, ToolMissing
+from ..compare.tool_engine import (ENGINE_SUFFIXES, NCCL_TESTS, TORCH, ToolFailed, ToolMissing, counterpart_words,
+                                   engine_of_test, twin_test_id)
 
 if TYPE_CHECKING:
     from ..compare.tool_engine import NcclTests, Nvbandwidth, ToolRun
@@ -43,18 +44,6 @@ __all__ = ["Engines", "ToolWorld", "STANDIN_ENV", "engine_of_test", "read_engine
 
 #: a yes/no variable: the programs found are the tests' stand-ins, which run on the CPU variants too
 STANDIN_ENV = "GPUCOMM_ENGINE_STANDIN"
-#: the id part each engine adds with --gpucomm-engine=both (only nccl-tests' with --gpucomm-engine=nccl-tests)
-ENGINE_SUFFIXES = {TORCH: "-torch]", NCCL_TESTS: "-nccl-tests]"}
-
-
-def engine_of_test(nodeid: str) -> Optional[str]:
-    """The engine named at the end of a test id (``[...-nccl-tests]``), or None (the default engine's ids)."""
-    for engine, suffix in ENGINE_SUFFIXES.items():
-        if nodeid.endswith(suffix):
-            return engine
-    return None
-
-
 def read_engines_mark(item: pytest.Item) -> Optional[tuple[str, ...]]:
     """The engines of the test's ``@engines(...)`` marker (None without one); a bad one is a usage error
     naming the test and the value."""
@@ -227,24 +216,14 @@ class Engines:
         if self.engines != (TORCH, NCCL_TESTS) or engine is None:
             return None
         other = NCCL_TESTS if engine == TORCH else TORCH
-        twin_id = record.nodeid[:-len(ENGINE_SUFFIXES[engine])] + ENGINE_SUFFIXES[other]
+        twin_id = twin_test_id(record.nodeid) or record.nodeid
         twin = self._twin(record.measurement, twin_id, other, records)
         if twin is None:
             return None
         ratio = gate.baseline_ratio(twin_id, twin)
         if ratio is None:
             return None
-        m = record.measurement
-        tool = str(twin.info.get("source") or other) if other != TORCH else TORCH
-        mine = str(m.info.get("source") or engine) if engine != TORCH else TORCH
-        path = "collective path" if m.kind == "collective" else "copy path"
-        tol = self.settings.tolerance
-        if ratio >= 1 - tol:
-            whose = mine + ("'" if mine.endswith("s") else "'s")
-            where = f"{whose} {path}" if engine == TORCH else f"{whose} own run, not what both engines share"
-            return f"{tool} holds {ratio:.2f}x: the slowdown is in {where}"
-        return (f"{tool} dropped too ({ratio:.2f}x): the slowdown is in what both engines share (the library, the "
-                "driver, the hardware)")
+        return counterpart_words(engine, record.measurement, twin, ratio, self.settings.tolerance)
 
     def _twin(self, m: "Measurement", twin_id: str, other: str, records: Sequence["Record"]
               ) -> Optional["Measurement"]:
