@@ -97,6 +97,25 @@ def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_pat
     assert fast.status is Status.IMPROVED and not fast.failed
 
 
+def test_the_baseline_is_fitted_once_into_one_object_that_every_verdict_and_the_levels_read(tmp_path):
+    from pytest_gpucomm.gate.baseline_fit import FittedBaseline, fit_baseline
+
+    g = _loaded_gate(tmp_path, STEADY_RUNS)
+    fitted = g.fitted()
+    assert isinstance(fitted, FittedBaseline) and fitted.baseline is g.baseline and fitted.path == g.path
+    expected = fit_baseline(g.baseline, g.path)
+    # (repr: a model may hold a NaN, which equals nothing)
+    assert repr((fitted.models, fitted.locs, fitted.commons)) == repr((expected.models, expected.locs, expected.commons))
+    key = next(iter(fitted.models))
+    slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None, None)
+    assert g.levels([slow.to_dict()]) is not None
+    assert g.fitted() is fitted  # the verdicts and the levels read the one fit
+    assert g.case_model(key) is fitted.models[key] and g.commons() == fitted.commons
+    g.use_spreads_of(g.baseline, "itself")  # another source of the spreads: fitted again, once
+    again = g.fitted()
+    assert again is not fitted and again.spread_source is g.baseline and g.fitted() is again
+
+
 def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
     g = _loaded_gate(tmp_path, STEADY_RUNS, max_remeasures=2)
     calls = []
