@@ -105,7 +105,8 @@ def test_the_baseline_is_fitted_once_into_one_object_that_every_verdict_and_the_
     assert isinstance(fitted, FittedBaseline) and fitted.baseline is g.baseline and fitted.path == g.path
     expected = fit_baseline(g.baseline, g.path)
     # (repr: a model may hold a NaN, which equals nothing)
-    assert repr((fitted.models, fitted.locs, fitted.commons)) == repr((expected.models, expected.locs, expected.commons))
+    figures = (fitted.models, fitted.locs, fitted.commons)
+    assert repr(figures) == repr((expected.models, expected.locs, expected.commons))
     key = next(iter(fitted.models))
     slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None, None)
     assert g.levels([slow.to_dict()]) is not None

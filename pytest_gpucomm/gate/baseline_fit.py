@@ -2,7 +2,8 @@
 case's model and its class's prior (DECISION_RULE steps 1-2, :mod:`.decision`), borrowing the session and run
 spreads of a file of the same hardware for the cases recorded in one session only; each case's run locations
 and, per group, how far the runs' common offset moves (step 6, :mod:`.levels`); and the run-to-run spread of
-the share of slow single ops (the tail rule, :mod:`.tails`).  numpy and scipy: imported on first use."""
+the share of slow single ops (the tail rule, :mod:`.tails`); all of it held in one :class:`FittedBaseline`,
+which every verdict, the levels and the cause tests read.  numpy and scipy: imported on first use."""
 
 from __future__ import annotations
 
