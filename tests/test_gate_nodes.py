@@ -13,6 +13,7 @@ import pytest
 from pytest_gpucomm.gate import Gate, GateSettings
 from pytest_gpucomm.env.fingerprint import node_differences
 from pytest_gpucomm.gate.cases import CaseRecord, case_key
+from pytest_gpucomm.gate.run_levels import judge_levels
 from pytest_gpucomm.vocab import default_engine_id
 from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import RunToSave, load_baseline, save_run, save_runs
@@ -224,7 +225,7 @@ def _judge_job(g: Gate, ratio: dict[int, float], nodes: tuple[int, ...] = (0, 1)
             rec.baseline = g.judge(rec.nodeid, m, None, None).to_dict()  # type: ignore[attr-defined]
             rec.status = rec.baseline["status"]  # type: ignore[attr-defined]
             records.append(rec)
-    levels = g.levels([r.baseline for r in records])  # type: ignore[attr-defined]
+    levels = judge_levels(g.fitted(), [r.baseline for r in records], g.settings)  # type: ignore[attr-defined]
     apply_levels(records, levels)  # type: ignore[arg-type]
     g.last_levels = levels  # type: ignore[attr-defined]
     return [r.baseline for r in records]  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ import pytest
 import pytest_gpucomm
 from pytest_gpucomm import gate
 from pytest_gpucomm.gate import CaseRecord, Gate, GateSettings, GateUsageError, Verdict, save_run
+from pytest_gpucomm.gate.run_levels import judge_levels
 from pytest_gpucomm.measurement import Remeasure
 from pytest_gpucomm.vocab import Status
 
@@ -97,6 +98,26 @@ def test_judge_maps_the_decision_to_status_and_failed_follows_the_status(tmp_pat
     assert fast.status is Status.IMPROVED and not fast.failed
 
 
+def test_the_baseline_is_fitted_once_into_one_object_that_every_verdict_and_the_levels_read(tmp_path):
+    from pytest_gpucomm.gate.baseline_fit import FittedBaseline, fit_baseline
+
+    g = _loaded_gate(tmp_path, STEADY_RUNS)
+    fitted = g.fitted()
+    assert isinstance(fitted, FittedBaseline) and fitted.baseline is g.baseline and fitted.path == g.path
+    expected = fit_baseline(g.baseline, g.path)
+    # (repr: a model may hold a NaN, which equals nothing)
+    figures = (fitted.models, fitted.locs, fitted.commons)
+    assert repr(figures) == repr((expected.models, expected.locs, expected.commons))
+    key = next(iter(fitted.models))
+    slow = g.judge(NODEID, FakeMeasurement(_steady(50.0)), None, None)
+    assert judge_levels(g.fitted(), [slow.to_dict()], g.settings) is not None
+    assert g.fitted() is fitted  # the verdicts and the levels read the one fit
+    assert g.case_model(key) is fitted.models[key] and g.commons() == fitted.commons
+    g.use_spreads_of(g.baseline, "itself")  # another source of the spreads: fitted again, once
+    again = g.fitted()
+    assert again is not fitted and again.spread_source is g.baseline and g.fitted() is again
+
+
 def test_a_flagged_case_is_measured_again_and_the_runs_are_pooled(tmp_path):
     g = _loaded_gate(tmp_path, STEADY_RUNS, max_remeasures=2)
     calls = []
@@ -160,13 +181,13 @@ def test_the_class_offset_judges_the_pooled_ratio_so_re_measured_glitches_do_not
     # every case: a first run 10 % slow, then two normal re-measures
     glitches = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(100.0)) for n in nodeids]
     assert all(v.status is Status.NOT_GATED and v.remeasured == 2 for v in glitches)  # runs 10 % apart: not gated
-    levels = g.levels([v.to_dict() for v in glitches])
+    levels = judge_levels(g.fitted(), [v.to_dict() for v in glitches], g.settings)
     [sh] = levels.classes
     assert sh.name == "copies between GPUs <= 1 MiB" and len(sh.keys) == 6 and not levels.failed
     assert sh.ratio == pytest.approx(0.90 ** (1 / 3), rel=2e-3)  # the pooled ratio, not the first run's 0.90
     # the same six cases slow in every run: the class offset fails the session, and covers every case
     slow = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(90.0)) for n in nodeids]
-    levels = g.levels([v.to_dict() for v in slow])
+    levels = judge_levels(g.fitted(), [v.to_dict() for v in slow], g.settings)
     [sh] = levels.classes
     assert sh.failed and sh.ratio == pytest.approx(0.90, rel=2e-3) and levels.failed == [sh]
     assert set(levels.failed_keys()) == {v.details["case"] for v in slow}

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from ..gate import Gate, GateSettings, Verdict
 from ..gate.prior import PRIOR_FILE
+from ..gate.run_levels import judge_levels
 from ..measurement import Measurement, Remeasure
 from ..report.saved import Reference, measurements_of
 from ..vocab import DEFAULT_ALPHA, DEFAULT_TAIL_TOLERANCE, DEFAULT_TOLERANCE, MAX_FOLDS, Status
@@ -163,7 +164,8 @@ def regate(report: Mapping[str, Any], reference: Reference, *, tolerance: Option
             v.message = f"{first} ({OFFLINE_NOTE})" + sep + rest
             notes.append(f"{test}: {OFFLINE_NOTE}")
         out.append(RegatedRow(test, m, v, recorded.get("status") if recorded else None))
-    levels = gate.levels([r.verdict.to_dict() for r in out])
+    verdicts = [r.verdict.to_dict() for r in out]
+    levels = judge_levels(gate.fitted(), verdicts, gate.settings) if gate.baseline is not None else None
     if levels is not None:  # the verdicts after the levels (RunLevels.update)
         for r in out:
             status, r.verdict.message, extra = levels.update(r.verdict.details.get("case"), r.verdict.status.value,

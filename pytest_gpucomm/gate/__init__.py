@@ -17,7 +17,7 @@
 * what changed in the environment since the baseline was recorded is :mod:`pytest_gpucomm.env.fingerprint`'s.
 * :mod:`.verdicts`    -- :class:`Gate`, the session object the plugin drives, with its :class:`GateSettings`
   and the :class:`Verdict` it gives each measurement (a :class:`pytest_gpucomm.vocab.Status`); what it fits of
-  a baseline once per session in :mod:`.baseline_fit`.
+  a baseline, once, in :mod:`.baseline_fit` (:class:`~.baseline_fit.FittedBaseline`).
 
 The gate judges and does nothing else: the commands that run it again on a saved report (``gpucomm compare``,
 :mod:`pytest_gpucomm.cli.regate`) and keep baseline files by hand (``gpucomm baselines ...``, ``gpucomm env``)

@@ -2,7 +2,8 @@
 case's model and its class's prior (DECISION_RULE steps 1-2, :mod:`.decision`), borrowing the session and run
 spreads of a file of the same hardware for the cases recorded in one session only; each case's run locations
 and, per group, how far the runs' common offset moves (step 6, :mod:`.levels`); and the run-to-run spread of
-the share of slow single ops (the tail rule, :mod:`.tails`).  numpy and scipy: imported on first use."""
+the share of slow single ops (the tail rule, :mod:`.tails`); all of it held in one :class:`FittedBaseline`,
+which every verdict, the levels and the cause tests read.  numpy and scipy: imported on first use."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .prior import CorpusPrior
     from .store import Baseline
 
-__all__ = ["BaselineFit", "fit_baseline", "by_node", "borrowed_priors", "fit_tail_spread"]
+__all__ = ["BaselineFit", "FittedBaseline", "fit_baseline", "by_node", "borrowed_priors", "fit_tail_spread"]
 
 
 @dataclass(frozen=True)
@@ -134,3 +135,55 @@ def fit_tail_spread(baseline: "Baseline") -> TailSpread:
     cases = [[r.tail for r in e.runs if r.tail is not None and r.tail.p99_s is not None]
              for e in baseline.cases.values()]
     return fit_spread([c for c in cases if c])
+
+
+class FittedBaseline:
+    """The baseline as the gate judges against it, fitted once (:class:`~pytest_gpucomm.gate.verdicts.Gate`
+    makes it at its first need, again only where the spreads' source or the corpus prior changes): with
+    ``nodes`` "own" each node's runs of a case a case of their own (``view``, :func:`by_node`), else the
+    baseline itself; each case's model and its class's prior (``models``), its runs' locations (``locs``), per
+    group the common offset's spread (``commons``: :func:`fit_baseline`); for a node with no runs of its own the
+    runs of every node pooled (:meth:`node_case`); the tail rule's spread (:meth:`tail_spread`).  ``path`` names
+    the file in errors."""
+
+    def __init__(self, baseline: "Baseline", path: Optional[Path], nodes: str,
+                 spread_source: Optional["Baseline"] = None, corpus: Optional["CorpusPrior"] = None) -> None:
+        self.baseline, self.path, self.nodes = baseline, path, nodes
+        self.spread_source, self.corpus = spread_source, corpus
+        self.view = by_node(baseline) if nodes == "own" else baseline
+        fit = fit_baseline(self.view, path, spread_source, corpus if spread_source is None else None)
+        self.models, self.locs, self.commons = fit.models, fit.locs, fit.commons
+        #: the nodes judged against the pooled runs of every node although the mode is "own" (none of their own)
+        self.pooled_nodes: set[int] = set()
+        #: own mode: every node's runs pooled, (models, locations), fitted for a node with no runs of its own
+        self._pooled: Optional[tuple[dict[str, tuple[CaseModel, Prior]], dict[str, dict[str, float]]]] = None
+        self._tail_spread: Optional[TailSpread] = None
+
+    def node_case(self, key: str, node: Optional[int]) -> str:
+        """The key a measurement of case ``key`` on ``node`` is judged under (``cases.node_key``; ``key`` itself
+        where node is None), its model there: the node's own runs ("own"), else, and for a node with no runs of
+        its own (:attr:`pooled_nodes`), the runs of every node pooled."""
+        from .cases import node_key
+
+        nkey = node_key(key, node)
+        if nkey in self.models:
+            return nkey
+        if self._pooled is None:
+            if self.nodes == "pooled" or self.view is self.baseline:
+                self._pooled = (dict(self.models), dict(self.locs))
+            else:
+                fit = fit_baseline(self.baseline, self.path, self.spread_source,
+                                   self.corpus if self.spread_source is None else None)
+                self._pooled = (fit.models, fit.locs)
+        pooled_models, pooled_locs = self._pooled
+        if key in pooled_models:
+            self.models[nkey], self.locs[nkey] = pooled_models[key], pooled_locs[key]
+            if self.nodes == "own" and node is not None:
+                self.pooled_nodes.add(int(node))
+        return nkey
+
+    def tail_spread(self) -> TailSpread:
+        """The run-to-run spread of the share of slow ops, fitted once over every case's sketches."""
+        if self._tail_spread is None:
+            self._tail_spread = fit_tail_spread(self.baseline)
+        return self._tail_spread

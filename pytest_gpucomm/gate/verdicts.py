@@ -22,9 +22,10 @@ Each tail test is a comparison of its own in the multiple-comparison correction:
 ``n_comparisons`` counts the gated medians and the tested tails, and both verdicts use the same share of
 alpha and the same number of looks.
 
-At the end of the session the run is judged as a whole (:meth:`Gate.levels`, ``gate.levels.LEVELS_RULE``):
-the offset of each class (copies between GPUs, host<->device copies, collectives; up to 1 MiB and above),
-each op band's and each case's residual after its class's offset.  A regression at any level fails the
+At the end of the session the run is judged as a whole against the fitted baseline
+(:func:`.run_levels.judge_levels`, ``gate.levels.LEVELS_RULE``): the offset of each class (copies between GPUs,
+host<->device copies, collectives; up to 1 MiB and above), each op band's and each case's residual after its
+class's offset.  A regression at any level fails the
 session and marks the rows of the cases it covers.
 
 In a job across nodes each node is judged as itself (``GateSettings.nodes``, ``--gpu-baseline-nodes``): a
@@ -59,11 +60,11 @@ if TYPE_CHECKING:
     from ..env.device_state import DeviceChange
     from ..measurement import Measurement, Record, Remeasure
     from .decision import CaseModel, Comparison, Prior, RunLocation
-    from .levels import Member, RunLevels
     from .machines import MachineFit
     from .names import Located
     from .store import Baseline, CaseEntry
     from .tails import TailSpread
+    from .baseline_fit import FittedBaseline
 
 __all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "case_group", "case_kind", "NODE_MODES"]
 
@@ -260,14 +261,12 @@ class Gate:
         self.baseline: Optional[Baseline] = None  # None also when the file does not exist yet (saving)
         self.n_comparisons = 1
         self.n_tail_comparisons = 0  # of n_comparisons, the tails tested (cases whose baseline runs have sketches)
-        self._tail_spread: Optional[TailSpread] = None
         self.env_diff: list[tuple[str, object, object]] = []
         self.device_changes: list["DeviceChange"] = []  # per device, what changed in the GPUs and links
         self.fingerprint: dict[str, object] = {}  # this run's (use)
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
-        self._models: Optional[dict[str, tuple["CaseModel", "Prior"]]] = None
-        self._locs: dict[str, dict[str, float]] = {}  # case key -> baseline run id -> location
-        self._commons: dict[str, dict[str, object]] = {}
+        #: the baseline fitted (:meth:`fitted`), once per file, spreads' source and prior
+        self._fitted: Optional[FittedBaseline] = None
         #: a job across nodes (launched mode): "<nodes>x<ranks per node>", part of every case key (case_key)
         self.layout = ""
         #: where a baseline of one session takes its spreads from (use_spreads_of), and what it says of that
@@ -280,13 +279,6 @@ class Gate:
         self._every: dict[str, list[float]] = {}  # the same over the whole run, where it is known first (preview)
         self.located: Optional[Located] = None  # where the file was found (load)
         self.machine: Optional[MachineFit] = None  # the file's runs of this machine (use; gate.machines)
-        #: the baseline as the models are fitted on it: with --gpu-baseline-nodes=own, each node's runs of a case
-        #: a case of their own (``baseline_fit.by_node``); else the baseline itself
-        self._view: Optional[Baseline] = None
-        #: own mode: every node's runs pooled, (models, locations), fitted for a node with no runs of its own
-        self._pooled: Optional[tuple[dict[str, tuple["CaseModel", "Prior"]], dict[str, dict[str, float]]]] = None
-        #: the nodes judged against the pooled runs of every node although the mode is "own" (none of their own)
-        self.pooled_nodes: set[int] = set()
 
     def adopt(self, path: Path) -> None:
         """Save into ``path``, a baseline resolved elsewhere (by the pytest-xdist workers)."""
@@ -296,6 +288,12 @@ class Gate:
     def active(self) -> bool:
         """A baseline was asked for (``--gpu-baseline``)."""
         return self.settings.spec is not None
+
+    @property
+    def pooled_nodes(self) -> set[int]:
+        """The nodes judged against the pooled runs of every node although the mode is "own" (none of their
+        own): ``FittedBaseline.pooled_nodes``."""
+        return self._fitted.pooled_nodes if self._fitted is not None else set()
 
     @property
     def loaded(self) -> bool:
@@ -339,9 +337,7 @@ class Gate:
         self.machine = fit_machine(baseline, fingerprint) if baseline is not None else None
         self.fingerprint = dict(fingerprint or {})
         self.path, self.baseline = Path(path), self.machine.baseline if self.machine is not None else None
-        self._models, self._commons, self._tail_spread = None, {}, None
-        self._corpus, self._scatter, self._every = None, {}, {}
-        self._pooled, self.pooled_nodes = None, set()
+        self._fitted, self._corpus, self._scatter, self._every = None, None, {}, {}
         if self.baseline is not None:
             # floor-only cases are checked against their floor, not tested: they spend no alpha; a case of one
             # node's runs (a node-local copy of a job) is judged on each node of the job: one comparison each
@@ -406,66 +402,41 @@ class Gate:
             self._corpus = load_prior(path)
         except PriorError as e:
             raise BaselineError(str(e)) from None
-        self._models = None
+        self._fitted = None
 
     def use_spreads_of(self, source: Optional["Baseline"], why: str = "") -> None:
         """Where the baseline has cases of one session only, take their session and run spreads from
         ``source`` (a file of the same hardware, with runs in several sessions): the same case's, else the
         median of its class's (DECISION_RULE step 2).  ``why`` names the file for the header."""
-        self._spread_source, self.spread_note, self._models = source, why, None
+        self._spread_source, self.spread_note, self._fitted = source, why, None
 
-    def _fit(self) -> dict[str, tuple["CaseModel", "Prior"]]:
-        """Every measured case's model and its class's prior (DECISION_RULE steps 1-2), once."""
-        if self._models is None:
-            from .baseline_fit import by_node, fit_baseline
+    def fitted(self) -> FittedBaseline:
+        """The baseline fitted (:class:`~.baseline_fit.FittedBaseline`: every measured case's model and its
+        class's prior, DECISION_RULE steps 1-2), made once, again only where the spreads' source or the prior
+        changes."""
+        if self._fitted is None:
+            from .baseline_fit import FittedBaseline
 
             assert self.baseline is not None
-            self._view = by_node(self.baseline) if self.settings.nodes == "own" else self.baseline
-            fit = fit_baseline(self._view, self.path, self._spread_source,
-                               self._corpus if self._spread_source is None else None)
-            self._models, self._locs, self._commons = fit.models, fit.locs, fit.commons
-            self._pooled = None
-        return self._models
+            self._fitted = FittedBaseline(self.baseline, self.path, self.settings.nodes, self._spread_source,
+                                          self._corpus)
+        return self._fitted
 
     def node_case(self, key: str, node: Optional[int]) -> str:
-        """The key a measurement of case ``key`` on ``node`` is judged under (``cases.node_key``; ``key`` itself
-        where node is None), its model there: the node's own runs ("own"), else, and for a node with no runs of
-        its own (:attr:`pooled_nodes`), the runs of every node pooled."""
-        from .cases import node_key
-
-        models = self._fit()
-        nkey = node_key(key, node)
-        if nkey in models:
-            return nkey
-        if self._pooled is None:
-            if self.settings.nodes == "pooled" or self._view is self.baseline:
-                self._pooled = (dict(models), dict(self._locs))
-            else:
-                from .baseline_fit import fit_baseline
-
-                assert self.baseline is not None
-                fit = fit_baseline(self.baseline, self.path, self._spread_source,
-                                   self._corpus if self._spread_source is None else None)
-                self._pooled = (fit.models, fit.locs)
-        pooled_models, pooled_locs = self._pooled
-        if key in pooled_models:
-            models[nkey], self._locs[nkey] = pooled_models[key], pooled_locs[key]
-            if self.settings.nodes == "own" and node is not None:
-                self.pooled_nodes.add(int(node))
-        return nkey
+        """The key a measurement of case ``key`` on ``node`` is judged under (``FittedBaseline.node_case``)."""
+        return self.fitted().node_case(key, node)
 
     def case_model(self, key: str) -> Optional[tuple["CaseModel", "Prior"]]:
         """The model of case ``key`` and its class's prior (the cause test's spreads); None where the baseline
         has no measured runs of it."""
-        return self._fit().get(key) if self.baseline is not None else None
+        return self.fitted().models.get(key) if self.baseline is not None else None
 
     def commons(self) -> dict[str, dict[str, Any]]:
         """Per group, how far the baseline runs' common offset moves (``levels.Common`` as a dict, what the
         session's shift is judged against)."""
         if self.baseline is None:
             return {}
-        self._fit()
-        return dict(self._commons)
+        return dict(self.fitted().commons)
 
     def header_lines(self) -> list[str]:
         """The lines about the baseline for the session header (none when the gate is off)."""
@@ -538,7 +509,7 @@ class Gate:
         b = self.baseline
         if b is None or not b.runs:
             return []
-        models = self._fit()
+        models = self.fitted().models
         one = [k for k, (m, _) in models.items() if m.sessions == 1]
         if not one:
             return []
@@ -571,7 +542,7 @@ class Gate:
 
         if self.baseline is None:
             return
-        models = self._fit()
+        models = self.fitted().models
         every: dict[str, list[float]] = {}
         for nodeid, m in items:
             key = case_key(nodeid, m.op, m.size_bytes, m.dtype, m.world_size, self.layout)
@@ -618,7 +589,7 @@ class Gate:
                              baseline_nodes="pooled" if self.settings.nodes == "pooled" or node in self.pooled_nodes
                              else "own")
         tol_tail = self.settings.tail_tolerance if tail_tolerance is None else tail_tolerance
-        entry = self._view.cases.get(key, entry) if self._view is not None else entry  # the node's own sketches
+        entry = self.fitted().view.cases.get(key, entry)  # the node's own sketches
         return self._judge_tail(nodeid, entry, m, v, again, tol_tail, below[len(pooled):])
 
     def baseline_ratio(self, nodeid: str, m: Measurement) -> Optional[float]:
@@ -660,7 +631,7 @@ class Gate:
         from .decision import CASE_ALPHA_SHARE, class_scatter, judge
         from .levels import case_class
 
-        model, prior = self._fit()[key]
+        model, prior = self.fitted().models[key]
         fold_log, fold_locs = self._folds(nodeid, m, fold)
         klass = node_key(case_class(case_kind(m.op), m.size_bytes), _node_of(m))  # a node's class is its own
         seen = self._scatter.setdefault(klass, [])
@@ -788,107 +759,8 @@ class Gate:
 
 
     def _spread(self) -> TailSpread:
-        """The run-to-run spread of the share of slow ops, fitted once per gate over every case's sketches."""
-        if self._tail_spread is None:
-            from .baseline_fit import fit_tail_spread
-
-            assert self.baseline is not None
-            self._tail_spread = fit_tail_spread(self.baseline)
-        return self._tail_spread
-
-    def levels(self, verdicts: list[dict[str, Any]]) -> Optional[RunLevels]:
-        """The run judged at the three levels (``gate.levels.judge_run``) from the verdicts' dicts
-        (``to_dict``, also those an xdist worker sent): their cases, log ratios (the runs each pooled) and
-        prediction spreads; None where no verdict compared with measured runs.  In a job across nodes each
-        node's cases are judged as a run of their own (:meth:`_node_levels`)."""
-        if self.baseline is None:
-            return None
-        from .cases import split_node_key
-
-        models = self._fit()
-        dev: dict[str, float] = {}
-        var: dict[str, float] = {}
-        folds: dict[str, int] = {}
-        floors: dict[str, float] = {}
-        runs: dict[str, int] = {}
-        hosts: dict[int, str] = {}
-        for v in verdicts:
-            key = v.get("case") if v else None
-            if isinstance(key, str) and key not in models:  # a node's key of a report judged elsewhere
-                plain, node = split_node_key(key)
-                if node is not None and plain in self.baseline.cases:
-                    self.node_case(plain, node)
-            if key in models and v.get("log_ratio") is not None:
-                dev[key] = float(v["log_ratio"])
-                var[key] = float(v.get("prediction_sd") or 0.0) ** 2
-                folds[key] = int(v.get("folds") or 1)
-                floors[key] = float(v.get("runs_now_var") or 0.0)
-                runs[key] = int(v.get("runs_pooled") or 1)
-                if v.get("node") is not None:
-                    hosts[int(v["node"])] = str(v.get("host") or "")
-        if not dev:
-            return None
-        by_node: dict[Optional[int], list[str]] = {}
-        for key in dev:
-            by_node.setdefault(split_node_key(key)[1], []).append(key)
-        parts = [self._node_levels(node, keys, dev, var, folds, floors, runs, len(keys) / len(dev), hosts)
-                 for node, keys in sorted(by_node.items(), key=lambda kv: -1 if kv[0] is None else kv[0])]
-        if len(parts) == 1:
-            return parts[0]
-        from .levels import RunLevels
-
-        return RunLevels(classes=[v for p in parts for v in p.classes], bands=[v for p in parts for v in p.bands],
-                         cases=[v for p in parts for v in p.cases], alpha=self.settings.alpha,
-                         shares=dict(parts[0].shares))
-
-    def _node_levels(self, node: Optional[int], keys: list[str], dev: dict[str, float], var: dict[str, float],
-                     folds: dict[str, int], floors: dict[str, float], runs: dict[str, int], share: float,
-                     hosts: dict[int, str]) -> RunLevels:
-        """The levels of one node's cases ``keys`` (node None: the cases of no node, a run on one host or a
-        job's whole-world groups), at ``share`` of the session's alpha (the node's share of the cases judged:
-        Bonferroni over the nodes, each case residual at the level it has in one run of every node's cases);
-        each level verdict names its node."""
-        from .cases import split_node_key
-        from .levels import fit_levels, judge_run, member
-
-        assert self.baseline is not None
-        models = self._fit()
-        members = {}
-        for key in keys:
-            e = self.baseline.cases[split_node_key(key)[0]]
-            members[key] = member(key, test_id=e.test_id, op=e.op, kind=case_kind(e.op), size_bytes=e.size_bytes,
-                                  dtype=e.dtype, world_size=e.world_size, devices=e.devices, layout=e.layout)
-        session_of = {r.run_id: r.session for r in self.baseline.runs}
-        fit = fit_levels(self._locs, {k: m.center for k, (m, _) in models.items()}, members, session_of,
-                         self._corpus.residual_sessions() if self._corpus is not None else None,
-                         self._borrowed_class_priors(members))
-        levels = judge_run({k: dev[k] for k in keys}, fit, var, tolerance=self.settings.tolerance,
-                           alpha=self.settings.alpha * share, folds=folds, floors=floors, runs=runs)
-        if node is None:
-            return levels
-        return levels.on_node(node, hosts.get(node, ""))
-
-    def _borrowed_class_priors(self, members: dict[str, "Member"]) -> dict[str, "Prior"]:
-        """Where the cases borrow their spreads from a file of the same hardware (``use_spreads_of``), the class
-        offsets borrow theirs from it too: per class, its offset's session and run spread over that file's runs
-        of the cases measured now (``levels.borrowed_class_priors``); {} without such a file."""
-        src = self._spread_source
-        if src is None:
-            return {}
-        from .baseline_fit import fit_baseline
-        from .cases import split_node_key
-        from .levels import MIN_CLASS_CASES, borrowed_class_priors, class_model
-
-        fit = fit_baseline(src, src.path)
-        session_of = {r.run_id: r.session for r in src.runs}
-        models = {}
-        for klass in sorted({m.klass for m in members.values()}):  # a node's cases: that case of the source's
-            keys = [p for k, m in members.items() for p in [split_node_key(k)[0]]
-                    if m.klass == klass and p in fit.locs and p in fit.models]
-            model = class_model([fit.locs[k] for k in keys], [fit.models[k][0].center for k in keys], session_of)
-            if model is not None and len(keys) >= MIN_CLASS_CASES:
-                models[klass] = model
-        return borrowed_class_priors(models)
+        """The run-to-run spread of the share of slow ops (``FittedBaseline.tail_spread``)."""
+        return self.fitted().tail_spread()
 
     @staticmethod
     def _what(m: Measurement) -> str:

@@ -128,7 +128,11 @@ def session_levels(state: "State") -> Optional["RunLevels"]:
         path = Path(state.from_workers.baseline_path)
         gate.use(path, load_baseline(path), state.from_workers.fingerprint or {},
                  {r.nodeid for r in state.records})
-    return gate.levels(verdicts)
+    if gate.baseline is None:
+        return None
+    from ..gate.run_levels import judge_levels
+
+    return judge_levels(gate.fitted(), verdicts, gate.settings)
 
 
 def session_report(state: "State") -> SessionReport:
