@@ -131,7 +131,6 @@ def _isolation() -> list[str]:
     return ["--no-build-isolation"] if major >= 68 else []
 
 
-@pytest.mark.slow
 def _dependency_folders() -> list[str]:
     """Where this interpreter finds the package's dependencies, for the fresh venv's .pth: torch's folder, and
     every PYTHONPATH folder but the checkout (on the GPU machine the wheels of jsonschema and its needs are
@@ -146,6 +145,9 @@ def _dependency_folders() -> list[str]:
     return folders
 
 
+# the slow tier: a pip build, then pytest and python runs in a fresh venv (20 CPU-s on the 2-core CI machine), which
+# the slow tier's waits overlap; the mark once sat on _dependency_folders above, which left this test in the fast tier
+@pytest.mark.slow
 def test_the_wheel_carries_the_suites_and_baselines_and_runs_them_from_a_fresh_venv(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     # what the build reads, copied (setuptools writes build/ and an egg-info into the tree it builds)
