@@ -3,7 +3,8 @@ or with one rank held up by a stop or a CPU hog, and what the ranks' figures say
 
     python benchmarks/stragglers.py [--mode none|stop|hog] [--jobs 3] [--nodes 2] [--ranks-per-node 1]
                                     [--file suites/test_collectives.py] [--pin] [--victim 1]
-                                    [--stops 6] [--stop-s 0.2] [--out DIR] [-- PYTEST ARGS...]
+                                    [--stops 6] [--stop-s 0.2] [--stop-start 3] [--out DIR]
+                                    [-- PYTEST ARGS...]
 
 Each job is ``--nodes`` x ``--ranks-per-node`` pytest processes given srun's variables by hand (the launched
 mode, gloo on 127.0.0.1), running ``--file`` with its JSON report.  ``--pin`` pins rank k (its process and every
@@ -11,7 +12,7 @@ thread and child of it) to core k mod the host's cores with ``taskset -c`` at it
 rank ``--victim``:
 
 * ``stop``: ``--stops`` times, ``--stop-s`` seconds each, its process group is stopped (SIGSTOP) and continued
-  (SIGCONT), 0.3 to 1.2 s apart (random), from 3 s after the job starts;
+  (SIGCONT), 0.3 to 1.2 s apart (random), from ``--stop-start`` seconds (3) after the job starts;
 * ``hog``: a busy loop, pinned with ``taskset -c`` to the victim's core (the victim is pinned too: ``--pin`` is
   implied), from the start of the job to its end.
 
@@ -48,8 +49,8 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpucomm.analysis.stragglers import (LATE_ACROSS_FOR, LATE_FOR, WAITED_FOR, case_ranks,  # noqa: E402
-                                                excess_lates, excess_waits, late_across)
+from pytest_gpucomm.analysis.stragglers import (LATE_ACROSS_FOR, LATE_FOR, WAITED_FOR, Z_LIMIT,  # noqa: E402
+                                                case_ranks, excess_lates, excess_waits, late_across)
 from pytest_gpucomm.measurement import Measurement  # noqa: E402
 
 FIGURES = (("wait_share", excess_waits, WAITED_FOR), ("op_wait_share", excess_waits, WAITED_FOR),
@@ -73,8 +74,8 @@ def rank_env(rank: int, nodes: int, per_node: int, port: int) -> dict[str, str]:
     return env
 
 
-def stopper(pgid: int, stops: int, seconds: float, done: threading.Event, log: list[float]) -> None:
-    if done.wait(3.0):
+def stopper(pgid: int, stops: int, seconds: float, start_s: float, done: threading.Event, log: list[float]) -> None:
+    if done.wait(start_s):
         return
     for _ in range(stops):
         try:
@@ -107,8 +108,8 @@ def run_job(args: argparse.Namespace, out: Path, extra: list[str]) -> tuple[dict
     done, log = threading.Event(), []
     hog: Optional[subprocess.Popen[bytes]] = None
     if args.mode == "stop":
-        threading.Thread(target=stopper, args=(procs[args.victim].pid, args.stops, args.stop_s, done, log),
-                         daemon=True).start()
+        threading.Thread(target=stopper, daemon=True,
+                         args=(procs[args.victim].pid, args.stops, args.stop_s, args.stop_start, done, log)).start()
     elif args.mode == "hog":
         hog = subprocess.Popen(["taskset", "-c", str(args.victim % cores), sys.executable, "-c", "while True: pass"])
     outputs = [p.communicate()[0] for p in procs]
@@ -210,6 +211,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--victim", type=int, default=1)
     ap.add_argument("--stops", type=int, default=6)
     ap.add_argument("--stop-s", type=float, default=0.2)
+    ap.add_argument("--stop-start", type=float, default=3.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cost", action="store_true")
     ap.add_argument("--cost-rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -240,9 +242,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                 x, rank, test = s["largest"][key]
                 overall[key] = max(overall.get(key, x), x)
                 print(f"  largest excess {key:<14} {x:7.3f} (limit {limit}) rank {rank} in {test}")
-        for (node, _), (mean, k) in sorted(s["across"].items()):
+        for (node, _), (mean, k, se) in sorted(s["across"].items()):
             overall["across"] = max(overall.get("across", mean), mean)
-            print(f"  node {node}: mean excess late share over {k} cases {mean:7.3f} (limit {LATE_ACROSS_FOR})")
+            print(f"  node {node}: mean excess late share over {k} cases {mean:7.3f} (standard error {se:.3f}; "
+                  f"limit {LATE_ACROSS_FOR}, and {Z_LIMIT} standard errors)")
     print("largest over the jobs: " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
     return 0
 

@@ -1,8 +1,8 @@
 """A straggler held up outside the timed loop (issue 46, item 4), on two simulated nodes of one rank each: rank 1
 sleeps before some of its timed samples, where its own clock does not run; it is late in a quarter of them, so it
 is not last in most iterations and its median lag is nothing, but the other rank's waits, summed, name it.  And
-rank 1 stopped (SIGSTOP, continued by another process) between two ops of a timed sample: its own sample grows as
-much as the other's, so the waits cancel, but it began its next op late, and that names it."""
+rank 1 stopped for 0.5 s (SIGSTOP, continued by another process) between two ops of a timed sample: its own
+sample grows as much as the other's, so the waits cancel, but it began its next op late, and that names it."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ if os.environ["SLURM_PROCID"] == "1":  # launched mode runs the task in this pro
         if _ops[0] is not None:
             _ops[0] += 1
             if _ops[0] == 5:  # after the 5th timed op, before the 6th, inside a timed sample: a real stop
-                subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -CONT {os.getpid()}"])
+                subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -CONT {os.getpid()}"])
                 os.kill(os.getpid(), signal.SIGSTOP)
 
     timed_case.TimedLoop.record = _recording
@@ -107,6 +107,7 @@ def test_a_rank_stopped_inside_a_timed_sample_is_named_by_when_it_began_its_next
     doc = json.loads(out.read_text())
     [row] = doc["rows"]
     st = row["stragglers"]
+    assert len(st["waited_for"]) == 1, (st, row["info"]["ranks"], row["samples_s"], row["info"]["batch"])
     [named] = st["waited_for"]
     assert named["rank"] == 1 and named["excess_late"] >= LATE_FOR, st
     assert named["excess_wait"] < WAITED_FOR, st  # the waits cancel: the rule before the late shares is silent

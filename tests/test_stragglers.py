@@ -353,7 +353,7 @@ def test_a_node_late_by_a_little_in_every_case_is_named_across_the_cases():
 
     def cases(k: int) -> list[tuple[str, Measurement]]:
         return [(f"t.py::test_ar[{i}]", collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1],
-                                                  shares=[0.02, 0.02], late=[0.01, 0.01 + little]))
+                                                  shares=[0.02, 0.02], late=[0.01, 0.01 + little + (-1) ** i * 0.01]))
                 for i in range(k)]
 
     per_case, nodes = find_outliers(cases(MIN_CASES_ACROSS))
@@ -361,8 +361,18 @@ def test_a_node_late_by_a_little_in_every_case_is_named_across_the_cases():
     assert [(n.node, n.cases[0]["by"], n.cases[0]["cases"]) for n in nodes] == [(1, "late across cases",
                                                                                    MIN_CASES_ACROSS)]
     assert nodes[0].cases[0]["excess_late_mean"] == pytest.approx(little)
+    k = MIN_CASES_ACROSS  # excesses little +- 0.01 by turns: standard deviation 0.01 x sqrt(k / (k - 1)) if k is even
+    assert nodes[0].cases[0]["excess_late_se"] == pytest.approx(0.01 * (k / (k - 1)) ** 0.5 / k ** 0.5, rel=0.2)
     assert f"its ranks began their ops {little:.0%} of the time later than the others did" in nodes[0].text()
     assert find_outliers(cases(MIN_CASES_ACROSS - 1))[1] == []  # too few cases to tell
+
+
+def test_a_node_whose_mean_excess_is_within_the_cases_noise_is_not_named_across_them():
+    """A mean excess above LATE_ACROSS_FOR, made of a few large excesses among many small ones: fewer than
+    Z_LIMIT standard errors from nothing."""
+    excess = [0.45, -0.05, -0.05, 0.45, -0.05, -0.05, -0.05, -0.05]  # mean 0.075, standard error 0.063
+    ms = [collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1], late=[0.5, 0.5 + x]) for x in excess]
+    assert find_outliers([(f"t.py::test_ar[{i}]", m) for i, m in enumerate(ms)])[1] == []
 
 
 def test_healthy_ranks_late_by_turns_name_no_node_across_the_cases():

@@ -91,11 +91,12 @@ WAITED_FOR = 0.5
 #: rank (summed) exceeds the other ranks' median share by at least this (in the timed samples or in the single ops);
 #: above the largest excess of every healthy job measured (docs/launched-jobs.md, "A straggler outside the timed
 #: loop")
-LATE_FOR = 0.15
+LATE_FOR = 0.8
 #: a node is named, too, when its ranks' excess late share (:func:`excess_lates`, timed samples), averaged over the
-#: run's cases over two nodes or more that have it (at least :data:`MIN_CASES_ACROSS`), is at least this: a rank held
-#: up a little in every case (another process on its core) is late by a share of every case that no one case shows
-#: beyond the noise (docs/launched-jobs.md, "A straggler outside the timed loop")
+#: run's cases over two nodes or more that have it (at least :data:`MIN_CASES_ACROSS`), is at least this and at least
+#: Z_LIMIT standard errors of that mean: a rank held up a little in every case (another process on its core) is late
+#: by a share of every case that no one case shows beyond the noise (docs/launched-jobs.md, "A straggler outside the
+#: timed loop")
 LATE_ACROSS_FOR = 0.05
 MIN_CASES_ACROSS = 8
 
@@ -356,10 +357,11 @@ def case_ranks(m: Measurement) -> Optional[CaseRanks]:
                      n_nodes=len({r.node for r in ranks}), waited_for=waited)
 
 
-def late_across(per_case: Sequence[Optional[CaseRanks]]) -> dict[tuple[int, str], tuple[float, int]]:
+def late_across(per_case: Sequence[Optional[CaseRanks]]) -> dict[tuple[int, str], tuple[float, int, float]]:
     """Per node (``(node, host)``): the mean over the cases of the mean excess late share
-    (:attr:`RankFigures.excess_late`, timed samples) of its ranks in the case, and the number of cases, over the
-    cases whose ranks ran on two nodes or more and have the figure."""
+    (:attr:`RankFigures.excess_late`, timed samples) of its ranks in the case, the number of cases, and the
+    standard error of that mean (the cases' standard deviation over the root of their number; inf for one case),
+    over the cases whose ranks ran on two nodes or more and have the figure."""
     sums: dict[tuple[int, str], list[float]] = {}
     for cr in per_case:
         if cr is None or cr.n_nodes < 2:
@@ -370,7 +372,8 @@ def late_across(per_case: Sequence[Optional[CaseRanks]]) -> dict[tuple[int, str]
                 mine.setdefault((r.node, r.host), []).append(r.excess_late)
         for key, xs in mine.items():
             sums.setdefault(key, []).append(statistics.fmean(xs))
-    return {key: (statistics.fmean(xs), len(xs)) for key, xs in sums.items()}
+    return {key: (statistics.fmean(xs), len(xs), statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else math.inf)
+            for key, xs in sums.items()}
 
 
 @dataclass(frozen=True)
@@ -474,12 +477,12 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
                    if r.excess_late is not None or r.op_excess_late is not None else {}),
                 "why": f"waited for in {label} ({m.op} {format_size(m.size_bytes)}): rank {r.rank}: {r.waited_text()}",
             })
-    for where, (mean, k) in late_across(per_case).items():
-        if k >= MIN_CASES_ACROSS and mean >= LATE_ACROSS_FOR:
+    for where, (mean, k, se) in late_across(per_case).items():
+        if k >= MIN_CASES_ACROSS and mean >= LATE_ACROSS_FOR and mean >= Z_LIMIT * se:
             node(*where).cases.append({
-                "by": "late across cases", "cases": k, "excess_late_mean": mean,
+                "by": "late across cases", "cases": k, "excess_late_mean": mean, "excess_late_se": se,
                 "why": (f"its ranks began their ops {mean:.0%} of the time later than the others did, on average over "
-                        f"{k} cases (each case's share summed over its timed ops)"),
+                        f"{k} cases (standard error {se:.1%}; each case's share summed over its timed ops)"),
             })
     groups: dict[CaseKey, list[tuple[str, Measurement]]] = {}
     for label, m in cases:

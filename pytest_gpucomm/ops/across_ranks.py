@@ -44,8 +44,8 @@ class IterationStats(NamedTuple):
     #: that waited for it the most, whichever iterations it happened in (the medians miss it when it is rare)
     wait_share: float = 0.0
     #: how much later than the first rank this rank began each op (each sample on GPU), summed over the ops, over
-    #: the iterations' time summed, on clocks aligned across the ranks (:func:`late_total`); None where the ops'
-    #: starts were not noted
+    #: the time the phase took on its clock, on clocks aligned across the ranks (:func:`late_total`); None where the
+    #: ops' starts were not noted
     late_share: Optional[float] = None
 
 
@@ -93,10 +93,12 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
     much as theirs): a stop (SIGSTOP) or another process on its core lands there as often as anywhere.  Where
     each rank noted when it began each op (``entries``, from :meth:`.timed_case.TimedLoop.entry_times`, in
     seconds on its own clock; ``batch`` ops per sample), the ranks also work out how much later than the first
-    rank each one began each op, summed (:func:`late_total`), over the iterations' time summed (x ``batch``):
-    its ``late_share``.  A rank held up anywhere but inside an op before its data went out begins its next op
-    late, and only it does; held up there, every rank's op is long and no rank began late (that stop names no
-    one).  None when the ranks noted no starts or different numbers of them (on every rank alike).
+    rank each one began each op, summed (:func:`late_total`), over the time the phase took on its own clock (from
+    its first op's start to its last op's end; not the iterations' times summed, which count a stall twice where
+    it falls inside a sample: once in the held rank's sample, once in the others' next one): its ``late_share``.
+    A rank held up anywhere but inside an op before its data went out begins its next op late, and only it does;
+    held up there, every rank's op is long and no rank began late (that stop names no one).  None when the ranks
+    noted no starts or different numbers of them (on every rank alike).
 
     Raises ValueError, on every rank alike, when the ranks took different numbers of samples (the timing
     plan is agreed, so they cannot, unless the ranks ran with different settings).
@@ -130,8 +132,17 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
         wait_median_s=statistics.median(o - m for o, m in zip(own, low)),
         straggled=sum(1 for w in who if w == rank),
         wait_share=sum(o - m for o, m in zip(own, low)) / total if (total := sum(times)) > 0 else 0.0,
-        late_share=None if late is None else (late / (total * batch) if total > 0 else 0.0),
+        late_share=None if late is None else (late / span if (span := _span(own, entries, batch)) > 0 else 0.0),
     )
+
+
+def _span(own: Sequence[float], entries: Optional[Sequence[float]], batch: int) -> float:
+    """How long the phase took on this rank's clock: from its first op's start to its last op's end (the last
+    entry plus the last op's time: the last sample's on GPU, where an entry is a sample's start)."""
+    if not entries:
+        return 0.0
+    per_entry = batch * len(own) / len(entries)  # ops (iterations) between two entries: 1, or a sample's batch
+    return float(entries[-1] - entries[0] + own[-1] * per_entry)
 
 
 def late_total(torch: ModuleType, dist: ModuleType, entries: Sequence[float], rank: int, device: str,
@@ -145,7 +156,7 @@ def late_total(torch: ModuleType, dist: ModuleType, entries: Sequence[float], ra
     ops of a collective end at about the same moment on every rank, and the next begins right after, so that
     median is the clocks' offset (with any steady difference in when the ranks leave an op, which is nobody's
     delay); a rank held up in a minority of the ops does not move it.  A rank late in most ops moves it and is
-    not seen here: the medians of :func:`iteration_stats` name that one.  Three collectives of ``len(entries)``
+    not seen here: the medians of :func:`iteration_stats` name that one.  Two collectives of ``len(entries)``
     float64 numbers: rank 0's entries to every rank (a sum with zeros elsewhere, exact), and the earliest start
     of each op (MIN)."""
     import statistics
@@ -158,4 +169,3 @@ def late_total(torch: ModuleType, dist: ModuleType, entries: Sequence[float], ra
     first = aligned.clone()
     dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
     return float((aligned - first).sum().item())
-

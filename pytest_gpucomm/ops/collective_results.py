@@ -40,8 +40,8 @@ class BenchResult:
     wait_median_s: float = 0.0  # how long this rank waited for the last one to arrive (median)
     straggled: int = 0  # iterations in which this rank arrived last
     wait_share: float = 0.0  # the share of the iterations' time this rank waited for the last one (sums)
-    #: how much later than the first rank it began each op (sample, on GPU), summed, over the iterations' time; None:
-    #: not noted (:attr:`.across_ranks.IterationStats.late_share`)
+    #: how much later than the first rank it began each op (sample, on GPU), summed, over the time the timed samples
+    #: took; None: not noted (:attr:`.across_ranks.IterationStats.late_share`)
     late_share: Optional[float] = None
     host: str = ""  # where the rank ran: host, node index, device
     node: int = 0
