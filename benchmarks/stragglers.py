@@ -181,9 +181,9 @@ def cost_rank(rank: int, port: int, blocks: int, size: int) -> None:
             after.append(time.perf_counter() - t0)
     if rank == 0:
         off, on = statistics.median(per_op[False]), statistics.median(per_op[True])
-        print(f"all_reduce {size} B on 2 gloo ranks, {blocks} blocks of {samples} x {batch} ops, in turn: "
-              f"median op {off * 1e6:.2f} us without the note, {on * 1e6:.2f} us with it ({(on / off - 1):+.2%}); "
-              f"working out the late shares of {samples * batch} ops: {statistics.median(after) * 1e3:.2f} ms")
+        print(f"all_reduce {size} B on 2 gloo ranks, {blocks} blocks of {samples} x {batch} ops, in turn:\n"
+              f"  median op {off * 1e6:.2f} us without the note, {on * 1e6:.2f} us with it ({(on / off - 1):+.2%})\n"
+              f"  working out the late shares of {samples * batch} ops: {statistics.median(after) * 1e3:.2f} ms")
     dist.destroy_process_group()
 
 
@@ -228,7 +228,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{args.jobs} job(s) of {args.nodes} x {args.ranks_per_node} ranks, {args.file}, mode {args.mode}"
           f"{' (victim rank %d)' % args.victim if args.mode != 'none' else ''}; thresholds: wait {WAITED_FOR}, "
-          f"late {LATE_FOR}; reports in {out_dir}")
+          f"late {LATE_FOR}\nreports in {out_dir}")
     overall: dict[str, float] = {}
     for j in range(args.jobs):
         out = out_dir / f"{args.mode}-{j}.json"
@@ -241,12 +241,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             if key in s["largest"]:
                 x, rank, test = s["largest"][key]
                 overall[key] = max(overall.get(key, x), x)
-                print(f"  largest excess {key:<14} {x:7.3f} (limit {limit}) rank {rank} in {test}")
+                print(f"  largest excess {key:<14} {x:7.3f} (limit {limit}) rank {rank} in\n    {test}")
         for (node, _), (mean, k, se) in sorted(s["across"].items()):
             overall["across"] = max(overall.get("across", mean), mean)
-            print(f"  node {node}: mean excess late share over {k} cases {mean:7.3f} (standard error {se:.3f}; "
-                  f"limit {LATE_ACROSS_FOR}, and {Z_LIMIT} standard errors)")
-    print("largest over the jobs: " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
+            print(f"  node {node}: mean excess late share over {k} cases {mean:6.3f} (standard error {se:.3f};\n"
+                  f"    limit {LATE_ACROSS_FOR}, and {Z_LIMIT} standard errors)")
+    print("largest over the jobs:\n  " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
     return 0
 
 
