@@ -2,7 +2,8 @@
 sleeps before some of its timed samples, where its own clock does not run; it is late in a quarter of them, so it
 is not last in most iterations and its median lag is nothing, but the other rank's waits, summed, name it.  And
 rank 1 stopped for 0.5 s (SIGSTOP, continued by another process) between two ops of a timed sample: its own
-sample grows as much as the other's, so the waits cancel, but it began its next op late, and that names it."""
+sample grows as much as the other's, so the waits cancel, but it began its next op late, and that names it.  A
+healthy job notes the late shares and names no rank."""
 
 from __future__ import annotations
 
@@ -113,3 +114,29 @@ def test_a_rank_stopped_inside_a_timed_sample_is_named_by_when_it_began_its_next
     assert named["excess_wait"] < WAITED_FOR, st  # the waits cancel: the rule before the late shares is silent
     assert f"; waited for: rank 1 (node 1, {host}, cpu): it began its ops " in flat, text
     assert [(o["node"], o["ranks"]) for o in doc["outliers"]] == [(1, [1])], doc["outliers"]
+
+
+THREE_ALL_REDUCES = '''
+from pytest_gpucomm import sizes
+
+
+@sizes("1KiB", "4KiB", "16KiB")
+def test_all_reduce(process_group, size, comm):
+    comm.all_reduce(process_group, size)
+'''
+
+
+@pytest.mark.slow
+def test_a_healthy_job_notes_late_shares_and_names_no_rank(tmp_path: Path) -> None:
+    (tmp_path / "test_healthy.py").write_text(THREE_ALL_REDUCES)
+    out, port = tmp_path / "out.json", free_port()
+    cmd = [sys.executable, "-m", "pytest", "test_healthy.py", *ARGS, f"--gpucomm-json={out}"]
+    results = run_all([cmd] * 2, [slurm_nodes_env(r, port, COLUMNS="120") for r in range(2)], tmp_path)
+    assert [code for code, _ in results] == [0, 0], results
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 3
+    for row in doc["rows"]:
+        ranks = row["info"]["ranks"]
+        assert len(ranks["late_share"]) == len(ranks["op_late_share"]) == 2, ranks  # both phases noted them
+        assert row["stragglers"]["waited_for"] == [], row["stragglers"]
+    assert doc["outliers"] == [], doc["outliers"]
