@@ -447,7 +447,7 @@ class _RankCase:
         """The single ops timed one by one after the samples (:func:`~.single_op_timing.single_op_phase`)."""
         assert self.case is not None and self.timed is not None
         return single_op_phase(self.torch, self.dist, self.case.run, self.timed.sync, agree, self.gpu, budget,
-                               group=self.group)
+                               group=self.group, note_starts=self.waits_for_all)
 
     def check(self, graph_inner: int, dtype: str) -> tuple[int, Optional[tuple[int, float, float]], int, str]:
         """Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
@@ -532,8 +532,6 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
     entries = cast(TimedLoop, rc.timed).entry_times()  # None where not noted (the op does not wait for all)
     budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
     singles = rc.single_ops(agree, budget)
-    if singles is not None and not spec.waits_for_all:
-        singles = singles._replace(entries_s=None)
     timed = cast(TimedLoop, rc.timed)
     # the timed samples replayed a graph if the graph of their shape was captured
     graph_inner = plan.batch if timed.use_graph and graph_shape(plan.batch)[0] in timed.graphs else 0
