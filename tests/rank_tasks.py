@@ -126,14 +126,18 @@ def start_sleeper_then_exit_on_rank(ctx: RankContext, bad_rank: int = 1,
     return exit_on_rank(ctx, bad_rank=bad_rank, code=3)
 
 
-def iteration_stats_of(ctx: RankContext, samples_by_rank: list[list[float]]) -> Any:
-    """``ops.across_ranks.iteration_stats`` of this rank's entry of ``samples_by_rank`` (hand-made times)."""
+def iteration_stats_of(ctx: RankContext, samples_by_rank: list[list[float]],
+                       entries_by_rank: list[list[float] | None] | None = None, batch: int = 1) -> Any:
+    """``ops.across_ranks.iteration_stats`` of this rank's entry of ``samples_by_rank`` (hand-made times), and of
+    ``entries_by_rank`` (when each op began, on the rank's own clock) where given."""
     import torch
     import torch.distributed as dist
 
     from pytest_gpucomm.ops.across_ranks import iteration_stats
 
-    return tuple(iteration_stats(torch, dist, samples_by_rank[ctx.rank], ctx.rank, ctx.world_size, ctx.device))
+    entries = entries_by_rank[ctx.rank] if entries_by_rank is not None else None
+    return tuple(iteration_stats(torch, dist, samples_by_rank[ctx.rank], ctx.rank, ctx.world_size, ctx.device,
+                                 entries=entries, batch=batch))
 
 
 def bench_in_subgroups(ctx: RankContext, groups: list[list[int]], kwargs: dict[str, Any]) -> Any:

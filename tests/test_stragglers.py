@@ -21,9 +21,13 @@ from pytest_gpucomm.ops.collectives import to_measurement
 from pytest_gpucomm.report.run import json_document, straggler_lines
 from pytest_gpucomm.plugin.state import Record
 from pytest_gpucomm.analysis.stragglers import (
+    LATE_ACROSS_FOR,
+    LATE_FOR,
     MAD_FLOOR,
+    MIN_CASES_ACROSS,
     WAITED_FOR,
     chance_of_at_least,
+    excess_lates,
     excess_waits,
     case_ranks,
     find_outliers,
@@ -38,7 +42,7 @@ MS = 1e-3
 
 
 def collective(lags, owns=None, straggler=(), nodes=None, iteration=20 * MS, n=10, hosts=None, shares=None,
-               op_shares=None) -> Measurement:
+               op_shares=None, late=None, op_late=None) -> Measurement:
     """A 4 KiB all_reduce measured on len(lags) ranks, through to_measurement, with the given per-rank
     median lags (and own times), per-iteration straggler ids and nodes."""
     world = len(lags)
@@ -52,7 +56,8 @@ def collective(lags, owns=None, straggler=(), nodes=None, iteration=20 * MS, n=1
                            straggler=straggler if r == 0 else (), own_median_s=owns[r], lag_median_s=lags[r],
                            wait_median_s=owns[r] - min(owns), straggled=sum(1 for s in straggler if s == r),
                            host=hosts[r], node=nodes[r], device="cpu",
-                           wait_share=shares[r] if shares else 0.0, op_wait_share=op_shares[r] if op_shares else 0.0)
+                           wait_share=shares[r] if shares else 0.0, op_wait_share=op_shares[r] if op_shares else 0.0,
+                           late_share=late[r] if late else None, op_late_share=op_late[r] if op_late else None)
                for r in range(world)]
     return to_measurement(results, op="all_reduce", backend="gloo", dtype="float32", requested_bytes=4096)
 
@@ -178,7 +183,8 @@ def test_the_report_lists_the_straggler_and_the_outlier_node_and_the_json_has_th
     lines = straggler_lines(records, width=1000)
     assert lines[0] == ("gpucomm slowest ranks (one rank last in 67% of the iterations or more (p <= 0.001), the "
                         "others waiting 5% of an iteration for it; or the ranks' medians 25% apart; or a rank's lag "
-                        "standing out; or the others waiting 50% of the time for a rank, summed):")
+                        "standing out; or the others waiting 50% of the time for a rank, or a rank beginning its ops "
+                        f"{LATE_FOR:.0%} of the time later than the others, summed):")
     assert lines[1].startswith("  t.py::test_ar[4KiB] (all_reduce 4 KiB): rank 3 (node 1, host1, cpu) arrived last "
                                "in 10 of 10 iterations")
     assert lines[2] == ("gpucomm outlier nodes (modified z-score 0.6745 (x - median) / MAD above 3.5 against the "
@@ -218,7 +224,7 @@ def test_iteration_stats_takes_the_max_and_names_the_rank_that_arrived_last(thre
            [3.0, 1.0, 2.0, 6.0, 2.0]]
     out = three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": own}, timeout_s=60)
     times, straggler = [3.0, 5.0, 2.0, 6.0, 2.0], [1, 2, 0, 0, 0]  # a tie goes to the lowest rank
-    for r, (t, s, own_med, lag_med, wait_med, straggled, share) in enumerate(out):
+    for r, (t, s, own_med, lag_med, wait_med, straggled, share, late) in enumerate(out):
         assert t == times and s == straggler  # the same on every rank
         assert own_med == sorted(own[r])[2]
         assert lag_med == sorted(a - b for a, b in zip(times, own[r]))[2]
@@ -227,6 +233,29 @@ def test_iteration_stats_takes_the_max_and_names_the_rank_that_arrived_last(thre
         assert straggled == straggler.count(r)
         # its waits summed, over the iterations' times summed (18 s)
         assert share == pytest.approx(sum(a - b for a, b in zip(own[r], low)) / 18.0)
+        assert late is None  # no op's start noted
+
+
+def test_iteration_stats_finds_how_late_each_rank_began_its_ops_on_clocks_that_disagree(three_ranks):
+    """Two samples of 3 ops each (6 s of samples: 1 s an iteration); the ranks' clocks differ by 100 s and -7 s;
+    rank 2 begins op 4 0.3 s after the others (held up after its part of op 3 was done), rank 0 begins op 1
+    0.1 s late; every other op begins within microseconds on every rank."""
+    own = [[1.0, 1.0]] * 3
+    common = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    jitter = [[0.0, 1e-6, 0.0, 2e-6, 0.0, 1e-6], [1e-6, 0.0, 0.0, 0.0, 1e-6, 0.0], [0.0, 0.0, 1e-6, 1e-6, 0.0, 0.0]]
+    late = {(2, 4): 0.3, (0, 1): 0.1}
+    entries = [[c + off + jitter[r][j] + late.get((r, j), 0.0) for j, c in enumerate(common)]
+               for r, off in enumerate((0.0, 100.0, -7.0))]
+    out = three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": own, "entries_by_rank": entries,
+                                                           "batch": 3}, timeout_s=60)
+    shares = [o[-1] for o in out]
+    assert shares == pytest.approx([0.1 / 6, 0.0, 0.3 / 6], abs=2e-6)  # the clocks' offsets taken out
+
+
+def test_iteration_stats_gives_no_late_share_where_a_rank_noted_no_starts(three_ranks):
+    out = three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": [[1.0]] * 3,
+                                                           "entries_by_rank": [[0.0], None, [0.0]]}, timeout_s=60)
+    assert [o[-1] for o in out] == [None, None, None]  # on every rank alike, no collective left unmatched
 
 
 def test_iteration_stats_refuses_ranks_with_different_sample_counts(three_ranks):
@@ -286,6 +315,70 @@ def test_ranks_data_without_wait_shares_names_no_one_waited_for():
     cr = case_ranks(m)
     assert cr is not None and cr.waited_for == () and cr.ranks[0].excess_wait is None
     assert "waited_for" not in cr.to_dict() and "excess_wait" not in cr.to_dict()["slowest"]  # reads as written
+
+
+# -- a rank that began its ops late (held up inside an op, or between two ops of a sample) ------------------
+
+def test_excess_late_is_the_ranks_own_share_minus_the_others_median():
+    assert excess_lates([0.30, 0.02]) == pytest.approx([0.28, -0.28])
+    assert excess_lates([0.0, 0.1, 0.1, 0.4]) == pytest.approx([-0.1, 0.0, 0.0, 0.3])
+
+
+def test_a_rank_that_began_its_ops_late_is_named_waited_for_where_the_waits_cancel():
+    """Held up inside an op after its part was done: every rank's time grows alike (wait shares 0.03 each), but
+    rank 1 began the next op late: its late share exceeds the other's by more than LATE_FOR."""
+    m = collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1], shares=[0.03, 0.03], op_shares=[0.05, 0.05],
+                   late=[0.01, 0.01 + LATE_FOR + 0.05], op_late=[0.02, 0.03])
+    cr = case_ranks(m)
+    assert cr is not None and [r.rank for r in cr.waited_for] == [1] and cr.listed
+    assert cr.waited_for[0].excess_late == pytest.approx(LATE_FOR + 0.05)
+    assert cr.text().endswith(f"; waited for: rank 1 (node 1, host1, cpu): it began its ops "
+                              f"{LATE_FOR + 0.05:.0%} of the timed samples' time later than the others did (summed)")
+    _, nodes = find_outliers([("t.py::test_all_reduce", m)])
+    assert [(n.node, sorted(n.ranks)) for n in nodes] == [(1, [1])]
+    assert nodes[0].cases[0]["excess_late"] == pytest.approx(LATE_FOR + 0.05)
+    assert cr.to_dict()["waited_for"][0]["excess_late"] == pytest.approx(LATE_FOR + 0.05)
+
+
+def test_late_shares_that_differ_by_less_than_the_threshold_name_no_one():
+    under = LATE_FOR - 0.005
+    cr = case_ranks(collective([0.0, 0.0], straggler=[1, 0] * 5, shares=[0.03, 0.03], late=[0.01 + under, 0.01],
+                               op_late=[0.02, 0.02 + under]))
+    assert cr is not None and cr.waited_for == () and not cr.listed
+
+
+def test_a_node_late_by_a_little_in_every_case_is_named_across_the_cases():
+    """A CPU hog on rank 1's core: a little late in every case, under LATE_FOR in each, but not by chance."""
+    little = (LATE_ACROSS_FOR + LATE_FOR) / 2
+
+    def cases(k: int) -> list[tuple[str, Measurement]]:
+        return [(f"t.py::test_ar[{i}]", collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1],
+                                                  shares=[0.02, 0.02], late=[0.01, 0.01 + little + (-1) ** i * 0.01]))
+                for i in range(k)]
+
+    per_case, nodes = find_outliers(cases(MIN_CASES_ACROSS))
+    assert all(cr is not None and not cr.listed for cr in per_case)
+    assert [(n.node, n.cases[0]["by"], n.cases[0]["cases"]) for n in nodes] == [(1, "late across cases",
+                                                                                   MIN_CASES_ACROSS)]
+    assert nodes[0].cases[0]["excess_late_mean"] == pytest.approx(little)
+    k = MIN_CASES_ACROSS  # excesses little +- 0.01 by turns: standard deviation 0.01 x sqrt(k / (k - 1)) if k is even
+    assert nodes[0].cases[0]["excess_late_se"] == pytest.approx(0.01 * (k / (k - 1)) ** 0.5 / k ** 0.5, rel=0.2)
+    assert f"its ranks began their ops {little:.0%} of the time later than the others did" in nodes[0].text()
+    assert find_outliers(cases(MIN_CASES_ACROSS - 1))[1] == []  # too few cases to tell
+
+
+def test_a_node_whose_mean_excess_is_within_the_cases_noise_is_not_named_across_them():
+    """A mean excess above LATE_ACROSS_FOR, made of a few large excesses among many small ones: fewer than
+    Z_LIMIT standard errors from nothing."""
+    excess = [0.45, -0.05, -0.05, 0.45, -0.05, -0.05, -0.05, -0.05]  # mean 0.075, standard error 0.063
+    ms = [collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1], late=[0.5, 0.5 + x]) for x in excess]
+    assert find_outliers([(f"t.py::test_ar[{i}]", m) for i, m in enumerate(ms)])[1] == []
+
+
+def test_healthy_ranks_late_by_turns_name_no_node_across_the_cases():
+    turns = [collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1], late=[0.01 + x, 0.01 + y])
+             for x, y in [(0.1, 0.0), (0.0, 0.1)] * 6]
+    assert find_outliers([(f"t.py::test_ar[{i}]", m) for i, m in enumerate(turns)])[1] == []
 
 
 # -- a pool-mode run (one host) -------------------------------------------------------------------------
@@ -361,3 +454,29 @@ def test_a_slowest_rank_over_10000_iterations_is_judged_without_overflow():
     assert (case_ranks(chance).n, case_ranks(clear).n) == (10_000, 10_000)
     assert not case_ranks(chance).clear and case_ranks(clear).clear
     assert case_ranks(clear).to_dict()["clear"] is True
+
+
+# -- when each op began, on the CPU's timed loop ---------------------------------------------------------
+
+
+def test_the_timed_loop_notes_when_each_op_began_only_while_recording():
+    import time
+
+    from pytest_gpucomm.ops.timed_case import TimedLoop
+
+    class Case:
+        def run(self) -> None:
+            time.sleep(0.002)
+
+    loop = TimedLoop(None, Case(), gpu=False, use_graph=False, eager_calls=0)  # type: ignore[arg-type]
+    loop.sample(3)()  # the warm-up: not noted
+    assert loop.entry_times() is None
+    loop.record()
+    got = [loop.sample(3)() for _ in range(2)]
+    began = loop.entry_times()
+    assert began is not None and len(began) == 6 and began[0] == 0.0
+    steps = [b - a for a, b in zip(began, began[1:])]
+    assert all(s >= 0.002 for s in steps), steps  # each op began after the one before it ended
+    assert sum(got) == pytest.approx(began[-1] + steps[-1], rel=0.5)  # the samples' time is the ops' time
+    loop.sample(1)
+    assert loop.entry_times() is None  # the recording stopped when read

@@ -36,6 +36,15 @@ A rank is *waited for* when the median share of the other ranks exceeds its own 
 in either phase (:attr:`RankFigures.waited_for`), which held for no rank of the healthy jobs the threshold was
 calibrated on (docs/launched-jobs.md, "A straggler outside the timed loop").
 
+The waits cancel where a rank is held up *inside* an op, after its part of the op is done: the others finish
+that op and wait in the next, while its own time of the op grows as much as theirs (a stop, another process on
+its core).  Where the ranks noted when they began each op, each rank's *late share* says how much later than
+the first rank it began them, summed, on clocks aligned across the ranks
+(``info["ranks"]["late_share"]``, ``op_late_share``; :func:`~pytest_gpucomm.ops.across_ranks.late_total`).  A
+rank is waited for too when its late share exceeds the median of the others' by :data:`LATE_FOR` or more
+(:func:`excess_lates`), in either phase.  A rank held up before its part of an op is done delays every rank's op
+alike: no rank began late, and no rank is named for that stop.
+
 Only slow is named: a rank with a *large* lag, a node with a *low* figure (one-sided); a rank that arrived
 first or a node that is faster than the others holds no one up.
 
@@ -53,9 +62,9 @@ from ..measurement import Measurement
 from ..units import describe_duration, format_size
 
 __all__ = ["Z_SCALE", "Z_LIMIT", "MAD_FLOOR", "MIN_COMPARED", "CLEAR_MAJORITY", "CHANCE_P", "MIN_LAG",
-           "NOTABLE_SPREAD", "WAITED_FOR", "modified_z", "chance_of_at_least", "excess_waits",
-           "RankFigures", "CaseRanks", "case_ranks", "NodeFigure", "node_outliers", "OutlierNode",
-           "find_outliers", "fmt_s"]
+           "NOTABLE_SPREAD", "WAITED_FOR", "LATE_FOR", "LATE_ACROSS_FOR", "MIN_CASES_ACROSS", "modified_z",
+           "chance_of_at_least", "excess_waits", "excess_lates", "RankFigures", "CaseRanks", "case_ranks",
+           "late_across", "NodeFigure", "node_outliers", "OutlierNode", "find_outliers", "fmt_s"]
 
 Z_SCALE = 0.6745  # makes the MAD of a normal distribution an estimate of its standard deviation
 Z_LIMIT = 3.5  # Iglewicz and Hoaglin's cut-off for the modified z-score
@@ -78,6 +87,18 @@ NOTABLE_SPREAD = 0.25
 #: every healthy job measured, jobs of more ranks than cores included (docs/launched-jobs.md, "A straggler outside
 #: the timed loop")
 WAITED_FOR = 0.5
+#: a rank is waited for, too, when its share of the iterations' time by which it began its ops later than the first
+#: rank (summed) exceeds the other ranks' median share by at least this (in the timed samples or in the single ops);
+#: above the largest excess of every healthy job measured (docs/launched-jobs.md, "A straggler outside the timed
+#: loop")
+LATE_FOR = 0.8
+#: a node is named, too, when its ranks' excess late share (:func:`excess_lates`, timed samples), averaged over the
+#: run's cases over two nodes or more that have it (at least :data:`MIN_CASES_ACROSS`), is at least this and at least
+#: Z_LIMIT standard errors of that mean: a rank held up a little in every case (another process on its core) is late
+#: by a share of every case that no one case shows beyond the noise (docs/launched-jobs.md, "A straggler outside the
+#: timed loop")
+LATE_ACROSS_FOR = 0.05
+MIN_CASES_ACROSS = 8
 
 
 def excess_waits(shares: Sequence[float]) -> list[float]:
@@ -87,6 +108,12 @@ def excess_waits(shares: Sequence[float]) -> list[float]:
         return [0.0] * len(shares)
     values = list(shares)
     return [statistics.median(values[:i] + values[i + 1:]) - x for i, x in enumerate(values)]
+
+
+def excess_lates(shares: Sequence[float]) -> list[float]:
+    """Per rank, how much more of the iterations' time it began its ops after the first rank than the other ranks
+    did: its own ``shares`` entry minus the median of the others' (0 for a group of one)."""
+    return [-x for x in excess_waits(shares)]
 
 
 def chance_of_at_least(k: int, n: int, p: float) -> float:
@@ -137,19 +164,38 @@ class RankFigures:
     #: timed samples, and in the single ops (None where the data has no such share)
     excess_wait: Optional[float] = None
     op_excess_wait: Optional[float] = None
+    #: how much more of the iterations' time it began its ops after the first rank than the others did
+    #: (:func:`excess_lates`): in the timed samples, and in the single ops (None where the starts were not noted)
+    excess_late: Optional[float] = None
+    op_excess_late: Optional[float] = None
+
+    def _over(self) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+        phases = ("timed samples' time", "single ops' time")
+        waits = [(x, what) for x, what in zip((self.excess_wait, self.op_excess_wait), phases)
+                 if x is not None and x >= WAITED_FOR]
+        lates = [(x, what) for x, what in zip((self.excess_late, self.op_excess_late), phases)
+                 if x is not None and x >= LATE_FOR]
+        return waits, lates
 
     @property
     def waited_for(self) -> bool:
-        """The others waited for it, summed over the iterations: its excess wait at least WAITED_FOR in the
-        timed samples or in the single ops."""
-        return any(x is not None and x >= WAITED_FOR for x in (self.excess_wait, self.op_excess_wait))
+        """The others waited for it, summed over the iterations: its excess wait at least WAITED_FOR, or its
+        excess late share at least LATE_FOR, in the timed samples or in the single ops."""
+        waits, lates = self._over()
+        return bool(waits or lates)
 
     def waited_text(self) -> str:
-        """``the others waited 23% of the iterations' time for it (single ops: 31%)``"""
-        parts = [f"{x:.0%} of the {what}" for x, what in ((self.excess_wait, "timed samples' time"),
-                                                          (self.op_excess_wait, "single ops' time"))
-                 if x is not None and x >= WAITED_FOR]
-        return f"the others waited {' and '.join(parts)} for it, beyond its own wait (summed)"
+        """``the others waited 59% of the timed samples' time for it, beyond its own wait (summed)``, ``it began
+        its ops 23% of the timed samples' time later than the others did (summed)``, or both, joined by ``;``"""
+        waits, lates = self._over()
+        texts = []
+        if waits:
+            texts.append(f"the others waited {' and '.join(f'{x:.0%} of the {w}' for x, w in waits)} for it, "
+                         "beyond its own wait (summed)")
+        if lates:
+            texts.append(f"it began its ops {' and '.join(f'{x:.0%} of the {w}' for x, w in lates)} later than the "
+                         "others did (summed)")
+        return "; ".join(texts)
 
     def label(self, with_node: bool) -> str:
         where = ", ".join(x for x in ((f"node {self.node}" if with_node else ""), self.host, self.device) if x)
@@ -162,12 +208,22 @@ class RankFigures:
             "wait_median_s": self.wait_median_s, "straggled": self.straggled, "z": _finite(self.z)}
         if self.has_shares:  # a report of before the wait shares reads back as it was written
             out.update(excess_wait=self.excess_wait, op_excess_wait=self.op_excess_wait, waited_for=self.waited_for)
+        if self.excess_late is not None or self.op_excess_late is not None:
+            out.update(excess_late=self.excess_late, op_excess_late=self.op_excess_late)
         return out
 
     @property
     def has_shares(self) -> bool:
         """Its data has the ranks' wait shares (:func:`excess_waits`)."""
-        return self.excess_wait is not None or self.op_excess_wait is not None
+        return any(x is not None for x in (self.excess_wait, self.op_excess_wait, self.excess_late,
+                                            self.op_excess_late))
+
+    @property
+    def most_over(self) -> float:
+        """Its largest figure over its threshold (excess / threshold), for the order of the ranks waited for."""
+        pairs = ((self.excess_wait, WAITED_FOR), (self.op_excess_wait, WAITED_FOR), (self.excess_late, LATE_FOR),
+                 (self.op_excess_late, LATE_FOR))
+        return max((x / t for x, t in pairs if x is not None), default=0.0)
 
 
 def _finite(x: float) -> Optional[float]:
@@ -280,24 +336,44 @@ def case_ranks(m: Measurement) -> Optional[CaseRanks]:
     lags = [float(x) for x in data["lag_median_s"]]
     zs = modified_z(lags, MAD_FLOOR * iteration) if world >= MIN_COMPARED else [0.0] * world
     excess: dict[str, list[Optional[float]]] = {}
-    for key in ("wait_share", "op_wait_share"):  # absent from the data of before them
+    for key, fn in (("wait_share", excess_waits), ("op_wait_share", excess_waits), ("late_share", excess_lates),
+                    ("op_late_share", excess_lates)):  # absent from the data of before them
         shares = data.get(key)
         if shares is not None and len(shares) != world:
             raise ValueError(f"{where}: {key} must list one value per rank ({world} ranks)")
-        excess[key] = list(excess_waits([float(x) for x in shares])) if shares else [None] * world
+        excess[key] = list(fn([float(x) for x in shares])) if shares else [None] * world
     ranks = tuple(
         RankFigures(rank=int(data["rank"][i]), node=int(data["node"][i]), host=str(data["host"][i]),
                     device=str(data["device"][i]), own_median_s=float(data["own_median_s"][i]),
                     lag_median_s=lags[i], wait_median_s=float(data["wait_median_s"][i]),
                     straggled=int(data["straggled"][i]), z=zs[i], excess_wait=excess["wait_share"][i],
-                    op_excess_wait=excess["op_wait_share"][i])
+                    op_excess_wait=excess["op_wait_share"][i], excess_late=excess["late_share"][i],
+                    op_excess_late=excess["op_late_share"][i])
         for i in range(world))
     slowest = max(ranks, key=lambda r: r.straggled)  # max keeps the first of equals
     outliers = tuple(r for r in ranks if r.z > Z_LIMIT)
-    waited = tuple(sorted((r for r in ranks if r.waited_for),
-                          key=lambda r: -max(x for x in (r.excess_wait, r.op_excess_wait) if x is not None)))
+    waited = tuple(sorted((r for r in ranks if r.waited_for), key=lambda r: -r.most_over))
     return CaseRanks(n=n, iteration_s=iteration, ranks=ranks, slowest=slowest, outliers=outliers,
                      n_nodes=len({r.node for r in ranks}), waited_for=waited)
+
+
+def late_across(per_case: Sequence[Optional[CaseRanks]]) -> dict[tuple[int, str], tuple[float, int, float]]:
+    """Per node (``(node, host)``): the mean over the cases of the mean excess late share
+    (:attr:`RankFigures.excess_late`, timed samples) of its ranks in the case, the number of cases, and the
+    standard error of that mean (the cases' standard deviation over the root of their number; inf for one case),
+    over the cases whose ranks ran on two nodes or more and have the figure."""
+    sums: dict[tuple[int, str], list[float]] = {}
+    for cr in per_case:
+        if cr is None or cr.n_nodes < 2:
+            continue
+        mine: dict[tuple[int, str], list[float]] = {}
+        for r in cr.ranks:
+            if r.excess_late is not None:
+                mine.setdefault((r.node, r.host), []).append(r.excess_late)
+        for key, xs in mine.items():
+            sums.setdefault(key, []).append(statistics.fmean(xs))
+    return {key: (statistics.fmean(xs), len(xs), statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else math.inf)
+            for key, xs in sums.items()}
 
 
 @dataclass(frozen=True)
@@ -363,8 +439,9 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
     :class:`CaseRanks` (None where it has no ranks' data), and the outlier nodes, in the order first named.
 
     A node is named when one of its ranks stands out, or was waited for (:attr:`RankFigures.waited_for`), in a
-    collective whose ranks ran on two nodes or more (on one node, the rank is named in the case's line), or
-    when its own measurement of a case stands out from the other nodes' (:func:`node_outliers`)."""
+    collective whose ranks ran on two nodes or more (on one node, the rank is named in the case's line); when
+    its ranks began their ops late across the cases (:func:`late_across`); or when its own measurement of a case
+    stands out from the other nodes' (:func:`node_outliers`)."""
     per_case = [case_ranks(m) for _, m in cases]
     found: dict[int, OutlierNode] = {}
 
@@ -396,7 +473,16 @@ def find_outliers(cases: Sequence[tuple[str, Measurement]]) -> tuple[list[Option
             entry.cases.append({
                 "test": label, "op": m.op, "size_bytes": m.size_bytes, "by": "waits", "ranks": [r.rank],
                 "excess_wait": r.excess_wait, "op_excess_wait": r.op_excess_wait,
+                **({"excess_late": r.excess_late, "op_excess_late": r.op_excess_late}
+                   if r.excess_late is not None or r.op_excess_late is not None else {}),
                 "why": f"waited for in {label} ({m.op} {format_size(m.size_bytes)}): rank {r.rank}: {r.waited_text()}",
+            })
+    for where, (mean, k, se) in late_across(per_case).items():
+        if k >= MIN_CASES_ACROSS and mean >= LATE_ACROSS_FOR and mean >= Z_LIMIT * se:
+            node(*where).cases.append({
+                "by": "late across cases", "cases": k, "excess_late_mean": mean, "excess_late_se": se,
+                "why": (f"its ranks began their ops {mean:.0%} of the time later than the others did, on average over "
+                        f"{k} cases (standard error {se:.1%}; each case's share summed over its timed ops)"),
             })
     groups: dict[CaseKey, list[tuple[str, Measurement]]] = {}
     for label, m in cases:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-__all__ = ["agreement", "IterationStats", "iteration_stats"]
+__all__ = ["agreement", "IterationStats", "iteration_stats", "late_total"]
 
 
 def agreement(torch: ModuleType, dist: ModuleType, device: str,
@@ -43,10 +43,15 @@ class IterationStats(NamedTuple):
     #: rank (its wait, summed): a rank slowed outside its own timed region has the least of it, the ranks
     #: that waited for it the most, whichever iterations it happened in (the medians miss it when it is rare)
     wait_share: float = 0.0
+    #: how much later than the first rank this rank began each op (each sample on GPU), summed over the ops, over
+    #: the time the phase took on its clock, on clocks aligned across the ranks (:func:`late_total`); None where the
+    #: ops' starts were not noted
+    late_share: Optional[float] = None
 
 
 def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], rank: int, world: int, device: str,
-                    group: Optional[ProcessGroup] = None) -> IterationStats:
+                    group: Optional[ProcessGroup] = None, entries: Optional[Sequence[float]] = None,
+                    batch: int = 1) -> IterationStats:
     """Per iteration, the time of the slowest rank and the rank that the others waited for; and this
     rank's summary.  Called by every rank of ``group`` (None: the default group) with its ``own`` sample
     times, after the timed samples; ``rank`` and ``world`` are its rank in that group and the group's size.
@@ -83,6 +88,18 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
     iteration, the rank with the shortest, the gaps to both -- but "arrived last" holds only among ranks
     that wait for each other: the rank with the shortest time may simply have had less to wait for.
 
+    The waits cancel, though, where a rank is held up *inside* an op after its own part of the op is done
+    (its data sent: the others finish the op and wait in the next one, while its own time of the op grows as
+    much as theirs): a stop (SIGSTOP) or another process on its core lands there as often as anywhere.  Where
+    each rank noted when it began each op (``entries``, from :meth:`.timed_case.TimedLoop.entry_times`, in
+    seconds on its own clock; ``batch`` ops per sample), the ranks also work out how much later than the first
+    rank each one began each op, summed (:func:`late_total`), over the time the phase took on its own clock (from
+    its first op's start to its last op's end; not the iterations' times summed, which count a stall twice where
+    it falls inside a sample: once in the held rank's sample, once in the others' next one): its ``late_share``.
+    A rank held up anywhere but inside an op before its data went out begins its next op late, and only it does;
+    held up there, every rank's op is long and no rank began late (that stop names no one).  None when the ranks
+    noted no starts or different numbers of them (on every rank alike).
+
     Raises ValueError, on every rank alike, when the ranks took different numbers of samples (the timing
     plan is agreed, so they cannot, unless the ranks ran with different settings).
     """
@@ -97,6 +114,8 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
                          f"{k}): the timing plan should have been agreed by every rank")
     if k == 0:
         return IterationStats([], [], 0.0, 0.0, 0.0, 0)
+    noted = _all_noted(torch, dist, entries, device, group)  # every rank calls it; if True, none has None
+    late = late_total(torch, dist, entries, rank, device, group) if noted and entries is not None else None
     mine = torch.tensor([float(x) for x in own], dtype=torch.float64, device=device)
     hi, lo = mine.clone(), mine.clone()
     dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)
@@ -113,5 +132,52 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
         wait_median_s=statistics.median(o - m for o, m in zip(own, low)),
         straggled=sum(1 for w in who if w == rank),
         wait_share=sum(o - m for o, m in zip(own, low)) / total if (total := sum(times)) > 0 else 0.0,
+        late_share=None if late is None else (late / span if (span := _span(own, entries, batch)) > 0 else 0.0),
     )
 
+
+def _all_noted(torch: ModuleType, dist: ModuleType, entries: Optional[Sequence[float]], device: str,
+               group: Optional[ProcessGroup]) -> bool:
+    """Whether every rank of ``group`` noted the same number of op starts, one or more (the same answer on every
+    rank): the fewest and the most over the ranks, each from a one-element all-reduce (MIN)."""
+    e = -1.0 if entries is None else float(len(entries))
+    fewest, neg_most = torch.tensor([e], dtype=torch.float64, device=device), torch.tensor([-e], dtype=torch.float64,
+                                                                                            device=device)
+    dist.all_reduce(fewest, op=dist.ReduceOp.MIN, group=group)
+    dist.all_reduce(neg_most, op=dist.ReduceOp.MIN, group=group)
+    return bool(fewest.item() == -neg_most.item() >= 1)
+
+
+def _span(own: Sequence[float], entries: Optional[Sequence[float]], batch: int) -> float:
+    """How long the phase took on this rank's clock: from its first op's start to its last op's end (the last
+    entry plus the last op's time: the last sample's on GPU, where an entry is a sample's start)."""
+    if not entries:
+        return 0.0
+    per_entry = batch * len(own) / len(entries)  # ops (iterations) between two entries: 1, or a sample's batch
+    return float(entries[-1] - entries[0] + own[-1] * per_entry)
+
+
+def late_total(torch: ModuleType, dist: ModuleType, entries: Sequence[float], rank: int, device: str,
+               group: Optional[ProcessGroup] = None) -> float:
+    """How much later than the first rank this rank began its ops, summed: ``sum_j (t_j - min_r t_rj)``, with
+    ``t_j`` when it began op j (``entries``, seconds on its own clock), every rank of ``group`` calling it with
+    the same number of entries.
+
+    The ranks' clocks need not agree (hosts boot at different times, devices count from their own start): each
+    rank's clock is set against rank 0's (the group's) by the median of their differences over the ops.  The
+    ops of a collective end at about the same moment on every rank, and the next begins right after, so that
+    median is the clocks' offset (with any steady difference in when the ranks leave an op, which is nobody's
+    delay); a rank held up in a minority of the ops does not move it.  A rank late in most ops moves it and is
+    not seen here: the medians of :func:`iteration_stats` name that one.  Two collectives of ``len(entries)``
+    float64 numbers: rank 0's entries to every rank (a sum with zeros elsewhere, exact), and the earliest start
+    of each op (MIN)."""
+    import statistics
+
+    mine = torch.tensor([float(x) for x in entries], dtype=torch.float64, device=device)
+    ref = mine.clone() if rank == 0 else torch.zeros_like(mine)
+    dist.all_reduce(ref, op=dist.ReduceOp.SUM, group=group)
+    offset = statistics.median(a - b for a, b in zip(mine.tolist(), ref.tolist()))
+    aligned = mine - offset
+    first = aligned.clone()
+    dist.all_reduce(first, op=dist.ReduceOp.MIN, group=group)
+    return float((aligned - first).sum().item())

@@ -61,6 +61,10 @@ class CollectiveOp:
     * ``nccl_tests``: the nccl-tests binary that measures the same op (``all_reduce_perf``);
     * ``aliases``: other spellings of the op (NCCL API, nccl-tests) beyond the names derived from
       ``name`` and ``nccl_tests``.
+    * ``waits_for_all``: no rank ends the op before every rank has begun it (all_reduce, all_gather,
+      reduce_scatter, all_to_all), so that a rank that begins late holds every other up: only then do the ranks
+      note when each op began (:func:`.across_ranks.late_total`).  A root that sends (broadcast) or a rank that
+      only waits for its neighbour (send_recv) runs ahead of the others by several ops, which is no one's delay.
 
     The per-rank methods (``buffers``, ``fill``, ``expected``, ``run``) get torch or torch.distributed
     passed in, so that this module imports without torch.
@@ -71,6 +75,7 @@ class CollectiveOp:
     nccl_tests: ClassVar[str]
     split: ClassVar[bool] = False
     aliases: ClassVar[tuple[str, ...]] = ()
+    waits_for_all: ClassVar[bool] = True
 
     def factor(self, n: int) -> float:
         """busbw / algbw on ``n`` ranks (nccl-tests doc/PERFORMANCE.md): (n-1)/n where S is split among

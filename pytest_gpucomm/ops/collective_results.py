@@ -40,6 +40,9 @@ class BenchResult:
     wait_median_s: float = 0.0  # how long this rank waited for the last one to arrive (median)
     straggled: int = 0  # iterations in which this rank arrived last
     wait_share: float = 0.0  # the share of the iterations' time this rank waited for the last one (sums)
+    #: how much later than the first rank it began each op (sample, on GPU), summed, over the time the timed samples
+    #: took; None: not noted (:attr:`.across_ranks.IterationStats.late_share`)
+    late_share: Optional[float] = None
     host: str = ""  # where the rank ran: host, node index, device
     node: int = 0
     device: str = ""
@@ -53,6 +56,7 @@ class BenchResult:
     op_timer_overhead_s: float = 0.0  # median time of an empty timed interval (start, stop, nothing between)
     op_budget_s: float = 0.0  # the time budget that set the number of single ops
     op_wait_share: float = 0.0  # the share of the single ops' time this rank waited for the last one (sums)
+    op_late_share: Optional[float] = None  # the same as late_share, of the single ops
 
 
 class WrongResult(Exception):
@@ -80,7 +84,8 @@ def ranks_clocks(results: Sequence[BenchResult]) -> list[dict[str, object]]:
 def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:
     """The ranks' compact data, one list per field, in the order of ``results`` (the group's ranks):
     ``rank``, ``node``, ``host``, ``device``, ``own_median_s``, ``lag_median_s``, ``wait_median_s``,
-    ``straggled``, ``wait_share``, ``op_wait_share`` (one entry per rank), and ``straggler`` (one entry per
+    ``straggled``, ``wait_share``, ``op_wait_share``, ``late_share``, ``op_late_share`` (one entry per rank; the
+    last two where every rank noted its ops' starts), and ``straggler`` (one entry per
     iteration: the rank, as named in ``rank``, that arrived last).  O(ranks + iterations) numbers per case,
     never ranks x iterations."""
     ids = [r.rank for r in results]
@@ -96,6 +101,8 @@ def ranks_info(results: Sequence[BenchResult]) -> RanksInfo:
         "wait_share": [r.wait_share for r in results],
         "op_wait_share": [r.op_wait_share for r in results],
         "straggler": [ids[i] for i in results[0].straggler],
+        **{key: shares for key in ("late_share", "op_late_share")
+           if None not in (shares := [getattr(r, key) for r in results])},
     }
 
 

@@ -138,6 +138,7 @@ class Broadcast(CollectiveOp):
     """Every rank gets rank 0's buffer (S bytes)."""
 
     name = "broadcast"
+    waits_for_all = False  # see CollectiveOp
     forms = (IN_PLACE,)
     nccl_tests = "broadcast_perf"
     aliases = ("bcast",)
@@ -156,6 +157,7 @@ class Reduce(CollectiveOp):
     """Rank 0 gets the sum of every rank's buffer (S bytes each)."""
 
     name = "reduce"
+    waits_for_all = False  # see CollectiveOp
     forms = (IN_PLACE,)
     nccl_tests = "reduce_perf"
 
@@ -196,6 +198,7 @@ class SendRecv(CollectiveOp):
     """Every rank sends to the next and receives from the previous at once (nccl-tests sendrecv)."""
 
     name = "send_recv"
+    waits_for_all = False  # see CollectiveOp
     forms = (OUT_OF_PLACE,)
     nccl_tests = "sendrecv_perf"
 
@@ -371,6 +374,7 @@ class _RankCase:
                  dtype: str, in_place: bool, register: bool) -> None:
         self.torch, self.dist, self.device, self.group = torch, dist, ctx.device, ctx.group
         self.gpu = ctx.device.startswith("cuda")
+        self.waits_for_all = spec.waits_for_all
         self.pool: Any = None
         self.backend: Any = None
         self.note = ""
@@ -432,6 +436,8 @@ class _RankCase:
             t.sample(p.batch)  # capture (on GPU) outside the timed samples
             t.sync()
             self.dist.barrier(group=self.group)
+            if self.waits_for_all:
+                t.record()  # when each timed op begins (:func:`~.across_ranks.late_total`)
 
         self.clocks = sampler_for((self.device,))
         samples, plan = measure(self.timed, settings, agree=agree, prepare=prepare, clocks=self.clocks)
@@ -441,7 +447,7 @@ class _RankCase:
         """The single ops timed one by one after the samples (:func:`~.single_op_timing.single_op_phase`)."""
         assert self.case is not None and self.timed is not None
         return single_op_phase(self.torch, self.dist, self.case.run, self.timed.sync, agree, self.gpu, budget,
-                               group=self.group)
+                               group=self.group, note_starts=self.waits_for_all)
 
     def check(self, graph_inner: int, dtype: str) -> tuple[int, Optional[tuple[int, float, float]], int, str]:
         """Correctness after timing, on each path that was timed (a graph replay, eager launches): fresh
@@ -523,6 +529,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
     count = element_count(op, size_bytes, n, dtype)
     rc = _RankCase(torch, dist, ctx, spec, count, dtype, in_place, register)
     samples, plan, agree = rc.time(graph, min_time_s, max_samples)
+    entries = cast(TimedLoop, rc.timed).entry_times()  # None where not noted (the op does not wait for all)
     budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
     singles = rc.single_ops(agree, budget)
     timed = cast(TimedLoop, rc.timed)
@@ -533,7 +540,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
     registered, graph_error = rc.clean_up()
     # Who the others waited for: every rank of the group, after the correctness check (see iteration_stats).
     # Rank 0 alone returns the per-iteration data, the others their summaries (compact gathered results).
-    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=ctx.group)
+    its = iteration_stats(torch, dist, samples, r, n, ctx.device, group=ctx.group, entries=entries, batch=plan.batch)
     first_rank = r == 0
     tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device, group=ctx.group)
     return BenchResult(
@@ -556,6 +563,7 @@ def bench(ctx: RankContext, op: str, size_bytes: int, dtype: str = DEFAULT_DTYPE
         wait_median_s=its.wait_median_s,
         straggled=its.straggled,
         wait_share=its.wait_share,
+        late_share=its.late_share,
         host=ctx.host or socket.gethostname(),
         node=ctx.node_rank,
         device=ctx.device,

@@ -38,7 +38,8 @@ class SingleOpFields(TypedDict, total=False):
     phase, passed to it as keyword arguments: per op the slowest rank's time (on rank 0 only; ``()`` on the
     others), this rank's own p50 and p99, how a single op was timed, the timer's step and the overhead of an
     empty timed interval, the time budget that set the number of single ops, and this rank's share of the single
-    ops' time spent waiting for the last rank (:attr:`.across_ranks.IterationStats.wait_share`)."""
+    ops' time spent waiting for the last rank (:attr:`.across_ranks.IterationStats.wait_share`) and how much
+    later than the first rank it began them (:attr:`~.across_ranks.IterationStats.late_share`)."""
 
     op_times_s: tuple[float, ...]
     op_own_p50_s: float
@@ -48,6 +49,7 @@ class SingleOpFields(TypedDict, total=False):
     op_timer_overhead_s: float
     op_budget_s: float
     op_wait_share: float
+    op_late_share: Optional[float]
 
 
 class SingleOps(NamedTuple):
@@ -57,6 +59,8 @@ class SingleOps(NamedTuple):
     timer: str
     resolution_s: float
     overhead_s: float
+    #: when each single op began, in seconds from the first, on this rank's clock (the host's; the device's on GPU)
+    entries_s: Optional[list[float]] = None
 
 
 class FlagLatch:
@@ -136,7 +140,8 @@ class FlagLatch:
         return self._set()
 
 
-def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int, launches: int = 1) -> SingleOps:
+def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int, launches: int = 1,
+               note_starts: bool = False) -> SingleOps:
     """Time ``n_ops`` single ops, each on its own: on GPU a pair of device events around each op, on CPU the
     host clock.  Each rank calls it with the same ``n_ops`` (the ops are collectives).
 
@@ -150,25 +155,33 @@ def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int
     (long iterations keep the host ahead of the device; the timer string says which way was used).  The
     timer's figures come from empty event pairs enqueued the same way (resolution: the smallest step between
     distinct intervals; overhead: the median empty interval).  CPU: resolution from
-    ``time.get_clock_info``, overhead the median of back-to-back ``perf_counter`` pairs."""
+    ``time.get_clock_info``, overhead the median of back-to-back ``perf_counter`` pairs.  ``note_starts``: also
+    note when each op began (``entries_s``: the host clock before it on CPU, its start event on GPU, from the
+    first op's), for :func:`.across_ranks.late_total`; only for ops that wait for every rank."""
     if not gpu:
         pairs = []
         for _ in range(1000):
             t0 = time.perf_counter()
             pairs.append(time.perf_counter() - t0)
         own: list[float] = []
+        starts: list[float] = []
         for _ in range(n_ops):
             t0 = time.perf_counter()
             run()
             own.append(time.perf_counter() - t0)
+            if note_starts:
+                starts.append(t0)
         pairs.sort()
         return SingleOps(own, "host clock per operation", time.get_clock_info("perf_counter").resolution,
-                         pairs[len(pairs) // 2])
+                         pairs[len(pairs) // 2], [t - starts[0] for t in starts] if note_starts else None)
     cuda = torch.cuda
     launches = max(1, int(launches))
     latch = FlagLatch.create(torch) if launches <= TAIL_CHUNK else None
     why = FlagLatch.unavailable if launches <= TAIL_CHUNK else f"one op holds {launches} collectives"
     stream = cuda.current_stream()
+
+    began: list[float] = []  # each op's start event, timed against the first op's
+    first: list[Any] = []
 
     def chunk(k: int, body: Optional[Callable[[], None]]) -> tuple[list[float], bool]:
         evs = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(k)]
@@ -181,6 +194,9 @@ def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int
             e_.record()
         released = latch.release() if latch is not None else True
         cuda.synchronize()
+        if body is not None and note_starts:
+            first[:] = first or [evs[0][0]]
+            began.extend(first[0].elapsed_time(s_) / 1e3 for s_, _ in evs)
         return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs], released
 
     empty, _ = chunk(100, None)
@@ -207,18 +223,19 @@ def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int
         f"device events per operation, no latch ({why})"
     if unlatched:
         how += f"; {unlatched} of {n_ops} ops behind a latch the timer released (host time included)"
-    return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2])
+    return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2], began if note_starts else None)
 
 
 def single_op_phase(torch: ModuleType, dist: ModuleType, run: Callable[[], None], sync: Callable[[], None],
                     agree: Callable[[float], float], gpu: bool, budget_s: float,
-                    group: Optional[ProcessGroup] = None, launches: int = 1) -> Optional[SingleOps]:
+                    group: Optional[ProcessGroup] = None, launches: int = 1,
+                    note_starts: bool = False) -> Optional[SingleOps]:
     """The single-op phase of a case, after its timed samples, on every rank of ``group``: ``run`` (one op,
     or one iteration of a pattern) three times (and, for short ops, 20 more) back to back to get the agreed
     (slowest rank's, ``agree``) wall time of one, then as many single ops as fill ``budget_s`` at that
     time, between ``TAIL_MIN_OPS`` and ``TAIL_MAX_OPS`` (:func:`single_ops`), so that every rank makes the
     same calls.  None when ``budget_s`` is 0 or less (the phase skipped).  ``launches``: the collectives one
-    ``run`` makes (:func:`single_ops`)."""
+    ``run`` makes, ``note_starts``: note when each op began (:func:`single_ops`)."""
     if budget_s <= 0:
         return None
 
@@ -235,7 +252,7 @@ def single_op_phase(torch: ModuleType, dist: ModuleType, run: Callable[[], None]
         per_op = max(agree(wall(20)), 1e-9)
     n_ops = max(TAIL_MIN_OPS, min(TAIL_MAX_OPS, int(budget_s / per_op)))
     dist.barrier(group=group)
-    return single_ops(torch, run, gpu, n_ops, launches)
+    return single_ops(torch, run, gpu, n_ops, launches, note_starts)
 
 
 def single_op_fields(torch: ModuleType, dist: ModuleType, singles: Optional[SingleOps], budget_s: float, rank: int,
@@ -247,11 +264,11 @@ def single_op_fields(torch: ModuleType, dist: ModuleType, singles: Optional[Sing
         return {}
     import statistics
 
-    op_its = iteration_stats(torch, dist, singles.own_s, rank, world, device, group=group)
+    op_its = iteration_stats(torch, dist, singles.own_s, rank, world, device, group=group, entries=singles.entries_s)
     own_sorted = sorted(singles.own_s)
     return {"op_times_s": tuple(op_its.times) if rank == 0 else (), "op_own_p50_s": statistics.median(own_sorted),
             "op_own_p99_s": own_sorted[min(len(own_sorted) - 1, int(0.99 * len(own_sorted)))],
             "op_timer": singles.timer, "op_timer_resolution_s": singles.resolution_s,
             "op_timer_overhead_s": singles.overhead_s, "op_budget_s": budget_s,
-            "op_wait_share": op_its.wait_share}
+            "op_wait_share": op_its.wait_share, "op_late_share": op_its.late_share}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .collective_op import CollectiveOp, Shape, small_pattern
 
@@ -73,6 +73,26 @@ class TimedLoop:
         self.calls = 0
         self.graphs: dict[int, CUDAGraph] = {}
         self.graph_error = ""
+        self._entries: Optional[list[Any]] = None  # while recording (:meth:`record`): where each op began
+
+    def record(self) -> None:
+        """From now on, note when each op began (:meth:`entry_times`): on CPU the host clock before each op of
+        every sample, on GPU the device's start event of every sample.  Called after the warm-up and the graph
+        capture, just before the timed samples; the note costs one clock read and a list append per op."""
+        self._entries = []
+
+    def entry_times(self) -> Optional[list[float]]:
+        """When each recorded op (CPU) or sample (GPU) began, in seconds from the first one, on this rank's
+        own clock (the host's or the device's); None when :meth:`record` was not called.  Stops the recording.
+        The ranks' clocks need not agree: :func:`.across_ranks.iteration_stats` aligns them."""
+        got, self._entries = self._entries, None
+        if got is None or not got:
+            return None if got is None else []
+        if not self.gpu:
+            return [t - got[0] for t in got]
+        first = got[0]  # device events: each sample's start, timed against the first (after a sync)
+        self.sync()
+        return [first.elapsed_time(e) / 1e3 for e in got]
 
     def capture(self, batch: int) -> Optional[CUDAGraph]:
         """A graph of ``batch`` back-to-back ops, or None (and ``graph_error`` says why) if capture fails."""
@@ -111,6 +131,8 @@ class TimedLoop:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
+            if self._entries is not None:
+                self._entries.append(start)
             if g is not None:
                 for _ in range(replays):
                     g.replay()
@@ -119,10 +141,19 @@ class TimedLoop:
                     self.case.run()
             end.record()
             return lambda: start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            self.case.run()
-        dt = time.perf_counter() - t0
+        clock, run, entries = time.perf_counter, self.case.run, self._entries
+        t0 = t = clock()
+        if entries is None:
+            for _ in range(batch):
+                run()
+            t = clock()
+        else:  # each op's start: the end of the one before (a list append apart)
+            entry = entries.append
+            for _ in range(batch):
+                entry(t)
+                run()
+                t = clock()
+        dt = t - t0
         return lambda: dt
 
     def sync(self) -> None:

@@ -507,8 +507,8 @@ def straggler_lines(run: "ReportDocument | Iterable[Row | Record]", limit: int =
                     width: int = DEFAULT_WIDTH) -> list[str]:
     """The "slowest ranks" and "outlier nodes" sections of the terminal summary (each only when it has a
     case to list; see ``stragglers``), of a document (or of rows, made one), wrapped to ``width``."""
-    from ..analysis.stragglers import (CHANCE_P, CLEAR_MAJORITY, MAD_FLOOR, MIN_LAG, NOTABLE_SPREAD, WAITED_FOR,
-                                       Z_LIMIT)
+    from ..analysis.stragglers import (CHANCE_P, CLEAR_MAJORITY, LATE_FOR, MAD_FLOOR, MIN_LAG, NOTABLE_SPREAD,
+                                       WAITED_FOR, Z_LIMIT)
 
     doc = run if isinstance(run, ReportDocument) else ReportDocument.of_run(run)
     lines: list[str] = []
@@ -517,7 +517,8 @@ def straggler_lines(run: "ReportDocument | Iterable[Row | Record]", limit: int =
         lines.append(f"gpucomm slowest ranks (one rank last in {CLEAR_MAJORITY:.0%} of the iterations or more "
                      f"(p <= {CHANCE_P:g}), the others waiting {MIN_LAG:.0%} of an iteration for it; or the ranks' "
                      f"medians {NOTABLE_SPREAD:.0%} apart; or a rank's lag standing out; or the others waiting "
-                     f"{WAITED_FOR:.0%} of the time for a rank, summed):")
+                     f"{WAITED_FOR:.0%} of the time for a rank, or a rank beginning its ops {LATE_FOR:.0%} of the "
+                     "time later than the others, summed):")
         for r, ranks in listed[:limit]:
             lines.append(f"  {r.test} ({r.measurement.op} {format_size(r.measurement.size_bytes)}): {ranks.text()}")
         if len(listed) > limit:
