@@ -384,7 +384,7 @@ def _latency_bound_class(rng: np.random.Generator, sessions: int = 4, runs: int 
 
 
 def test_a_flat_10_percent_drop_of_a_small_class_whose_boots_move_its_latency_fails_on_its_steady_offset():
-    rng = np.random.default_rng(45)
+    rng = np.random.default_rng(45)  # one draw of many: with seeds 0-29 the steady offset failed it in 26, the median 1
     members, base, session_of = _latency_bound_class(rng)
     centers = {k: float(np.mean(list(v.values()))) for k, v in base.items()}
     fit = fit_levels(base, centers, members, session_of)
