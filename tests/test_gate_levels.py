@@ -13,6 +13,7 @@ from pytest_gpucomm.gate.levels import (
     LEVEL_SHARES,
     MIN_CLASS_CASES,
     SMALL_CLASS_WEIGHT,
+    STEADY_NAME,
     Member,
     Residual,
     borrowed_class_priors,
@@ -24,6 +25,7 @@ from pytest_gpucomm.gate.levels import (
     member,
     residual_spread,
     residuals,
+    weighted_median,
     within_share,
 )
 from pytest_gpucomm.gate.levels import fit_residual
@@ -156,7 +158,8 @@ def test_every_case_10_percent_slower_fails_the_class_offset_and_not_the_residua
     centers = {k: float(np.mean(list(v.values()))) for k, v in runs.items()}
     fit = fit_levels(runs, centers, MEMBERS, sessions)
     lv = judge_run(_today(rng, centers, lambda k: 0.10, class_sd=0.002), fit, {k: 1e-4 for k in centers})
-    [klass] = lv.classes
+    klass, steady = lv.classes  # a small class: its median, then its steady offset (each half its weight)
+    assert steady.name == f"collectives <= 1 MiB, {STEADY_NAME}" and steady.failed, steady.text()
     assert klass.failed and klass.headline() == (f"REGRESSION (class offset) collectives <= 1 MiB: "
                                                  f"{1 - klass.ratio:.1%} slower ({len(MEMBERS)} cases)")
     assert not any(v.failed for v in lv.bands + lv.cases)
@@ -309,8 +312,10 @@ def test_a_small_class_offset_has_its_weight_of_the_class_share_of_alpha():
                    {k: 1e-5 for k in members}, alpha=0.01)
     by = {v.name: v for v in lv.classes}
     a_small, a_large = by["host<->device copies <= 1 MiB"].alpha, by["host<->device copies > 1 MiB"].alpha
-    assert a_small == pytest.approx(SMALL_CLASS_WEIGHT * a_large)
-    assert a_small + a_large == pytest.approx(0.01 * LEVEL_SHARES["class"])  # the weights share the level's alpha
+    # a small class is judged twice, by its median and by its steady offset, each at half its weight
+    a_steady = by[f"host<->device copies <= 1 MiB, {STEADY_NAME}"].alpha
+    assert a_small == a_steady == pytest.approx(SMALL_CLASS_WEIGHT / 2 * a_large)
+    assert a_small + a_steady + a_large == pytest.approx(0.01 * LEVEL_SHARES["class"])  # the level's alpha, shared
 
 
 def test_a_one_session_class_offset_judged_on_borrowed_spreads_is_gated_and_fails_a_10_percent_drop():
@@ -344,3 +349,72 @@ def test_a_level_not_judged_says_why_once_in_its_text():
                      math.nan, math.nan, 0.05, why=why)
     assert v.text().count("46.3% slower itself") == 1
     assert v.text() == f"not judged (case residual) h2d 4 KiB: {why}"
+
+
+# -- the steady offset of a small class (issue 45 item 2) -------------------------------------------------------
+
+
+def test_the_weighted_median_counts_each_value_by_its_weight_and_is_the_median_with_equal_weights():
+    assert weighted_median([1.0, 2.0, 3.0, 10.0], [1.0, 1.0, 1.0, 10.0]) == 10.0
+    assert weighted_median([5.0, 1.0, 3.0], [1.0, 1.0, 1.0]) == 3.0
+    assert weighted_median([4.0, 1.0, 3.0, 2.0], [1.0] * 4) == 2.5 == float(np.median([4.0, 1.0, 3.0, 2.0]))
+    assert weighted_median([4.0, 1.0, 3.0, 2.0]) == 2.5
+
+
+#: a host<->device copy's share of its time that is a fixed cost per copy, by size (2 x H200: about 1 - its
+#: bandwidth over 55 GB/s): a boot that moves that cost moves the small sizes most and 1 MiB little
+LATENCY_SHARE = {4 << 10: 0.97, 16 << 10: 0.89, 64 << 10: 0.68, 256 << 10: 0.35, 1 << 20: 0.13}
+
+
+def _latency_bound_class(rng: np.random.Generator, sessions: int = 4, runs: int = 3, shift_sd: float = 0.025):
+    """A small host<->device class of 4 directions x 5 sizes whose sessions move each case by its latency share
+    of a session's latency shift (``shift_sd``), its runs by 0.3 %; (members, runs, session of each run)."""
+    members = {}
+    for d in range(4):
+        for size in LATENCY_SHARE:
+            test = f"t.py::test_h2d[{d}-{size_token(size)}]"
+            key = f"{test}|h2d|{size}B"
+            members[key] = member(key, test_id=test, op="h2d", kind="host", size_bytes=size, dtype=None,
+                                  world_size=1, devices=[f"host->cuda:{d}"])
+    session_of = {f"r{s}-{r}": f"s{s}" for s in range(sessions) for r in range(runs)}
+    shift = {f"s{s}": rng.normal(0, shift_sd) for s in range(sessions)}
+    base = {k: {rid: -shift[s] * LATENCY_SHARE[m.size_bytes] + rng.normal(0, 0.003) for rid, s in session_of.items()}
+            for k, m in members.items()}
+    return members, base, session_of
+
+
+def test_a_flat_10_percent_drop_of_a_small_class_whose_boots_move_its_latency_fails_on_its_steady_offset():
+    rng = np.random.default_rng(45)  # one draw of many: with seeds 0-29 the steady offset failed it in 26, the median 1
+    members, base, session_of = _latency_bound_class(rng)
+    centers = {k: float(np.mean(list(v.values()))) for k, v in base.items()}
+    fit = fit_levels(base, centers, members, session_of)
+    klass = "host<->device copies <= 1 MiB"
+    assert set(fit.steady) == {klass}
+    weights = fit.steady[klass][0]
+    assert min(w for k, w in weights.items() if members[k].size_bytes == 1 << 20) > \
+        5 * max(w for k, w in weights.items() if members[k].size_bytes == 4 << 10)  # the steadiest count most
+    var = {k: 1e-5 for k in members}
+    today_shift = -0.025  # a boot of today 2.5 % slower in its fixed cost than the baseline's average
+    for drop, fails in ((0.0, False), (0.10, True)):
+        dev = {k: -today_shift * LATENCY_SHARE[m.size_bytes] + rng.normal(0, 0.003) + math.log(1 - drop)
+               for k, m in members.items()}
+        lv = judge_run(dev, fit, var, runs={k: 1 for k in dev})
+        plain, steady = lv.classes
+        assert steady.name == f"{klass}, {STEADY_NAME}" and plain.name == klass
+        assert steady.failed is fails, steady.text()
+        # the class's median moves with the boots' latency: judged on that spread, it catches no 10 % drop
+        assert not plain.failed and plain.status == "not gated", plain.text()
+        assert steady.sd < plain.sd / 2, (steady.text(), plain.text())
+
+
+def test_no_steady_offset_without_the_runs_to_weigh_its_cases_or_two_sessions():
+    rng = np.random.default_rng(46)
+    members, base, session_of = _latency_bound_class(rng, sessions=1, runs=4)
+    centers = {k: float(np.mean(list(v.values()))) for k, v in base.items()}
+    one = fit_levels(base, centers, members, session_of)
+    assert one.steady == {}  # one session: its offset's spread between sessions is not measured
+    members, base, session_of = _latency_bound_class(rng, sessions=2, runs=1)
+    two = fit_levels(base, centers, members, session_of)
+    assert two.steady == {}  # two runs of each case: fewer than MIN_STEADY_RUNS to weigh them by
+    lv = judge_run({k: 0.0 for k in members}, two, {k: 1e-5 for k in members})
+    assert [v.name for v in lv.classes] == ["host<->device copies <= 1 MiB"]

@@ -13,6 +13,7 @@ import pytest
 from pytest_gpucomm.gate import Gate, GateSettings
 from pytest_gpucomm.env.fingerprint import node_differences
 from pytest_gpucomm.gate.cases import CaseRecord, case_key
+from pytest_gpucomm.gate.levels import STEADY_NAME
 from pytest_gpucomm.gate.run_levels import judge_levels
 from pytest_gpucomm.vocab import default_engine_id
 from pytest_gpucomm.gate.schema import BaselineError
@@ -266,14 +267,21 @@ def test_a_class_slowdown_on_one_node_marks_only_that_nodes_rows_and_its_level_n
     assert not any(v["status"] == "REGRESSION" for v in verdicts if v["node"] == other), [
         v["message"] for v in verdicts if v["node"] == other]
     levels = g.last_levels  # type: ignore[attr-defined]
-    [klass] = [v for v in levels.classes if v.failed]
+    # a small class is judged by its median and by its steady offset (levels.STEADY_NAME): both fail on that node
+    [klass, steady] = [v for v in levels.classes if v.failed]
     assert klass.node == slow and klass.headline().startswith(
         f"REGRESSION (class offset) copies between GPUs <= 1 MiB on node {slow} (h{slow}): 40."), klass.headline()
+    assert steady.node == slow and steady.headline().startswith(
+        f"REGRESSION (class offset) copies between GPUs <= 1 MiB, {STEADY_NAME} on node {slow} (h{slow}): 40."), \
+        steady.headline()
     assert all(k.endswith(f"|node{slow}") for k in klass.keys)
-    assert [v.node for v in levels.classes] == [0, 1]  # a class offset per node
+    assert [v.node for v in levels.classes] == [0, 0, 1, 1]  # a class offset and a steady offset per node
     d = levels.to_dict()
-    assert [(c["node"], c["host"], c["status"]) for c in d["classes"]] == [
-        (n, f"h{n}", "regression" if n == slow else "ok") for n in (0, 1)]
+    # the other node's class passes ("ok" before its median shared the class's alpha with its steady offset; at
+    # half the level it may read "not gated")
+    assert [(c["node"], c["host"], c["status"] == "regression") for c in d["classes"]] == [
+        (n, f"h{n}", n == slow) for n in (0, 0, 1, 1)]
+    assert all(c["status"] in ("ok", "not gated") for c in d["classes"] if c["node"] == other), d["classes"]
     # each slowed row keeps the failing level that covers it, with its node; no row of the other node has one
     assert all({lv["node"] for lv in v["levels"]} == {slow} for v in verdicts if v["node"] == slow)
     assert not any(v.get("levels") for v in verdicts if v["node"] == other)
@@ -286,8 +294,8 @@ def test_the_nodes_levels_split_the_session_alpha_by_their_share_of_the_cases(tm
     levels = g.last_levels  # type: ignore[attr-defined]
     # 12 cases, 6 a node: each node's levels at half the session's alpha, so the residuals' level is that of one
     # run of the 12 cases: alpha x share / 12
-    [a0, a1] = [v.alpha for v in levels.classes]
-    assert a0 == a1 == pytest.approx(g.settings.alpha * 0.4 / 2)
+    # each node's small class judged twice (its median, its steady offset), each at half the class's level
+    assert [v.alpha for v in levels.classes] == pytest.approx([g.settings.alpha * 0.4 / 2 / 2] * 4)
     assert [v.alpha for v in levels.cases] == pytest.approx([g.settings.alpha * 0.25 / 12] * 12)
     assert g.n_comparisons == 12  # each node's copy is a comparison of its own
 
@@ -329,7 +337,8 @@ def test_a_node_level_read_back_from_the_json_report_keeps_its_node_and_prints_i
     g = _job_gate(tmp_path / "b.json")
     _judge_job(g, {1: 0.6})
     back = Levels(json.loads(json.dumps(g.last_levels.to_dict()))).run_levels()  # type: ignore[attr-defined]
-    assert [(v.node, v.host) for v in back.classes] == [(0, "h0"), (1, "h1")]
+    assert [(v.node, v.host) for v in back.classes] == [(0, "h0"), (0, "h0"), (1, "h1"), (1, "h1")]
+    assert [v.name for v in back.classes] == [f"copies between GPUs <= 1 MiB{s}" for s in ("", f", {STEADY_NAME}")] * 2
     lines = level_lines(back, {k: k.split("|")[0] for v in back.all for k in v.keys})  # key -> test, as the rows
     assert any(line.startswith("gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB on node 1 (h1): ")
                for line in lines), lines

@@ -182,14 +182,15 @@ def test_the_class_offset_judges_the_pooled_ratio_so_re_measured_glitches_do_not
     glitches = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(100.0)) for n in nodeids]
     assert all(v.status is Status.NOT_GATED and v.remeasured == 2 for v in glitches)  # runs 10 % apart: not gated
     levels = judge_levels(g.fitted(), [v.to_dict() for v in glitches], g.settings)
-    [sh] = levels.classes
+    sh, steady = levels.classes  # a small class: its median, then its steady offset (gate.levels.STEADY_NAME)
     assert sh.name == "copies between GPUs <= 1 MiB" and len(sh.keys) == 6 and not levels.failed
+    assert steady.name == "copies between GPUs <= 1 MiB, weighted by steadiness" and steady.keys == sh.keys
     assert sh.ratio == pytest.approx(0.90 ** (1 / 3), rel=2e-3)  # the pooled ratio, not the first run's 0.90
     # the same six cases slow in every run: the class offset fails the session, and covers every case
     slow = [g.judge(n, FakeMeasurement(_steady(90.0)), None, lambda: again(90.0)) for n in nodeids]
     levels = judge_levels(g.fitted(), [v.to_dict() for v in slow], g.settings)
-    [sh] = levels.classes
-    assert sh.failed and sh.ratio == pytest.approx(0.90, rel=2e-3) and levels.failed == [sh]
+    sh, steady = levels.classes
+    assert sh.failed and sh.ratio == pytest.approx(0.90, rel=2e-3) and levels.failed == [sh, steady]
     assert set(levels.failed_keys()) == {v.details["case"] for v in slow}
 
 

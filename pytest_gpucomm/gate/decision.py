@@ -125,6 +125,13 @@ All statistics work on log bandwidth, so a shift is a ratio.
      to those classes' offsets, never below its own; from 3 such classes); a class whose cases are measured
      in K folds has its runs' part divided by K; the cases' own spread adds (pi/2) * median(V_i) / n.
      Judged from MIN_CLASS_CASES (5) cases.
+   * A class up to 1 MiB is judged a second time by its steady offset, each of its two verdicts at half its
+     weight: the median of its cases' log ratios weighted by the inverse of each case's variance over the
+     baseline's runs (how far the case moved between boots and processes; the sizes that a boot's fixed
+     cost per message moves least count most), fitted from the baseline runs' own steady offsets as above,
+     its prior the small classes' steady offsets together; the cases' own spread adds (pi/2) * sum(w_i^2
+     V_i) / (sum w_i)^2.  Only where every case of the class has MIN_STEADY_RUNS (3) baseline runs and the
+     class 2 sessions.
    * The op band: the cases of one sweep (one test, op, dtype, world and devices) within one class (sizes
      up to 1 MiB, or above), at least MIN_BAND_CASES (3).  A case's residual is its log ratio less its
      class's offset estimated from the run's cases of the class outside its band (their median, so that a

@@ -22,7 +22,8 @@ from .decision import (CASE_ALPHA_SHARE, DECISION_RULE, DETECTION_POWER, DF_NORM
                        RunLocation, bounded_exp, check_tolerance, fit_case, fit_prior, prediction, prior_of_variances,
                        t_quantile)
 
-__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "SMALL_CLASS_WEIGHT", "FOLDED_CLASSES", "Common", "run_offsets",
+__all__ = ["LEVELS_RULE", "LEVEL_SHARES", "SMALL_CLASS_WEIGHT", "FOLDED_CLASSES", "MIN_STEADY_RUNS", "STEADY_NAME",
+           "Common", "weighted_median", "run_offsets", "steadiness",
            "common_spread", "class_model", "common_of", "class_priors", "borrowed_class_priors",
            "Member", "member", "case_class", "residuals", "Residual",
            "fit_residual", "residual_spread", "within_share", "LevelFit", "fit_levels", "LevelVerdict", "RunLevels",
@@ -43,6 +44,10 @@ SMALL_BYTES = 1 << 20
 MIN_BAND_CASES = 3
 #: the fewest cases of a class whose offset is judged
 MIN_CLASS_CASES = 5
+#: the fewest baseline runs of every case of a small class from which its steady offset is weighted
+MIN_STEADY_RUNS = 3
+#: how a small class's second verdict, on its steady offset, is named after the class
+STEADY_NAME = "weighted by steadiness"
 #: the fewest cases outside a band from which its class's offset is estimated (fewer: no offset removed)
 MIN_REFERENCE_CASES = 3
 
@@ -80,21 +85,57 @@ class Common:
     assumed: str = ""  # which part of it is assumed ("session", "run", ...: ``decision.Spread.assumed``)
 
 
-def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> dict[str, float]:
+def weighted_median(values: Sequence[float], weights: Optional[Sequence[float]] = None) -> float:
+    """The median of ``values``, each counted with its weight (all 1 without ``weights``: ``np.median``): the
+    value where the weights below and above it are each at most half, the mean of the two where they are
+    exactly half."""
+    if weights is None:
+        return float(np.median(values))
+    x = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    order = np.argsort(x, kind="stable")
+    x, w = x[order], w[order]
+    below = np.cumsum(w) / w.sum()
+    i = int(np.searchsorted(below, 0.5 - 1e-12))
+    if abs(below[i] - 0.5) <= 1e-12 and i + 1 < len(x):
+        return float((x[i] + x[i + 1]) / 2.0)
+    return float(x[i])
+
+
+def run_offsets(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
+                weights: Optional[Sequence[float]] = None) -> dict[str, float]:
     """Per baseline run id, the common offset of a group: the median over the group's cases of the run's
-    location less the case's centre.  ``case_runs``: per case, run id -> location."""
+    location less the case's centre (with ``weights``, one per case: their weighted median, the steady offset).
+    ``case_runs``: per case, run id -> location."""
     devs: dict[str, list[float]] = {}
-    for runs, c in zip(case_runs, centers):
+    ws: dict[str, list[float]] = {}
+    for i, (runs, c) in enumerate(zip(case_runs, centers)):
         for rid, loc in runs.items():
             devs.setdefault(rid, []).append(loc - c)
-    return {rid: float(np.median(v)) for rid, v in devs.items()}
+            ws.setdefault(rid, []).append(1.0 if weights is None else float(weights[i]))
+    return {rid: weighted_median(v, None if weights is None else ws[rid]) for rid, v in devs.items()}
+
+
+def steadiness(case_runs: Sequence[dict[str, float]], centers: Sequence[float]) -> Optional[list[float]]:
+    """Per case of a class, its weight in the class's steady offset: the inverse of the variance of its runs'
+    deviations from its centre over the baseline's runs (sessions and runs together: how far a case moves
+    between the baseline's boots and processes), never above 1 / MIN_SPREAD^2; None where a case has fewer than
+    MIN_STEADY_RUNS runs (its variance is not measured: no steady offset)."""
+    out = []
+    for runs, c in zip(case_runs, centers):
+        if len(runs) < MIN_STEADY_RUNS:
+            return None
+        d = np.asarray(list(runs.values()), dtype=float) - c
+        out.append(1.0 / max(float(np.var(d, ddof=1)), MIN_SPREAD ** 2))
+    return out
 
 
 def class_model(case_runs: Sequence[dict[str, float]], centers: Sequence[float],
-                session_of: Mapping[str, Optional[str]]) -> Optional[CaseModel]:
-    """The baseline runs' common offsets (``run_offsets``) of a group fitted as one case (``fit_case``, by
-    session); None without a run."""
-    offsets = run_offsets(case_runs, centers)
+                session_of: Mapping[str, Optional[str]], weights: Optional[Sequence[float]] = None
+                ) -> Optional[CaseModel]:
+    """The baseline runs' common offsets (``run_offsets``, with ``weights``: the steady offsets) of a group
+    fitted as one case (``fit_case``, by session); None without a run."""
+    offsets = run_offsets(case_runs, centers, weights)
     if not offsets:
         return None
     ids = sorted(offsets)
@@ -274,6 +315,9 @@ class LevelFit:
     #: per class, its offset's model over the baseline's runs (:func:`class_model`) and its prior (the classes of
     #: its size together, :func:`class_priors`; a baseline of one session: borrowed, :func:`borrowed_class_priors`)
     class_models: dict[str, tuple[CaseModel, Prior]] = field(default_factory=dict)
+    #: per small class whose cases all have MIN_STEADY_RUNS baseline runs: its cases' weights (:func:`steadiness`),
+    #: its steady offset's model over the baseline's runs and its prior (the small classes' steady offsets together)
+    steady: dict[str, tuple[dict[str, float], CaseModel, Prior]] = field(default_factory=dict)
 
     @property
     def classes(self) -> dict[str, Common]:
@@ -330,11 +374,21 @@ def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, fl
     priors = class_priors(offset_models, small)
     class_fits = {c: (m, (borrowed or {}).get(c, priors[c]) if m.sessions < 2 else priors[c])
                   for c, m in offset_models.items()}
+    steady_w: dict[str, dict[str, float]] = {}
+    steady_models: dict[str, CaseModel] = {}
+    for c in sorted(c for c in offset_models if small[c]):
+        ck = [k for k in keys if members[k].klass == c]
+        w = steadiness([dict(runs[k]) for k in ck], [centers[k] for k in ck])
+        m = None if w is None else class_model([dict(runs[k]) for k in ck], [centers[k] for k in ck], session_of, w)
+        if w is not None and m is not None and m.sessions >= 2:
+            steady_w[c], steady_models[c] = dict(zip(ck, w)), m
+    steady_priors = class_priors(steady_models, {c: True for c in steady_models})
+    steady = {c: (steady_w[c], m, steady_priors[c]) for c, m in steady_models.items()}
     within = {c: within_share(r for k, (r, _) in cases.items() if members[k].klass == c)
               for c in sorted({m.klass for m in members.values()})}
     return LevelFit(members=members,
                     bands=models(band_res, band_class), cases=cases, weights=weights, within=within,
-                    sessions=dict(sessions or {}), class_models=class_fits)
+                    sessions=dict(sessions or {}), class_models=class_fits, steady=steady)
 
 
 @dataclass(frozen=True)
@@ -586,7 +640,8 @@ def _collapsed_reference(level: str, name: str, keys: Sequence[str], x: float, r
 
 
 def _class_verdict(name: str, keys: Sequence[str], offset: float, fitted: Optional[tuple[CaseModel, Prior]],
-                   case_var: float, *, tolerance: float, alpha: float, k: int = 1, runs: int = 2) -> LevelVerdict:
+                   case_var: float, *, tolerance: float, alpha: float, k: int = 1, runs: int = 2,
+                   own_var: Optional[float] = None) -> LevelVerdict:
     """A class's offset (of ``k`` runs pooled: its cases' folds) against the spread of the baseline runs'
     offsets, moderated by the prior of its size's classes (decision step 6, per class)."""
     if len(keys) < MIN_CLASS_CASES:
@@ -599,8 +654,21 @@ def _class_verdict(name: str, keys: Sequence[str], offset: float, fitted: Option
         common = common_of(fitted[0], fitted[1], k)
         # one baseline session and nothing borrowed: how far the offset moves between sessions is assumed
         c2, df, assumed = common.sd ** 2, common.df, bool(common.assumed)
-    sd = math.sqrt(c2 + (math.pi / 2.0) * case_var / len(keys))
+    sd = math.sqrt(c2 + ((math.pi / 2.0) * case_var / len(keys) if own_var is None else own_var))
     return _bounds("class", name, keys, offset, sd, df, tolerance=tolerance, alpha=alpha, assumed=assumed, runs=runs)
+
+
+def _steady_verdict(klass: str, keys: Sequence[str], dev: Mapping[str, float],
+                    fitted: tuple[dict[str, float], CaseModel, Prior], case_var: Mapping[str, float], *,
+                    tolerance: float, alpha: float, k: int, runs: int) -> LevelVerdict:
+    """A small class's steady offset (``LevelFit.steady``): its cases' log ratios ``dev``, weighted median by their
+    steadiness, against the baseline runs' steady offsets; the cases' own spread adds (pi/2) sum(w^2 V) / sum(w)^2."""
+    weights, model, prior = fitted
+    w = np.array([weights[key] for key in keys])
+    own = float((w * w * np.array([case_var.get(key, 0.0) for key in keys])).sum() / w.sum() ** 2)
+    return _class_verdict(f"{klass}, {STEADY_NAME}", keys, weighted_median([dev[key] for key in keys], list(w)),
+                          (model, prior), 0.0, tolerance=tolerance, alpha=alpha, k=k, runs=runs,
+                          own_var=(math.pi / 2.0) * own)
 
 
 def _size_range(sizes: Iterable[int]) -> str:
@@ -637,13 +705,25 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
     def weight(keys: Sequence[str]) -> float:
         return SMALL_CLASS_WEIGHT if _small(fit.members, keys) else 1.0
 
+    # a small class with a steady offset is judged twice, by its median and by its steady offset, each at half
+    # its weight (Bonferroni: the class's share of alpha unchanged)
+    steady = {c: fit.steady[c] for c, ks in by_class.items()
+              if c in fit.steady and len(ks) >= MIN_CLASS_CASES and all(k in fit.steady[c][0] for k in ks)}
     class_weights = sum(weight(ks) for ks in by_class.values() if len(ks) >= MIN_CLASS_CASES)
+
+    def share(c: str, ks: Sequence[str]) -> float:
+        return alpha * shares["class"] * weight(ks) / (2.0 if c in steady else 1.0) / max(1.0, class_weights)
+
     classes = [_class_verdict(c, ks, offsets[c][0], fit.class_models.get(c),
                               float(np.median([case_var.get(k, 0.0) for k in ks])), tolerance=tolerance,
-                              alpha=alpha * shares["class"] * weight(ks) / max(1.0, class_weights),
-                              k=int(np.median([folds.get(k, 1) for k in ks])),
+                              alpha=share(c, ks), k=int(np.median([folds.get(k, 1) for k in ks])),
                               runs=int(np.median([fresh[k] for k in ks])))
                for c, ks in sorted(by_class.items())]
+    classes += [_steady_verdict(c, by_class[c], dev, steady[c], case_var, tolerance=tolerance,
+                                alpha=share(c, by_class[c]), k=int(np.median([folds.get(k, 1) for k in by_class[c]])),
+                                runs=int(np.median([fresh[k] for k in by_class[c]])))
+                for c in sorted(steady)]
+    classes.sort(key=lambda v: v.name)
     judged_bands = {b: ks for b, ks in by_band.items() if len(ks) >= MIN_BAND_CASES and b in fit.bands}
     a_band = alpha * shares["band"] / max(1, len(judged_bands))
     band_vs = []
