@@ -41,20 +41,26 @@ if os.environ["SLURM_PROCID"] == "1":  # launched mode runs the task in this pro
     timed_case.TimedLoop.sample = _held_up
 '''
 
-@pytest.mark.slow
-def test_a_rank_held_up_outside_the_timed_loop_in_some_iterations_is_named_waited_for(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(OUTSIDE_ON_RANK_1)
-    (tmp_path / "test_outside.py").write_text(ONE_ALL_REDUCE)
+def _two_nodes(tmp_path: Path, name: str, test_file: str, conftest: str = "") -> tuple[str, dict]:
+    """Run ``test_file`` as ``name`` on two simulated nodes of one rank each (launched mode), with ``conftest``;
+    rank 0's output and the JSON report, both nodes having passed."""
+    if conftest:
+        (tmp_path / "conftest.py").write_text(conftest)
+    (tmp_path / name).write_text(test_file)
     out, port = tmp_path / "out.json", free_port()
-    cmd = [sys.executable, "-m", "pytest", "test_outside.py", *ARGS, f"--gpucomm-json={out}"]
+    cmd = [sys.executable, "-m", "pytest", name, *ARGS, f"--gpucomm-json={out}"]
     results = run_all([cmd] * 2, [slurm_nodes_env(r, port, COLUMNS="120") for r in range(2)], tmp_path)
     assert [code for code, _ in results] == [0, 0], results
-    text = results[0][1]
+    return results[0][1], json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_a_rank_held_up_outside_the_timed_loop_in_some_iterations_is_named_waited_for(tmp_path: Path) -> None:
+    text, doc = _two_nodes(tmp_path, "test_outside.py", ONE_ALL_REDUCE, OUTSIDE_ON_RANK_1)
     flat = " ".join(text.split())
     host = socket.gethostname()
     assert ("test_outside.py::test_all_reduce[4KiB] (all_reduce 4 KiB): rank " in flat
             and f"; waited for: rank 1 (node 1, {host}, cpu): the others waited " in flat), text
-    doc = json.loads(out.read_text())
     [row] = doc["rows"]
     st = row["stragglers"]
     assert not st["clear"], st  # not last in most iterations, by a median lag of nothing: the old rule is silent
@@ -96,16 +102,9 @@ if os.environ["SLURM_PROCID"] == "1":  # launched mode runs the task in this pro
 
 @pytest.mark.slow
 def test_a_rank_stopped_inside_a_timed_sample_is_named_by_when_it_began_its_next_op(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(STOPPED_ON_RANK_1)
-    (tmp_path / "test_stopped.py").write_text(ONE_ALL_REDUCE)
-    out, port = tmp_path / "out.json", free_port()
-    cmd = [sys.executable, "-m", "pytest", "test_stopped.py", *ARGS, f"--gpucomm-json={out}"]
-    results = run_all([cmd] * 2, [slurm_nodes_env(r, port, COLUMNS="120") for r in range(2)], tmp_path)
-    assert [code for code, _ in results] == [0, 0], results
-    text = results[0][1]
+    text, doc = _two_nodes(tmp_path, "test_stopped.py", ONE_ALL_REDUCE, STOPPED_ON_RANK_1)
     flat = " ".join(text.split())
     host = socket.gethostname()
-    doc = json.loads(out.read_text())
     [row] = doc["rows"]
     st = row["stragglers"]
     assert len(st["waited_for"]) == 1, (st, row["info"]["ranks"], row["samples_s"], row["info"]["batch"])
@@ -128,12 +127,7 @@ def test_all_reduce(process_group, size, comm):
 
 @pytest.mark.slow
 def test_a_healthy_job_notes_late_shares_and_names_no_rank(tmp_path: Path) -> None:
-    (tmp_path / "test_healthy.py").write_text(THREE_ALL_REDUCES)
-    out, port = tmp_path / "out.json", free_port()
-    cmd = [sys.executable, "-m", "pytest", "test_healthy.py", *ARGS, f"--gpucomm-json={out}"]
-    results = run_all([cmd] * 2, [slurm_nodes_env(r, port, COLUMNS="120") for r in range(2)], tmp_path)
-    assert [code for code, _ in results] == [0, 0], results
-    doc = json.loads(out.read_text())
+    _, doc = _two_nodes(tmp_path, "test_healthy.py", THREE_ALL_REDUCES)
     assert len(doc["rows"]) == 3
     for row in doc["rows"]:
         ranks = row["info"]["ranks"]
