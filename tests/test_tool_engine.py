@@ -126,6 +126,13 @@ def test_nvbandwidth_s_json_is_read_from_its_standard_output_whatever_it_writes_
     assert "{cudaErrorNotSupported}" not in engine.runs[0].output
 
 
+def test_a_gpu_that_nvbandwidth_does_not_see_fails_the_case_and_is_not_skipped_as_n_a(tmp_path):
+    env = {**os.environ, "GPUCOMM_STANDIN_GPUS": "1"}
+    engine = Nvbandwidth(str(STANDIN / "nvbandwidth"), 60.0, tmp_path, env)
+    with pytest.raises(ToolFailed, match=r"nvbandwidth sees 1 GPU\(s\), not cuda:1: no figure of h2d 1 MiB"):
+        engine.measure("h2d", ["cuda:1"], 1 << 20)
+
+
 class _Gate:
     """A gate whose baseline puts every case's centre at ``1 / ratio`` of today's figure."""
 

@@ -389,6 +389,10 @@ class Nvbandwidth:
                 samples = [size / (g * 1e9) for g in m.samples_gbps]  # times at the size asked
                 m = Measurement(op, size, samples, tuple(devices), size, 1.0, 1, None, "copy", dict(m.info))
                 return _stamped(m, run, len(outcome.foreign.cases))
+        seen = outcome.foreign.env.get("count")
+        if isinstance(seen, int) and any(i >= seen for i in want):  # not N/A: a GPU it does not see at all
+            raise ToolFailed(f"nvbandwidth sees {seen} GPU(s), not {', '.join(map(str, devices))}: no figure of "
+                             f"{op} {format_size(size)} (command: {run.command_line})")
         # an entry nvbandwidth left N/A (no peer access between the two, or a copy within one GPU by kernel,
         # which it has no test of) is a case it cannot measure: skipped with the reason, not failed
         raise ToolMissing(f"nvbandwidth gave no figure of {op} {format_size(size)} between "

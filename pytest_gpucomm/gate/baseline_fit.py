@@ -158,6 +158,7 @@ class FittedBaseline:
         #: own mode: every node's runs pooled, (models, locations), fitted for a node with no runs of its own
         self._pooled: Optional[tuple[dict[str, tuple[CaseModel, Prior]], dict[str, dict[str, float]]]] = None
         self._tail_spread: Optional[TailSpread] = None
+        self._source_fit: Optional[BaselineFit] = None
 
     def node_case(self, key: str, node: Optional[int]) -> str:
         """The key a measurement of case ``key`` on ``node`` is judged under (``cases.node_key``; ``key`` itself
@@ -181,6 +182,13 @@ class FittedBaseline:
             if self.nodes == "own" and node is not None:
                 self.pooled_nodes.add(int(node))
         return nkey
+
+    def source_fit(self) -> Optional[BaselineFit]:
+        """The spreads' source (:attr:`spread_source`) fitted on its own, once (the class offsets' borrowed priors
+        read it for every node's levels); None without one."""
+        if self._source_fit is None and self.spread_source is not None:
+            self._source_fit = fit_baseline(self.spread_source, self.spread_source.path)
+        return self._source_fit
 
     def tail_spread(self) -> TailSpread:
         """The run-to-run spread of the share of slow ops, fitted once over every case's sketches."""

@@ -97,14 +97,12 @@ def _borrowed_class_priors(fitted: "FittedBaseline", members: dict[str, "Member"
     """Where the cases borrow their spreads from a file of the same hardware (``Gate.use_spreads_of``), the class
     offsets borrow theirs from it too: per class, its offset's session and run spread over that file's runs
     of the cases measured now (``levels.borrowed_class_priors``); {} without such a file."""
-    src = fitted.spread_source
-    if src is None:
+    src, fit = fitted.spread_source, fitted.source_fit()
+    if src is None or fit is None:
         return {}
-    from .baseline_fit import fit_baseline
     from .cases import split_node_key
     from .levels import MIN_CLASS_CASES, borrowed_class_priors, class_model
 
-    fit = fit_baseline(src, src.path)
     session_of = {r.run_id: r.session for r in src.runs}
     models = {}
     for klass in sorted({m.klass for m in members.values()}):  # a node's cases: that case of the source's

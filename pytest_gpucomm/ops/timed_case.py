@@ -86,8 +86,8 @@ class TimedLoop:
         own clock (the host's or the device's); None when :meth:`record` was not called.  Stops the recording.
         The ranks' clocks need not agree: :func:`.across_ranks.iteration_stats` aligns them."""
         got, self._entries = self._entries, None
-        if got is None or not got:
-            return None if got is None else []
+        if not got:
+            return got  # None (not recorded) or []
         if not self.gpu:
             return [t - got[0] for t in got]
         first = got[0]  # device events: each sample's start, timed against the first (after a sync)

@@ -212,11 +212,10 @@ class Engines:
     def counterpart_line(self, record: "Record", records: Sequence["Record"], gate: "Gate") -> Optional[str]:
         """For a REGRESSION of ``record`` with both engines: how the other engine's figure of the same case
         stands against its own baseline (None where it is not known: no counterpart, or no baseline of it)."""
-        engine = engine_of_test(record.nodeid)
-        if self.engines != (TORCH, NCCL_TESTS) or engine is None:
+        engine, twin_id = engine_of_test(record.nodeid), twin_test_id(record.nodeid)
+        if self.engines != (TORCH, NCCL_TESTS) or engine is None or twin_id is None:
             return None
         other = NCCL_TESTS if engine == TORCH else TORCH
-        twin_id = twin_test_id(record.nodeid) or record.nodeid
         twin = self._twin(record.measurement, twin_id, other, records)
         if twin is None:
             return None

@@ -74,7 +74,9 @@ class ToolComm(Comm):
     def _op(self, op: str, engine: Optional[str]) -> str:
         """nvbandwidth's test of the copy: its copy-engine test, or with ``engine="sm"`` (the test's
         ``copy_engine``) its copy by kernel (``*_memcpy_sm``)."""
-        return op + ("_sm" if self._engine(engine, op) == "sm" else "")
+        from ..ops.copies import sm_op
+
+        return sm_op(op, self._engine(engine, op))
 
     def copy_one_to_all(self, hub: DeviceLike, size: Optional["SizeLike"] = None, *,
                         peers: Optional[Sequence[DeviceLike]] = None) -> "Measurement":
