@@ -39,10 +39,13 @@ BEGIN, END = "<!-- readme_examples.py: {} -->", "<!-- /readme_examples.py -->"
 
 def gpucomm(args: Sequence[str]) -> str:
     """What ``gpucomm ARGS`` prints at COLUMNS columns, run from the checkout (its exit status is the verdict's)."""
-    env = {**os.environ, "COLUMNS": str(COLUMNS), "PYTHONPATH": str(ROOT)}
+    # the checkout first, the folders already on PYTHONPATH after it (a machine whose packages are found there,
+    # as the GPU machine's wheels are, would otherwise lose them: gpucomm then fails to import, exit status 1)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "COLUMNS": str(COLUMNS), "PYTHONPATH": path}
     done = subprocess.run([sys.executable, "-m", "pytest_gpucomm", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
-    if done.returncode not in (0, 1):
+    if done.returncode not in (0, 1) or not done.stdout.strip():
         raise SystemExit(f"gpucomm {' '.join(args)} failed (exit status {done.returncode}):\n{done.stderr}")
     return done.stdout
 

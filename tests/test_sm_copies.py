@@ -258,6 +258,15 @@ def test_the_benchmark_flags_a_ratio_under_0_97_and_pairs_each_direction_of_both
     assert all(len(line) <= 120 for line in bench.table(rows, "t"))
 
 
+def test_the_benchmark_prints_a_copy_by_kernel_within_a_gpu_beside_the_copy_engine_s_but_does_not_hold_it():
+    bench = _bench()
+    ours = {("copy_sm", 256): {"gbps": 1400.0, "info": {}}, ("copy", 256): {"gbps": 1400.0, "info": {}}}
+    rows = bench.compare(ours, {256: {"device_local_copy": 1500.0}})
+    got = {r["op"]: (round(r["ratio"], 3), r["gated"], r["low"]) for r in rows}
+    assert got == {"copy": (0.933, True, True), "copy_sm": (0.933, False, False)}
+    assert bench.table(rows, "t")[-1].endswith("(not held: another path)")
+
+
 def test_the_benchmark_names_a_bad_size():
     bench = _bench()
     assert bench.parse_sizes("1, 64") == [1, 64]

@@ -44,10 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["KernelConfig", "BIDIR_LAYOUTS", "DEFAULT_CONFIG", "SmCopier", "host_kernel_copy", "HOST_KERNEL",
            "KERNEL_LABEL", "programs_for", "element_view"]
 
-#: how one kernel copies both ways: ``programs``: half the programs copy one way, half the other (measured on
-#: one H100: 77.5 GB/s in total, 0.91x nvbandwidth's split-warp kernel); ``alternate``: every program copies a
-#: chunk one way, then the same chunk the other way; ``paired``: every program loads a chunk of each direction,
-#: then stores both (both loads in flight at once)
+#: how one kernel copies both ways: ``programs``: half the programs copy one way, half the other (one H100,
+#: 2026-12-07: 0.92-0.97x nvbandwidth's split-warp kernel from 4 MiB up); ``alternate``: every program copies a
+#: chunk one way, then the same chunk the other way (0.98-1.02x there with the default shape); ``paired``: every
+#: program loads a chunk of each direction, then stores both (both loads in flight at once; 0.96-0.99x)
 BIDIR_LAYOUTS = ("programs", "alternate", "paired")
 #: ``info["engine"]`` of an SM copy on a GPU
 KERNEL_LABEL = "triton copy kernel"
@@ -58,13 +58,15 @@ HOST_KERNEL = "torch.bitwise_or(src, 0, out=dst) on bytes (the host cores' eleme
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
     """The copy kernel's shape: programs per multiprocessor, words per chunk (``block``, a power of 2), warps
-    per program, and the layout of both ways (:data:`BIDIR_LAYOUTS`).  The default is one of the shapes that
-    all gave the same figures on one H100 (1-4 programs per SM, 2048-8192 words, 8-16 warps)."""
+    per program, and the layout of both ways (:data:`BIDIR_LAYOUTS`).  The default is the shape that came
+    closest to nvbandwidth's ``*_memcpy_sm`` on one H100 (``python benchmarks/sm_copies.py --variants``,
+    docs/measuring.md): one way, every shape tried gave 0.995-1.01x from 4 MiB up; both ways, the ``alternate``
+    layout at 4 programs per SM of 4 warps and 1024-word chunks gave 0.98-1.02x, the others 0.90-0.99x."""
 
-    programs_per_sm: int = 2
-    block: int = 4096
-    warps: int = 8
-    bidir_layout: str = "programs"
+    programs_per_sm: int = 4
+    block: int = 1024
+    warps: int = 4
+    bidir_layout: str = "alternate"
 
     def __post_init__(self) -> None:
         if not isinstance(self.programs_per_sm, int) or self.programs_per_sm < 1:
