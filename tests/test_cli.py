@@ -128,9 +128,13 @@ def test_compare_against_the_runs_baseline_gives_the_runs_verdicts_replaying_its
     levels = original["baseline"]["levels"]
     assert compared["compared"]["levels"] == levels
     n_levels = sum(v["status"] == "regression" for g in ("classes", "bands", "cases") for v in levels[g])
-    assert text.rstrip().splitlines()[-1] == (
-        f"gpucomm compare: {'FAILED' if n_failed else 'passed'} ({n_failed} failing verdicts of "
-        f"{len(original['rows'])} rows, {n_levels} regressions at the levels)")
+    # the word is the run's own judgement (its JSON's verdict): a run that judged fewer than half its cases is
+    # NOT JUDGED in both, never "passed"
+    word = {"failed": "FAILED", "passed": "passed", "not judged": "NOT JUDGED"}[original["verdict"]["word"]]
+    last = " ".join(text[text.rindex("gpucomm compare: "):].split())
+    assert last.startswith(f"gpucomm compare: {word} ({n_failed} failing verdicts of {len(original['rows'])} rows, "
+                           f"{n_levels} regressions at the levels)")
+    assert (word == "NOT JUDGED") == ("; not judged: " in last)
     counts = Counter(r["baseline"]["status"] for r in original["rows"])
     assert "gpucomm verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) in text
     assert f"the report {report} against the baseline cpu ({runs.baseline})" in text.splitlines()[0]
@@ -214,6 +218,15 @@ def test_compare_against_another_report_takes_it_as_a_one_run_baseline(runs, tmp
     # the other way round: the slowed case is 30 % slower on one run of today, no evidence on an assumed spread
     code, text = gpucomm("compare", runs.clean, runs.slow, "--no-curves")
     assert code == 0 and "gpucomm verdicts: 6 not gated" in text, text
+
+
+def test_compare_that_could_judge_fewer_than_half_the_cases_ends_not_judged_never_passed(runs):
+    # a one-run baseline of the CPU variants: every verdict "not gated" (no spread known), exit 0 as the plugin's
+    # run; the last line said "passed" (seen on an H100 with nccl-tests files: 0 of 18 judged)
+    code, text = gpucomm("compare", runs.clean, runs.slow, "--no-curves")
+    last = " ".join(text[text.rindex("gpucomm compare: "):].split())
+    assert code == 0 and last.startswith("gpucomm compare: NOT JUDGED (0 failing verdicts of 6 rows"), last
+    assert "not judged: fewer than half the cases judged against baseline" in last and "passed" not in last
 
 
 def test_a_report_taken_as_a_baseline_leaves_out_rows_of_figure_0_and_says_how_many(runs, tmp_path):

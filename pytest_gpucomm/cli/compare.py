@@ -105,8 +105,8 @@ def _engine_lines(g: "Regated") -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .regate import regate
-    from ..report.run import (cause_lines, counts_line, gated_counts, gated_of, level_lines, sensitivity_lines,
-                              table_lines)
+    from ..report.run import (cause_lines, counts_line, gated_counts, gated_of, judgement, level_lines,
+                              sensitivity_lines, table_lines)
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
     from ..vocab import Status
@@ -158,8 +158,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
         write_json(json_out.path, new, replace=json_out.replace)
         lines.append(f"wrote the verdicts to {json_out.wrote()}")
-    lines += fit(["gpucomm compare: " + ("FAILED" if g.failed else "passed")
-                  + f" ({len(failed)} failing verdicts of {len(new.rows)} rows"
-                  + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")"], width)
+    # the last line's word is the report's judgement, as every view gives it (report.run.judgement): "passed" only
+    # where at least half the cases were judged, else NOT JUDGED with what to record
+    verdict = judgement(new)
+    word = "FAILED" if g.failed else ("NOT JUDGED" if verdict.not_judged else "passed")
+    lines += fit([f"gpucomm compare: {word} ({len(failed)} failing verdicts of {len(new.rows)} rows"
+                  + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")"
+                  + (f"; {verdict.text()}" if word == "NOT JUDGED" else "")], width)
     out.write("\n".join(lines) + "\n")
     return EXIT_FAILED if g.failed else EXIT_OK
