@@ -76,6 +76,19 @@ def test_compare_of_their_old_and_new_files_says_what_changed_in_their_nccl(tmp_
     assert "comm_library NCCL 2.28.9 -> NCCL 2.29.1" in " ".join(text.split())
 
 
+def test_a_file_of_one_tool_is_compared_with_the_environment_of_that_tool_s_last_run_in_a_mixed_baseline(tmp_path):
+    # seen on an H100: nvbandwidth's files recorded, then nccl-tests' into the same baseline; an nvbandwidth file
+    # compared with it listed NCCL as gone and the driver as new (the diff took the nccl-tests run, the last one)
+    base = tmp_path / "mixed.json"
+    assert gpucomm("baselines", "add", base, NVB, nvb_scaled(tmp_path, "a.json", 1.002))[0] == 0
+    assert gpucomm("baselines", "add", base, BROADCAST)[0] == 0
+    said = " ".join(gpucomm("compare", base, nvb_scaled(tmp_path, "today.json", 1.0))[1].split())
+    assert "gpucomm environment: same as when the baseline was recorded" in said
+    assert "comm_library" not in said
+    said = " ".join(gpucomm("compare", base, BROADCAST)[1].split())
+    assert "gpucomm environment: same as when the baseline was recorded" in said
+
+
 def test_baselines_add_records_each_file_as_one_run_with_its_date_session_and_fingerprint(tmp_path):
     base = tmp_path / "h100.json"
     code, text = gpucomm("baselines", "add", base, BROADCAST, SENDRECV_ITER)

@@ -194,9 +194,25 @@ class Baseline:
     #: the document as read (the curves and plots read the file's layout); None for a Baseline made otherwise
     doc: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
 
-    def latest_fingerprint(self) -> Optional[dict[str, object]]:
-        """The fingerprint of the newest run recorded in the file, or None when there is none."""
-        return dict(self.runs[-1].fingerprint) if self.runs else None
+    def latest_fingerprint(self, like: Optional[Mapping[str, object]] = None) -> Optional[dict[str, object]]:
+        """The fingerprint of the newest run recorded in the file, or None when there is none.  With ``like``
+        (today's fingerprint), the newest run of the same source: in a file that holds runs of ours and of
+        another tool (``gpucomm baselines add``: ``source.tool`` nvbandwidth, nccl-tests), a run of one tool is
+        compared with that tool's last run, not with whichever was recorded last (an nvbandwidth file against
+        an nccl-tests run listed NCCL as gone); the newest run of all where none is of that source."""
+        if not self.runs:
+            return None
+        runs = self.runs
+        if like is not None:
+            runs = [r for r in self.runs if source_tool(r.fingerprint) == source_tool(like)] or self.runs
+        return dict(runs[-1].fingerprint)
+
+
+def source_tool(fingerprint: Mapping[str, object]) -> Optional[str]:
+    """The tool whose file a fingerprint came from (``source.tool``: nccl-tests, rccl-tests, nvbandwidth), None
+    for a run of ours."""
+    source = fingerprint.get("source")
+    return str(source.get("tool")) if isinstance(source, Mapping) and source.get("tool") else None
 
 
 

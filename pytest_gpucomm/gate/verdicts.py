@@ -352,9 +352,9 @@ class Gate:
                                           if e.test_id in nodeids and any(r.tail is not None for r in e.runs))
             self.n_comparisons = max(1, gated + self.n_tail_comparisons)
             # another host of the same kind (a CI runner pool) is not an environment change
-            self.env_diff = diff_fingerprints(self.baseline.latest_fingerprint(), fingerprint,
-                                              ignore=VOLATILE_KEYS | {"host"})
-            self.device_changes = device_changes(self.baseline.latest_fingerprint(), fingerprint)
+            latest = self.baseline.latest_fingerprint(like=fingerprint)
+            self.env_diff = diff_fingerprints(latest, fingerprint, ignore=VOLATILE_KEYS | {"host"})
+            self.device_changes = device_changes(latest, fingerprint)
             self._find_spreads(str((fingerprint or {}).get("model") or ""), fingerprint)
 
     def _find_spreads(self, model: str, fingerprint: dict[str, Any]) -> None:
