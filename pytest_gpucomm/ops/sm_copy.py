@@ -60,8 +60,9 @@ class KernelConfig:
     """The copy kernel's shape: programs per multiprocessor, words per chunk (``block``, a power of 2), warps
     per program, and the layout of both ways (:data:`BIDIR_LAYOUTS`).  The default is the shape that came
     closest to nvbandwidth's ``*_memcpy_sm`` on one H100 (``python benchmarks/sm_copies.py --variants``,
-    docs/measuring.md): one way, every shape tried gave 0.995-1.01x from 4 MiB up; both ways, the ``alternate``
-    layout at 4 programs per SM of 4 warps and 1024-word chunks gave 0.98-1.02x, the others 0.90-0.99x."""
+    docs/measuring.md): one way, every shape tried gave 0.99-1.01x from 4 MiB up; both ways, the ``alternate``
+    layout at 4 programs per SM of 4 warps and 1024-word chunks gave 0.98-1.02x on three boots, the others
+    0.90-0.99x."""
 
     programs_per_sm: int = 4
     block: int = 1024
