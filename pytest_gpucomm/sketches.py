@@ -157,13 +157,16 @@ class TailSketch:
     @classmethod
     def from_samples(cls, samples_s: Sequence[float]) -> "TailSketch":
         """The sketch of :meth:`from_histogram` of the samples' histogram with their exact median, from one
-        sort: the q-quantile's bin is the bin of the sample of rank ceil(q n)."""
-        a = np.sort(positive_times(samples_s, "tail sketch"))
+        partial sort (a sort of every sample took about 10 x as long at 10,000 of them): the q-quantile's bin is
+        the bin of the sample of rank ceil(q n); the median is that of :func:`numpy.median`."""
+        a = positive_times(samples_s, "tail sketch")
         n = a.size
-        p50 = float(np.median(a))
         levels = [q for q in SKETCH_LEVELS if n * (1 - q) >= 1]
         qs = np.array([1.0] + levels)
         at = np.clip(np.ceil(qs * n).astype(np.int64) - 1, 0, n - 1)
+        mid = [(n - 1) // 2, n // 2]  # one rank for an odd n, the two middle ones for an even n
+        a = np.partition(a, np.unique(np.concatenate([at, mid])))
+        p50 = float(np.mean(a[mid[0]:mid[1] + 1]))
         bins = np.floor(np.log(a[at] / _BIN_ORIGIN_S) / _LOG_BIN)
         x = (_BIN_ORIGIN_S * BIN_RATIO ** bins * math.sqrt(BIN_RATIO)).tolist()
         return cls(n=n, p50_s=p50, ratios={q: max(1.0, v / p50) for q, v in zip(levels, x[1:])},

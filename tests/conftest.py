@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Iterator
 
 # Modules with compiled parts must be imported before pytester takes its sys.modules snapshot: pytester's
@@ -33,6 +34,11 @@ import pytest_gpucomm.gate.store  # noqa: F401
 import pytest
 
 from inprocess import COLUMNS
+
+# What is imported by now (torch, numpy, scipy, the plugin) stays for the process's life: frozen, it is left out of
+# every later full garbage collection, which would otherwise walk its objects again each time (the many in-process
+# runs of a worker trigger dozens: about 7 of 69 CPU-s of tests/test_gate_plugin.py and tests/test_cli.py)
+gc.freeze()
 
 pytest_plugins = ["pytester"]
 

@@ -588,7 +588,8 @@ def test_under_xdist_the_controller_reads_the_baseline_and_judges_the_levels_ove
     # 20 % more claimed: beyond what 4 sessions of one run each (3 degrees of freedom) leave unresolved
     _scale(pytester.path / "baselines" / "cpu.json", 1.20)
     monkeypatch.setenv("SIM_RUN", "9")
-    result = pytester.runpytest_subprocess("--gpu-baseline=cpu", "--gpucomm-json=report.json", "-n", "2", *FAST)
+    # the controller, which judges the levels, in this process; the workers are processes of their own
+    result = pytester.runpytest_inprocess("--gpu-baseline=cpu", "--gpucomm-json=report.json", "-n", "2", *FAST)
     result.assert_outcomes(passed=16)
     result.stdout.fnmatch_lines(["gpucomm REGRESSION (class offset) copies between GPUs <= 1 MiB: 1*% slower (16 "
                                  "cases)", "gpucomm: FAILED: * at the gate's levels*",

@@ -238,7 +238,10 @@ def test_stop():
 @pytest.mark.slow
 def test_an_interrupted_recording_run_saves_nothing(pytester):
     pytester.makepyfile(INTERRUPTING)
-    result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    # in this process (a process of its own imports torch again): the KeyboardInterrupt is the test's own, which
+    # pytest ends the run with, as it would in a process of its own; no_reraise_ctrlc keeps it out of this session
+    result = pytester.runpytest_inprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST,
+                                          no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["gpucomm: the run did not finish, so its 2 measurements were NOT saved to "
                                  "base.json (--gpu-baseline-save-partial saves an unfinished run)"])
@@ -255,8 +258,9 @@ def test_a_recording_run_stopped_by_maxfail_saves_nothing(pytester):
 @pytest.mark.slow
 def test_an_interrupted_recording_run_saves_its_cases_when_asked(pytester):
     pytester.makepyfile(INTERRUPTING)
-    result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save",
-                                           "--gpu-baseline-save-partial", *FAST)
+    result = pytester.runpytest_inprocess("--gpu-baseline=base.json", "--gpu-baseline-save",
+                                          "--gpu-baseline-save-partial", *FAST, no_reraise_ctrlc=True)  # as above
+    assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*saved 2 cases of this run*(an unfinished run, saved with "
                                  "--gpu-baseline-save-partial)*"])
     assert len(json.loads((pytester.path / "base.json").read_text())["cases"]) == 2
@@ -320,7 +324,9 @@ def test_under_xdist_the_json_report_and_the_table_hold_every_workers_rows(pytes
             comm.copy(gpu_pair, size)
         """
     )
-    result = pytester.runpytest_subprocess("-n", "2", "--gpucomm-json=report.json", *FAST)
+    # the controller in this process (a process of its own imports torch again); the workers are processes of
+    # their own, as under any -n
+    result = pytester.runpytest_inprocess("-n", "2", "--gpucomm-json=report.json", *FAST)
     result.assert_outcomes(passed=6)
     rows = json.loads((pytester.path / "report.json").read_text())["rows"]
     assert len(rows) == 6
@@ -335,12 +341,12 @@ def test_under_xdist_the_json_report_and_the_table_hold_every_workers_rows(pytes
 def test_under_xdist_a_gated_run_prints_the_verdicts_of_every_worker(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST)
-    # the recording in this process (a run in a process of its own imports torch again); the run under -n 2 is the
-    # check, in a process of its own
+    # the recording and the controller of the run under -n 2 in this process (a run in a process of its own imports
+    # torch again); the run's two workers are processes of their own
     assert pytester.runpytest_inprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST).ret == 0
     # real CPU copies, timed once serially and now by two workers sharing the cores, can differ by half: a
     # tolerance of 90 % keeps this about printing the verdicts, not about the machine's load
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-tolerance=0.9", *FAST)
+    result = pytester.runpytest_inprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-tolerance=0.9", *FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["gpucomm verdicts: *"])
     verdicts = [ln for ln in result.stdout.lines if ln.startswith("gpucomm verdicts:")][0]
@@ -355,7 +361,7 @@ def test_an_unchanged_run_under_xdist_against_a_baseline_of_one_session_is_not_j
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST)
     assert pytester.runpytest_inprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST).ret == 0  # as above
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", *FAST)
+    result = pytester.runpytest_inprocess("-n", "2", "--gpu-baseline=base.json", *FAST)  # as above
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["gpucomm baseline WARNING: 2 cases of one session *"])
     assert "REGRESSION" not in result.stdout.str()
@@ -419,7 +425,8 @@ def test_a_size_parameter_of_the_users_own_is_read_as_a_size(pytester):
 def test_recording_under_xdist_is_refused_unless_allowed(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST)
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    # refused by the controller before it starts a worker: in this process
+    result = pytester.runpytest_inprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gpu-baseline-save under pytest-xdist (-n)*slow each other*--gpucomm-allow-xdist*"])
 
@@ -436,8 +443,9 @@ def test_an_allowed_recording_under_xdist_is_saved_once_by_the_controller(pytest
             comm.copy(gpu_pair, size)
         """
     )
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-baseline-save",
-                                           "--gpucomm-allow-xdist", *FAST)
+    # the controller, which saves, in this process; the workers are processes of their own
+    result = pytester.runpytest_inprocess("-n", "2", "--gpu-baseline=base.json", "--gpu-baseline-save",
+                                          "--gpucomm-allow-xdist", *FAST)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["gpucomm: saved 4 cases of this run (id *) to base.json"])
     doc = json.loads((pytester.path / "base.json").read_text())
@@ -448,8 +456,8 @@ def test_an_allowed_recording_under_xdist_is_saved_once_by_the_controller(pytest
 def test_an_unfinished_recording_under_xdist_saves_nothing(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST + "\ndef test_z_fail():\n    assert False\n")
-    result = pytester.runpytest_subprocess("-n", "2", "-x", "--gpu-baseline=base.json", "--gpu-baseline-save",
-                                           "--gpucomm-allow-xdist", *FAST)
+    result = pytester.runpytest_inprocess("-n", "2", "-x", "--gpu-baseline=base.json", "--gpu-baseline-save",
+                                          "--gpucomm-allow-xdist", *FAST)  # the controller here, as above
     assert "saved" not in result.stdout.str().replace("NOT saved", "")
     assert not (pytester.path / "base.json").exists()
 
@@ -457,7 +465,7 @@ def test_an_unfinished_recording_under_xdist_saves_nothing(pytester):
 def test_a_usage_error_of_a_recording_under_xdist_is_named_not_an_internal_error(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(COPY_TEST)
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-baseline-save", *FAST)
+    result = pytester.runpytest_inprocess("-n", "2", "--gpu-baseline-save", *FAST)  # refused by the controller
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gpu-baseline-save needs --gpu-baseline=NAME|PATH|auto*"])
 
@@ -514,7 +522,7 @@ def test_zz_never_run():
     pass
 """
     )
-    result = pytester.runpytest_subprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)
+    result = pytester.runpytest_inprocess("--gpu-baseline=base.json", "--gpu-baseline-save", *FAST)  # pytest.exit
     result.stdout.fnmatch_lines(["*the run did not finish*NOT saved*"])
     assert not (pytester.path / "base.json").exists()
 

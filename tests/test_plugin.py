@@ -535,7 +535,7 @@ def test_cpu_measurements_run_under_xdist(pytester):
             assert comm.copy(gpu_pair, "4KiB").gbps > 0
         """
     )
-    result = pytester.runpytest_subprocess(*FAST, "-n", "2")
+    result = pytester.runpytest_inprocess(*FAST, "-n", "2")  # the controller here, the workers processes of their own
     result.assert_outcomes(passed=2)
 
 
