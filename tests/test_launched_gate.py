@@ -281,9 +281,12 @@ def test_a_copy_slowdown_on_one_node_fails_that_nodes_rows_naming_it_and_leaves_
                                                                         for j in range(3)]
     per_node = ("-p slow_copies", "") if slow == 0 else ("", "-p slow_copies")
     # a tolerance of 50 %: the node slowed 10 x fails however loaded this shared machine is (its CPU copies' figures
-    # vary by up to 2 x between jobs), the other does not
+    # vary by up to 2 x between jobs), the other does not; alpha 0.2: with 3 sessions (2 degrees of freedom) the
+    # default 0.01 left some slowed rows ok on a loaded 16-core GPU machine (ratio 0.10-0.12, every drop under
+    # 99 % uncaught: the jobs' spread there), twice in three runs of the slow tier; the test is of the nodes' rows
     results = two_nodes(tmp_path, "--gpu-baseline=cpu2", "--gpu-baseline-dir=baselines", "--gpu-tolerance=0.5",
-                        "--gpucomm-json=r.json", "-rf", test="test_copies.py", per_node=per_node, ranks=1)
+                        "--gpu-alpha=0.2", "--gpucomm-json=r.json", "-rf", test="test_copies.py", per_node=per_node,
+                        ranks=1)
     text = results[0][1]
     assert [code for code, _ in results] == [1] * 2, "\n".join(t[-3000:] for _, t in results)
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
