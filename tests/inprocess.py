@@ -19,7 +19,11 @@ from typing import Mapping, Optional, Sequence
 
 import pytest
 from _pytest.pytester import SysModulesSnapshot, SysPathsSnapshot
-from _pytest.unraisableexception import gc_collect_iterations_key
+
+try:  # pytest 8.4 and later; before, its unraisable exception plugin made no such collections to turn off
+    from _pytest.unraisableexception import gc_collect_iterations_key
+except ImportError:  # pragma: no cover - the versions CI installs have it
+    gc_collect_iterations_key = None
 
 
 #: the terminal width of the pytest runs the tests start: so wide that the plugin wraps none of its lines
@@ -43,7 +47,8 @@ class _NoGcAtEnd:
 
     @staticmethod
     def pytest_configure(config: pytest.Config) -> None:
-        config.stash[gc_collect_iterations_key] = 0
+        if gc_collect_iterations_key is not None:
+            config.stash[gc_collect_iterations_key] = 0
 
 
 def run_inprocess(folder: Path, args: Sequence[str], env: Optional[Mapping[str, str]] = None,

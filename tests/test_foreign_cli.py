@@ -82,10 +82,18 @@ def test_a_file_of_one_tool_is_compared_with_the_environment_of_that_tool_s_last
     base = tmp_path / "mixed.json"
     assert gpucomm("baselines", "add", base, NVB, nvb_scaled(tmp_path, "a.json", 1.002))[0] == 0
     assert gpucomm("baselines", "add", base, BROADCAST)[0] == 0
-    said = " ".join(gpucomm("compare", base, nvb_scaled(tmp_path, "today.json", 1.0))[1].split())
+    today = nvb_scaled(tmp_path, "today.json", 1.0)
+    said = " ".join(gpucomm("compare", base, today)[1].split())
     assert "gpucomm environment: same as when the baseline was recorded" in said
     assert "comm_library" not in said
-    said = " ".join(gpucomm("compare", base, BROADCAST)[1].split())
+    # the page of the same file drawn against that baseline diffs the same way
+    assert gpucomm("html", today, "--baseline", base, "-o", tmp_path / "page.html", "--no-plots")[0] == 0
+    assert "The environment changed since the baseline" not in (tmp_path / "page.html").read_text()
+    # the other way round: nccl-tests recorded first, nvbandwidth last; an nccl-tests file is compared with its own
+    other = tmp_path / "mixed2.json"
+    assert gpucomm("baselines", "add", other, BROADCAST)[0] == 0
+    assert gpucomm("baselines", "add", other, NVB)[0] == 0
+    said = " ".join(gpucomm("compare", other, BROADCAST)[1].split())
     assert "gpucomm environment: same as when the baseline was recorded" in said
 
 

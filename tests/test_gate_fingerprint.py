@@ -46,3 +46,17 @@ def test_format_fingerprint_diff_says_so_when_nothing_changed_and_cuts_long_list
 def test_absent_survives_pickling_as_the_same_object():
     # ABSENT is a sentinel that callers test with `is`: a pickled copy must be that same object
     assert pickle.loads(pickle.dumps(("driver", ABSENT, "560.35")))[1] is ABSENT
+
+
+def test_an_environment_is_compared_with_the_newest_run_of_its_own_source_else_the_newest_of_all():
+    from pytest_gpucomm.env.fingerprint import latest_of_source, source_tool
+
+    ours_old, ours_new = {"driver": "1"}, {"driver": "2"}
+    nvb = {"driver": "3", "source": {"tool": "nvbandwidth"}}
+    nccl = {"comm_library": "NCCL 2.28.9", "source": {"tool": "nccl-tests", "binary": "all_reduce_perf"}}
+    runs = [ours_old, nvb, ours_new, nccl]
+    assert [source_tool(f) for f in runs] == [None, "nvbandwidth", None, "nccl-tests"]
+    assert latest_of_source(runs, {"driver": "9"}) is ours_new  # a run of ours: ours, not the nccl-tests file
+    assert latest_of_source(runs, {"source": {"tool": "nvbandwidth"}}) is nvb
+    assert latest_of_source(runs, {"source": {"tool": "rccl-tests"}}) is nccl  # none of that source: the newest
+    assert latest_of_source(runs, None) is nccl and latest_of_source([], {}) is None

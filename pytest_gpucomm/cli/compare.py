@@ -12,6 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any, Mapping, TextIO
 
 from .. import checks
+from ..units import plural
 from ..checks import CheckError, Origin
 from .common import (EXIT_FAILED, EXIT_OK, CommandError, add_baseline_dir, add_force, add_nvbandwidth_size,
                      baseline_dirs, checked_output, hardware_line, inputs_of, load_document, load_reference,
@@ -105,7 +106,7 @@ def _engine_lines(g: "Regated") -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from .regate import regate
-    from ..report.run import (cause_lines, counts_line, gated_counts, gated_of, judgement, level_lines,
+    from ..report.run import (RECORD, cause_lines, counts_line, gated_counts, gated_of, judgement, level_lines,
                               sensitivity_lines, table_lines)
     from ..report.terminal import curve_section
     from ..report.text import command_width, fit
@@ -162,8 +163,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     # where at least half the cases were judged, else NOT JUDGED with what to record
     verdict = judgement(new)
     word = "FAILED" if g.failed else ("NOT JUDGED" if verdict.not_judged else "passed")
+    unjudged = ""
+    if word == "NOT JUDGED":  # how many were judged, and what to record (a report taken as a baseline is one run)
+        record = (f"record a baseline in several sessions ({RECORD}) and compare with it" if ref.kind == "report"
+                  else verdict.record)
+        unjudged = f"; {verdict.judged} of {plural(verdict.cases, 'case')} judged; {record}"
     lines += fit([f"gpucomm compare: {word} ({len(failed)} failing verdicts of {len(new.rows)} rows"
                   + (f", {len(levels.failed)} regressions at the levels" if levels is not None else "") + ")"
-                  + (f"; {verdict.text()}" if word == "NOT JUDGED" else "")], width)
+                  + unjudged], width)
     out.write("\n".join(lines) + "\n")
     return EXIT_FAILED if g.failed else EXIT_OK

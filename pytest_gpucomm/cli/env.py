@@ -68,7 +68,7 @@ def _flat(obj: object, prefix: str = "") -> Iterable[tuple[str, object]]:
 def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     """Run ``gpucomm env``: this machine's fingerprint, and with ``--baseline`` what changed since the
     baseline's newest run; returns the exit code (0 done, 2 bad input)."""
-    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
+    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff, source_tool
     from ..env.hardware import detect, fingerprint
 
     out = out or sys.stdout
@@ -99,8 +99,10 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
             result = {"name": ref.name, "path": str(ref.path), "run_id": None, "date": None, "same": None,
                       "changes": [], "text": f"{ref.describe()} has no measured run: no fingerprint to compare with"}
         else:
-            last = runs[-1]
-            # as the plugin's header (Gate.load): another host of the same kind is not an environment change
+            # as the plugin's header (Gate.load): the newest run of ours (not another tool's file recorded into
+            # the same baseline), and another host of the same kind is not an environment change
+            ours = [r for r in runs if source_tool(r.get("fingerprint") or {}) is None]
+            last = (ours or runs)[-1]
             diff = diff_fingerprints(last.get("fingerprint") or {}, fp, ignore=VOLATILE_KEYS | {"host"})
             recorded = f"{ref.describe()} was recorded (run {last['run_id']}, {last['date']})"
             said = (f"environment changed since {recorded}: {plural(len(diff), 'change')}\n"

@@ -56,6 +56,28 @@ def _flatten(obj: object, prefix: str, out: dict[str, object], ignore: frozenset
         stack.extend(reversed(children))
 
 
+def source_tool(fingerprint: Mapping[str, object]) -> Optional[str]:
+    """The tool whose file a fingerprint came from (``source.tool``: nccl-tests, rccl-tests, nvbandwidth, as
+    ``gpucomm baselines add`` records their files), None for a run of ours."""
+    source = fingerprint.get("source")
+    return str(source.get("tool")) if isinstance(source, Mapping) and source.get("tool") else None
+
+
+def latest_of_source(fingerprints: Sequence[Mapping[str, object]],
+                     like: Optional[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
+    """Of a baseline's runs' fingerprints, oldest first, the one an environment ``like`` is compared with: the
+    newest of the same source (:func:`source_tool`: in a file that holds runs of ours and of other tools, a run of
+    one tool against that tool's last run, not whichever was recorded last: an nvbandwidth file against an
+    nccl-tests run listed NCCL as gone), else the newest of all; None where there is none."""
+    if not fingerprints:
+        return None
+    if like is not None:
+        same = [f for f in fingerprints if source_tool(f) == source_tool(like)]
+        if same:
+            return same[-1]
+    return fingerprints[-1]
+
+
 def diff_fingerprints(
     old: Optional[Mapping[str, object]], new: Optional[Mapping[str, object]], *, ignore: Iterable[str] = VOLATILE_KEYS
 ) -> list[tuple[str, object, object]]:

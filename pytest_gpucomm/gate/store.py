@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 import jsonschema
 from filelock import FileLock, Timeout
 
+from ..env.fingerprint import latest_of_source
 from ..files.atomic import remove_stale_temp_files, write_atomic
 from ..files.formats import upgrade_baseline
 from ..files.jsontext import json_path, parse_json_bytes
@@ -195,24 +196,10 @@ class Baseline:
     doc: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
 
     def latest_fingerprint(self, like: Optional[Mapping[str, object]] = None) -> Optional[dict[str, object]]:
-        """The fingerprint of the newest run recorded in the file, or None when there is none.  With ``like``
-        (today's fingerprint), the newest run of the same source: in a file that holds runs of ours and of
-        another tool (``gpucomm baselines add``: ``source.tool`` nvbandwidth, nccl-tests), a run of one tool is
-        compared with that tool's last run, not with whichever was recorded last (an nvbandwidth file against
-        an nccl-tests run listed NCCL as gone); the newest run of all where none is of that source."""
-        if not self.runs:
-            return None
-        runs = self.runs
-        if like is not None:
-            runs = [r for r in self.runs if source_tool(r.fingerprint) == source_tool(like)] or self.runs
-        return dict(runs[-1].fingerprint)
-
-
-def source_tool(fingerprint: Mapping[str, object]) -> Optional[str]:
-    """The tool whose file a fingerprint came from (``source.tool``: nccl-tests, rccl-tests, nvbandwidth), None
-    for a run of ours."""
-    source = fingerprint.get("source")
-    return str(source.get("tool")) if isinstance(source, Mapping) and source.get("tool") else None
+        """The fingerprint of the newest run recorded in the file, or None when there is none; with ``like``
+        (today's fingerprint), the newest run of the same source (``env.fingerprint.latest_of_source``)."""
+        latest = latest_of_source([r.fingerprint for r in self.runs], like)
+        return dict(latest) if latest is not None else None
 
 
 

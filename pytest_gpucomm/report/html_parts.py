@@ -367,10 +367,13 @@ def environment_diff(doc: ReportDocument, figures: Optional["BaselineFigures"] =
     latest run of this machine's shape against the report's, as the gate and ``gpucomm compare`` diff them (the
     host and the volatile keys left out); else the diff the run's gate recorded (``baseline.environment_diff``).
     (None, "") where neither is known."""
+    from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, latest_of_source
+
     runs = [r for r in (figures.document.get("runs") or []) if isinstance(r, Mapping)] if figures else []
-    latest = runs[-1].get("fingerprint") if runs else None
+    # the newest run of the report's own source (ours, or the tool whose file it is), as the gate takes it
+    latest = latest_of_source([r["fingerprint"] for r in runs if isinstance(r.get("fingerprint"), Mapping)],
+                              doc.fingerprint or None)
     if isinstance(latest, Mapping) and doc.fingerprint:
-        from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints
 
         now = [(k, None if a is ABSENT else a, None if b is ABSENT else b) for k, a, b in
                diff_fingerprints(latest, doc.fingerprint, ignore=VOLATILE_KEYS | {"host"})]
