@@ -160,7 +160,7 @@ def table(rows: Sequence[Mapping[str, Any]], title: str) -> list[str]:
     lines = [title, f"{'MiB':>5}  {'ours':<24} {'nvbandwidth':<40} {'ours GB/s':>10} {'theirs':>9} {'ratio':>6}"]
     for r in rows:
         ours = r["op"] if r["how"] == "gbps" else f"{r['op']} {r['how'].split('_')[0]}"
-        flag = f"  < {TARGET}" if r["low"] else ("" if r.get("gated", True) else "  (not held)")
+        flag = f"  < {TARGET}" if r["low"] else ("" if r["gated"] else "  (not held)")
         lines.append(f"{r['mib']:>5}  {ours:<24} {r['test']:<40} {r['ours']:>10.2f} {r['theirs']:>9.2f} "
                      f"{r['ratio']:>6.3f}{flag}")
     return lines

@@ -184,8 +184,7 @@ def _job_case(info):
     from pytest_gpucomm.measurement import Record
 
     then = _job_fp({"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2"})
-    gate = SimpleNamespace(baseline=SimpleNamespace(latest_fingerprint=lambda like=None: then),
-                           case_model=lambda key: None,
+    gate = SimpleNamespace(baseline=SimpleNamespace(), baseline_fingerprint=then, case_model=lambda key: None,
                            fingerprint=_job_fp({"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2", "NCCL_ALGO": "Ring"}))
     asked = []
 

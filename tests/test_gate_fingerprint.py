@@ -56,7 +56,7 @@ def test_an_environment_is_compared_with_the_newest_run_of_its_own_source_else_t
     nccl = {"comm_library": "NCCL 2.28.9", "source": {"tool": "nccl-tests", "binary": "all_reduce_perf"}}
     runs = [ours_old, nvb, ours_new, nccl]
     assert [source_tool(f) for f in runs] == [None, "nvbandwidth", None, "nccl-tests"]
-    assert latest_of_source(runs, {"driver": "9"}) is ours_new  # a run of ours: ours, not the nccl-tests file
-    assert latest_of_source(runs, {"source": {"tool": "nvbandwidth"}}) is nvb
-    assert latest_of_source(runs, {"source": {"tool": "rccl-tests"}}) is nccl  # none of that source: the newest
-    assert latest_of_source(runs, None) is nccl and latest_of_source([], {}) is None
+    assert runs[latest_of_source(runs, {"driver": "9"})] is ours_new  # a run of ours: ours, not the nccl-tests file
+    assert runs[latest_of_source(runs, {"source": {"tool": "nvbandwidth"}})] is nvb
+    assert runs[latest_of_source(runs, {"source": {"tool": "rccl-tests"}})] is nccl  # none of that source: the newest
+    assert runs[latest_of_source(runs, None)] is nccl and latest_of_source([], {}) is None

@@ -68,7 +68,7 @@ def _flat(obj: object, prefix: str = "") -> Iterable[tuple[str, object]]:
 def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     """Run ``gpucomm env``: this machine's fingerprint, and with ``--baseline`` what changed since the
     baseline's newest run; returns the exit code (0 done, 2 bad input)."""
-    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff, source_tool
+    from ..env.fingerprint import VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff, latest_of_source
     from ..env.hardware import detect, fingerprint
 
     out = out or sys.stdout
@@ -101,8 +101,7 @@ def run_env(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optiona
         else:
             # as the plugin's header (Gate.load): the newest run of ours (not another tool's file recorded into
             # the same baseline), and another host of the same kind is not an environment change
-            ours = [r for r in runs if source_tool(r.get("fingerprint") or {}) is None]
-            last = (ours or runs)[-1]
+            last = runs[latest_of_source([r.get("fingerprint") or {} for r in runs], fp) or 0]
             diff = diff_fingerprints(last.get("fingerprint") or {}, fp, ignore=VOLATILE_KEYS | {"host"})
             recorded = f"{ref.describe()} was recorded (run {last['run_id']}, {last['date']})"
             said = (f"environment changed since {recorded}: {plural(len(diff), 'change')}\n"

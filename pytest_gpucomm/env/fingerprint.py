@@ -64,18 +64,19 @@ def source_tool(fingerprint: Mapping[str, object]) -> Optional[str]:
 
 
 def latest_of_source(fingerprints: Sequence[Mapping[str, object]],
-                     like: Optional[Mapping[str, object]]) -> Optional[Mapping[str, object]]:
-    """Of a baseline's runs' fingerprints, oldest first, the one an environment ``like`` is compared with: the
-    newest of the same source (:func:`source_tool`: in a file that holds runs of ours and of other tools, a run of
-    one tool against that tool's last run, not whichever was recorded last: an nvbandwidth file against an
-    nccl-tests run listed NCCL as gone), else the newest of all; None where there is none."""
+                     like: Optional[Mapping[str, object]]) -> Optional[int]:
+    """Of a baseline's runs' fingerprints, oldest first, the index of the one an environment ``like`` is compared
+    with: the newest of the same source (:func:`source_tool`: in a file that holds runs of ours and of other
+    tools, a run of one tool against that tool's last run, not whichever was recorded last: an nvbandwidth file
+    against an nccl-tests run listed NCCL as gone), else the newest of all; None where there is none."""
     if not fingerprints:
         return None
     if like is not None:
-        same = [f for f in fingerprints if source_tool(f) == source_tool(like)]
-        if same:
-            return same[-1]
-    return fingerprints[-1]
+        tool = source_tool(like)
+        for i in range(len(fingerprints) - 1, -1, -1):
+            if source_tool(fingerprints[i]) == tool:
+                return i
+    return len(fingerprints) - 1
 
 
 def diff_fingerprints(

@@ -198,8 +198,8 @@ class Baseline:
     def latest_fingerprint(self, like: Optional[Mapping[str, object]] = None) -> Optional[dict[str, object]]:
         """The fingerprint of the newest run recorded in the file, or None when there is none; with ``like``
         (today's fingerprint), the newest run of the same source (``env.fingerprint.latest_of_source``)."""
-        latest = latest_of_source([r.fingerprint for r in self.runs], like)
-        return dict(latest) if latest is not None else None
+        i = latest_of_source([r.fingerprint for r in self.runs], like)
+        return dict(self.runs[i].fingerprint) if i is not None else None
 
 
 

@@ -264,6 +264,8 @@ class Gate:
         self.env_diff: list[tuple[str, object, object]] = []
         self.device_changes: list["DeviceChange"] = []  # per device, what changed in the GPUs and links
         self.fingerprint: dict[str, object] = {}  # this run's (use)
+        #: the baseline's run this one's environment is compared with (use: its newest of the same source)
+        self.baseline_fingerprint: Optional[dict[str, object]] = None
         self.run_id = uuid.uuid4().hex[:12]  # under pytest-xdist only the controller saves: one run
         #: the baseline fitted (:meth:`fitted`), once per file, spreads' source and prior
         self._fitted: Optional[FittedBaseline] = None
@@ -352,7 +354,7 @@ class Gate:
                                           if e.test_id in nodeids and any(r.tail is not None for r in e.runs))
             self.n_comparisons = max(1, gated + self.n_tail_comparisons)
             # another host of the same kind (a CI runner pool) is not an environment change
-            latest = self.baseline.latest_fingerprint(like=fingerprint)
+            self.baseline_fingerprint = latest = self.baseline.latest_fingerprint(like=fingerprint)
             self.env_diff = diff_fingerprints(latest, fingerprint, ignore=VOLATILE_KEYS | {"host"})
             self.device_changes = device_changes(latest, fingerprint)
             self._find_spreads(str((fingerprint or {}).get("model") or ""), fingerprint)

@@ -129,7 +129,7 @@ def _changes(gate: "Gate", record: "Record") -> list["EnvChange"]:
     from ..gate.cause import case_env_changes
 
     node = (getattr(record.measurement, "info", None) or {}).get("node")
-    baseline = gate.baseline.latest_fingerprint(like=gate.fingerprint) if gate.baseline is not None else None
+    baseline = gate.baseline_fingerprint if gate.baseline is not None else None
     return case_env_changes(baseline, gate.fingerprint, node if isinstance(node, int) else None)
 
 

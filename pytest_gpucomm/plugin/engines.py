@@ -30,8 +30,8 @@ import pytest
 
 from .. import checks
 from ..checks import CheckError
-from ..compare.tool_engine import (ENGINE_SUFFIXES, NCCL_TESTS, TORCH, ToolFailed, ToolMissing, counterpart_words,
-                                   engine_of_test, twin_test_id)
+from ..compare.tool_engine import (NCCL_TESTS, TORCH, ToolFailed, ToolMissing, counterpart_words, engine_of_test,
+                                   twin_test_id)
 
 if TYPE_CHECKING:
     from ..compare.tool_engine import NcclTests, Nvbandwidth, ToolRun
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .devices import Devices
     from .settings import Settings
 
-__all__ = ["Engines", "ToolWorld", "STANDIN_ENV", "engine_of_test", "read_engines_mark", "ENGINE_SUFFIXES"]
+__all__ = ["Engines", "ToolWorld", "STANDIN_ENV", "read_engines_mark"]
 
 #: a yes/no variable: the programs found are the tests' stand-ins, which run on the CPU variants too
 STANDIN_ENV = "GPUCOMM_ENGINE_STANDIN"

@@ -371,8 +371,9 @@ def environment_diff(doc: ReportDocument, figures: Optional["BaselineFigures"] =
 
     runs = [r for r in (figures.document.get("runs") or []) if isinstance(r, Mapping)] if figures else []
     # the newest run of the report's own source (ours, or the tool whose file it is), as the gate takes it
-    latest = latest_of_source([r["fingerprint"] for r in runs if isinstance(r.get("fingerprint"), Mapping)],
-                              doc.fingerprint or None)
+    prints = [r["fingerprint"] for r in runs if isinstance(r.get("fingerprint"), Mapping)]
+    i = latest_of_source(prints, doc.fingerprint or None)
+    latest = prints[i] if i is not None else None
     if isinstance(latest, Mapping) and doc.fingerprint:
 
         now = [(k, None if a is ABSENT else a, None if b is ABSENT else b) for k, a, b in
