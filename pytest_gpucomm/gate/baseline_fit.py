@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from ..ops.specs import op_group, op_kind
 from .decision import (FALLBACK_DF, CaseModel, Prior, fit_case, fit_prior, prediction, prior_class,
@@ -56,11 +56,11 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
         locs.setdefault(group, {})[key] = {r.run_id: x.loc for r, x in zip(e.runs, runs)}
         centers.setdefault(group, []).append(model.center)
     priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
-    borrowed = borrowed_priors(fitted, spread_source)
+    borrowed = borrowed_priors(fitted, spread_source, {key: e.op for key, e in baseline.cases.items()})
     if corpus is not None:
         for key, (m, _) in fitted.items():
             e = baseline.cases[key]
-            p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), m.sessions)
+            p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), m.sessions, e.op)
             if p is not None and key not in borrowed:
                 borrowed[key] = p
     commons: dict[str, dict[str, object]] = {}
@@ -94,20 +94,25 @@ def by_node(baseline: "Baseline") -> "Baseline":
     return dataclasses.replace(baseline, cases=cases)
 
 
-def borrowed_priors(fitted: dict[str, tuple[CaseModel, str]], src: Optional["Baseline"]) -> dict[str, Prior]:
-    """The priors of the one-session cases of ``fitted`` (case key -> its model and prior class), from the spread
-    source ``src`` (``Gate.use_spreads_of``: a file of the same hardware with runs in several sessions): the same
-    case's session and run spreads, else the median of its class's; {} without a source."""
+def borrowed_priors(fitted: dict[str, tuple[CaseModel, str]], src: Optional["Baseline"],
+                    ops: Mapping[str, str]) -> dict[str, Prior]:
+    """The priors of the one-session cases of ``fitted`` (case key -> its model and prior class; ``ops``: case key
+    -> its op), from the spread source ``src`` (``Gate.use_spreads_of``: a file of the same hardware with runs in
+    several sessions): the same case's session and run spreads, else the median of its class's cases of the same
+    op (another op's are not lent: the both-ways host copies move far more between boots than the one-way ones,
+    ``prior.ClassPrior``); {} without a source."""
     one = [k for k, (m, _) in fitted.items() if m.sessions == 1]
     if src is None or not one:
         return {}
     session_of = {r.run_id: r.session for r in src.runs}
     models: dict[str, tuple[CaseModel, str]] = {}
+    src_op: dict[str, str] = {}
     for key, e in src.cases.items():
         if e.runs:
             runs = [run_location(r.samples_gbps, f"{src.path}: case {key!r}") for r in e.runs]
             models[key] = (fit_case(runs, [session_of.get(r.run_id) for r in e.runs]),
                            prior_class(op_group(e.op) == "collective", e.size_bytes))
+            src_op[key] = e.op
     priors = {c: fit_prior(m for m, cc in models.values() if cc == c) for c in {cc for _, cc in models.values()}}
     figures: dict[str, tuple[float, float, float, float]] = {}
     for key, (m, c) in models.items():
@@ -120,7 +125,8 @@ def borrowed_priors(fitted: dict[str, tuple[CaseModel, str]], src: Optional["Bas
         if key in figures:
             s2, d, r2, rd = figures[key]
         else:
-            same = [figures[k] for k, (_, c) in models.items() if c == fitted[key][1] and k in figures]
+            same = [figures[k] for k, (_, c) in models.items()
+                    if c == fitted[key][1] and src_op[k] == ops.get(key) and k in figures]
             if not same:
                 continue
             s2, r2 = sorted(f[0] for f in same)[len(same) // 2], sorted(f[2] for f in same)[len(same) // 2]

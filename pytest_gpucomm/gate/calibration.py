@@ -38,7 +38,9 @@ import argparse
 import datetime as _dt
 import json
 import math
+import shutil
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TypedDict
@@ -172,9 +174,10 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
     priors = {k: fit_prior(m for m, kk in fitted.values() if kk == k) for k in {kk for _, kk in fitted.values()}}
     out = {key: (m, priors[k]) for key, (m, k) in fitted.items()}
     if corpus is not None:
-        klass = {c.key: c.member.klass for c in cases if c.member is not None}
+        of = {c.key: c.member for c in cases if c.member is not None}
         for key, (m, _) in out.items():
-            p = corpus.prior_for(klass.get(key, ""), m.sessions)
+            mem = of.get(key)
+            p = corpus.prior_for(mem.klass, m.sessions, mem.op) if mem is not None else None
             if p is not None:
                 out[key] = (m, p)
     return out
@@ -534,6 +537,16 @@ def report_lines(name: str, r: dict[str, Any]) -> list[str]:
     return lines
 
 
+
+def _say(line: str) -> None:
+    """Print one of the command's lines wrapped to the terminal (120 columns when unknown), its continuation
+    indented 4 more than the line."""
+    lead = line[:len(line) - len(line.lstrip(" "))]
+    width = shutil.get_terminal_size((120, 24)).columns
+    print("\n".join(textwrap.wrap(line, max(width, 40), subsequent_indent=lead + "    ", break_long_words=False,
+                                   break_on_hyphens=False)) or line)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pytest_gpucomm.gate.calibration",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -602,7 +615,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     docs = []
     for machine, (cases, dates, labels) in loaded:
         if len(loaded) > 1 and machine is not None:
-            print(f"machine {machine.describe()}: its runs only, as the plugin judges a run of it")
+            _say(f"machine {machine.describe()}: its runs only, as the plugin judges a run of it")
         docs.append({"machine": machine.describe() if machine is not None else None,
                      **_calibrate(args, cases, dates, labels)})
     if args.json:
@@ -631,7 +644,7 @@ def _corpus(args: argparse.Namespace) -> int:
                               folds={c: args.folds for c in FOLDED_CLASSES})
     for name, x in r.items():
         for line in machine_lines(name, x):
-            print(line)
+            _say(line)
     if args.json:
         brief = {name: {k: ({kk: vv for kk, vv in v.items() if kk != "per_suite"} if isinstance(v, dict) else v)
                         for k, v in x.items()} for name, x in r.items()}
@@ -647,7 +660,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
     n_sessions = len(set(session.values()))
     folds = {c: args.folds for c in FOLDED_CLASSES}
     kw = dict(tolerance=args.tolerance, alpha=args.alpha, max_remeasures=args.remeasures, folds=folds)
-    print(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
+    _say(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
           f"({sum(1 for r in dates if labels.get(r))} runs labelled; tolerance {args.tolerance:.0%}, alpha "
           f"{args.alpha:g}, up to {args.remeasures} re-measures, {args.folds} folds)")
     model = fit_model(cases, session)
@@ -658,7 +671,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
         for g in sorted(model["common_sd"]):
             v = [f[what] for f in model["cases"].values() if f["group"] == g]
             fitted[f"{g} {what}"] = {"median": float(np.median(v)), "p90": float(np.percentile(v, 90))}
-    print("fitted spreads of log bandwidth (median / 90th percentile over cases): "
+    _say("fitted spreads of log bandwidth (median / 90th percentile over cases): "
           + "; ".join(f"{k} {v['median']:.2%} / {v['p90']:.2%}" for k, v in fitted.items())
           + "; common offset of a run: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
     doc: dict[str, Any] = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates),
@@ -666,22 +679,22 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
                            "folds": args.folds, "folded_classes": list(FOLDED_CLASSES), "fitted": fitted,
                            "common_sd": model["common_sd"]}
     if n_sessions < 2:
-        print("leave-one-session-out: needs runs from at least 2 sessions; none judged")
+        _say("leave-one-session-out: needs runs from at least 2 sessions; none judged")
         real = None
     else:
         real = loso(cases, session, args.drops, per_case_every=args.per_case_every, **kw)
         for line in report_lines("leave-one-session-out", real):
-            print(line)
+            _say(line)
     doc["leave_one_session_out"] = real
     sim = None
     if args.sim_suites:
         sim = simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, seed=args.seed, **kw)
         for line in report_lines(f"fitted simulation ({args.sim_suites} suites)", sim):
-            print(line)
+            _say(line)
     doc["simulation"] = sim
     if args.table:
         rows = []
-        print("trade-off (LOSO | simulation): alpha, re-measures -> suites with a false REGRESSION, not gated, "
+        _say("trade-off (LOSO | simulation): alpha, re-measures -> suites with a false REGRESSION, not gated, "
               "3% drift called, 10% drop caught (gated cases | all cases)")
         for a in TABLE_ALPHAS:
             for k in TABLE_REMEASURES:
@@ -692,7 +705,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
                       if args.sim_suites else None)
                 briefs = [_brief(x) if x else None for x in (lr, sr)]
                 rows.append({"alpha": a, "remeasures": k, "loso": briefs[0], "simulation": briefs[1]})
-                print(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
+                _say(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
                     "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, "
                                            f"not gated {pct(x['not_gated'])}, "
                                            f"3% {pct(x['drift3_all'])}, 10% {pct(x['drop10_gated'])} | "
@@ -701,7 +714,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
         doc["table"] = rows
         proj = projection(cases, model, (n_sessions, 8, 12, 20), tolerance=args.tolerance, alpha=args.alpha,
                           max_remeasures=args.remeasures)
-        print("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
+        _say("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
               + "; ".join(f"{n} sessions: not gated {pct(v['not_gated_share'])}, median smallest drop caught "
                           f"{pct(v['detectable_drop_median'])}" for n, v in proj.items()))
         doc["projection"] = {str(n): v for n, v in proj.items()}

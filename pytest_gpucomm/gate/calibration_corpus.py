@@ -9,8 +9,10 @@ seen), and every run of each other session is judged against it with the plugin'
 (``calibration.judge_suite``: the cases' verdicts, each with the next runs of its session as its folds and re-measures,
 and the levels), as A/A and with drops made by scaling the runs.  Reported per machine: the suites with a false
 REGRESSION at any level, the share of cases gated (by their own verdict or their residual), the share of copy
-cases gated, what a uniform drop and a 10 % drop of one band or one case do; and the same without a prior (the
-assumed spreads), for comparison.
+cases gated, what a uniform drop and a 10 % drop of one band or one case do; the same without a prior (the
+assumed spreads), for comparison; and the share of copy cases gated with a prior fitted on the machine's own runs,
+the very sessions it judges (every op it holds): what a prior that already knew how this machine moves would gate.
+A prior of other machines that gates more than that assumes the machine steadier than its own runs show.
 """
 
 from __future__ import annotations
@@ -70,15 +72,19 @@ def one_session(cases: list[Case], session: Mapping[str, int], drops: Sequence[f
 def leave_one_machine_out(machines: Machines, drops: Sequence[float],
                           fit: Optional[Callable[[Machines], CorpusPrior]] = None, **kw: Any) -> dict[str, Any]:
     """Per machine with runs in two sessions or more: :func:`one_session` with the prior fitted on the other
-    machines (``fit``: ``prior.fit_corpus``), and without a prior."""
+    machines (``fit``: ``prior.fit_corpus``), without a prior, and with the prior of its own runs (``own_prior``,
+    every class and op it holds trusted: a prior that already knew how the machine moves, fitted on the very
+    sessions it then judges)."""
     fit = fit or fit_corpus
     out = {}
     for name, (cases, session) in machines.items():
         if len(set(session.values())) < 2:
             continue
         prior = fit({n: m for n, m in machines.items() if n != name})
+        own = fit_corpus({name: (cases, session)}, min_machines=1)
         out[name] = {"prior": prior.to_document(), "with_prior": one_session(cases, session, drops, corpus=prior, **kw),
-                     "without_prior": one_session(cases, session, drops, corpus=None, **kw)}
+                     "without_prior": one_session(cases, session, drops, corpus=None, **kw),
+                     "own_prior": one_session(cases, session, drops, corpus=own, **kw)}
     return out
 
 
@@ -92,4 +98,8 @@ def machine_lines(name: str, r: dict[str, Any]) -> list[str]:
     lines += [f"  {line}" for line in _lines("with the prior", w)]
     lines.append(f"  copy cases gated: {pct(w['copy_gated_share'])} with the prior, {pct(wo['copy_gated_share'])} "
                  f"without; false suites without the prior: {wo['false_alarm_suites']} of {wo['suites']}")
+    own = r.get("own_prior")
+    if own is not None:
+        lines.append(f"  with a prior of its own runs: {pct(own['copy_gated_share'])} of the copy cases gated "
+                     f"(false suites {own['false_alarm_suites']} of {own['suites']})")
     return lines

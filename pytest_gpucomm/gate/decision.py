@@ -70,10 +70,11 @@ All statistics work on log bandwidth, so a shift is a ratio.
    4 degrees of freedom; about the median case's on 2 x H200); with one run, s_w is assumed too (1 %).
    A baseline of one session (a report taken as a baseline, a first recording) borrows both spreads,
    with their degrees of freedom, from the baseline file of the same hardware where one is found
-   (baselines/<model>.json: the same case's, else the median of its class's), and says so; else, on a GPU,
-   from the corpus prior (gate.prior: Smyth's prior of the session and run parts over every case of its
-   level class on every machine the project holds runs of, trusted from 2 machines; the machines' own
-   disagreement is in its degrees of freedom).  A class the prior does not cover keeps them assumed: 5a.
+   (baselines/<model>.json: the same case's, else the median of its class's cases of its op), and says so;
+   else, on a GPU, from the corpus prior (gate.prior: Smyth's prior of the session and run parts over every
+   case of its level class on every machine the project holds runs of, trusted from 2 machines, for the ops 2
+   machines hold; the machines' own disagreement is in its degrees of freedom).  A class or op the prior does
+   not cover keeps them assumed: 5a.
 3. Prediction.  A new session's mean of k independent runs differs from the centre by a variance
    V(k) = s_s^2 + (s_w^2 - u^2 + u_now^2) / k + s_b^2 / S   (u^2: the baseline runs' own uncertainty,
    u_now^2: the new runs'; S sessions), at least MIN_SPREAD^2 (0.3 %).  Its degrees of freedom combine

@@ -190,6 +190,7 @@ class Member:
     band: str
     band_name: str
     size_bytes: int
+    op: str = ""
 
 
 def member(key: str, *, test_id: str, op: str, kind: str, size_bytes: int, dtype: Optional[str], world_size: int,
@@ -204,7 +205,7 @@ def member(key: str, *, test_id: str, op: str, kind: str, size_bytes: int, dtype
     where = plural(world_size, "rank") if kind == "collective" else "->".join(map(str, devices))
     name = ", ".join(x for x in (f"{op} {form}".strip(), dtype if kind == "collective" else "", where,
                                  layout and f"layout {layout}") if x)
-    return Member(key, klass, band, name, int(size_bytes))
+    return Member(key, klass, band, name, int(size_bytes), op)
 
 
 def residuals(dev: Mapping[str, float], members: Mapping[str, Member], weights: Optional[Mapping[str, float]] = None
@@ -309,9 +310,10 @@ class LevelFit:
     cases: dict[str, tuple[Residual, Prior]]
     weights: dict[str, float] = field(default_factory=dict)
     within: dict[str, float] = field(default_factory=dict)  # per class: the residuals' within-session share
-    #: per class, where the baseline is of one session: the residuals' part drawn once per session, (variance,
-    #: degrees of freedom), from the corpus prior (gate.prior); a class missing here has it assumed
-    sessions: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: per (class, op), where the baseline is of one session: the residuals' part drawn once per session,
+    #: (variance, degrees of freedom), from the corpus prior (gate.prior), for the ops it was fitted on; an op
+    #: missing here has it assumed
+    sessions: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     #: per class, its offset's model over the baseline's runs (:func:`class_model`) and its prior (the classes of
     #: its size together, :func:`class_priors`; a baseline of one session: borrowed, :func:`borrowed_class_priors`)
     class_models: dict[str, tuple[CaseModel, Prior]] = field(default_factory=dict)
@@ -327,11 +329,11 @@ class LevelFit:
 
 def fit_levels(runs: Mapping[str, Mapping[str, float]], centers: Mapping[str, float],
                members: Mapping[str, Member], session_of: Mapping[str, Optional[str]],
-               sessions: Optional[Mapping[str, tuple[float, float]]] = None,
+               sessions: Optional[Mapping[tuple[str, str], tuple[float, float]]] = None,
                borrowed: Optional[Mapping[str, Prior]] = None) -> LevelFit:
     """The level models from the baseline's runs: ``runs``: case key -> run id -> location, ``centers``:
     case key -> its centre (``decision.fit_case``), over the cases of ``members`` only; ``sessions``: per
-    class the residuals' session part for a baseline of one session (``LevelFit.sessions``); ``borrowed``: per
+    (class, op) the residuals' session part for a baseline of one session (``LevelFit.sessions``); ``borrowed``: per
     class the prior of its offset where the baseline is of one session (:func:`borrowed_class_priors`)."""
     keys = [k for k in members if k in runs and k in centers]
     members = {k: members[k] for k in keys}
@@ -740,7 +742,7 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
             continue
         band_vs.append(_pseudo("band", name, ks, bands[b][0], fit.bands.get(b), tolerance=tolerance, alpha=a_band,
                                k=min(folds.get(k, 1) for k in ks), within=fit.within.get(mem.klass, 0.0),
-                               session=fit.sessions.get(mem.klass), floor=band_floor,
+                               session=fit.sessions.get((mem.klass, mem.op)), floor=band_floor,
                                runs=min(fresh[k] for k in ks)))
     judged_cases = [k for k in dev if k in fit.cases]
     a_case = alpha * shares["residual"] / max(1, len(judged_cases))
@@ -754,5 +756,6 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
             continue
         cases.append(_pseudo("case", name, [k], res[k], fit.cases.get(k), tolerance=tolerance, alpha=a_case,
                              k=folds.get(k, 1), within=fit.within.get(mem.klass, 0.0),
-                             session=fit.sessions.get(mem.klass), floor=floors.get(k, 0.0), runs=fresh[k]))
+                             session=fit.sessions.get((mem.klass, mem.op)), floor=floors.get(k, 0.0),
+                             runs=fresh[k]))
     return RunLevels(classes=classes, bands=band_vs, cases=cases, alpha=alpha, shares=shares)

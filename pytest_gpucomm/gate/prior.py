@@ -47,7 +47,8 @@ __all__ = ["PRIOR_FILE", "SCHEMA", "MIN_MACHINES", "ClassPrior", "CorpusPrior", 
 
 PRIOR_FILE = Path(__file__).with_name("spread_prior.json")
 SCHEMA = "pytest-gpucomm-spread-prior"
-SCHEMA_VERSION = 1
+#: 2: each class names the ops it was fitted on (``ops``), and lends its spreads to those only
+SCHEMA_VERSION = 2
 #: a class's prior is trusted (used) only where this many machines hold runs of it in several sessions
 MIN_MACHINES = 2
 #: the prior file is small (a few KiB): a larger one is not this file
@@ -61,7 +62,11 @@ class PriorError(Exception):
 @dataclass(frozen=True)
 class ClassPrior:
     """One class's prior: the session part and the run part of a case's spread (variances of log bandwidth)
-    with their degrees of freedom, the machines and cases it was fitted on, and whether it is trusted."""
+    with their degrees of freedom, the machines and cases it was fitted on, whether it is trusted, and the ops it
+    covers (``ops``: those of its cases on as many machines as trust needs).  A one-session case of another op
+    borrows nothing from it: an op the corpus never saw in several sessions may move far more from boot to boot
+    than the ops it did (on one H100, the both-ways host copies moved 7-16 % between two boots where the one-way
+    copies of the same class moved under 1 %), and a spread borrowed from them cried wolf."""
 
     klass: str
     session_s2: float
@@ -73,6 +78,7 @@ class ClassPrior:
     trusted: bool
     residual_s2: float = 0.0  # the part of a case's residual (levels) drawn once per session
     residual_df: float = 0.0
+    ops: tuple[str, ...] = ()
 
     def as_prior(self) -> "Prior":
         """The prior a one-session case's model is judged with (``decision.Prior``)."""
@@ -88,7 +94,8 @@ class ClassPrior:
         return (f"{self.klass}: session {part(self.session_s2, self.session_df)}, run {part(self.run_s2, self.run_df)}"
                 f", residual {part(self.residual_s2, self.residual_df)}"
                 f", {self.cases} cases of {len(self.machines)} machine{'s' if len(self.machines) != 1 else ''}"
-                + ("" if self.trusted else f" (not trusted: fewer than {MIN_MACHINES} machines)"))
+                + (f" ({', '.join(self.ops)})" if self.trusted
+                   else f" (not trusted: fewer than {MIN_MACHINES} machines)"))
 
 
 @dataclass(frozen=True)
@@ -105,19 +112,21 @@ class CorpusPrior:
         p = self.classes.get(klass)
         return p if p is not None and p.trusted else None
 
-    def prior_for(self, klass: str, sessions: int) -> Optional["Prior"]:
-        """The ``decision.Prior`` a case of level class ``klass`` whose baseline runs come from ``sessions``
-        sessions takes from the corpus: its class's, where it is trusted and the case has one session; else None."""
+    def prior_for(self, klass: str, sessions: int, op: str) -> Optional["Prior"]:
+        """The ``decision.Prior`` a case of op ``op`` and level class ``klass`` whose baseline runs come from
+        ``sessions`` sessions takes from the corpus: its class's, where it is trusted, covers the op and the case
+        has one session; else None."""
         p = self.trusted(klass) if sessions == 1 else None
-        return p.as_prior() if p is not None else None
+        return p.as_prior() if p is not None and op in p.ops else None
 
-    def residual_sessions(self) -> dict[str, tuple[float, float]]:
-        """Per trusted class, the residuals' session part (``levels.LevelFit.sessions``)."""
-        return {k: (p.residual_s2, p.residual_df) for k, p in self.classes.items() if p.trusted and p.residual_df > 0}
+    def residual_sessions(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """Per trusted class and each op it covers, the residuals' session part (``levels.LevelFit.sessions``)."""
+        return {(k, op): (p.residual_s2, p.residual_df) for k, p in self.classes.items()
+                if p.trusted and p.residual_df > 0 for op in p.ops}
 
     def note(self) -> str:
         """What the header says of it: the machines and the classes it covers."""
-        covered = sorted(k for k, p in self.classes.items() if p.trusted)
+        covered = sorted(f"{k} ({', '.join(p.ops)})" for k, p in self.classes.items() if p.trusted)
         return (f"the corpus prior of {len(self.machines)} machines ({', '.join(self.machines)}; "
                 f"{self.path.name if self.path else 'fitted'}), trusted for {', '.join(covered) or 'no class'}")
 
@@ -130,7 +139,7 @@ class CorpusPrior:
                 "classes": {k: {"session_s2": p.session_s2, "session_df": num(p.session_df), "run_s2": p.run_s2,
                                 "run_df": num(p.run_df), "residual_s2": p.residual_s2,
                                 "residual_df": num(p.residual_df), "machines": list(p.machines), "cases": p.cases,
-                                "trusted": p.trusted, "text": p.describe()}
+                                "trusted": p.trusted, "ops": list(p.ops), "text": p.describe()}
                             for k, p in sorted(self.classes.items())}}
 
 
@@ -140,9 +149,9 @@ class CorpusPrior:
 Estimate = tuple[float, float, float, float, float, float]
 
 
-def _estimates(cases: Sequence["Case"], session: Mapping[str, int]) -> dict[str, list[Estimate]]:
-    """Per class, each case's (session part, its df, run part, its df, its residual's session part, its df)
-    from one machine's runs (``cases``: ``calibration.Case``); cases in fewer than two sessions, or without two
+def _estimates(cases: Sequence["Case"], session: Mapping[str, int]) -> dict[str, list[tuple[str, Estimate]]]:
+    """Per class, each case's op and (session part, its df, run part, its df, its residual's session part, its
+    df) from one machine's runs (``cases``: ``calibration.Case``); cases in fewer than two sessions, or without two
     runs in one, give none.  The residual is the levels' (``levels.residuals``: the case's log deviation less
     its class's offset in the run)."""
     from .decision import RunLocation, fit_case
@@ -162,39 +171,49 @@ def _estimates(cases: Sequence["Case"], session: Mapping[str, int]) -> dict[str,
     for r, dev in devs.items():
         for k, x in residuals(dev, members)[0].items():
             res.setdefault(k, {})[r] = x
-    out: dict[str, list[Estimate]] = {}
+    out: dict[str, list[tuple[str, Estimate]]] = {}
     for key, model in models.items():
         if model.sessions < 2 or not math.isfinite(model.within2):
             continue
         ids = sorted(res.get(key, {}))
         rm = fit_case([RunLocation(res[key][r], 0.0, 1) for r in ids], [str(session[r]) for r in ids])
-        out.setdefault(members[key].klass, []).append(
-            (model.between2 - model.within2 * model.inv_n, float(model.sessions - 1),
-             model.within2 - model.mean_se2, float(model.within_df),
-             rm.between2 - rm.within2 * rm.inv_n, float(rm.sessions - 1)))
+        out.setdefault(members[key].klass, []).append((members[key].op, (
+            model.between2 - model.within2 * model.inv_n, float(model.sessions - 1),
+            model.within2 - model.mean_se2, float(model.within_df),
+            rm.between2 - rm.within2 * rm.inv_n, float(rm.sessions - 1))))
     return out
 
 
-def fit_corpus(machines: Mapping[str, tuple[Sequence["Case"], Mapping[str, int]]], kind: str = "gpu") -> CorpusPrior:
+def fit_corpus(machines: Mapping[str, tuple[Sequence["Case"], Mapping[str, int]]], kind: str = "gpu",
+               min_machines: int = MIN_MACHINES) -> CorpusPrior:
     """The prior of the machines ``machines`` (name -> its cases, ``calibration.Case``, and the session of each
     run id): per class, Smyth's prior of the session parts and of the run parts over every case of every
-    machine that has runs of the class in several sessions."""
+    machine that has runs of the class in several sessions, trusted where ``min_machines`` machines hold them
+    (the calibration fits one machine's prior on its own runs with 1), for the ops that as many
+    machines hold."""
     from .decision import MIN_SPREAD, prior_of_variances
 
     floor = MIN_SPREAD ** 2  # the gate's spread is never below it: smaller differences between cases do not count
-    per: dict[str, list[tuple[str, Estimate]]] = {}
+    per: dict[str, list[tuple[str, str, Estimate]]] = {}  # class -> (machine, op, estimate) of every case
     for name, (cases, session) in machines.items():
         for klass, found in _estimates(cases, session).items():
-            per.setdefault(klass, []).extend((name, p) for p in found)
+            per.setdefault(klass, []).extend((name, op, p) for op, p in found)
     classes = {}
-    for klass, pts in per.items():
+    for klass, rows in per.items():
+        # the ops held in several sessions by as many machines as trust needs; the class is fitted on their
+        # cases alone, the spreads it lends
+        on: dict[str, set[str]] = {}
+        for name, op, _ in rows:
+            on.setdefault(op, set()).add(name)
+        ops = tuple(sorted(op for op, names_of in on.items() if len(names_of) >= min_machines))
+        pts = [(name, p) for name, op, p in rows if op in ops]
         names = tuple(sorted({n for n, _ in pts}))
         sess = prior_of_variances((max(p[0], floor), p[1]) for _, p in pts)
         run = prior_of_variances((max(p[2], floor), p[3]) for _, p in pts)
         res = prior_of_variances((max(p[4], floor), p[5]) for _, p in pts)
-        trusted = len(names) >= MIN_MACHINES and sess.df > 0 and run.df > 0
+        trusted = len(names) >= min_machines and sess.df > 0 and run.df > 0
         classes[klass] = ClassPrior(klass, sess.s2, sess.df, run.s2, run.df, names, len(pts), trusted,
-                                    res.s2, res.df)
+                                    res.s2, res.df, ops)
     used = tuple(sorted({n for p in classes.values() for n in p.machines}))
     return CorpusPrior(kind, classes, used)
 
@@ -254,7 +273,8 @@ def load_prior(path: Path = PRIOR_FILE) -> CorpusPrior:
             raise ValueError(f"its schema is {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r}, "
                              f"not {SCHEMA!r}")
         if doc.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {doc.get('schema_version')!r}; this plugin reads {SCHEMA_VERSION}")
+            raise ValueError(f"schema_version {doc.get('schema_version')!r}; this plugin reads {SCHEMA_VERSION} (write "
+                             "it again with python -m pytest_gpucomm.gate.prior BASELINE... -o PATH)")
         classes = {str(klass): _class_prior(str(klass), c) for klass, c in doc["classes"].items()}
         return CorpusPrior(str(doc["kind"]), classes, tuple(map(str, doc["machines"])), Path(path))
     except (KeyError, TypeError, AttributeError, ValueError) as e:
@@ -272,9 +292,12 @@ def _class_prior(klass: str, c: Mapping[str, Any]) -> ClassPrior:
             raise ValueError(f"class {klass!r}: {name} must be a number >= 0, got {x!r}")
         return float(x)
 
+    ops = c["ops"]
+    if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+        raise ValueError(f"class {klass!r}: ops must be a list of op names, got {ops!r}")
     return ClassPrior(klass, num("session_s2"), num("session_df"), num("run_s2"), num("run_df"),
                       tuple(map(str, c["machines"])), int(c["cases"]), bool(c["trusted"]), num("residual_s2"),
-                      num("residual_df"))
+                      num("residual_df"), tuple(ops))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -409,7 +409,7 @@ class Gate:
     def use_spreads_of(self, source: Optional["Baseline"], why: str = "") -> None:
         """Where the baseline has cases of one session only, take their session and run spreads from
         ``source`` (a file of the same hardware, with runs in several sessions): the same case's, else the
-        median of its class's (DECISION_RULE step 2).  ``why`` names the file for the header."""
+        median of its class's cases of its op (DECISION_RULE step 2).  ``why`` names the file for the header."""
         self._spread_source, self.spread_note, self._fitted = source, why, None
 
     def fitted(self) -> FittedBaseline:
@@ -527,8 +527,8 @@ class Gate:
             from .decision import FALLBACK_SESSION_SPREAD
 
             why = ("no file of this hardware with runs in several sessions, and the corpus prior does not cover "
-                   "their class" if self._corpus is not None else "no file of this hardware with runs in several "
-                   "sessions, and no prior for this kind of machine")
+                   "their class and op" if self._corpus is not None else "no file of this hardware with runs in "
+                   "several sessions, and no prior for this kind of machine")
             lines.append(f"gpucomm baseline WARNING: {plural(len(assumed), 'case')} of one session (one host boot "
                          f"and day) cannot be judged: {why}; the spread between sessions is assumed "
                          f"({FALLBACK_SESSION_SPREAD:.1%}) and they are not gated; record runs in more sessions")
