@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
@@ -28,20 +28,25 @@ __all__ = ["BaselineFit", "FittedBaseline", "fit_baseline", "by_node", "borrowed
 
 @dataclass(frozen=True)
 class BaselineFit:
-    """:func:`fit_baseline`'s result: per case key its model and prior, its run locations by run id, and per
-    group (``"collective"``, ``"copy"``) the common offset's spread (``levels.Common`` as a dict)."""
+    """:func:`fit_baseline`'s result: per case key its model and prior, its run locations by run id, per
+    group (``"collective"``, ``"copy"``) the common offset's spread (``levels.Common`` as a dict), and per case of
+    one session where its spreads come from (``lent``: ``"file"``, the file of the same hardware; ``"corpus"``,
+    the corpus prior; ``"baseline"``, this baseline's own cases of its class and op in several sessions; a case
+    missing there has them assumed)."""
 
     models: dict[str, tuple[CaseModel, Prior]]
     locs: dict[str, dict[str, float]]
     commons: dict[str, dict[str, object]]
+    lent: dict[str, str] = field(default_factory=dict)
 
 
 def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Optional["Baseline"] = None,
                  corpus: Optional["CorpusPrior"] = None) -> BaselineFit:
     """Every measured case's model and its class's prior (DECISION_RULE steps 1-2; the one-session cases' from
     ``spread_source``, :func:`borrowed_priors`, else from the ``corpus`` prior of their level class where it is
-    trusted), each case's run locations, and per group the spread of the runs' common offset; ``path`` names
-    the file in errors."""
+    trusted and covers their op, else from this baseline's cases of their class and op in several sessions,
+    never another op's: ``BaselineFit.lent``), each case's run locations, and per group the spread of the runs'
+    common offset; ``path`` names the file in errors."""
     session_of = {r.run_id: r.session for r in baseline.runs}
     fitted: dict[str, tuple[CaseModel, str]] = {}
     locs: dict[str, dict[str, dict[str, float]]] = {}
@@ -57,19 +62,28 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
         centers.setdefault(group, []).append(model.center)
     priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
     borrowed = borrowed_priors(fitted, spread_source, {key: e.op for key, e in baseline.cases.items()})
-    if corpus is not None:
-        for key, (m, _) in fitted.items():
-            e = baseline.cases[key]
-            p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), m.sessions, e.op)
-            if p is not None and key not in borrowed:
-                borrowed[key] = p
+    lent = dict.fromkeys(borrowed, "file")
+    for key, (m, c) in fitted.items():
+        if m.sessions != 1 or key in borrowed:
+            continue
+        e = baseline.cases[key]
+        p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), 1, e.op) if corpus is not None else None
+        if p is None:  # this baseline's cases of the class and op in several sessions (fit_prior skips the others)
+            p = fit_prior(mm for k, (mm, cc) in fitted.items() if cc == c and baseline.cases[k].op == e.op)
+            source = "baseline"
+        else:
+            source = "corpus"
+        borrowed[key] = p
+        if p.df > 0:
+            lent[key] = source
     commons: dict[str, dict[str, object]] = {}
     for g, v in locs.items():
         common = common_spread(list(v.values()), centers[g], session_of)
         if common is not None:
             commons[g] = dataclasses.asdict(common)
     return BaselineFit(models={key: (m, borrowed.get(key, priors[c])) for key, (m, c) in fitted.items()},
-                       locs={key: runs for v in locs.values() for key, runs in v.items()}, commons=commons)
+                       locs={key: runs for v in locs.values() for key, runs in v.items()}, commons=commons,
+                       lent=lent)
 
 
 def by_node(baseline: "Baseline") -> "Baseline":
@@ -158,7 +172,7 @@ class FittedBaseline:
         self.spread_source, self.corpus = spread_source, corpus
         self.view = by_node(baseline) if nodes == "own" else baseline
         fit = fit_baseline(self.view, path, spread_source, corpus if spread_source is None else None)
-        self.models, self.locs, self.commons = fit.models, fit.locs, fit.commons
+        self.models, self.locs, self.commons, self.lent = fit.models, fit.locs, fit.commons, fit.lent
         #: the nodes judged against the pooled runs of every node although the mode is "own" (none of their own)
         self.pooled_nodes: set[int] = set()
         #: own mode: every node's runs pooled, (models, locations), fitted for a node with no runs of its own

@@ -172,7 +172,12 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
         if ids:
             fitted[c.key] = (fit_case([c.runs[r] for r in ids], [str(session[r]) for r in ids]), c.klass)
     priors = {k: fit_prior(m for m, kk in fitted.values() if kk == k) for k in {kk for _, kk in fitted.values()}}
-    out = {key: (m, priors[k]) for key, (m, k) in fitted.items()}
+    op_of = {c.key: c.member.op if c.member is not None else "" for c in cases}
+    # a case of one session: the prior of its class's cases of its op in several sessions, as the gate's
+    # (baseline_fit.fit_baseline), never another op's
+    out = {key: (m, priors[k] if m.sessions >= 2 else
+                 fit_prior(mm for kk2, (mm, kk) in fitted.items() if kk == k and op_of[kk2] == op_of[key]))
+           for key, (m, k) in fitted.items()}
     if corpus is not None:
         of = {c.key: c.member for c in cases if c.member is not None}
         for key, (m, _) in out.items():
@@ -538,7 +543,7 @@ def report_lines(name: str, r: dict[str, Any]) -> list[str]:
 
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     """Print one of the command's lines wrapped to the terminal (120 columns when unknown), its continuation
     indented 4 more than the line."""
     lead = line[:len(line) - len(line.lstrip(" "))]
@@ -615,7 +620,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     docs = []
     for machine, (cases, dates, labels) in loaded:
         if len(loaded) > 1 and machine is not None:
-            _say(f"machine {machine.describe()}: its runs only, as the plugin judges a run of it")
+            say(f"machine {machine.describe()}: its runs only, as the plugin judges a run of it")
         docs.append({"machine": machine.describe() if machine is not None else None,
                      **_calibrate(args, cases, dates, labels)})
     if args.json:
@@ -644,7 +649,7 @@ def _corpus(args: argparse.Namespace) -> int:
                               folds={c: args.folds for c in FOLDED_CLASSES})
     for name, x in r.items():
         for line in machine_lines(name, x):
-            _say(line)
+            say(line)
     if args.json:
         brief = {name: {k: ({kk: vv for kk, vv in v.items() if kk != "per_suite"} if isinstance(v, dict) else v)
                         for k, v in x.items()} for name, x in r.items()}
@@ -660,7 +665,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
     n_sessions = len(set(session.values()))
     folds = {c: args.folds for c in FOLDED_CLASSES}
     kw = dict(tolerance=args.tolerance, alpha=args.alpha, max_remeasures=args.remeasures, folds=folds)
-    _say(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
+    say(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
           f"({sum(1 for r in dates if labels.get(r))} runs labelled; tolerance {args.tolerance:.0%}, alpha "
           f"{args.alpha:g}, up to {args.remeasures} re-measures, {args.folds} folds)")
     model = fit_model(cases, session)
@@ -671,7 +676,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
         for g in sorted(model["common_sd"]):
             v = [f[what] for f in model["cases"].values() if f["group"] == g]
             fitted[f"{g} {what}"] = {"median": float(np.median(v)), "p90": float(np.percentile(v, 90))}
-    _say("fitted spreads of log bandwidth (median / 90th percentile over cases): "
+    say("fitted spreads of log bandwidth (median / 90th percentile over cases): "
           + "; ".join(f"{k} {v['median']:.2%} / {v['p90']:.2%}" for k, v in fitted.items())
           + "; common offset of a run: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
     doc: dict[str, Any] = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates),
@@ -679,22 +684,22 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
                            "folds": args.folds, "folded_classes": list(FOLDED_CLASSES), "fitted": fitted,
                            "common_sd": model["common_sd"]}
     if n_sessions < 2:
-        _say("leave-one-session-out: needs runs from at least 2 sessions; none judged")
+        say("leave-one-session-out: needs runs from at least 2 sessions; none judged")
         real = None
     else:
         real = loso(cases, session, args.drops, per_case_every=args.per_case_every, **kw)
         for line in report_lines("leave-one-session-out", real):
-            _say(line)
+            say(line)
     doc["leave_one_session_out"] = real
     sim = None
     if args.sim_suites:
         sim = simulate(cases, session, model, suites=args.sim_suites, drops=args.drops, seed=args.seed, **kw)
         for line in report_lines(f"fitted simulation ({args.sim_suites} suites)", sim):
-            _say(line)
+            say(line)
     doc["simulation"] = sim
     if args.table:
         rows = []
-        _say("trade-off (LOSO | simulation): alpha, re-measures -> suites with a false REGRESSION, not gated, "
+        say("trade-off (LOSO | simulation): alpha, re-measures -> suites with a false REGRESSION, not gated, "
               "3% drift called, 10% drop caught (gated cases | all cases)")
         for a in TABLE_ALPHAS:
             for k in TABLE_REMEASURES:
@@ -705,7 +710,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
                       if args.sim_suites else None)
                 briefs = [_brief(x) if x else None for x in (lr, sr)]
                 rows.append({"alpha": a, "remeasures": k, "loso": briefs[0], "simulation": briefs[1]})
-                _say(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
+                say(f"  alpha {a:<5g} re-measures {k}: " + " | ".join(
                     "-" if x is None else (f"FA {x['false_alarm_suites']}/{x['suites']}, "
                                            f"not gated {pct(x['not_gated'])}, "
                                            f"3% {pct(x['drift3_all'])}, 10% {pct(x['drop10_gated'])} | "
@@ -714,7 +719,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
         doc["table"] = rows
         proj = projection(cases, model, (n_sessions, 8, 12, 20), tolerance=args.tolerance, alpha=args.alpha,
                           max_remeasures=args.remeasures)
-        _say("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
+        say("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
               + "; ".join(f"{n} sessions: not gated {pct(v['not_gated_share'])}, median smallest drop caught "
                           f"{pct(v['detectable_drop_median'])}" for n, v in proj.items()))
         doc["projection"] = {str(n): v for n, v in proj.items()}

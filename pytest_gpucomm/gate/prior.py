@@ -206,7 +206,8 @@ def fit_corpus(machines: Mapping[str, tuple[Sequence["Case"], Mapping[str, int]]
         for name, op, _ in rows:
             on.setdefault(op, set()).add(name)
         ops = tuple(sorted(op for op, names_of in on.items() if len(names_of) >= min_machines))
-        pts = [(name, p) for name, op, p in rows if op in ops]
+        # a class with no op so held lends nothing: fitted on all its cases, for what the command prints
+        pts = [(name, p) for name, op, p in rows if op in ops or not ops]
         names = tuple(sorted({n for n, _ in pts}))
         sess = prior_of_variances((max(p[0], floor), p[1]) for _, p in pts)
         run = prior_of_variances((max(p[2], floor), p[3]) for _, p in pts)
@@ -318,9 +319,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (BaselineError, OSError) as e:
         print(f"gpucomm prior: error: {e}", file=sys.stderr)
         return 2
-    print(f"{len(prior.machines)} machines: {', '.join(prior.machines) or 'none'}")
+    from .calibration import say
+
+    say(f"{len(prior.machines)} machines: {', '.join(prior.machines) or 'none'}")
     for p in sorted(prior.classes.values(), key=lambda p: p.klass):
-        print(f"  {p.describe()}")
+        say(f"  {p.describe()}")
     if args.output is not None:
         write_atomic(args.output, json.dumps(prior.to_document(), indent=1, sort_keys=True) + "\n")
         print(f"wrote {args.output}")

@@ -507,29 +507,29 @@ class Gate:
 
     def _one_session_lines(self) -> list[str]:
         """The header's lines on the cases recorded in one session: where their spreads come from (a file of
-        the same hardware, the corpus prior), and how many have them assumed (not gated)."""
+        the same hardware, the corpus prior, this baseline's cases of their op in several sessions:
+        ``FittedBaseline.lent``), and how many have them assumed (not gated)."""
         b = self.baseline
         if b is None or not b.runs:
             return []
-        models = self.fitted().models
-        one = [k for k, (m, _) in models.items() if m.sessions == 1]
+        fitted = self.fitted()
+        one = [k for k, (m, _) in fitted.models.items() if m.sessions == 1]
         if not one:
             return []
-        if self.spread_note:
-            return [f"gpucomm baseline: {plural(len(one), 'case')} of one session borrow their spreads from "
-                    f"{self.spread_note}"]
-        assumed = [k for k in one if models[k][1].df <= 0]
-        lines = []
-        if self._corpus is not None and len(assumed) < len(one):
-            lines.append(f"gpucomm baseline: {plural(len(one) - len(assumed), 'case')} of one session borrow their "
-                         f"spreads from {self._corpus.note()}")
+        lent = [fitted.lent.get(k) for k in one]
+        sources = (("file", self.spread_note), ("corpus", self._corpus.note() if self._corpus is not None else ""),
+                   ("baseline", "this baseline's cases of their op in several sessions"))
+        lines = [f"gpucomm baseline: {plural(lent.count(kind), 'case')} of one session borrow their spreads from "
+                 f"{text}" for kind, text in sources if lent.count(kind)]
+        assumed = lent.count(None)
         if assumed:
             from .decision import FALLBACK_SESSION_SPREAD
 
-            why = ("no file of this hardware with runs in several sessions, and the corpus prior does not cover "
-                   "their class and op" if self._corpus is not None else "no file of this hardware with runs in "
-                   "several sessions, and no prior for this kind of machine")
-            lines.append(f"gpucomm baseline WARNING: {plural(len(assumed), 'case')} of one session (one host boot "
+            why = ("no file of this hardware with runs in several sessions, and no prior for this kind of machine"
+                   if self._corpus is None and not self.spread_note else
+                   "no runs of their class and op in several sessions lend them spreads (this baseline, "
+                   + ("the file of this hardware" if self.spread_note else "the corpus prior") + ")")
+            lines.append(f"gpucomm baseline WARNING: {plural(assumed, 'case')} of one session (one host boot "
                          f"and day) cannot be judged: {why}; the spread between sessions is assumed "
                          f"({FALLBACK_SESSION_SPREAD:.1%}) and they are not gated; record runs in more sessions")
         return lines
