@@ -171,7 +171,7 @@ class FittedBaseline:
         self.baseline, self.path, self.nodes = baseline, path, nodes
         self.spread_source, self.corpus = spread_source, corpus
         self.view = by_node(baseline) if nodes == "own" else baseline
-        fit = fit_baseline(self.view, path, spread_source, corpus if spread_source is None else None)
+        fit = self._fit(self.view)
         self.models, self.locs, self.commons, self.lent = fit.models, fit.locs, fit.commons, fit.lent
         #: the nodes judged against the pooled runs of every node although the mode is "own" (none of their own)
         self.pooled_nodes: set[int] = set()
@@ -179,6 +179,12 @@ class FittedBaseline:
         self._pooled: Optional[tuple[dict[str, tuple[CaseModel, Prior]], dict[str, dict[str, float]]]] = None
         self._tail_spread: Optional[TailSpread] = None
         self._source_fit: Optional[BaselineFit] = None
+
+    def _fit(self, baseline: "Baseline") -> BaselineFit:
+        """``baseline`` fitted with the spreads' source, else the corpus prior (which the levels read for the
+        residuals' session part in any case: :attr:`corpus`)."""
+        corpus = self.corpus if self.spread_source is None else None
+        return fit_baseline(baseline, self.path, self.spread_source, corpus)
 
     def node_case(self, key: str, node: Optional[int]) -> str:
         """The key a measurement of case ``key`` on ``node`` is judged under (``cases.node_key``; ``key`` itself
@@ -193,8 +199,7 @@ class FittedBaseline:
             if self.nodes == "pooled" or self.view is self.baseline:
                 self._pooled = (dict(self.models), dict(self.locs))
             else:
-                fit = fit_baseline(self.baseline, self.path, self.spread_source,
-                                   self.corpus if self.spread_source is None else None)
+                fit = self._fit(self.baseline)
                 self._pooled = (fit.models, fit.locs)
         pooled_models, pooled_locs = self._pooled
         if key in pooled_models:
