@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
 from ..ops.specs import op_group, op_kind
-from .decision import (FALLBACK_DF, CaseModel, Prior, fit_case, fit_prior, prediction, prior_class,
+from .decision import (FALLBACK_DF, CaseModel, Prior, fit_case, fit_op_priors, fit_prior, prediction, prior_class,
                        run_location)
 from .levels import case_class, common_spread
 from .tails import TailSpread, fit_spread
@@ -61,16 +61,17 @@ def fit_baseline(baseline: "Baseline", path: Optional[Path], spread_source: Opti
         locs.setdefault(group, {})[key] = {r.run_id: x.loc for r, x in zip(e.runs, runs)}
         centers.setdefault(group, []).append(model.center)
     priors = {c: fit_prior(m for m, cc in fitted.values() if cc == c) for c in {cc for _, cc in fitted.values()}}
-    borrowed = borrowed_priors(fitted, spread_source, {key: e.op for key, e in baseline.cases.items()})
+    op_of = {key: e.op for key, e in baseline.cases.items()}
+    borrowed = borrowed_priors(fitted, spread_source, op_of)
     lent = dict.fromkeys(borrowed, "file")
+    own = fit_op_priors(fitted, op_of)
     for key, (m, c) in fitted.items():
         if m.sessions != 1 or key in borrowed:
             continue
         e = baseline.cases[key]
         p = corpus.prior_for(case_class(op_kind(e.op), e.size_bytes), 1, e.op) if corpus is not None else None
-        if p is None:  # this baseline's cases of the class and op in several sessions (fit_prior skips the others)
-            p = fit_prior(mm for k, (mm, cc) in fitted.items() if cc == c and baseline.cases[k].op == e.op)
-            source = "baseline"
+        if p is None:  # this baseline's cases of the class and op in several sessions
+            p, source = own[(c, e.op)], "baseline"
         else:
             source = "corpus"
         borrowed[key] = p

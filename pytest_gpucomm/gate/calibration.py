@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 from ..vocab import DEFAULT_ALPHA, DEFAULT_FOLDS, DEFAULT_MAX_REMEASURES, DEFAULT_TOLERANCE, MAX_FOLDS
 from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocation, class_scatter, corrected_alpha,
-                       detectable_drop, fit_case, fit_prior, judge, prediction, prior_class, run_location)
+                       detectable_drop, fit_case, fit_op_priors, fit_prior, judge, prediction, prior_class,
+                       run_location)
 from .levels import (FOLDED_CLASSES, LEVEL_SHARES, SMALL_BYTES, LevelFit, Member, RunLevels, fit_levels, judge_run,
                      member, run_offsets)
 from .prior import CorpusPrior, corpus_of_files
@@ -173,11 +174,8 @@ def models_of(cases: list[Case], runs_of: dict[str, list[str]], session: dict[st
             fitted[c.key] = (fit_case([c.runs[r] for r in ids], [str(session[r]) for r in ids]), c.klass)
     priors = {k: fit_prior(m for m, kk in fitted.values() if kk == k) for k in {kk for _, kk in fitted.values()}}
     op_of = {c.key: c.member.op if c.member is not None else "" for c in cases}
-    # a case of one session: the prior of its class's cases of its op in several sessions, as the gate's
-    # (baseline_fit.fit_baseline), never another op's
-    out = {key: (m, priors[k] if m.sessions >= 2 else
-                 fit_prior(mm for kk2, (mm, kk) in fitted.items() if kk == k and op_of[kk2] == op_of[key]))
-           for key, (m, k) in fitted.items()}
+    own = fit_op_priors(fitted, op_of)  # a case of one session: its class's and op's, as the gate's (baseline_fit)
+    out = {key: (m, priors[k] if m.sessions >= 2 else own[(k, op_of[key])]) for key, (m, k) in fitted.items()}
     if corpus is not None:
         of = {c.key: c.member for c in cases if c.member is not None}
         for key, (m, _) in out.items():
@@ -542,7 +540,6 @@ def report_lines(name: str, r: dict[str, Any]) -> list[str]:
     return lines
 
 
-
 def say(line: str) -> None:
     """Print one of the command's lines wrapped to the terminal (120 columns when unknown), its continuation
     indented 4 more than the line."""
@@ -666,8 +663,8 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
     folds = {c: args.folds for c in FOLDED_CLASSES}
     kw = dict(tolerance=args.tolerance, alpha=args.alpha, max_remeasures=args.remeasures, folds=folds)
     say(f"{args.baseline}: {len(cases)} measured cases, {len(dates)} runs in {n_sessions} sessions "
-          f"({sum(1 for r in dates if labels.get(r))} runs labelled; tolerance {args.tolerance:.0%}, alpha "
-          f"{args.alpha:g}, up to {args.remeasures} re-measures, {args.folds} folds)")
+        f"({sum(1 for r in dates if labels.get(r))} runs labelled; tolerance {args.tolerance:.0%}, alpha "
+        f"{args.alpha:g}, up to {args.remeasures} re-measures, {args.folds} folds)")
     model = fit_model(cases, session)
     import numpy as np
 
@@ -677,8 +674,8 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
             v = [f[what] for f in model["cases"].values() if f["group"] == g]
             fitted[f"{g} {what}"] = {"median": float(np.median(v)), "p90": float(np.percentile(v, 90))}
     say("fitted spreads of log bandwidth (median / 90th percentile over cases): "
-          + "; ".join(f"{k} {v['median']:.2%} / {v['p90']:.2%}" for k, v in fitted.items())
-          + "; common offset of a run: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
+        + "; ".join(f"{k} {v['median']:.2%} / {v['p90']:.2%}" for k, v in fitted.items())
+        + "; common offset of a run: " + ", ".join(f"{g} {v:.2%}" for g, v in sorted(model["common_sd"].items())))
     doc: dict[str, Any] = {"baseline": str(args.baseline), "cases": len(cases), "runs": len(dates),
                            "sessions": n_sessions, **{k: v for k, v in kw.items() if k != "folds"},
                            "folds": args.folds, "folded_classes": list(FOLDED_CLASSES), "fitted": fitted,
@@ -700,7 +697,7 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
     if args.table:
         rows = []
         say("trade-off (LOSO | simulation): alpha, re-measures -> suites with a false REGRESSION, not gated, "
-              "3% drift called, 10% drop caught (gated cases | all cases)")
+            "3% drift called, 10% drop caught (gated cases | all cases)")
         for a in TABLE_ALPHAS:
             for k in TABLE_REMEASURES:
                 kw2 = dict(tolerance=args.tolerance, alpha=a, max_remeasures=k, folds=folds)
@@ -720,8 +717,8 @@ def _calibrate(args: argparse.Namespace, cases: list[Case], dates: dict[str, str
         proj = projection(cases, model, (n_sessions, 8, 12, 20), tolerance=args.tolerance, alpha=args.alpha,
                           max_remeasures=args.remeasures)
         say("projection (baselines of N sessions x 4 runs drawn from the fitted model): "
-              + "; ".join(f"{n} sessions: not gated {pct(v['not_gated_share'])}, median smallest drop caught "
-                          f"{pct(v['detectable_drop_median'])}" for n, v in proj.items()))
+            + "; ".join(f"{n} sessions: not gated {pct(v['not_gated_share'])}, median smallest drop caught "
+                        f"{pct(v['detectable_drop_median'])}" for n, v in proj.items()))
         doc["projection"] = {str(n): v for n, v in proj.items()}
     return doc
 

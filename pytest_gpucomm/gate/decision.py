@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import optimize as _opt
@@ -32,6 +32,7 @@ __all__ = [
     "fit_case",
     "Prior",
     "fit_prior",
+    "fit_op_priors",
     "prior_of_variances",
     "prior_class",
     "Spread",
@@ -322,6 +323,17 @@ def fit_prior(models: Iterable[CaseModel]) -> Prior:
     """Empirical-Bayes prior of the session-mean variance over cases (Smyth 2004, moment estimator on
     log variances).  Fewer than 3 cases with a measured variance: no prior (df 0)."""
     return prior_of_variances((m.between2, m.sessions - 1) for m in models if m.sessions >= 2)
+
+
+def fit_op_priors(fitted: Mapping[str, tuple[CaseModel, str]],
+                  op_of: Mapping[str, str]) -> dict[tuple[str, str], Prior]:
+    """Per (prior class, op), :func:`fit_prior` over the cases of ``fitted`` (case key -> its model and prior
+    class; ``op_of``: case key -> its op): the prior a one-session case takes from the baseline's own cases of its
+    class and op in several sessions, never another op's."""
+    groups: dict[tuple[str, str], list[CaseModel]] = {}
+    for key, (m, c) in fitted.items():
+        groups.setdefault((c, op_of.get(key, "")), []).append(m)
+    return {g: fit_prior(ms) for g, ms in groups.items()}
 
 
 def prior_of_variances(estimates: Iterable[tuple[float, float]]) -> Prior:
