@@ -4,7 +4,7 @@ or with one rank held up by a stop or a CPU hog, and what the ranks' figures say
     python benchmarks/stragglers.py [--mode none|stop|hog] [--jobs 3] [--nodes 2] [--ranks-per-node 1]
                                     [--file suites/test_collectives.py] [--pin] [--victim 1]
                                     [--stops 6] [--stop-s 0.2] [--stop-start 3] [--out DIR]
-                                    [-- PYTEST ARGS...]
+                                    [--save FILE] [-- PYTEST ARGS...]
 
 Each job is ``--nodes`` x ``--ranks-per-node`` pytest processes given srun's variables by hand (the launched
 mode, gloo on 127.0.0.1), running ``--file`` with its JSON report.  ``--pin`` pins rank k (its process and every
@@ -20,7 +20,10 @@ Per job: the largest excess of any rank in any case, for the four figures the ru
 wait share minus its own, ``WAITED_FOR``; its late share minus the others' median, ``LATE_FOR``; each in the timed
 samples and the single ops), with the rank and the case; per node the mean excess late share over the cases
 (``LATE_ACROSS_FOR``); the cases naming a rank waited for, and how many name the victim.  Needs torch (gloo)
-and Linux (``taskset``).
+and Linux (``taskset``).  ``--save FILE`` adds each job to FILE (a JSON list, made if absent): its mode, whether
+the ranks were pinned, the load average before and after it, and per case the ranks' nodes and late shares
+(timed samples), what the rule across the cases reads (``benchmarks/data/stragglers_cpu.json``, read by
+``tests/test_stragglers.py``).
 
     python benchmarks/stragglers.py --cost [--blocks 40] [--size 1024]
 
@@ -50,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpucomm.analysis.stragglers import (LATE_ACROSS_FOR, LATE_FOR, WAITED_FOR, Z_LIMIT,  # noqa: E402
-                                                case_ranks, excess_lates, excess_waits, late_across)
+                                                case_ranks, excess_lates, excess_waits, late_across,
+                                                late_across_named)
 from pytest_gpucomm.measurement import Measurement  # noqa: E402
 
 FIGURES = (("wait_share", excess_waits, WAITED_FOR), ("op_wait_share", excess_waits, WAITED_FOR),
@@ -148,6 +152,23 @@ def summary(doc: dict[str, Any], victim: int) -> dict[str, Any]:
     return {"cases": cases, "largest": largest, "named": named, "named_victim": named_victim, "across": across}
 
 
+def saved_job(doc: dict[str, Any], mode: str, pinned: bool, loads: tuple[float, float]) -> dict[str, Any]:
+    """What ``--save`` keeps of a job: the late shares of each case that has them, by rank, with the ranks' nodes."""
+    cases = [{"test": row["test"], "node": row["info"]["ranks"]["node"],
+              "late_share": row["info"]["ranks"]["late_share"]}
+             for row in doc["rows"] if (row.get("info", {}).get("ranks") or {}).get("late_share")]
+    return {"mode": mode, "pinned": pinned, "load_before": round(loads[0], 2), "load_after": round(loads[1], 2),
+            "date": time.strftime("%Y-%m-%d"), "cases": cases}
+
+
+def save_jobs(path: Path, jobs: list[dict[str, Any]]) -> None:
+    """Add the jobs to the list in ``path`` (made when absent), written whole to a temporary file first."""
+    before = json.loads(path.read_text()) if path.exists() else []
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(before + jobs, indent=None, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
 def cost_rank(rank: int, port: int, blocks: int, size: int) -> None:
     """One rank of ``--cost`` (see the module's docstring); rank 0 prints."""
     import statistics
@@ -213,6 +234,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--stop-s", type=float, default=0.2)
     ap.add_argument("--stop-start", type=float, default=3.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--save", type=Path, default=None)
     ap.add_argument("--cost", action="store_true")
     ap.add_argument("--cost-rank", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -230,9 +252,12 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"{' (victim rank %d)' % args.victim if args.mode != 'none' else ''}; thresholds: wait {WAITED_FOR}, "
           f"late {LATE_FOR}\nreports in {out_dir}")
     overall: dict[str, float] = {}
+    saved: list[dict[str, Any]] = []
     for j in range(args.jobs):
         out = out_dir / f"{args.mode}-{j}.json"
+        load_before = os.getloadavg()[0]
         doc, took, stops = run_job(args, out, extra)
+        saved.append(saved_job(doc, args.mode, args.pin or args.mode == "hog", (load_before, os.getloadavg()[0])))
         s = summary(doc, args.victim)
         print(f"job {j}: {took:.0f} s, {s['cases']} cases"
               + (f", {stops} stops" if args.mode == "stop" else "")
@@ -244,9 +269,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"  largest excess {key:<14} {x:7.3f} (limit {limit}) rank {rank} in\n    {test}")
         for (node, _), (mean, k, se) in sorted(s["across"].items()):
             overall["across"] = max(overall.get("across", mean), mean)
+            named = late_across_named(mean, k, se)
             print(f"  node {node}: mean excess late share over {k} cases {mean:6.3f} (standard error {se:.3f};\n"
-                  f"    limit {LATE_ACROSS_FOR}, and {Z_LIMIT} standard errors)")
+                  f"    limit {LATE_ACROSS_FOR}, and {Z_LIMIT} standard errors){': named' if named else ''}")
     print("largest over the jobs:\n  " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
+    if args.save:
+        save_jobs(args.save, saved)
+        print(f"{len(saved)} job(s) added to {args.save}")
     return 0
 
 

@@ -375,6 +375,24 @@ def test_a_node_whose_mean_excess_is_within_the_cases_noise_is_not_named_across_
     assert find_outliers([(f"t.py::test_ar[{i}]", m) for i, m in enumerate(ms)])[1] == []
 
 
+RECORDED_JOBS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "stragglers_cpu.json"
+
+
+def test_on_the_recorded_jobs_every_hogged_rank_is_named_across_the_cases_and_no_healthy_one():
+    """The late shares of real launched jobs (two gloo nodes of one rank on this project's 2-core machine,
+    ``python benchmarks/stragglers.py --save``): in each job with a CPU hog pinned beside rank 1 its node is
+    named across the cases, and in no healthy job is any node (docs/launched-jobs.md has the figures)."""
+    jobs = json.loads(RECORDED_JOBS.read_text())
+    named: dict[str, list[list[int]]] = {"none": [], "hog": []}
+    for job in jobs:
+        cases = [(c["test"], collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=c["node"], late=c["late_share"]))
+                 for c in job["cases"]]
+        named[job["mode"]].append([n.node for n in find_outliers(cases)[1]
+                                   if any(c["by"] == "late across cases" for c in n.cases)])
+    assert len(named["hog"]) >= 6 and len(named["none"]) >= 6, {k: len(v) for k, v in named.items()}
+    assert named["hog"] == [[1]] * len(named["hog"]) and named["none"] == [[]] * len(named["none"]), named
+
+
 def test_healthy_ranks_late_by_turns_name_no_node_across_the_cases():
     turns = [collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=[0, 1], late=[0.01 + x, 0.01 + y])
              for x, y in [(0.1, 0.0), (0.0, 0.1)] * 6]
