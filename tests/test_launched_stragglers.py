@@ -63,7 +63,9 @@ def test_a_rank_held_up_outside_the_timed_loop_in_some_iterations_is_named_waite
             and f"; waited for: rank 1 (node 1, {host}, cpu): the others waited " in flat), text
     [row] = doc["rows"]
     st = row["stragglers"]
-    assert not st["clear"], st  # not last in most iterations, by a median lag of nothing: the old rule is silent
+    # rank 1 is late in a quarter of the iterations only, so the old rule (st["clear"]: last in most of them) is
+    # silent on a quiet machine; not asserted, as on a loaded one the rank that shares its core with more work is
+    # last in most of them too (18 or more of 21 once, in the slow tier on the 2-core machine)
     assert [r["rank"] for r in st["waited_for"]] == [1], st
     assert st["waited_for"][0]["excess_wait"] >= WAITED_FOR, st
     assert [(o["node"], o["ranks"]) for o in doc["outliers"]] == [(1, [1])], doc["outliers"]
