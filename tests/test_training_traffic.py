@@ -17,7 +17,8 @@ from pytest_gpucomm.ops.collective_results import BenchResult, WrongResult
 from pytest_gpucomm.ops.model_shapes import MODELS
 from pytest_gpucomm.ops.pattern_runs import PatternResult, check_rows
 from pytest_gpucomm.ops.patterns import (CPU_SCALE, DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, SCALED_BUCKETS_FEWER,
-                                         _DataParallel, _Experts, ddp_buckets, moe_counts, plan, to_measurement)
+                                         _DataParallel, _Experts, ddp_buckets, moe_counts, plan, to_measurement,
+                                         waits_for_all)
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_training_traffic.py"
 
@@ -193,6 +194,17 @@ def test_the_overlap_gives_each_part_alone_and_overlapped_and_their_slowdowns():
                                    "tensor-parallel collectives 10.0 ms alone, 25.0 ms overlapped (2.50x)")
 
 
+def test_only_the_patterns_whose_every_rank_waits_for_every_other_note_when_each_rank_began():
+    """The gradient sync, and the MoE all-to-alls where every rank sends tokens to every other; not a MoE routing
+    in which a rank gets none from another, nor the tensor-parallel groups, the pipeline or the overlap."""
+    moe = plan("moe_all_to_all", MODELS["deepseek-v2-moe"], 4, CPU_SCALE)
+    assert waits_for_all("dp_grad_sync", plan("dp_grad_sync", MODELS["llama3-8b"], 2, CPU_SCALE).spec)
+    assert waits_for_all("moe_all_to_all", moe.spec)
+    assert not waits_for_all("moe_all_to_all", {**moe.spec, "counts": [[5, 0], [3, 2]]})
+    assert not any(waits_for_all(p, plan(p, MODELS["llama3-8b"], 4, CPU_SCALE).spec)
+                   for p in ("tp_layer", "pp_send_recv", "overlap_dp_tp"))
+
+
 def test_a_pattern_with_single_iterations_gets_the_tail_of_the_slowest_rank():
     p = plan("pp_send_recv", MODELS["llama3-8b"], 2, CPU_SCALE)
     ops = tuple(1e-3 * (1 + k % 7) for k in range(40))
@@ -273,6 +285,14 @@ def test_the_patterns_run_and_check_their_results_on_a_gloo_world_of_4(pytester)
                 and tail["timer"] == "host clock per operation"), name
         assert 0 < tail["p50_us"] <= tail["p99_us"] <= tail["max_us"], name
         assert sum(c for _, c in tail["hist"]["bins"]) == tail["n"] and len(tail["own_p50_us"]) == 4, name
+    # the patterns whose every op waits for every rank note when each rank began each iteration (late shares,
+    # timed and single, as the collectives do); the tensor-parallel groups, the pipeline and the overlap do not
+    noted = {name for name, r in rows.items() if "late_share" in r["info"]["ranks"]}
+    assert noted == {"test_dp", "test_moe"}, noted
+    for name in noted:
+        ranks = rows[name]["info"]["ranks"]
+        assert [len(ranks["late_share"]), len(ranks["op_late_share"])] == [4, 4], ranks
+        assert all(x >= 0 for x in ranks["late_share"] + ranks["op_late_share"]), ranks
     assert rows["test_dp"]["op"] == "dp_grad_sync" and rows["test_dp"]["info"]["buckets"] == 4
     assert rows["test_dp"]["busbw_factor"] == pytest.approx(1.5)
     assert rows["test_moe"]["op"] == "moe_all_to_all" and "busiest expert" in rows["test_moe"]["info"]["imbalance"]

@@ -131,7 +131,8 @@ class PartsTimed:
 
 
 def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: float, max_samples: int,
-             tail_time_s: Optional[float], parts: Optional[tuple[str, str]] = None) -> PatternResult:
+             tail_time_s: Optional[float], parts: Optional[tuple[str, str]] = None,
+             note_starts: bool = False) -> PatternResult:
     """A rank's run of a pattern's case, on every rank of the job's default group: ``make_case()`` builds the
     case (after a barrier of the whole group: on NCCL the first call on a communicator is made by all its ranks);
     its iterations are timed (warm-up, plan agreed by every rank); a case of two ``parts`` (their names, e.g.
@@ -140,7 +141,10 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     ``<part>_overlapped_s``; then single iterations one by one (:func:`.single_op_timing.single_op_phase`:
     ``tail_time_s``, None: 3 x ``min_time_s``; 0 skips them), one more on fresh inputs and poisoned outputs
     whose wrong elements are counted, and last, with the other ranks, each iteration's time (the slowest
-    rank's) and who arrived last (:func:`.across_ranks.iteration_stats`)."""
+    rank's) and who arrived last (:func:`.across_ranks.iteration_stats`).  ``note_starts``: a case whose every op
+    makes each rank wait for every other (the gradient sync's all-reduces, the MoE all-to-alls; not a case of two
+    parts) also notes when each iteration began, timed and single, for the ranks' late shares
+    (:attr:`.across_ranks.IterationStats.late_share`), as the collectives do."""
     import statistics
 
     import torch
@@ -160,9 +164,13 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     agree = agreement(torch, dist, ctx.device)
     timed: Any = None  # the timed case, set below: prepare reads it when measure calls it
 
+    note_starts = note_starts and parts is None
+
     def prepare(p: Plan) -> None:
         timed.sync()
         dist.barrier()
+        if note_starts:
+            timed.record()  # when each timed iteration begins (:func:`~.across_ranks.late_total`)
 
     # a two-part case: each part's time per iteration (from the start to the part's end), alone then together
     times: dict[str, list[float]] = {}
@@ -181,8 +189,10 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         both = timed.split[len(timed.split) - len(samples):]
         times[f"{parts[0]}_overlapped_s"] = [d for d, _ in both]
         times[f"{parts[1]}_overlapped_s"] = [t for _, t in both]
+    entries = timed.entry_times() if note_starts else None
     budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
-    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, launches=case.launches)
+    singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, launches=case.launches,
+                              note_starts=note_starts)
     case.fill()
     timed.sync()
     dist.barrier()
@@ -194,7 +204,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-    its = iteration_stats(torch, dist, samples, r, n, ctx.device)
+    its = iteration_stats(torch, dist, samples, r, n, ctx.device, entries=entries, batch=timing_plan.batch)
     tail = single_op_fields(torch, dist, singles, budget, r, n, ctx.device)
     overlap = {}
     for key, own in times.items():  # every rank, in the same order
@@ -205,7 +215,8 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         graph_error="", registered=False, register_note="", size_bytes=0, wrong=wrong, checked=checked,
         first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
         own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
-        straggled=its.straggled, wait_share=its.wait_share, host=ctx.host or socket.gethostname(),
+        straggled=its.straggled, wait_share=its.wait_share, late_share=its.late_share,
+        host=ctx.host or socket.gethostname(),
         node=ctx.node_rank, device=ctx.device,
         clocks=tuple(clock_info(clocks)), overlap=overlap if first_rank else {}, **tail)
 

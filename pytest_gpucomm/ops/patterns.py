@@ -90,7 +90,8 @@ if TYPE_CHECKING:
 
 #: ``MODELS``, ``ModelShape`` (:mod:`.model_shapes`) and ``WrongResult`` named here too: test files add to MODELS
 __all__ = ["PATTERNS", "MODELS", "ModelShape", "CPU_SCALE", "SCALED_BUCKETS_FEWER", "DDP_FIRST_BUCKET_BYTES",
-           "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "run_pattern", "to_measurement", "WrongResult"]
+           "DDP_BUCKET_BYTES", "plan", "ddp_buckets", "moe_counts", "waits_for_all", "run_pattern", "to_measurement",
+           "WrongResult"]
 
 DP, MOE, TP, PP, OVERLAP = "dp_grad_sync", "moe_all_to_all", "tp_layer", "pp_send_recv", "overlap_dp_tp"
 #: the patterns, in the suite's order
@@ -590,7 +591,20 @@ def run_pattern(ctx: RankContext, pattern: str, spec: dict[str, Any], min_time_s
 
     # the overlap: its two parts (the gradient sync, the tensor-parallel collectives) timed alone, then together
     return run_case(ctx, make_case, min_time_s=min_time_s, max_samples=max_samples, tail_time_s=tail_time_s,
-                    parts=("dp", "tp") if pattern == OVERLAP else None)
+                    parts=("dp", "tp") if pattern == OVERLAP else None, note_starts=waits_for_all(pattern, spec))
+
+
+def waits_for_all(pattern: str, spec: dict[str, Any]) -> bool:
+    """Whether no rank ends an iteration of the pattern before every rank has begun it: the gradient sync's
+    all-reduces; the MoE all-to-alls where every rank sends tokens to every other (a rank that gets none from
+    another need not wait for it); not the tensor-parallel groups (each waits for its own), not the pipeline's
+    stages (each waits for the one before), not the overlap (:func:`.pattern_runs.run_case`)."""
+    if pattern == DP:
+        return True
+    if pattern == MOE:
+        counts = spec["counts"]
+        return all(c > 0 for i, row in enumerate(counts) for j, c in enumerate(row) if i != j)
+    return False
 
 
 # -- the controller's side ------------------------------------------------------------------------
