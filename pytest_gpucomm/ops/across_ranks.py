@@ -105,8 +105,9 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
     """
     import statistics
 
-    k = len(own)
-    counts = torch.tensor([float(k), -float(k)], dtype=torch.float64, device=device)
+    # one all-reduce (MAX) for the most and the fewest samples, and op starts noted (-1: none), over the ranks
+    k, e = len(own), -1.0 if entries is None else float(len(entries))
+    counts = torch.tensor([float(k), -float(k), e, -e], dtype=torch.float64, device=device)
     dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
     most, fewest = int(counts[0].item()), int(-counts[1].item())
     if most != fewest:
@@ -114,7 +115,8 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
                          f"{k}): the timing plan should have been agreed by every rank")
     if k == 0:
         return IterationStats([], [], 0.0, 0.0, 0.0, 0)
-    noted = _all_noted(torch, dist, entries, device, group)  # every rank calls it; if True, none has None
+    # every rank noted the same number of starts, one or more (the same answer on every rank; if so, none has None)
+    noted = counts[2].item() == -counts[3].item() >= 1
     late = late_total(torch, dist, entries, rank, device, group) if noted and entries is not None else None
     mine = torch.tensor([float(x) for x in own], dtype=torch.float64, device=device)
     hi, lo = mine.clone(), mine.clone()
@@ -134,18 +136,6 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
         wait_share=sum(o - m for o, m in zip(own, low)) / total if (total := sum(times)) > 0 else 0.0,
         late_share=None if late is None else (late / span if (span := _span(own, entries, batch)) > 0 else 0.0),
     )
-
-
-def _all_noted(torch: ModuleType, dist: ModuleType, entries: Optional[Sequence[float]], device: str,
-               group: Optional[ProcessGroup]) -> bool:
-    """Whether every rank of ``group`` noted the same number of op starts, one or more (the same answer on every
-    rank): the fewest and the most over the ranks, each from a one-element all-reduce (MIN)."""
-    e = -1.0 if entries is None else float(len(entries))
-    fewest, neg_most = torch.tensor([e], dtype=torch.float64, device=device), torch.tensor([-e], dtype=torch.float64,
-                                                                                            device=device)
-    dist.all_reduce(fewest, op=dist.ReduceOp.MIN, group=group)
-    dist.all_reduce(neg_most, op=dist.ReduceOp.MIN, group=group)
-    return bool(fewest.item() == -neg_most.item() >= 1)
 
 
 def _span(own: Sequence[float], entries: Optional[Sequence[float]], batch: int) -> float:
