@@ -100,12 +100,15 @@ def test_the_prior_lends_its_spreads_only_to_the_ops_it_was_fitted_on():
     assert fit_corpus({"a": a}, min_machines=1).classes[klass].ops == ("h2d", "host_bidir")
 
 
-def _h100_before_its_sixth_boot(folder: Path) -> Path:
-    """The shipped H100 file as it was before its sixth boot's runs (17 runs in 5 boots: the both-ways host copies
-    of the fifth only), written into ``folder``."""
+SIXTH_BOOT, SEVENTH_BOOT = "vm-43ae780d-2026-12-07", "vm-70dc9e44-2026-12-07"  # of baselines/h100.json
+
+
+def _h100_before(folder: Path, later: frozenset[str] = frozenset({SIXTH_BOOT, SEVENTH_BOOT})) -> Path:
+    """The shipped H100 file as it was before the boots ``later`` (3 runs each; by default the sixth and seventh:
+    17 runs in 5 boots, the both-ways host copies of the fifth only), written into ``folder``."""
     doc = json.loads((ROOT / "baselines" / "h100.json").read_text())
-    gone = {r["run_id"] for r in doc["runs"] if r["session"] == "vm-43ae780d-2026-12-07"}
-    assert len(gone) == 3
+    gone = {r["run_id"] for r in doc["runs"] if r["session"] in later}
+    assert len(gone) == 3 * len(later)
     doc["runs"] = [r for r in doc["runs"] if r["run_id"] not in gone]
     for case in doc["cases"].values():
         case["runs"] = [r for r in case["runs"] if r["run_id"] not in gone]
@@ -115,12 +118,14 @@ def _h100_before_its_sixth_boot(folder: Path) -> Path:
     return path
 
 
-def _compare_with_the_corpus_prior(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report: str) -> tuple[int, str]:
-    """``gpucomm compare`` of a sixth-boot report against the 5-boot file, with no file of the same hardware to lend
-    spreads (the first one found, in $GPUCOMM_BASELINE_DIR, has one run): the one-session cases meet the prior."""
+def _compare_with_the_corpus_prior(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report: str,
+                                   later: frozenset[str] = frozenset({SIXTH_BOOT, SEVENTH_BOOT})) -> tuple[int, str]:
+    """``gpucomm compare`` of a report against the file before the boots ``later`` (by default a sixth-boot report
+    against the 5-boot file), with no file of the same hardware to lend spreads (the first one found, in
+    $GPUCOMM_BASELINE_DIR, has one run): the one-session cases meet the prior."""
     from pytest_gpucomm.cli import main as gpucomm
 
-    before = _h100_before_its_sixth_boot(tmp_path / "before")
+    before = _h100_before(tmp_path / "before", later)
     decoy = json.loads(before.read_text())
     keep = decoy["runs"][0]["run_id"]
     decoy["runs"] = decoy["runs"][:1]
@@ -156,6 +161,18 @@ def test_a_both_ways_copy_13_percent_lower_on_another_vbios_is_a_regression_nami
     assert "REGRESSION: host_bidir on host<->cuda:0 at 256 MiB: 13.1% drop" in text
     assert "cuda:0 VBIOS 96.00.DA.00.0C (baseline: 96.00.99.00.0D): a likely cause" in text
     assert "gpucomm verdicts: 1 REGRESSION," in text
+
+
+def test_a_seventh_boot_judged_against_six_boots_fails_nothing_its_both_ways_copy_19_percent_lower_included(
+        tmp_path, monkeypatch):
+    # real runs, one H100 (2026-12-07, its seventh boot, the VBIOS of the sixth): the A/A run against the file of 6
+    # boots (20 runs) exited 0, 6 of 26 cases judged.  Its both-ways copy at 256 MiB ran 37.3 GB/s (0.81x): the
+    # sixth boot had it at 42.7-47.3 GB/s with samples spread 2 % within a run, and the case is not gated
+    code, text = _compare_with_the_corpus_prior(tmp_path, monkeypatch, "h100_boot8_aa1_report.json",
+                                                frozenset({SEVENTH_BOOT}))
+    assert code == 0, text
+    assert "REGRESSION" not in text.replace("run REGRESSION", ""), text
+    assert "gpucomm compare: NOT JUDGED (0 failing verdicts of 26 rows, 0 regressions at the levels)" in text, text
 
 
 @pytest.mark.parametrize("content, expected", [
