@@ -252,12 +252,13 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"{' (victim rank %d)' % args.victim if args.mode != 'none' else ''}; thresholds: wait {WAITED_FOR}, "
           f"late {LATE_FOR}\nreports in {out_dir}")
     overall: dict[str, float] = {}
-    saved: list[dict[str, Any]] = []
     for j in range(args.jobs):
         out = out_dir / f"{args.mode}-{j}.json"
         load_before = os.getloadavg()[0]
         doc, took, stops = run_job(args, out, extra)
-        saved.append(saved_job(doc, args.mode, args.pin or args.mode == "hog", (load_before, os.getloadavg()[0])))
+        if args.save:  # after each job: a later job that fails loses nothing saved
+            save_jobs(args.save, [saved_job(doc, args.mode, args.pin or args.mode == "hog",
+                                            (load_before, os.getloadavg()[0]))])
         s = summary(doc, args.victim)
         print(f"job {j}: {took:.0f} s, {s['cases']} cases"
               + (f", {stops} stops" if args.mode == "stop" else "")
@@ -274,8 +275,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"    limit {LATE_ACROSS_FOR}, and {Z_LIMIT} standard errors){': named' if named else ''}")
     print("largest over the jobs:\n  " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
     if args.save:
-        save_jobs(args.save, saved)
-        print(f"{len(saved)} job(s) added to {args.save}")
+        print(f"{args.jobs} job(s) added to {args.save}")
     return 0
 
 

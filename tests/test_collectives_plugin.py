@@ -162,7 +162,7 @@ WRONG = 5
 
 def corrupt(ctx):
     '''On rank 1, every all_reduce of the float32 data (the op under test) leaves its first WRONG elements zeroed;
-    the ranks' own bookkeeping (the agreements, the samples' figures: float64) is left alone.'''
+    the ranks' own bookkeeping on gloo (the agreements, the samples' figures: float64) is left alone.'''
     global _original
     if ctx.rank != 1 or _original is not None:
         return False

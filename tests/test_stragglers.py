@@ -252,9 +252,11 @@ def test_iteration_stats_finds_how_late_each_rank_began_its_ops_on_clocks_that_d
     assert shares == pytest.approx([0.1 / 6, 0.0, 0.3 / 6], abs=2e-6)  # the clocks' offsets taken out
 
 
-def test_iteration_stats_gives_no_late_share_where_a_rank_noted_no_starts(three_ranks):
+@pytest.mark.parametrize("entries", [[[0.0], None, [0.0]], [[0.0], [], [0.0]], [[0.0, 1.0], [0.0], [0.0, 1.0]]],
+                         ids=["none-on-one", "empty-on-one", "fewer-on-one"])
+def test_iteration_stats_gives_no_late_share_where_a_rank_noted_no_starts_or_fewer(three_ranks, entries):
     out = three_ranks.run("rank_tasks:iteration_stats_of", {"samples_by_rank": [[1.0]] * 3,
-                                                           "entries_by_rank": [[0.0], None, [0.0]]}, timeout_s=60)
+                                                           "entries_by_rank": entries}, timeout_s=60)
     assert [o[-1] for o in out] == [None, None, None]  # on every rank alike, no collective left unmatched
 
 
@@ -383,11 +385,12 @@ def test_on_the_recorded_jobs_every_hogged_rank_is_named_across_the_cases_and_no
     ``python benchmarks/stragglers.py --save``): in each job with a CPU hog pinned beside rank 1 its node is
     named across the cases, and in no healthy job is any node (docs/launched-jobs.md has the figures)."""
     jobs = json.loads(RECORDED_JOBS.read_text())
-    named: dict[str, list[list[int]]] = {"none": [], "hog": []}
+    named: dict[str, list[list[int]]] = {"none": [], "hog": []}  # a job of another mode (stop) is not held to it
+    # (the rule was set from these jobs: the test holds it to them, the margins are in docs/launched-jobs.md)
     for job in jobs:
         cases = [(c["test"], collective([0.0, 0.0], straggler=[1, 0] * 5, nodes=c["node"], late=c["late_share"]))
                  for c in job["cases"]]
-        named[job["mode"]].append([n.node for n in find_outliers(cases)[1]
+        named.setdefault(job["mode"], []).append([n.node for n in find_outliers(cases)[1]
                                    if any(c["by"] == "late across cases" for c in n.cases)])
     assert len(named["hog"]) >= 6 and len(named["none"]) >= 6, {k: len(v) for k, v in named.items()}
     assert named["hog"] == [[1]] * len(named["hog"]) and named["none"] == [[]] * len(named["none"]), named

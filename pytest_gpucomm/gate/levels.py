@@ -692,8 +692,7 @@ def judge_run(dev: Mapping[str, float], fit: LevelFit, case_var: Mapping[str, fl
     band's (its cases' floors weighed as its mean).  ``runs``: case key -> its fresh runs of today (1 where
     missing): a level whose spread is assumed fails only on cases of 2 fresh runs or more (decision step 5a)."""
     tolerance = check_tolerance(tolerance)
-    folds = dict(folds or {})
-    floors = dict(floors or {})
+    folds, floors = dict(folds or {}), dict(floors or {})
     fresh = {k: int((runs or {}).get(k, 1)) for k in dev}
     shares = dict(LEVEL_SHARES if shares is None else shares)
     dev = {k: v for k, v in dev.items() if k in fit.members}

@@ -105,18 +105,10 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
     """
     import statistics
 
-    # one all-reduce (MAX) for the most and the fewest samples, and op starts noted (-1: none), over the ranks
-    k, e = len(own), -1.0 if entries is None else float(len(entries))
-    counts = torch.tensor([float(k), -float(k), e, -e], dtype=torch.float64, device=device)
-    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
-    most, fewest = int(counts[0].item()), int(-counts[1].item())
-    if most != fewest:
-        raise ValueError(f"the ranks took different numbers of timed samples ({fewest} to {most}; rank {rank}: "
-                         f"{k}): the timing plan should have been agreed by every rank")
+    k = len(own)
+    noted = _counted(torch, dist, k, entries, rank, device, group)  # every rank calls it; if True, none has None
     if k == 0:
         return IterationStats([], [], 0.0, 0.0, 0.0, 0)
-    # every rank noted the same number of starts, one or more (the same answer on every rank; if so, none has None)
-    noted = counts[2].item() == -counts[3].item() >= 1
     late = late_total(torch, dist, entries, rank, device, group) if noted and entries is not None else None
     mine = torch.tensor([float(x) for x in own], dtype=torch.float64, device=device)
     hi, lo = mine.clone(), mine.clone()
@@ -136,6 +128,21 @@ def iteration_stats(torch: ModuleType, dist: ModuleType, own: Sequence[float], r
         wait_share=sum(o - m for o, m in zip(own, low)) / total if (total := sum(times)) > 0 else 0.0,
         late_share=None if late is None else (late / span if (span := _span(own, entries, batch)) > 0 else 0.0),
     )
+
+
+def _counted(torch: ModuleType, dist: ModuleType, k: int, entries: Optional[Sequence[float]], rank: int,
+             device: str, group: Optional[ProcessGroup]) -> bool:
+    """Whether every rank of ``group`` noted the same number of op starts, one or more (the same answer on every
+    rank), from one all-reduce (MAX) of ``[k, -k, e, -e]`` (``k`` the rank's samples, ``e`` its starts, -1 for
+    none); ValueError, on every rank alike, when the ranks took different numbers of samples."""
+    e = -1.0 if entries is None else float(len(entries))
+    counts = torch.tensor([float(k), -float(k), e, -e], dtype=torch.float64, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
+    most, fewest = int(counts[0].item()), int(-counts[1].item())
+    if most != fewest:
+        raise ValueError(f"the ranks took different numbers of timed samples ({fewest} to {most}; rank {rank}: "
+                         f"{k}): the timing plan should have been agreed by every rank")
+    return bool(counts[2].item() == -counts[3].item() >= 1)
 
 
 def _span(own: Sequence[float], entries: Optional[Sequence[float]], batch: int) -> float:

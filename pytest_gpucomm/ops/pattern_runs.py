@@ -141,10 +141,9 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     ``<part>_overlapped_s``; then single iterations one by one (:func:`.single_op_timing.single_op_phase`:
     ``tail_time_s``, None: 3 x ``min_time_s``; 0 skips them), one more on fresh inputs and poisoned outputs
     whose wrong elements are counted, and last, with the other ranks, each iteration's time (the slowest
-    rank's) and who arrived last (:func:`.across_ranks.iteration_stats`).  ``note_starts``: a case whose every op
-    makes each rank wait for every other (the gradient sync's all-reduces, the MoE all-to-alls; not a case of two
-    parts) also notes when each iteration began, timed and single, for the ranks' late shares
-    (:attr:`.across_ranks.IterationStats.late_share`), as the collectives do."""
+    rank's) and who arrived last (:func:`.across_ranks.iteration_stats`).  ``note_starts`` (a case of one part whose
+    every op makes each rank wait for every other: :func:`.patterns.waits_for_all`): also note when each iteration
+    began, timed and single, for the ranks' late shares (:attr:`.across_ranks.IterationStats.late_share`)."""
     import statistics
 
     import torch
@@ -163,7 +162,6 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     settings = TimingSettings(min_time_s=min_time_s, max_samples=max_samples, warmup_min_s=RANK_WARMUP_MIN_S)
     agree = agreement(torch, dist, ctx.device)
     timed: Any = None  # the timed case, set below: prepare reads it when measure calls it
-
     note_starts = note_starts and parts is None
 
     def prepare(p: Plan) -> None:
@@ -172,8 +170,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         if note_starts:
             timed.record()  # when each timed iteration begins (:func:`~.across_ranks.late_total`)
 
-    # a two-part case: each part's time per iteration (from the start to the part's end), alone then together
-    times: dict[str, list[float]] = {}
+    times: dict[str, list[float]] = {}  # a two-part case: each part's time per iteration (from the start to its end)
     if parts is not None:  # each part alone first (each its own plan), then both: the measurement
         alone_keys = (f"{parts[0]}_alone_s", f"{parts[1]}_alone_s")
         for k, (key, on) in enumerate(((alone_keys[0], (True, False)), (alone_keys[1], (False, True)))):
@@ -193,12 +190,7 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
     budget = TAIL_TIME_FACTOR * min_time_s if tail_time_s is None else float(tail_time_s)
     singles = single_op_phase(torch, dist, case.run, timed.sync, agree, gpu, budget, launches=case.launches,
                               note_starts=note_starts)
-    case.fill()
-    timed.sync()
-    dist.barrier()
-    case.run()
-    timed.sync()
-    wrong, checked, first = case.check()
+    wrong, checked, first = _checked(case, timed.sync, dist)
     del case
     timed = None  # not del: prepare's closure holds the name; either way the buffers are freed here
     if gpu:
@@ -216,9 +208,20 @@ def run_case(ctx: RankContext, make_case: Callable[[], Any], *, min_time_s: floa
         first_wrong=first, wrong_path="", straggler=tuple(its.straggler) if first_rank else (),
         own_median_s=its.own_median_s, lag_median_s=its.lag_median_s, wait_median_s=its.wait_median_s,
         straggled=its.straggled, wait_share=its.wait_share, late_share=its.late_share,
-        host=ctx.host or socket.gethostname(),
-        node=ctx.node_rank, device=ctx.device,
+        host=ctx.host or socket.gethostname(), node=ctx.node_rank, device=ctx.device,
         clocks=tuple(clock_info(clocks)), overlap=overlap if first_rank else {}, **tail)
+
+
+def _checked(case: Any, sync: Callable[[], None],
+             dist: ModuleType) -> tuple[int, int, Optional[tuple[int, float, float]]]:
+    """One more iteration of ``case`` on fresh inputs and poisoned outputs, every rank together: its wrong
+    elements, the elements checked and the first wrong one (``case.check()``)."""
+    case.fill()
+    sync()
+    dist.barrier()
+    case.run()
+    sync()
+    return case.check()
 
 
 def check_results(results: Sequence[BenchResult], p: PatternPlan, *, backend: str) -> None:

@@ -159,21 +159,7 @@ def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int
     note when each op began (``entries_s``: the host clock before it on CPU, its start event on GPU, from the
     first op's), for :func:`.across_ranks.late_total`; only for ops that wait for every rank."""
     if not gpu:
-        pairs = []
-        for _ in range(1000):
-            t0 = time.perf_counter()
-            pairs.append(time.perf_counter() - t0)
-        own: list[float] = []
-        starts: list[float] = []
-        for _ in range(n_ops):
-            t0 = time.perf_counter()
-            run()
-            own.append(time.perf_counter() - t0)
-            if note_starts:
-                starts.append(t0)
-        pairs.sort()
-        return SingleOps(own, "host clock per operation", time.get_clock_info("perf_counter").resolution,
-                         pairs[len(pairs) // 2], [t - starts[0] for t in starts] if note_starts else None)
+        return _host_ops(run, n_ops, note_starts)
     cuda = torch.cuda
     launches = max(1, int(launches))
     latch = FlagLatch.create(torch) if launches <= TAIL_CHUNK else None
@@ -200,7 +186,7 @@ def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int
         return [s_.elapsed_time(e_) / 1e3 for s_, e_ in evs], released
 
     empty, _ = chunk(100, None)
-    own = []
+    own: list[float] = []
     unlatched = 0
     size = max(1, TAIL_CHUNK // launches)
     # Every rank makes exactly n_ops calls, whatever its latch did (the ops are collectives, and the ranks'
@@ -224,6 +210,25 @@ def single_ops(torch: ModuleType, run: Callable[[], None], gpu: bool, n_ops: int
     if unlatched:
         how += f"; {unlatched} of {n_ops} ops behind a latch the timer released (host time included)"
     return SingleOps(own, how, min(steps) if steps else 0.0, empty[len(empty) // 2], began if note_starts else None)
+
+
+def _host_ops(run: Callable[[], None], n_ops: int, note_starts: bool) -> SingleOps:
+    """:func:`single_ops` on CPU: the host clock around each op."""
+    pairs = []
+    for _ in range(1000):
+        t0 = time.perf_counter()
+        pairs.append(time.perf_counter() - t0)
+    own: list[float] = []
+    starts: list[float] = []
+    for _ in range(n_ops):
+        t0 = time.perf_counter()
+        run()
+        own.append(time.perf_counter() - t0)
+        if note_starts:
+            starts.append(t0)
+    pairs.sort()
+    return SingleOps(own, "host clock per operation", time.get_clock_info("perf_counter").resolution,
+                     pairs[len(pairs) // 2], [t - starts[0] for t in starts] if note_starts else None)
 
 
 def single_op_phase(torch: ModuleType, dist: ModuleType, run: Callable[[], None], sync: Callable[[], None],
