@@ -38,9 +38,7 @@ import argparse
 import datetime as _dt
 import json
 import math
-import shutil
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TypedDict
@@ -51,7 +49,7 @@ from .decision import (CASE_ALPHA_SHARE, CaseModel, Comparison, Prior, RunLocati
                        run_location)
 from .levels import (FOLDED_CLASSES, LEVEL_SHARES, SMALL_BYTES, LevelFit, Member, RunLevels, fit_levels, judge_run,
                      member, run_offsets)
-from .prior import CorpusPrior, corpus_of_files
+from .prior import CorpusPrior, corpus_of_files, say
 from .reasons import decision_word
 from .verdicts import case_group, case_kind
 
@@ -538,15 +536,6 @@ def report_lines(name: str, r: dict[str, Any]) -> list[str]:
         lines.append(f"  suites failing when every case of {klass} drops: "
                      + ", ".join(f"{k} {pct(v)}" for k, v in by.items()))
     return lines
-
-
-def say(line: str) -> None:
-    """Print one of the command's lines wrapped to the terminal (120 columns when unknown), its continuation
-    indented 4 more than the line."""
-    lead = line[:len(line) - len(line.lstrip(" "))]
-    width = shutil.get_terminal_size((120, 24)).columns
-    print("\n".join(textwrap.wrap(line, max(width, 40), subsequent_indent=lead + "    ", break_long_words=False,
-                                   break_on_hyphens=False)) or line)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -30,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
@@ -43,7 +45,7 @@ if TYPE_CHECKING:  # numpy and scipy: imported where a prior is fitted or used
     from .decision import CaseModel, Prior
 
 __all__ = ["PRIOR_FILE", "SCHEMA", "MIN_MACHINES", "ClassPrior", "CorpusPrior", "PriorError", "fit_corpus",
-           "load_prior", "prior_path", "corpus_of_files", "main"]
+           "load_prior", "prior_path", "corpus_of_files", "say", "main"]
 
 PRIOR_FILE = Path(__file__).with_name("spread_prior.json")
 SCHEMA = "pytest-gpucomm-spread-prior"
@@ -304,6 +306,15 @@ def _class_prior(klass: str, c: Mapping[str, Any]) -> ClassPrior:
 # ------------------------------------------------------------------------------------------------
 # the command
 # ------------------------------------------------------------------------------------------------
+def say(line: str) -> None:
+    """Print one of the gate commands' lines (this one's and ``gate.calibration``'s) wrapped to the terminal (120
+    columns when unknown), its continuation indented 4 more than the line."""
+    lead = line[:len(line) - len(line.lstrip(" "))]
+    width = shutil.get_terminal_size((120, 24)).columns
+    print("\n".join(textwrap.wrap(line, max(width, 40), subsequent_indent=lead + "    ", break_long_words=False,
+                                   break_on_hyphens=False)) or line)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pytest_gpucomm.gate.prior", description=__doc__.splitlines()[0])
     ap.add_argument("baselines", nargs="+", type=Path, help="baseline files with measured runs (the corpus)")
@@ -319,8 +330,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (BaselineError, OSError) as e:
         print(f"gpucomm prior: error: {e}", file=sys.stderr)
         return 2
-    from .calibration import say
-
     say(f"{len(prior.machines)} machines: {', '.join(prior.machines) or 'none'}")
     for p in sorted(prior.classes.values(), key=lambda p: p.klass):
         say(f"  {p.describe()}")
