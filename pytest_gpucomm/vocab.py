@@ -47,6 +47,7 @@ __all__ = [
     "PAIR_CHOICES",
     "AUTO_ALL_PAIRS_MAX_DEVICES",
     "MAX_FRESH_REMEASURES",
+    "DEFAULT_REMEASURE_AFTER_S",
     "MAX_MIN_TIME_S",
     "MAX_TIMEOUT_S",
     "MAX_BASELINE_RUNS",
@@ -219,3 +220,10 @@ MAX_SWEEP_SIZES = 1000  # sizes one @sizes marker may make
 #: a collective's in a new process group, a copy's in a new process.  Each costs a process start; past
 #: this many, a re-measure runs in the current state (``Remeasure.fresh`` is False and says so).
 MAX_FRESH_REMEASURES = 24
+#: --gpu-remeasure-after: a flagged case is measured again no sooner than this many seconds after the
+#: session's first flagged run, so that a slow state of the host that lasts a minute or two is not a
+#: regression (a real one lasts the session).  One H200's small host->device copies ran 10-16 % slow in
+#: every process for about two minutes of a fresh boot (docs/gate.md): its false REGRESSION was flagged and
+#: measured again in the same minute; the state had ended about 96 s after the flagged run.  Each session
+#: waits at most once: the cases flagged later are measured again at once.
+DEFAULT_REMEASURE_AFTER_S = 120.0

@@ -15,6 +15,8 @@
   worker, which sets ``COLUMNS`` to 80) runs the suite; a module's fixture runs its pytest with the same
   width (``tests/inprocess.py``, which holds :data:`COLUMNS`).  The tests of the plugin's fitting to a terminal
   (``tests/test_terminal_width.py``) set their own width.
+* **Re-measures at once.** ``GPUCOMM_REMEASURE_AFTER=0``: a test's flagged case is measured again without the
+  default wait of ``--gpu-remeasure-after`` (the tests of that wait set their own).
 * **GPU tests** (``@pytest.mark.gpu``) keep the machine's device and are skipped, with the reason, where torch
   sees no GPU.
 """
@@ -66,6 +68,8 @@ def _set_contract(mp: pytest.MonkeyPatch) -> None:
     mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     mp.setenv("PYTEST_PLUGINS", ",".join(TEST_RUN_PLUGINS))
     mp.setenv("GPUCOMM_DEVICE", "cpu")
+    mp.setenv("GPUCOMM_REMEASURE_AFTER", "0")  # a flagged case measured again at once (tests/test_remeasure.py
+    # checks the wait)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -54,8 +54,9 @@ class _NoGcAtEnd:
 def run_inprocess(folder: Path, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
                   drop: Sequence[str] = ()) -> Run:
     """``pytest *args`` in ``folder``, with ``env`` set and the variables that start with one of ``drop``
-    removed for the run; printed as on a terminal :data:`COLUMNS` wide unless ``env`` sets ``COLUMNS``."""
-    env = {"COLUMNS": COLUMNS, **(env or {})}
+    removed for the run; printed as on a terminal :data:`COLUMNS` wide unless ``env`` sets ``COLUMNS``, and
+    re-measuring a flagged case at once unless ``env`` sets ``GPUCOMM_REMEASURE_AFTER`` (tests/conftest.py)."""
+    env = {"COLUMNS": COLUMNS, "GPUCOMM_REMEASURE_AFTER": "0", **(env or {})}
     out, err = io.StringIO(), io.StringIO()
     modules, paths = SysModulesSnapshot(), SysPathsSnapshot()
     with pytest.MonkeyPatch.context() as mp:

@@ -7,8 +7,10 @@ REGRESSION, the others are not).  ``CONFTEST`` replaces the copies' timing engin
 tests/test_gate_plugin.py does, with a latency-bandwidth curve (time = ``LATENCY_S`` + size / ``BYTES_PER_S``,
 so a sweep has a latency floor and a rising curve) and the noise the gate is designed for (3 % within a
 run, 1 % between runs, a few outliers), seeded by ``SIM_RUN`` and the test id.  ``SIM_SLOW_CASE`` (a part
-of a test id) and ``SIM_SLOWER`` (a factor on the time) slow the matching cases down.  The gate's
-re-measures run in the test's process (``MAX_FRESH_REMEASURES`` 0), where the simulated clock applies.
+of a test id) and ``SIM_SLOWER`` (a factor on the time) slow the matching cases down, and with
+``SIM_SLOW_FOR`` only for that many seconds after the run's first measurement (a slow state that ends).  The
+gate's re-measures run in the test's process (``MAX_FRESH_REMEASURES`` 0), where the simulated clock applies;
+with ``SIM_FRESH_HERE`` they count as fresh (as a copy's in a new process does) while still measured here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from inprocess import Run, run_inprocess
 
 CONFTEST = """
 import os
+import time
 import zlib
 
 import numpy as np
@@ -29,6 +32,7 @@ from pytest_gpucomm import vocab
 from pytest_gpucomm.ops.timing import Plan
 
 LATENCY_S, BYTES_PER_S = 5e-6, 2e9
+FIRST = []  # when the run measured first (SIM_SLOW_FOR counts from it)
 
 
 @pytest.fixture(autouse=True)
@@ -38,16 +42,26 @@ def simulated_timing(monkeypatch, request):
     offset = rng.normal(0, 0.01)
     slow_case = os.environ.get("SIM_SLOW_CASE")
     slower = float(os.environ.get("SIM_SLOWER", "1")) if slow_case and slow_case in request.node.nodeid else 1.0
+    slow_for = float(os.environ.get("SIM_SLOW_FOR", "inf"))
 
     def fake_measure(op, settings, agree=None, prepare=None, clocks=None):
         src = op.pairs[0][0]
         size = src.numel() * src.element_size()
-        t = (LATENCY_S + size / BYTES_PER_S) * slower * np.exp(offset + rng.normal(0, 0.03, 50))
+        FIRST[:] = FIRST or [time.monotonic()]
+        now_slower = slower if time.monotonic() - FIRST[0] < slow_for else 1.0
+        t = (LATENCY_S + size / BYTES_PER_S) * now_slower * np.exp(offset + rng.normal(0, 0.03, 50))
         t[rng.random(50) < 0.03] *= 1.4
         return [float(x) for x in t], Plan(batch=1, samples=50, estimate_s=float(t[0]))
 
     monkeypatch.setattr(copies, "measure", fake_measure)
-    monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 0)
+    if os.environ.get("SIM_FRESH_HERE"):
+        from pytest_gpucomm.plugin.remeasures import Remeasures
+
+        monkeypatch.setattr(Remeasures, "copy_in_new_process",
+                            lambda self, spec, label="", env=None: copies.measure_spec(
+                                spec, self.settings.timing(), copies.BufferPool()))
+    else:
+        monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 0)
 """
 
 #: three sizes per direction: two sweeps (cpu:0->cpu:1 and back) of three points, six cases

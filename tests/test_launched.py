@@ -58,8 +58,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
     # but the CPU contract and the plugin set of tests/conftest.py stay
-    env.update({k: os.environ[k] for k in ("GPUCOMM_DEVICE", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS")
-                if k in os.environ})
+    contract = ("GPUCOMM_DEVICE", "GPUCOMM_REMEASURE_AFTER", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS")
+    env.update({k: os.environ[k] for k in contract if k in os.environ})
     env.update(extra)
     return env
 

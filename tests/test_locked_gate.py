@@ -29,8 +29,9 @@ def test_a_pytest_ini_in_the_working_folder_cannot_loosen_a_locked_gate(pytester
     loosened.assert_outcomes(passed=2)  # unlocked, the file's addopts turns a 20 % drop into a pass
     # a locked run takes no GPUCOMM_* variable, GPUCOMM_DEVICE=cpu of the test environment neither: on a machine
     # with a GPU it would measure the GPU and refuse the CPU baseline, so the device is given on the command line
+    # (and the re-measures at once, as GPUCOMM_REMEASURE_AFTER=0 of tests/conftest.py gives the unlocked runs)
     locked = pytester.runpytest("--gpu-baseline=cpu", "--gpucomm-lock", "--gpucomm-device=cpu",
-                                "--gpucomm-json=report.json", *FAST)
+                                "--gpu-remeasure-after=0", "--gpucomm-json=report.json", *FAST)
     locked.stdout.fnmatch_lines([
         "gpucomm settings: *tolerance=0.05, tail-tolerance=*, alpha=0.01,*",
         "gpucomm locked (--gpucomm-lock on the command line): every gpucomm option from the command line or its*",
@@ -82,7 +83,8 @@ def test_gpucomm_lock_in_the_environment_sets_aside_pytest_addopts_and_the_gpuco
 
 def test_a_locked_run_with_nothing_to_set_aside_says_so_and_an_unlocked_run_prints_no_lock_line(pytester,
                                                                                                monkeypatch):
-    monkeypatch.delenv("GPUCOMM_DEVICE", raising=False)  # tests/conftest.py sets it
+    monkeypatch.delenv("GPUCOMM_DEVICE", raising=False)  # tests/conftest.py sets these
+    monkeypatch.delenv("GPUCOMM_REMEASURE_AFTER", raising=False)
     pytester.makepyfile(PLAIN)
     result = pytester.runpytest("--gpucomm-lock", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["gpucomm locked (--gpucomm-lock on the command line): * nothing was set elsewhere"])

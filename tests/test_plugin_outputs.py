@@ -47,6 +47,7 @@ def sim(pytester, monkeypatch):
 
     for k in [k for k in os.environ if k.startswith(("SIM_", "GPUCOMM_"))]:
         monkeypatch.delenv(k)
+    monkeypatch.setenv("GPUCOMM_REMEASURE_AFTER", "0")  # as tests/conftest.py's contract
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_sim=TEST_FILE)
     monkeypatch.setenv("SIM_RUN", "7")

@@ -87,11 +87,7 @@ class Comm(CopyMethods):
         (``Record.fold``)."""
 
         def redo() -> "Remeasure":
-            if fresh is None:
-                from ..measurement import Remeasure
-
-                return Remeasure(same(), fresh=False, how=same_how)
-            return self._state.remeasures.remeasure(fresh, same, fresh_how, same_how)
+            return self._state.remeasures.remeasure(fresh, same, fresh_how, same_how, self._request.node.nodeid)
 
         self._state.records.append(Record(nodeid=self._request.node.nodeid, measurement=m, redo=redo, fold=fold,
                                           with_env=with_env))

@@ -1,9 +1,11 @@
 """The gate's re-measures of flagged cases: in a fresh process state while the session has fresh re-measures
 left (``vocab.MAX_FRESH_REMEASURES``, copies and collectives together), else in the current one; a copy's
-fresh re-measure runs in a new process of its own."""
+fresh re-measure runs in a new process of its own.  None starts sooner than ``--gpu-remeasure-after`` seconds
+after the session's first flagged run (the session waits once at most)."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .. import vocab
@@ -20,26 +22,56 @@ __all__ = ["Remeasures"]
 class Remeasures:
     """The session's re-measures; ``count`` is how many were made fresh."""
 
-    def __init__(self, settings: Settings, devices: Devices, pools: RankPools) -> None:
+    def __init__(self, settings: Settings, devices: Devices, pools: RankPools,
+                 say: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self.devices = devices
         self.pools = pools
         self.count = 0  # the gate's re-measures made in a new process or process group
+        self.say = say  # a line for the terminal, while the session waits
+        self.clock = clock
+        self.sleep = sleep
+        self.first_flagged: Optional[float] = None  # when the session's first re-measure was asked for
 
-    def remeasure(self, fresh: Callable[[], "Measurement"], same: Callable[[], "Measurement"], fresh_how: str,
-                  same_how: str) -> "Remeasure":
-        """One re-measure of a flagged case: by ``fresh`` (in a new process or process group) for the first
-        ``vocab.MAX_FRESH_REMEASURES`` of the session, copies and collectives together, else by ``same``
-        (in the current state): each fresh one costs a process start, and a change that slowed every case
-        would otherwise pay one per case.  ``fresh_how`` / ``same_how`` say where it was measured."""
+    def remeasure(self, fresh: Optional[Callable[[], "Measurement"]], same: Callable[[], "Measurement"],
+                  fresh_how: str, same_how: str, nodeid: str = "") -> "Remeasure":
+        """One re-measure of a flagged case, once :meth:`wait` has let it: by ``fresh`` (in a new process or
+        process group) for the first ``vocab.MAX_FRESH_REMEASURES`` of the session, copies and collectives
+        together, else by ``same`` (in the current state): each fresh one costs a process start, and a change
+        that slowed every case would otherwise pay one per case.  Without ``fresh`` (a state that cannot be
+        made anew) always by ``same``.  ``fresh_how`` / ``same_how`` say where it was measured (and why not
+        fresh), and the re-measure's ``how`` says how long it waited."""
         from ..measurement import Remeasure
 
+        waited = self.wait(nodeid)
+        later = f", {waited:.0f} s later (--gpu-remeasure-after)" if waited >= 0.5 else ""
         limit = vocab.MAX_FRESH_REMEASURES  # read at each call (tests lower it)
+        if fresh is None:
+            return Remeasure(same(), fresh=False, how=same_how + later)
         if self.count < limit:
             self.count += 1  # counted when started: a failed start cost a process start too
-            return Remeasure(fresh(), fresh=True, how=fresh_how)
+            return Remeasure(fresh(), fresh=True, how=fresh_how + later)
         return Remeasure(same(), fresh=False,
-                         how=f"{same_how}: the session's {limit} fresh re-measures were used up")
+                         how=f"{same_how}{later}: the session's {limit} fresh re-measures were used up")
+
+    def wait(self, nodeid: str = "") -> float:
+        """Before a re-measure: sleep until ``--gpu-remeasure-after`` seconds have passed since the session's
+        first re-measure was asked for (the first flagged run), saying so on the terminal; the seconds slept
+        (0 once they have passed).  A slow state of the host that outlasts the wait is measured as it is.  A
+        recording run (--gpu-baseline-save), whose verdicts fail nothing, never waits."""
+        if self.settings.baseline_save:
+            return 0.0
+        now = self.clock()
+        if self.first_flagged is None:
+            self.first_flagged = now
+        wait_s = self.first_flagged + self.settings.remeasure_after_s - now
+        if wait_s <= 0:
+            return 0.0
+        self.say(f"gpucomm: {nodeid or 'a case'} ran below the tolerance; measuring it again in {wait_s:.0f} s "
+                 f"(--gpu-remeasure-after), so that a slow state of a minute or two does not decide")
+        self.sleep(wait_s)
+        return wait_s
 
     def copy_in_new_process(self, spec: dict[str, Any], label: str = "",
                             env: Optional[Mapping[str, Optional[str]]] = None) -> "Measurement":

@@ -26,6 +26,7 @@ from ..vocab import (
     DEFAULT_GPU_MAX_SIZE,
     DEFAULT_MAX_RUNS,
     DEFAULT_MIN_TIME_S,
+    DEFAULT_REMEASURE_AFTER_S,
     DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
@@ -86,6 +87,10 @@ _OPTIONS = [
      f"in a job across nodes the levels' share split over the nodes by their share of the cases. "
      f"Default: {DEFAULT_ALPHA}.",
      "ALPHA"),
+    ("--gpu-remeasure-after", "gpucomm_remeasure_after", "gpucomm_remeasure_after", "GPUCOMM_REMEASURE_AFTER",
+     f"With a baseline, a case whose first run is below the tolerance is measured again no sooner than this many "
+     f"seconds after the session's first such run, so that a slow state of the host lasting a minute or two does not "
+     f"fail it; the session waits once at most; 0: at once. Default: {DEFAULT_REMEASURE_AFTER_S:g}.", "SECONDS"),
     ("--gpucomm-folds", "gpucomm_folds", "gpucomm_folds", "GPUCOMM_FOLDS",
      f"With a baseline, each collective up to 1 MiB is measured in K process groups (kept for the session) and "
      f"judged on the K runs pooled; 1: once, as every other case. Not in launched jobs. Default: {DEFAULT_FOLDS}.",
@@ -196,6 +201,7 @@ class Settings(Judging):
     nccl_tests_dir: Optional[str] = None  # --gpucomm-nccl-tests; None: PATH
     nvbandwidth: Optional[str] = None  # --gpucomm-nvbandwidth; None: PATH
     copy_engine: str = "ce"  # --gpucomm-copy-engine: "ce", "sm" or "both"
+    remeasure_after_s: float = DEFAULT_REMEASURE_AFTER_S  # --gpu-remeasure-after
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -213,7 +219,7 @@ class Settings(Judging):
                 "tail_tolerance": self.tail_tolerance, "folds": self.folds, "cause_cases": self.cause_cases,
                 "env_names": list(self.env_names), "prior": self.prior, "min_judged": self.min_judged,
                 "baseline_nodes": self.baseline_nodes, "engine": self.engine,
-                "copy_engine": self.copy_engine,
+                "copy_engine": self.copy_engine, "remeasure_after_s": self.remeasure_after_s,
                 "tail_time_s": TAIL_TIME_FACTOR * self.min_time_s if self.tail_time_s is None else self.tail_time_s}
 
     def timing(self) -> "TimingSettings":
@@ -348,8 +354,6 @@ def _parse_size(value: str, name: str, origin: str) -> int:
         raise pytest.UsageError(str(e)) from None
 
 
-
-
 def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
     out = []
     for part in value.split(","):
@@ -367,10 +371,7 @@ def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
 def _parse_launch(value: str, name: str, origin: str) -> str:
     from ..env.launch import LAUNCH_CHOICES
 
-    v = value.strip().lower()
-    if v not in LAUNCH_CHOICES:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {', '.join(LAUNCH_CHOICES)}")
-    return v
+    return _one_of(value, name, origin, LAUNCH_CHOICES, ", ")
 
 
 def _parse_pairs(value: str, name: str, origin: str) -> Optional[str]:
@@ -396,10 +397,7 @@ def _check_cpu_devices() -> None:
 
 
 def _parse_plots_format(value: str, name: str, origin: str) -> str:
-    v = value.strip().lower()
-    if v not in ("png", "svg"):
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected png or svg")
-    return v
+    return _one_of(value, name, origin, ("png", "svg"), " or ")
 
 
 def _parse_env_names(value: str, name: str, origin: str) -> tuple[str, ...]:
@@ -453,6 +451,8 @@ def read_settings(config: pytest.Config) -> Settings:
         nccl_tests_dir=_get(config, "--gpucomm-nccl-tests", lambda v, n, o: v.strip(), None),
         nvbandwidth=_get(config, "--gpucomm-nvbandwidth", lambda v, n, o: v.strip(), None),
         copy_engine=_get(config, "--gpucomm-copy-engine", _parse_copy_engine, "ce"),
+        remeasure_after_s=_get(config, "--gpu-remeasure-after", lambda v, n, o: parse_seconds(
+            v, n, o, maximum=MAX_MIN_TIME_S), DEFAULT_REMEASURE_AFTER_S),
     )
 
 

@@ -14,6 +14,7 @@ only when a test first uses a gpucomm fixture or marker.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Optional
 
 import pytest
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from ..ops.copies import BufferPool
     from .launched.job import LaunchedSession, LaunchShape
 
-__all__ = ["Record", "State", "STATE_KEY", "state_of"]
+__all__ = ["Record", "State", "STATE_KEY", "state_of", "say_live"]
 
 
 class State:
@@ -65,7 +66,7 @@ class State:
         self.devices = Devices(settings, launch, worker)
         self.pools = RankPools(settings, self.devices, forks=launch is None)
         self.groups: Groups = self.pools
-        self.remeasures = Remeasures(settings, self.devices, self.pools)
+        self.remeasures = Remeasures(settings, self.devices, self.pools, say=self.say_now)
         self.judging = Judging(config, settings, self.devices)
         self.engines = Engines(settings, self.devices, launched=launch is not None,
                                width=lambda: terminal_width(config))
@@ -82,6 +83,11 @@ class State:
         self.baseline_doc: Optional[dict[str, object]] = None
         self.plot_paths: list[Path] = []  # the plots drawn at its end (--gpucomm-plots)
         self._buffers: Optional["BufferPool"] = None
+
+    def say_now(self, line: str) -> None:
+        """A line on the terminal now, in the middle of a test, where this process speaks (:func:`say_live`)."""
+        if self.speaks:
+            say_live(self.config, line)
 
     @property
     def gate(self) -> "Gate":
@@ -141,3 +147,19 @@ STATE_KEY = pytest.StashKey[State]()
 def state_of(config: pytest.Config) -> State:
     """The gpucomm state of a pytest session."""
     return config.stash[STATE_KEY]
+
+
+def say_live(config: pytest.Config, line: str) -> None:
+    """``line`` on the terminal now, fitted to its width, in the middle of a test: past pytest's capture of the
+    test's output, as its live logging is (written under the capture, it would show only if the test failed)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    from ..report.text import fit
+
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        if getattr(config.get_terminal_writer(), "width_of_current_line", 0):  # after -q's progress dots
+            reporter.write("\n")
+        for text in fit([line], terminal_width(config)):
+            reporter.write_line(text, yellow=True)
