@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -157,7 +158,12 @@ def test_the_command_names_the_slow_node_and_each_report_left_out_and_writes_its
     assert p.returncode == 1, p.stdout + p.stderr
     assert all(len(line) <= 120 for line in p.stdout.splitlines())
     lines = p.stdout.replace("\n    ", " ").splitlines()  # a wrapped line's continuation joined
-    assert lines[1].startswith(f"node node0002: {SMALL_HOST} 1") and "slower than its peers" in lines[1]
+    # the node first, with its strongest finding: its slowed class, or a band of it (which is the stronger depends
+    # on the file's runs the fleet is drawn from: a band of it since the H100's eighth boot)
+    first = lines[1]
+    assert first.startswith("node node0002: ") and "slower than its peers" in first, first
+    assert first.startswith(f"node node0002: {SMALL_HOST} 1") or re.match(
+        r"node node0002: (h2d|d2h), \S+, [0-9]+ KiB-1 MiB 1[0-9.]+% slower", first), first
     assert any(line.startswith("left out: node0009 (") and "cut short" in line for line in lines)
     assert any(line.startswith("left out: gone (") and "does not exist" in line for line in lines)
     assert lines[-3].startswith("gpucomm fleet: FAILED: 1 of 11 nodes to drain, the fleet as a whole healthy")
