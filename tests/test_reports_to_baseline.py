@@ -4,8 +4,8 @@ baselines/h100.json)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -16,18 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "benchmarks" / "data" / "h100_boot10_aa2_report.json"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("reports_to_baseline", ROOT / "benchmarks" / "reports_to_baseline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _add(*args: str) -> int:
+    """The script's ``main`` (run from its file: benchmarks/ is not a package)."""
+    return runpy.run_path(str(ROOT / "benchmarks" / "reports_to_baseline.py"))["main"](list(args))
 
 
 def test_a_reports_first_measurements_become_one_run_of_the_session_and_a_second_add_is_refused(tmp_path):
     target = tmp_path / "h100.json"
     write_document(target, new_document("h100"))
-    add = _script().main
-    assert add([str(target), str(REPORT), "--session", "vm-boot9-aa-2026-12-07"]) == 0
+    assert _add(str(target), str(REPORT), "--session", "vm-boot9-aa-2026-12-07") == 0
     base = load_baseline(target)
     report = json.loads(REPORT.read_text())
     (run,) = base.runs
@@ -38,7 +35,7 @@ def test_a_reports_first_measurements_become_one_run_of_the_session_and_a_second
     expected = [row["bytes_per_iter"] / s / 1e9 for s in row["samples_s"]]
     assert entry.runs[0].samples_gbps == pytest.approx(expected)  # the first run's samples, not the re-measure's
     with pytest.raises(SystemExit, match="is already there"):
-        add([str(target), str(REPORT), "--session", "again"])
+        _add(str(target), str(REPORT), "--session", "again")
 
 
 def test_a_report_without_rows_is_refused_naming_it(tmp_path):
@@ -47,5 +44,5 @@ def test_a_report_without_rows_is_refused_naming_it(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"fingerprint": {"date": "2026-12-07T00:00:00+00:00"}, "rows": []}))
     with pytest.raises(SystemExit, match=f"{empty}: no rows"):
-        _script().main([str(target), str(empty), "--session", "s"])
+        _add(str(target), str(empty), "--session", "s")
     assert json.loads(target.read_text())["runs"] == []  # the file left as it was
