@@ -35,7 +35,7 @@ import pytest_gpucomm.gate.decision  # noqa: F401
 import pytest_gpucomm.gate.store  # noqa: F401
 import pytest
 
-from inprocess import COLUMNS
+from inprocess import COLUMNS, RUN_ENV
 
 # What is imported by now (torch, numpy, scipy, the plugin) stays for the process's life: frozen, it is left out of
 # every later full garbage collection, which would otherwise walk its objects again each time (the many in-process
@@ -68,8 +68,8 @@ def _set_contract(mp: pytest.MonkeyPatch) -> None:
     mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     mp.setenv("PYTEST_PLUGINS", ",".join(TEST_RUN_PLUGINS))
     mp.setenv("GPUCOMM_DEVICE", "cpu")
-    mp.setenv("GPUCOMM_REMEASURE_AFTER", "0")  # a flagged case measured again at once (tests/test_remeasure.py
-    # checks the wait)
+    for name, value in RUN_ENV.items():  # a flagged case measured again at once
+        mp.setenv(name, value)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -29,6 +29,9 @@ except ImportError:  # pragma: no cover - the versions CI installs have it
 #: the terminal width of the pytest runs the tests start: so wide that the plugin wraps none of its lines
 #: (tests/conftest.py)
 COLUMNS = "1000"
+#: what else every pytest run the tests start is given (tests/conftest.py): a flagged case measured again at once,
+#: without the default wait of --gpu-remeasure-after (tests/test_remeasure_wait.py sets its own)
+RUN_ENV = {"GPUCOMM_REMEASURE_AFTER": "0"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,8 @@ def run_inprocess(folder: Path, args: Sequence[str], env: Optional[Mapping[str, 
                   drop: Sequence[str] = ()) -> Run:
     """``pytest *args`` in ``folder``, with ``env`` set and the variables that start with one of ``drop``
     removed for the run; printed as on a terminal :data:`COLUMNS` wide unless ``env`` sets ``COLUMNS``, and
-    re-measuring a flagged case at once unless ``env`` sets ``GPUCOMM_REMEASURE_AFTER`` (tests/conftest.py)."""
-    env = {"COLUMNS": COLUMNS, "GPUCOMM_REMEASURE_AFTER": "0", **(env or {})}
+    with :data:`RUN_ENV` unless ``env`` sets its variables."""
+    env = {"COLUMNS": COLUMNS, **RUN_ENV, **(env or {})}
     out, err = io.StringIO(), io.StringIO()
     modules, paths = SysModulesSnapshot(), SysPathsSnapshot()
     with pytest.MonkeyPatch.context() as mp:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import pytest_gpucomm
+from inprocess import RUN_ENV
 
 REPO = str(Path(pytest_gpucomm.__file__).resolve().parent.parent)
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "MPI_LOCAL", "GPUCOMM_", "TORCHELASTIC_", "PYTEST_")
@@ -58,7 +59,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
     # but the CPU contract and the plugin set of tests/conftest.py stay
-    contract = ("GPUCOMM_DEVICE", "GPUCOMM_REMEASURE_AFTER", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS")
+    contract = ("GPUCOMM_DEVICE", *RUN_ENV, "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS")
     env.update({k: os.environ[k] for k in contract if k in os.environ})
     env.update(extra)
     return env

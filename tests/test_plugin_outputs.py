@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from conftest import HTML_PLUGINS
+from inprocess import RUN_ENV
 
 from simulated_copies import CONFTEST, FAST, SLOW_CASE, SLOWER, TEST_FILE
 
@@ -47,7 +48,8 @@ def sim(pytester, monkeypatch):
 
     for k in [k for k in os.environ if k.startswith(("SIM_", "GPUCOMM_"))]:
         monkeypatch.delenv(k)
-    monkeypatch.setenv("GPUCOMM_REMEASURE_AFTER", "0")  # as tests/conftest.py's contract
+    for name, value in RUN_ENV.items():  # as tests/conftest.py's contract
+        monkeypatch.setenv(name, value)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_sim=TEST_FILE)
     monkeypatch.setenv("SIM_RUN", "7")

@@ -35,7 +35,7 @@ from .markers import MARKER_LINES, uses_gpucomm
 from .session import collected, collection_lines, open_session, start_rank
 from .settings import add_options
 from .sigterm import install, restore
-from .state import STATE_KEY, state_of
+from .state import STATE_KEY, say_live, state_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -70,12 +70,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def _say_last(config: pytest.Config, line: Optional[str]) -> None:
     """A line after pytest's own last line (its counts): where the gate judged fewer than half the cases, the
     run must not end on a bare "passed"."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if line and reporter is not None:
-        from ..report.text import fit
-
-        for text in fit([line], terminal_width(config)):
-            reporter.write_line(text, bold=True, yellow=True)
+    if line:
+        say_live(config, line, bold=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -149,9 +149,10 @@ def state_of(config: pytest.Config) -> State:
     return config.stash[STATE_KEY]
 
 
-def say_live(config: pytest.Config, line: str) -> None:
-    """``line`` on the terminal now, fitted to its width, in the middle of a test: past pytest's capture of the
-    test's output, as its live logging is (written under the capture, it would show only if the test failed)."""
+def say_live(config: pytest.Config, line: str, bold: bool = False) -> None:
+    """``line`` on the terminal now, fitted to its width, in yellow: in the middle of a test, past pytest's
+    capture of the test's output, as its live logging is (written under the capture, it would show only if the
+    test failed); after pytest's last line, below it."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
@@ -162,4 +163,4 @@ def say_live(config: pytest.Config, line: str) -> None:
         if getattr(config.get_terminal_writer(), "width_of_current_line", 0):  # after -q's progress dots
             reporter.write("\n")
         for text in fit([line], terminal_width(config)):
-            reporter.write_line(text, yellow=True)
+            reporter.write_line(text, bold=bold, yellow=True)
