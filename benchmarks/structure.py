@@ -28,7 +28,7 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 #: The root modules of the shared vocabulary are the bottom layer; a root module not named here (one added
 #: later) counts there too.  ``__init__`` is the lazy public API, ``__main__`` the ``python -m`` entry.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("vocab", "units", "summary", "measurement", "sketches", "checks", "_lazy"),
+    ("vocab", "units", "text", "summary", "measurement", "sketches", "checks", "_lazy"),
     ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("foreign",), ("gate",), ("report",),
     ("compare",), ("cli",), ("plugin",), ("__init__",), ("__main__",),
 )

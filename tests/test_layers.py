@@ -35,7 +35,7 @@ def test_only_the_plugin_folder_imports_pytest():
 def test_the_package_root_holds_only_the_public_api_and_the_shared_vocabulary():
     root = sorted(p.name for p in ROOT.glob("*.py"))
     assert root == ["__init__.py", "__main__.py", "_lazy.py", "checks.py", "measurement.py", "sketches.py",
-                    "summary.py", "units.py", "vocab.py"]
+                    "summary.py", "text.py", "units.py", "vocab.py"]
     folders = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert folders == ["analysis", "cli", "compare", "env", "files", "foreign", "gate", "ops", "plugin", "ranks",
                        "report"]
@@ -105,7 +105,7 @@ def test_every_import_of_the_package_names_a_module_or_name_that_exists():
 #: The root modules of the shared vocabulary are the bottom layer, the lazy public API (the package's
 #: ``__init__``) and the ``python -m`` entry the top.  benchmarks/structure.py counts the same arrows.
 LAYERS = (
-    ("vocab", "units", "summary", "measurement", "sketches", "checks", "_lazy"),
+    ("vocab", "units", "text", "summary", "measurement", "sketches", "checks", "_lazy"),
     ("files",), ("env",), ("ranks",), ("analysis",), ("ops",), ("foreign",), ("gate",), ("report",), ("compare",),
     ("cli",),
     ("plugin",), ("__init__",), ("__main__",),

@@ -111,7 +111,7 @@ def test_the_full_table_with_v_lists_every_row_with_its_test_id(folder):
 
 
 def test_a_line_is_wrapped_at_spaces_never_inside_a_figure_or_a_word():
-    from pytest_gpucomm.report.text import DEFAULT_WIDTH, clamp_width, fit, wrap
+    from pytest_gpucomm.text import DEFAULT_WIDTH, clamp_width, fit, wrap
 
     line = ("  copy, cuda:1->cuda:0: floor 7.12 us, peak 1.74 GB/s at 64 KiB, still rising; vs baseline: worst 4 KiB "
             "0.99x (65,536 bytes) in /a/very/long/path/that/is/one/word/and/longer/than/the/width/of/this/terminal")

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, TextIO
 
-from ..report.text import fit
+from ..text import fit
 from ..vocab import DEFAULT_BASELINE_DIR
 
 __all__ = ["BASELINE_DIR_ENV", "KeepError", "common_options", "error", "bad_input_types", "print_lines",

@@ -57,7 +57,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, TextIO
 
-from ..report.text import DEFAULT_WIDTH, command_width, fit, fit_table
+from ..text import DEFAULT_WIDTH, command_width, fit, fit_table
 from ..units import format_size, plural
 from ..vocab import DEFAULT_BASELINE_DIR
 from .baseline_files import (BASELINE_DIR_ENV, KeepError, bad_input_types, baseline_dir, baseline_dir_source,

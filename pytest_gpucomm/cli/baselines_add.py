@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..report.text import command_width
+from ..text import command_width
 from .baseline_files import KeepError, lock_timeout, print_lines, resolve
 
 if TYPE_CHECKING:

@@ -263,7 +263,7 @@ def matrix_lines(doc: "ReportDocument", baseline: Optional["BaselineFigures"],
     lines = matrix_section(doc, baseline, sizes=asked, width=width)
     if asked and not lines:
         measured = sorted({r.measurement.size_bytes for r in doc.rows if r.measurement.kind == "copy"})
-        from ..report.text import fit
+        from ..text import fit
 
         at = ", ".join(format_size(s) for s in measured) or "no size"
         lines = fit([f"gpucomm copy matrices: none at {', '.join(format_size(s) for s in asked)} (--matrix-size); "

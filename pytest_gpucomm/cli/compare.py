@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.run import (RECORD, cause_lines, counts_line, gated_counts, gated_of, judgement, level_lines,
                               sensitivity_lines, table_lines)
     from ..report.terminal import curve_section
-    from ..report.text import command_width, fit
+    from ..text import command_width, fit
     from ..vocab import Status
 
     _check(args)

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, TextIO
 
-from ..report.text import command_width
+from ..text import command_width
 from ..units import plural
 from .baseline_files import bad_input_types, baseline_dir, common_options, error, print_lines
 

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..gate.fleet_outputs import drain_document, dumps, junit_xml, result_document, text_lines
     from ..gate.store import to_baseline
     from ..files.atomic import write_atomic
-    from ..report.text import command_width, fit
+    from ..text import command_width, fit
     from ..vocab import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
     _checked(args)

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     doc, ref = load_report_and_baseline(args)
     page = checked_output(args.output, "-o", inputs_of(args, ref), args.force)
     fitted = fitted_reference(ref, doc) if ref is not None else None
-    from ..report.text import command_width, fit
+    from ..text import command_width, fit
 
     story = [f"gpucomm html: {drawn_story(doc, fitted, stored_figures(doc) if fitted is None else None)}",
              *(fitted.lines if fitted is not None else [])]

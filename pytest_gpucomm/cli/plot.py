@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     names = file_names(figs, args.format)
     replaced = _checked_files(args, names, inputs)
     paths = save_all(figs, args.output, args.format, replace=args.force)
-    from ..report.text import command_width, fit
+    from ..text import command_width, fit
 
     story = [f"gpucomm plot: {drawn_story(doc, fitted, stored)}", *(fitted.lines if fitted is not None else [])]
     out.write("\n".join(fit(story, command_width())) + "\n")

@@ -1,6 +1,6 @@
 """``gpucomm show REPORT [--baseline B] [--matrix-size SIZE] [--no-curves] [-v]``: the table, the verdicts, the
 run at the levels, the cause tests the run saved, the copy matrices and the curves of a saved report, fitted to
-the terminal's width (``report.text.command_width``; ``-v``: the table with every column)."""
+the terminal's width (``text.command_width``; ``-v``: the table with every column)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def add_parser(sub: "Subcommands") -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from ..report.run import cause_lines, counts_line, table_lines
     from ..report.terminal import curve_section
-    from ..report.text import command_width, fit
+    from ..text import command_width, fit
 
     from ..report.drawn import fitted_reference
 

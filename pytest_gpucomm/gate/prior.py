@@ -30,15 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from ..files.atomic import write_atomic
 from ..files.reading import read_regular_file
+from ..text import command_width, fit
 
 if TYPE_CHECKING:  # numpy and scipy: imported where a prior is fitted or used
     from .calibration import Case
@@ -307,12 +306,9 @@ def _class_prior(klass: str, c: Mapping[str, Any]) -> ClassPrior:
 # the command
 # ------------------------------------------------------------------------------------------------
 def say(line: str) -> None:
-    """Print one of the gate commands' lines (this one's and ``gate.calibration``'s) wrapped to the terminal (120
-    columns when unknown), its continuation indented 4 more than the line."""
-    lead = line[:len(line) - len(line.lstrip(" "))]
-    width = shutil.get_terminal_size((120, 24)).columns
-    print("\n".join(textwrap.wrap(line, max(width, 40), subsequent_indent=lead + "    ", break_long_words=False,
-                                   break_on_hyphens=False)) or line)
+    """Print one of the gate commands' lines (this one's and ``gate.calibration``'s) wrapped to the terminal
+    (``text.command_width``: 120 columns when unknown) as every ``gpucomm`` command's are (``text.fit``)."""
+    print("\n".join(fit([line], command_width())))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

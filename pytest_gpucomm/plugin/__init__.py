@@ -75,7 +75,7 @@ def _say_last(config: pytest.Config, line: Optional[str]) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from ..report.text import fit
+    from ..text import fit
 
     return fit([state_of(config).settings.describe()], terminal_width(config))
 

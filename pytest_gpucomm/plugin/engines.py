@@ -184,7 +184,7 @@ class Engines:
             failure = str(e)
         if skip is not None:  # outside the except blocks: no chained traceback
             pytest.skip(skip)
-        from ..report.text import fit
+        from ..text import fit
 
         pytest.fail("\n".join(fit([f"{nodeid}: {failure}"], width)), pytrace=False)
 

@@ -226,7 +226,7 @@ def write_summary(terminalreporter: pytest.TerminalReporter, state: "State") -> 
 
 def terminal_width(config: pytest.Config) -> int:
     """The width the plugin's lines fit: pytest's own (``COLUMNS``, or its terminal's) where it is known,
-    ``report.text.DEFAULT_WIDTH`` where it is not (the output is a file or a pipe)."""
-    from ..report.text import clamp_width, known_width
+    ``text.DEFAULT_WIDTH`` where it is not (the output is a file or a pipe)."""
+    from ..text import clamp_width, known_width
 
     return clamp_width(config.get_terminal_writer().fullwidth if known_width() is not None else None)

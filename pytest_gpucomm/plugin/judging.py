@@ -136,7 +136,7 @@ def check_test(item: pytest.Item, state: "State", before: int, ok: bool) -> None
     item.user_properties.extend(junit_properties(records, gates))
     item.user_properties.append((LIVE_KEY, live_text(records, gates)))
     if failures:  # each line wrapped to the terminal's width (the JSON report keeps the message's own lines)
-        from ..report.text import fit
+        from ..text import fit
         from .finish import terminal_width
 
         pytest.fail("\n".join(fit(failures, terminal_width(item.config))), pytrace=False)

@@ -184,7 +184,7 @@ def summary_lines(state: "State", width: int = 120, full: bool = False) -> list[
                    notes=notes + state.notes, width=width, full=full)
     if state.coverage is None:
         return lines
-    from ..report.text import fit
+    from ..text import fit
 
     # the section's first line says how much of the run the gate could judge
     return fit([state.coverage.headline(state.settings.baseline or "")], width) + lines

@@ -179,7 +179,7 @@ def collection_lines(state: State, items: list[pytest.Item]) -> list[str]:
     if not any(uses_gpucomm(i) for i in items) or not state.speaks:
         return []
     from ..env.hardware import device_summary_lines
-    from ..report.text import fit
+    from ..text import fit
     from .finish import terminal_width
     from .parametrize import max_size_lines, pairs_lines
 

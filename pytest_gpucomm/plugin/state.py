@@ -156,7 +156,7 @@ def say_live(config: pytest.Config, line: str, bold: bool = False) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
-    from ..report.text import fit
+    from ..text import fit
 
     capture = config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():

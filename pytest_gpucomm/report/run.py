@@ -18,7 +18,7 @@ from ..measurement import Measurement, Record
 from ..units import format_gbps, format_ratio, format_size, plural
 from ..vocab import Status
 from .document import ReportDocument, Row, RowVerdict, rows_of
-from .text import DEFAULT_WIDTH, fit
+from ..text import DEFAULT_WIDTH, fit
 
 if TYPE_CHECKING:
     from ..gate.levels import RunLevels

@@ -123,7 +123,7 @@ def _line(values: Sequence[str], widths: Sequence[int], left: Sequence[bool]) ->
 def compact_table(items: Iterable["Row"], width: int) -> list[str]:
     """The compact table (see the module doc) of ``items``, at most ``width`` columns wide where the kept
     columns allow it; the gate's columns where some row was judged, the tail's where some row has one."""
-    from .text import fit
+    from ..text import fit
 
     rows = rows_of(items)
     if not rows:

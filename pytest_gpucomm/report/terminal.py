@@ -6,7 +6,7 @@ baseline file, that file's figures (``analysis.baseline_figures.BaselineFigures`
 lines that are not the run's report and that its header did not print: the hardware and the gate's header
 where this process did not print them (a pytest-xdist controller), the notes of what the session wrote.
 
-Every renderer takes the ``width`` to fit (``report.text``): the table is laid out to it
+Every renderer takes the ``width`` to fit (``text``): the table is laid out to it
 (``report.table``), a text line is wrapped at spaces (never inside a figure), a curve is one short line.
 """
 
@@ -20,7 +20,7 @@ from .document import ReportDocument
 from ..units import format_gbps, format_ratio
 from .run import (CURVE_LIMIT, counts_line, gated_of, level_lines, sensitivity_lines, straggler_lines,
                   table_lines)
-from .text import DEFAULT_WIDTH, fit
+from ..text import DEFAULT_WIDTH, fit
 
 if TYPE_CHECKING:
     from ..analysis.baseline_figures import BaselineFigures

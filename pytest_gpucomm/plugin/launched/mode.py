@@ -98,7 +98,7 @@ class LaunchedMode:
             meeting(m.to_json())
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        from ...report.text import fit
+        from ...text import fit
         from ..finish import terminal_width
 
         lines = [f"gpucomm launch: {self.launch.describe()}", *header_lines(config, self.launch)]
@@ -145,7 +145,7 @@ class LaunchedMode:
     @staticmethod
     def _say(config: pytest.Config) -> Callable[[str], None]:
         """A line for the user now, wrapped to the terminal (pytest's reporter, else stderr)."""
-        from ...report.text import fit
+        from ...text import fit
         from ..finish import terminal_width
 
         def say(line: str) -> None:
@@ -162,7 +162,7 @@ class LaunchedMode:
         """The job could not start: the whole message among the notes at the end of the output, wrapped to the
         terminal, and its ``summary`` (``gpucomm: rank 1 (hostB) ended before it joined the job``; else the
         message's first clause) on pytest's last line."""
-        from ...report.text import fit
+        from ...text import fit
         from ..finish import terminal_width
 
         width = terminal_width(session.config)
