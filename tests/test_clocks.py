@@ -92,17 +92,19 @@ def test_the_cpu_reader_reads_nothing_where_the_kernel_exposes_neither(tmp_path)
 
 def test_a_host_copy_measured_while_a_reader_says_throttled_keeps_the_clocks_in_its_info(monkeypatch):
     """The CPU variant of the GPU path: the copy's measurement holds what its device's reader said during the
-    timed samples (here a reader that reports a power cap from its third reading on)."""
+    timed samples (here a reader that reports a power cap from its second reading on: the sampler reads at the
+    start and the end of the timed samples whatever the load, so two readings are sure where a third, from the
+    sampling thread, may not come on a loaded 2-core host)."""
     from pytest_gpucomm.ops import clocks, copies
     from pytest_gpucomm.ops.timing import TimingSettings
 
-    reader = Script("cpu", [(3000.0, 0), (3000.0, 0), (2100.0, 0x4)])
+    reader = Script("cpu", [(3000.0, 0), (2100.0, 0x4)])
     monkeypatch.setattr(clocks, "_READERS", {"cpu": reader})
     m = copies.measure_copy("cpu:0", "cpu:1", 1 << 20, TimingSettings(min_time_s=0.1, min_samples=5),
                             copies.BufferPool())
     (c,) = m.info["clocks"]
     s = ClockSummary.from_dict(c)
-    assert s.device == "cpu" and s.readings == reader.n >= 3 and s.throttled and s.sm_mhz == (2100.0, 3000.0)
+    assert s.device == "cpu" and s.readings == reader.n >= 2 and s.throttled and s.sm_mhz == (2100.0, 3000.0)
 
 
 def test_the_timing_engine_reads_the_clocks_only_while_the_timed_samples_run():
