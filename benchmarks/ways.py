@@ -26,8 +26,9 @@ The rules, one function at a time:
 2. *Data flow*, flow-insensitive: a name, ``x.attr`` or ``x[...]`` assigned (``=``, ``:=``, ``for``,
    ``with ... as``, a comprehension's ``for``) from an expression that mentions a followed path becomes
    followed; assigned the object a path is inside (``s = self.settings`` of ``self.settings.baseline``), it
-   carries the rest of the path (``s.baseline``).  Repeated until nothing new is followed.  Nested functions
-   and lambdas are part of the function they are written in.
+   carries the rest of the path (``s.baseline``).  A tuple assigned from a tuple (``a, b = x, y``) pairs
+   its elements one by one.  Repeated until nothing new is followed.  Nested functions and lambdas are
+   part of the function they are written in.
 3. *Steps.*  Each call whose arguments or receiver (``obj`` of ``obj.meth()``) mention a followed path, or
    hand on the object one is inside, is a step.  The callee is found by name: a plain name is the
    function or class of that name defined in the module or imported into it (at any depth, through
@@ -235,12 +236,25 @@ def _targets(node: ast.AST) -> Iterator[str]:
             yield text
 
 
+def _pairs(target: ast.AST, value: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """``a, b = x, y`` pairs ``a`` with ``x`` and ``b`` with ``y`` (nested alike); a starred element on either
+    side, lengths that differ, or a value that is not written as a tuple or list keep the whole pair."""
+    if (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
+            and len(target.elts) == len(value.elts)
+            and not any(isinstance(e, ast.Starred) for e in target.elts + value.elts)):
+        for t, v in zip(target.elts, value.elts):
+            yield from _pairs(t, v)
+    else:
+        yield target, value
+
+
 def _assignments(body: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
-    """(target, value) of every assignment in a function, its nested functions included."""
+    """(target, value) of every assignment in a function, its nested functions included; a tuple assigned
+    from a tuple, element by element (:func:`_pairs`)."""
     for n in ast.walk(body):
         if isinstance(n, ast.Assign):
             for t in n.targets:
-                yield t, n.value
+                yield from _pairs(t, n.value)
         elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and n.value is not None:
             yield n.target, n.value
         elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):

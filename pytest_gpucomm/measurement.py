@@ -25,7 +25,7 @@ from .units import GB, describe_size, format_gbps
 from .vocab import Status
 
 __all__ = ["Measurement", "MeasurementInfo", "RanksInfo", "TailInfo", "HistogramDict", "OverlapInfo", "Record",
-           "Remeasure", "copy_where", "both_ways_op"]
+           "Remeasure", "copy_where", "both_ways_op", "node_label_of"]
 
 
 class HistogramDict(TypedDict):
@@ -185,6 +185,19 @@ def both_ways_op(op: str) -> bool:
     return op in ("copy_bidir", "copy_bidir_sm", "host_bidir", "host_bidir_sm")
 
 
+def node_label_of(info: Mapping[str, object]) -> str:
+    """Where a measurement's ``info`` says it was measured (:attr:`Measurement.node_label`): its ``pair`` or
+    ``group`` as written, else "node N (host)" of its ``node`` (and ``host``), else ""."""
+    if "pair" in info:
+        return str(info["pair"])
+    if "group" in info:
+        return str(info["group"])
+    if "node" not in info:
+        return ""
+    host = info.get("host", "")
+    return f"node {info['node']}" + (f" ({host})" if host else "")
+
+
 @dataclass(init=False)
 class Measurement:
     """One operation at one size, timed over many iterations.
@@ -286,15 +299,8 @@ class Measurement:
     def node_label(self) -> str:
         """"node N (host)" for a measurement of one node (launched mode); the node pair of the inter-node pair
         test (``info["pair"]``: "node 0 (h0) -> node 1 (h1)") or the inter-node group of a collective
-        (``info["group"]``: "local rank 1 across 2 nodes"); else ""."""
-        if "pair" in self.info:
-            return str(self.info["pair"])
-        if "group" in self.info:
-            return str(self.info["group"])
-        if "node" not in self.info:
-            return ""
-        host = self.info.get("host", "")
-        return f"node {self.info['node']}" + (f" ({host})" if host else "")
+        (``info["group"]``: "local rank 1 across 2 nodes"); else "" (:func:`node_label_of` its ``info``)."""
+        return node_label_of(self.info)
 
     def describe(self) -> str:
         return (

@@ -59,7 +59,7 @@ def simulated_timing(monkeypatch, request):
 
         monkeypatch.setattr(Remeasures, "copy_in_new_process",
                             lambda self, spec, label="", env=None: copies.measure_spec(
-                                spec, self.settings.timing(), copies.BufferPool()))
+                                spec, self.timing(), copies.BufferPool()))
     else:
         monkeypatch.setattr(vocab, "MAX_FRESH_REMEASURES", 0)
 """

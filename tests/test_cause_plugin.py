@@ -201,7 +201,7 @@ def _job_case(info):
 def _causes():
     from pytest_gpucomm.plugin.cause import CauseTests
 
-    return CauseTests(SimpleNamespace(cause_cases=1, baseline_save=False, tolerance=0.05))
+    return CauseTests(cause_cases=1, baseline_save=False, tolerance=0.05)
 
 
 def _explained(info):

@@ -19,6 +19,7 @@ import pytest
 from simulated_copies import SLOW_CASE, record_baseline, run_pytest, write_files
 
 from pytest_gpucomm.measurement import Measurement
+from pytest_gpucomm.ops.timing import TimingSettings
 from pytest_gpucomm.plugin.remeasures import Remeasures
 
 
@@ -36,8 +37,8 @@ class FakeClock:
 
 
 def _remeasures(after_s: float, clock: FakeClock, said: list[str], saving: bool = False) -> Remeasures:
-    settings = SimpleNamespace(remeasure_after_s=after_s, baseline_save=saving)
-    return Remeasures(settings, None, None, say=said.append, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    return Remeasures(None, None, remeasure_after_s=after_s, baseline_save=saving, timeout_s=60.0,  # type: ignore[arg-type]
+                      timing=TimingSettings, say=said.append, clock=clock, sleep=clock.sleep)
 
 
 def _m() -> Measurement:

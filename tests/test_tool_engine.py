@@ -145,12 +145,12 @@ class _Gate:
 
 
 def _engines(tmp_path):
-    from pytest_gpucomm.plugin.engines import Engines
+    from pytest_gpucomm.plugin.engines import Engines, EngineSettings
     from pytest_gpucomm.plugin.settings import Settings
 
     settings = Settings(baseline="cpu", device="cpu", min_time_s=0.01, max_size=None, json_path=None, timeout_s=60.0,
                         engine="both", nccl_tests_dir=str(STANDIN))
-    engines = Engines(settings, devices=None, launched=False)  # type: ignore[arg-type]
+    engines = Engines(EngineSettings.of(settings), devices=None, launched=False)  # type: ignore[arg-type]
     engines.sizes.update({1024, 4096})
     return engines
 

@@ -99,3 +99,24 @@ def test_ways_return_start_follows_one_attribute_of_the_result_into_its_callers(
         "def open_session():\n    s = read()\n    shout(s.baseline)\n    quiet(s.other)\n")
     way = ways.follow(ways.Package(pkg), "plugin/settings.py:read:return.baseline")
     assert [f.qualname for f in way.visited] == ["read", "open_session", "shout"]
+
+
+def test_ways_pairs_a_tuple_assigned_from_a_tuple_element_by_element(tmp_path):
+    ways = _ways()
+    pkg = _package(tmp_path)
+    (pkg / "plugin" / "pool.py").write_text(
+        "from ..vocab import fmt\nfrom .hooks import shout, quiet\n\n"
+        "class Pool:\n"
+        "    def __init__(self):\n        self._workers = []\n\n"
+        "    def stop(self, state):\n        done, self._workers = state, []\n        shout(done)\n\n"
+        "    def pids(self):\n        return [quiet(w) for w in self._workers]\n\n"
+        "def swap(a, b):\n    x, (y, z) = b, (a, b)\n    fmt(x)\n    shout(y)\n\n"
+        "def whole(a, b):\n    x, y = pair = (a, b)\n    p, q = a\n    shout(x, pair, p)\n")
+    way = ways.follow(ways.Package(pkg), "plugin/pool.py:Pool.stop:state")
+    # done gets state, self._workers only []: Pool.pids, which reads self._workers, is not a stay
+    assert [f.qualname for f in way.visited] == ["Pool.stop", "shout"]
+    # x gets b, y gets a (nested): shout(y) is a step from a, fmt(x) is not
+    assert [f.qualname for f in ways.follow(ways.Package(pkg), "plugin/pool.py:swap:a").visited] == ["swap", "shout"]
+    # a value that is not written as a tuple of the same length goes to every element, as before
+    assert [f.qualname for f in ways.follow(ways.Package(pkg), "plugin/pool.py:whole:a").visited] == [
+        "whole", "shout"]

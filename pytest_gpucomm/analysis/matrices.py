@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence, Union
 
-from ..measurement import Measurement
+from ..measurement import Measurement, node_label_of
 from ..units import format_ratio, format_size
 from .baseline_figures import BaselineFigures, as_figures
 
@@ -75,8 +75,7 @@ def _info(row: Mapping[str, object]) -> Mapping[str, object]:
 
 def node_label(row: Mapping[str, object]) -> str:
     """The node a report row was measured on (``"node 1 (hostB)"``), "" on one host."""
-    return Measurement(op=str(row.get("op", "")), size_bytes=1, samples_s=[1.0], devices=(),
-                       info=dict(_info(row))).node_label
+    return node_label_of(_info(row))
 
 
 def layout_of(report: Mapping[str, Any]) -> str:

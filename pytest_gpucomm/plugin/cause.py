@@ -34,17 +34,22 @@ if TYPE_CHECKING:
     from ..gate.cause import CauseResult, EnvChange, Yardstick
     from ..gate.levels import RunLevels
     from ..measurement import Record
-    from .settings import Settings
 
 __all__ = ["CauseTests"]
 
 
 class CauseTests:
-    """The session's budget of cause tests and how each is run."""
+    """The session's budget of cause tests and how each is run.
 
-    def __init__(self, settings: "Settings") -> None:
-        self.settings = settings
-        self.left = settings.cause_cases
+    Of the session's settings: ``cause_cases`` (--gpucomm-cause, the budget), ``baseline_save``
+    (--gpu-baseline-save: a recording run tests no cause) and ``tolerance`` (the gate's, a cause test's
+    yardstick)."""
+
+    def __init__(self, cause_cases: int, baseline_save: bool, tolerance: float) -> None:
+        self.cause_cases = cause_cases
+        self.baseline_save = baseline_save
+        self.tolerance = tolerance
+        self.left = cause_cases
         self.ran = 0
 
     def explain(self, gate: "Gate", record: "Record", verdict: dict[str, Any]) -> Optional["CauseResult"]:
@@ -53,14 +58,14 @@ class CauseTests:
         the verdict's message and the result kept in ``verdict["cause"]``.  None when no test was due."""
         from ..gate.cause import CauseResult, Remeasured, find_cause
 
-        if verdict.get("status") != Status.REGRESSION.value or self.settings.baseline_save:
+        if verdict.get("status") != Status.REGRESSION.value or self.baseline_save:
             return None
         changes = _changes(gate, record)
         if not changes or record.with_env is None:
             return None
         if self.left <= 0:
             result = CauseResult(changes=tuple(changes), skipped=(
-                f"the session's {self.settings.cause_cases} cause tests were used (--gpucomm-cause)"))
+                f"the session's {self.cause_cases} cause tests were used (--gpucomm-cause)"))
         else:
             from ..gate.decision import run_location
 
@@ -73,7 +78,7 @@ class CauseTests:
                 loc = run_location(measure(env).samples_gbps, f"{nodeid}: the cause test's re-measure")
                 return Remeasured(loc.gbps / base, loc.se2)
 
-            result = find_cause(changes, remeasured, _yardstick(gate, verdict, self.settings.tolerance))
+            result = find_cause(changes, remeasured, _yardstick(gate, verdict, self.tolerance))
         line = result.text()
         verdict["cause"] = dict(result.to_dict(), line=line)
         verdict["message"] = f"{verdict.get('message', '')}\n  {line}"
@@ -85,7 +90,7 @@ class CauseTests:
         covered case's message gains the line; returns one summary line per level tested."""
         from ..gate.cause import level_cause_line, untested_levels_line
 
-        if levels is None or self.settings.baseline_save:
+        if levels is None or self.baseline_save:
             return []
         by_key = {str(r.baseline["case"]): r for r in records if r.baseline and r.baseline.get("case")}
         order = {"class": 0, "band": 1, "case": 2}
@@ -117,7 +122,7 @@ class CauseTests:
             else:
                 lines.append(level_cause_line(level.level_name, level.name, text))
         if untested:
-            lines.append(untested_levels_line(untested, f"the session's {self.settings.cause_cases} cause tests were "
+            lines.append(untested_levels_line(untested, f"the session's {self.cause_cases} cause tests were "
                                                         "used (--gpucomm-cause)"))
         return lines
 

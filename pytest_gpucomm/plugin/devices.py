@@ -12,7 +12,6 @@ import pytest
 
 from ..vocab import CPU_MAX_WORLD, DEFAULT_CPU_MAX_SIZE, DEFAULT_GPU_MAX_SIZE
 from .markers import MarkerError, marks_of
-from .settings import Settings
 
 if TYPE_CHECKING:
     from ..env.hardware import DeviceInfo
@@ -40,12 +39,18 @@ def xdist_refusal(kind: str, worker: Optional[str], allowed: bool) -> Optional[s
 class Devices:
     """The devices measured on and the worlds of ranks over them.
 
-    ``launch`` is this rank's place in a launched job (None with the rank pool): there the worlds are the
-    job's.  ``worker`` is the pytest-xdist worker's id in a worker (None elsewhere): GPUs are not measured
-    there unless allowed."""
+    Of the session's settings: ``device`` (--gpucomm-device), ``env_names`` (--gpucomm-env, recorded in the
+    fingerprint), ``max_size`` (--gpucomm-max-size; None: the default for the device kind) and ``allow_xdist``
+    (--gpucomm-allow-xdist).  ``launch`` is this rank's place in a launched job (None with the rank pool):
+    there the worlds are the job's.  ``worker`` is the pytest-xdist worker's id in a worker (None elsewhere):
+    GPUs are not measured there unless allowed."""
 
-    def __init__(self, settings: Settings, launch: Optional["Launch"] = None, worker: Optional[str] = None) -> None:
-        self.settings = settings
+    def __init__(self, device: str, env_names: tuple[str, ...] = (), max_size: Optional[int] = None,
+                 allow_xdist: bool = False, launch: Optional["Launch"] = None, worker: Optional[str] = None) -> None:
+        self._device = device
+        self._env_names = env_names
+        self._max_size = max_size
+        self._allow_xdist = allow_xdist
         self.launch = launch
         self.worker = worker
         self._info: Optional["DeviceInfo"] = None
@@ -62,7 +67,7 @@ class Devices:
             from ..env.hardware import CpuDevicesError, detect
 
             try:
-                self._info = detect(self.settings.device)
+                self._info = detect(self._device)
             except (RuntimeError, CpuDevicesError) as e:
                 raise pytest.UsageError(str(e)) from None
         return self._info
@@ -71,7 +76,7 @@ class Devices:
         """With ``--gpucomm-device=gpu`` (``value`` as given, from ``origin``): detect the devices now, at the
         start, so that a machine whose torch sees no GPU stops with one line (exit status 4) before collection,
         where the same error would be a collection error with its traceback."""
-        if self.settings.device != "gpu" or self._info is not None:
+        if self._device != "gpu" or self._info is not None:
             return
         from ..env.hardware import CpuDevicesError, detect
 
@@ -98,7 +103,7 @@ class Devices:
         if self._fingerprint is None:
             from ..env.hardware import fingerprint
 
-            self._fingerprint = fingerprint(self.info, self.settings.env_names)
+            self._fingerprint = fingerprint(self.info, self._env_names)
         return self._fingerprint
 
     @fingerprint.setter
@@ -107,8 +112,8 @@ class Devices:
 
     @property
     def max_size(self) -> int:
-        if self.settings.max_size is not None:
-            return self.settings.max_size
+        if self._max_size is not None:
+            return self._max_size
         return DEFAULT_GPU_MAX_SIZE if self.info.kind == "gpu" else DEFAULT_CPU_MAX_SIZE
 
     def names(self) -> list[str]:
@@ -117,7 +122,7 @@ class Devices:
 
     def refusal(self) -> Optional[str]:
         """Why this process may not measure (GPUs under pytest-xdist), or None."""
-        return xdist_refusal(self.info.kind, self.worker, self.settings.allow_xdist)
+        return xdist_refusal(self.info.kind, self.worker, self._allow_xdist)
 
     def too_few(self, needed: int) -> str:
         info = self.info

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -31,7 +32,7 @@ import pytest
 from .. import checks
 from ..checks import CheckError
 from ..compare.tool_engine import (NCCL_TESTS, TORCH, ToolFailed, ToolMissing, counterpart_words, engine_of_test,
-                                   twin_test_id)
+                                   engines_of, twin_test_id)
 
 if TYPE_CHECKING:
     from ..compare.tool_engine import NcclTests, Nvbandwidth, ToolRun
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from .devices import Devices
     from .settings import Settings
 
-__all__ = ["Engines", "ToolWorld", "STANDIN_ENV", "read_engines_mark"]
+__all__ = ["Engines", "EngineSettings", "ToolWorld", "STANDIN_ENV", "read_engines_mark"]
 
 #: a yes/no variable: the programs found are the tests' stand-ins, which run on the CPU variants too
 STANDIN_ENV = "GPUCOMM_ENGINE_STANDIN"
@@ -79,10 +80,29 @@ class ToolWorld:
         pass
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """What :class:`Engines` reads of the session's settings (:meth:`of` them)."""
+
+    engine: str  # --gpucomm-engine: "torch", "nccl-tests" or "both"
+    device: str  # --gpucomm-device, named where the other engines have nothing to run
+    locked: bool  # --gpucomm-lock: no GPUCOMM_* variable is read (GPUCOMM_ENGINE_STANDIN)
+    nccl_tests_dir: Optional[str]  # --gpucomm-nccl-tests; None: PATH
+    nvbandwidth: Optional[str]  # --gpucomm-nvbandwidth; None: PATH
+    timeout_s: float  # a program run's
+    tolerance: float  # the gate's, which the other engine's figure is said against
+
+    @classmethod
+    def of(cls, settings: "Settings") -> "EngineSettings":
+        return cls(engine=settings.engine, device=settings.device, locked=settings.lock is not None,
+                   nccl_tests_dir=settings.nccl_tests_dir, nvbandwidth=settings.nvbandwidth,
+                   timeout_s=settings.timeout_s, tolerance=settings.tolerance)
+
+
 class Engines:
     """The session's engines: which run, the sizes the sweeps cover, the programs' runs and their cost."""
 
-    def __init__(self, settings: "Settings", devices: "Devices", launched: bool,
+    def __init__(self, settings: EngineSettings, devices: "Devices", launched: bool,
                  width: Callable[[], int] = lambda: 120) -> None:
         self.settings = settings
         self.width = width  # a failure's lines are wrapped to it (the terminal's: finish.terminal_width)
@@ -95,7 +115,7 @@ class Engines:
 
     @property
     def engines(self) -> tuple[str, ...]:
-        return self.settings.engines
+        return engines_of(self.settings.engine)
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
         """One test per engine where the session has another than torch (ids: see the module's doc)."""
@@ -118,7 +138,7 @@ class Engines:
         return None
 
     def _standin(self) -> bool:
-        if self.settings.lock is not None:  # a locked gate reads no GPUCOMM_* variable
+        if self.settings.locked:  # a locked gate reads no GPUCOMM_* variable
             return False
         try:
             return checks.env_flag(STANDIN_ENV, False)

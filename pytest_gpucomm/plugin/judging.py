@@ -36,7 +36,8 @@ class Judging:
         self.settings = settings
         self.devices = devices
         self._gate: Optional["Gate"] = None
-        self.causes = CauseTests(settings)  # why a REGRESSION got slower, where the environment changed
+        #: why a REGRESSION got slower, where the environment changed
+        self.causes = CauseTests(settings.cause_cases, settings.baseline_save, settings.tolerance)
         #: with both engines, the line saying how the other engine's figure of a REGRESSION's case stands
         self.engine_line: Optional[Callable[[Record], Optional[str]]] = None
 

@@ -41,6 +41,7 @@ import pytest
 
 from .measurer import GpuPair
 from .markers import MarkerError, SweepSize, closest_mark, read_sizes, size_id
+from .engines import Engines
 from .state import State
 from ..units import format_size, plural
 from ..vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
@@ -197,23 +198,26 @@ def parametrize(metafunc: pytest.Metafunc, state: State) -> None:
 class EngineIds:
     """A plugin of sessions with other engines than the defaults (``--gpucomm-copy-engine``, ``--gpucomm-engine``):
     its hook wraps every other ``pytest_generate_tests``, so the engines' parameters come after all the others
-    (the test's own ``@pytest.mark.parametrize`` and its module's hook too) and their ids end the test's id."""
+    (the test's own ``@pytest.mark.parametrize`` and its module's hook too) and their ids end the test's id.
+    ``copy_engine``: the session's --gpucomm-copy-engine; ``engines``: the session's engines (``State.engines``)."""
 
-    def __init__(self, state: State) -> None:
-        self.state = state
+    def __init__(self, copy_engine: str, engines: Engines) -> None:
+        self.copy_engine = copy_engine
+        self.engines = engines
 
     @pytest.hookimpl(wrapper=True)
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> Generator[None, Any, Any]:
         result = yield
-        parametrize_engines(metafunc, self.state)
+        parametrize_engines(metafunc, self.copy_engine, self.engines)
         return result
 
 
-def parametrize_engines(metafunc: pytest.Metafunc, state: State) -> None:
-    """The copy engine, then the engine of the comm cases: the last parts of a test's id ("[1MiB-0->1-sm]",
-    "[1MiB-nccl-tests]"), after the test's own ``@pytest.mark.parametrize`` ids too (the hook that calls this
-    runs after pytest's own), so ``vocab.default_engine_id`` keys a default engine's case as without them."""
-    if "copy_engine" in metafunc.fixturenames and state.settings.copy_engine != "ce":
-        engines = ["ce", "sm"] if state.settings.copy_engine == "both" else ["sm"]
-        metafunc.parametrize("copy_engine", engines, ids=engines, indirect=True)
-    state.engines.parametrize(metafunc)
+def parametrize_engines(metafunc: pytest.Metafunc, copy_engine: str, engines: Engines) -> None:
+    """The copy engine (``copy_engine``: --gpucomm-copy-engine), then the engine of the comm cases
+    (``engines``): the last parts of a test's id ("[1MiB-0->1-sm]", "[1MiB-nccl-tests]"), after the test's own
+    ``@pytest.mark.parametrize`` ids too (the hook that calls this runs after pytest's own), so
+    ``vocab.default_engine_id`` keys a default engine's case as without them."""
+    if "copy_engine" in metafunc.fixturenames and copy_engine != "ce":
+        copies = ["ce", "sm"] if copy_engine == "both" else ["sm"]
+        metafunc.parametrize("copy_engine", copies, ids=copies, indirect=True)
+    engines.parametrize(metafunc)

@@ -15,7 +15,6 @@ import pytest
 
 from ..vocab import RANK_START_TIMEOUT_S
 from .devices import Devices
-from .settings import Settings
 
 if TYPE_CHECKING:
     from ..ranks.pool import RankPool
@@ -57,13 +56,14 @@ def is_world(kind: str) -> bool:
 class RankPools:
     """The session's rank pools: started at first use, kept for the session, closed at its end.
 
-    ``forks``: whether the pools' workers may be forked from a zygote (not in launched mode, where only the
-    gate's fresh re-measures of copies start pools)."""
+    ``timeout_s``: a group's timeout where its test gives none (--gpucomm-timeout).  ``forks``: whether the
+    pools' workers may be forked from a zygote (not in launched mode, where only the gate's fresh re-measures of
+    copies start pools)."""
 
     multi_node = False  # the pools run on this host
 
-    def __init__(self, settings: Settings, devices: Devices, forks: bool = True) -> None:
-        self.settings = settings
+    def __init__(self, timeout_s: float, devices: Devices, forks: bool = True) -> None:
+        self.timeout_s = timeout_s
         self.devices = devices
         self.forks = forks
         self.pools: dict[int, "RankPool"] = {}  # world size -> its pool
@@ -91,7 +91,7 @@ class RankPools:
         info = self.devices.info
         if world not in self.pools:
             self.pools[world] = self.new_pool(world)
-        return ProcessGroup(self.pools[world], info.backend, timeout_s or self.settings.timeout_s, label)
+        return ProcessGroup(self.pools[world], info.backend, timeout_s or self.timeout_s, label)
 
     def fold_group(self, group: "ProcessGroup", i: int) -> "ProcessGroup":
         """The i-th other process group (i >= 1) of ``group``'s world: a pool of its own, started at its first
@@ -117,7 +117,7 @@ class RankPools:
 
     @property
     def _start_timeout_s(self) -> float:
-        return max(RANK_START_TIMEOUT_S, self.settings.timeout_s)
+        return max(RANK_START_TIMEOUT_S, self.timeout_s)
 
     def session_zygote(self) -> Optional["Zygote"]:
         """The session's ranks.spawn.Zygote, made at the first pool (its process starts with that pool's

@@ -11,21 +11,29 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from .. import vocab
 from .devices import Devices
 from .pools import RankPools
-from .settings import Settings
 
 if TYPE_CHECKING:
     from ..measurement import Measurement, Remeasure
+    from ..ops.timing import TimingSettings
 
 __all__ = ["Remeasures"]
 
 
 class Remeasures:
-    """The session's re-measures; ``count`` is how many were made fresh."""
+    """The session's re-measures; ``count`` is how many were made fresh.
 
-    def __init__(self, settings: Settings, devices: Devices, pools: RankPools,
+    Of the session's settings: ``remeasure_after_s`` (--gpu-remeasure-after), ``baseline_save``
+    (--gpu-baseline-save: a recording run never waits), ``timeout_s`` (a fresh copy's process group's) and
+    ``timing`` (``Settings.timing``: the timing settings of a fresh copy's measurement)."""
+
+    def __init__(self, devices: Devices, pools: RankPools, *, remeasure_after_s: float, baseline_save: bool,
+                 timeout_s: float, timing: Callable[[], "TimingSettings"],
                  say: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.settings = settings
+        self.remeasure_after_s = remeasure_after_s
+        self.baseline_save = baseline_save
+        self.timeout_s = timeout_s
+        self.timing = timing
         self.devices = devices
         self.pools = pools
         self.count = 0  # the gate's re-measures made in a new process or process group
@@ -60,12 +68,12 @@ class Remeasures:
         first re-measure was asked for (the first flagged run), saying so on the terminal; the seconds slept
         (0 once they have passed).  A slow state of the host that outlasts the wait is measured as it is.  A
         recording run (--gpu-baseline-save), whose verdicts fail nothing, never waits."""
-        if self.settings.baseline_save:
+        if self.baseline_save:
             return 0.0
         now = self.clock()
         if self.first_flagged is None:
             self.first_flagged = now
-        wait_s = self.first_flagged + self.settings.remeasure_after_s - now
+        wait_s = self.first_flagged + self.remeasure_after_s - now
         if wait_s <= 0:
             return 0.0
         self.say(f"gpucomm: {nodeid or 'a case'} ran below the tolerance; measuring it again in {wait_s:.0f} s "
@@ -89,8 +97,8 @@ class Remeasures:
         pool = self.pools.new_pool(1, env)
         what = f"{label}: fresh re-measure of {spec['copy']} copy {'->'.join(spec['devices'])}"
         try:
-            kwargs = dict(spec, timing=dataclasses.asdict(self.settings.timing()))
-            (result,) = ProcessGroup(pool, self.devices.info.backend, self.settings.timeout_s, what).run(
+            kwargs = dict(spec, timing=dataclasses.asdict(self.timing()))
+            (result,) = ProcessGroup(pool, self.devices.info.backend, self.timeout_s, what).run(
                 "pytest_gpucomm.ops.copies:bench_copy", kwargs, label=what)
         finally:
             pool.close()

@@ -74,7 +74,8 @@ def _register_modes(config: pytest.Config, state: State) -> None:
     if state.settings.copy_engine != "ce" or state.settings.engine != "torch":
         from .parametrize import EngineIds
 
-        config.pluginmanager.register(EngineIds(state), f"gpucomm-engine-ids-{id(state)}")
+        config.pluginmanager.register(EngineIds(state.settings.copy_engine, state.engines),
+                                      f"gpucomm-engine-ids-{id(state)}")
     if state.settings.baseline_save or is_controller(config):
         config.pluginmanager.register(state.progress, f"gpucomm-progress-{id(state)}")
 

@@ -21,7 +21,7 @@ import pytest
 
 from ..measurement import Record
 from .devices import Devices
-from .engines import Engines
+from .engines import Engines, EngineSettings
 from .finish import Progress, terminal_width
 from .judging import Judging
 from .pools import Groups, RankPools
@@ -63,12 +63,15 @@ class State:
         self.launch_error = launch_error
         self.worker = worker
         self.speaks = launch is None or launch.is_first
-        self.devices = Devices(settings, launch, worker)
-        self.pools = RankPools(settings, self.devices, forks=launch is None)
+        self.devices = Devices(settings.device, settings.env_names, settings.max_size, settings.allow_xdist,
+                               launch, worker)
+        self.pools = RankPools(settings.timeout_s, self.devices, forks=launch is None)
         self.groups: Groups = self.pools
-        self.remeasures = Remeasures(settings, self.devices, self.pools, say=self.say_now)
+        self.remeasures = Remeasures(self.devices, self.pools, remeasure_after_s=settings.remeasure_after_s,
+                                     baseline_save=settings.baseline_save, timeout_s=settings.timeout_s,
+                                     timing=settings.timing, say=self.say_now)
         self.judging = Judging(config, settings, self.devices)
-        self.engines = Engines(settings, self.devices, launched=launch is not None,
+        self.engines = Engines(EngineSettings.of(settings), self.devices, launched=launch is not None,
                                width=lambda: terminal_width(config))
         self.judging.engine_line = lambda r: self.engines.counterpart_line(r, self.records, self.gate)
         self.progress = Progress()
