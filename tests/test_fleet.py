@@ -4,7 +4,6 @@ command itself."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -19,17 +18,14 @@ from pytest_gpucomm.gate.fleet import (MIN_PEER_NODES, FleetError, NodeInput, ad
                                        judge_fleet)
 from pytest_gpucomm.gate.fleet_outputs import drain_document, junit_xml, text_lines
 from pytest_gpucomm.gate.store import load_baseline
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_HOST = "host<->device copies <= 1 MiB"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("fleet_reports", ROOT / "benchmarks" / "fleet_reports.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fleet_reports"] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(Path("benchmarks/fleet_reports.py"))
 
 
 FR = _generator()

@@ -15,7 +15,6 @@ suite run with ``GPUCOMM_COPY_CALL=hip`` reports ``hipMemcpyAsync`` in every row
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,15 +25,13 @@ import pytest
 
 from pytest_gpucomm.ops import engines
 from pytest_gpucomm.ops.engines import HIP, CopyError, select
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path, name)
 
 
 build = _load("gpucomm_hipshim_build", ROOT / "tests" / "hipshim" / "build.py")

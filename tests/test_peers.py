@@ -7,7 +7,6 @@ device count of an MI300X or H200 node, with a short measuring time.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from pytest_gpucomm.ops import copies, copy_timing, node_copies
 from pytest_gpucomm.plugin.parametrize import pair_choice, select_links, select_pairs
 from pytest_gpucomm.ops.timing import TimingSettings
 from pytest_gpucomm.vocab import AUTO_ALL_PAIRS_MAX_DEVICES, PAIR_CHOICES
+from scripts import load_script
 
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "--gpucomm-tail-time=0.006", "-p", "no:cacheprovider"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,10 +318,7 @@ def test_patterns_are_saved_to_a_baseline_and_gated_by_it(pytester, monkeypatch)
 # -- the benchmark ----------------------------------------------------------------------------------
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("suite_time_vs_gpus", ROOT / "benchmarks" / "suite_time_vs_gpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(Path("benchmarks/suite_time_vs_gpus.py"))
 
 
 @pytest.mark.slow

@@ -1,6 +1,5 @@
 """The shipped published baseline (baselines/mi300x.json), its generator, and the floor check end to end."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from pytest_gpucomm.gate import SCHEMA_ID, case_key, load_baseline
 # modules imported during a run, and some extension modules cannot be loaded twice in one process, so
 # load them here, before any run (as conftest.py does for torch): the file then also passes on its own.
 from pytest_gpucomm.gate import decision, store  # noqa: F401
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "baselines" / "mi300x.json"
@@ -54,10 +54,7 @@ def expected_cases():
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_published", GENERATOR)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(GENERATOR, "make_published")
 
 
 def test_shipped_mi300x_loads_and_is_published():

@@ -15,6 +15,7 @@ import torch
 from pytest_gpucomm.ops import copies, copy_timing, engines, sm_copy
 from pytest_gpucomm.ops.specs import HOST_KIND, PEER_KIND, op_kind
 from pytest_gpucomm.ops.timing import TimingSettings
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--gpucomm-device=cpu", "--gpucomm-min-time=0.002", "-p", "no:cacheprovider", "-p", "no:randomly"]
@@ -33,10 +34,7 @@ COPY_TESTS = """
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("sm_copies_bench", ROOT / "benchmarks" / "sm_copies.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(Path("benchmarks/sm_copies.py"), "sm_copies_bench")
 
 
 # -- the option ---------------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ kept as tail sketches (as the store keeps them), the spread fitted over the suit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -46,6 +45,7 @@ from pytest_gpucomm.gate.tails import (DEFAULT_SHARE_SPREAD, DEFAULT_TAIL_TOLERA
                                        SPREAD_PRIOR_DF,
                                        TailSpread, baseline_ratio, fit_spread, mixture_sf,
                                        tail_test)
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 NARROW = dict(sigma=0.04, w=0.015, slow_med=1.5, slow_sigma=0.15, drift=0.01, wvar=0.2)
@@ -331,10 +331,7 @@ def test_merged_histograms_count_every_time_of_each():
 # -- the noise benchmark's fit ------------------------------------------------------------------------
 
 def _tail_noise():
-    spec = importlib.util.spec_from_file_location("tail_noise", ROOT / "benchmarks" / "tail_noise.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(Path("benchmarks/tail_noise.py"))
 
 
 def test_the_noise_fit_runs_on_a_tiny_recorded_file(tmp_path):

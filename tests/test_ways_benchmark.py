@@ -1,9 +1,8 @@
 """benchmarks/ways.py on a tiny package written to tmp_path: a followed value goes through assignments,
 constructors, ``self.attr`` and method calls, and the stays, files, folders and climbs back up are counted."""
 
-import importlib.util
-import sys
 from pathlib import Path
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,14 +54,7 @@ FILES = {
 
 
 def _ways():
-    spec = importlib.util.spec_from_file_location("ways", ROOT / "benchmarks" / "ways.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["ways"] = mod  # its dataclasses look their module up while they are made
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        del sys.modules["ways"]
-    return mod
+    return load_script(Path("benchmarks/ways.py"))
 
 
 def _package(tmp_path):
