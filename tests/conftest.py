@@ -50,6 +50,12 @@ pytest_plugins = ["pytester"]
 TEST_RUN_PLUGINS = ("pytest_gpucomm.plugin", "xdist.plugin", "xdist.looponfail")
 HTML_PLUGINS = ("-p", "pytest_metadata.plugin", "-p", "pytest_html.plugin")
 
+#: what the tests' own gloo pools and zygotes add to ``os.environ`` (tests/test_ranks.py, proc_helpers.gloo_pool): the
+#: terminal width that every test runs with (``_cpu_contract``).  A zygote forks only the workers of a pool whose
+#: environment is its own; one made by a fixture of the module, where that width is not set yet, would otherwise leave a
+#: pool started or restarted inside a test to start its workers as processes of their own, each importing torch again
+POOL_ENV = {"COLUMNS": COLUMNS}
+
 #: the environment of a subprocess that must see no GPU (a check of what happens on a machine without one)
 NO_GPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
 

@@ -87,20 +87,35 @@ def process_running(pid: int, start_time: int | None) -> bool:
     return True
 
 
-def gloo_pool(world: int) -> Iterator[Any]:
-    """A started-on-demand pool of ``world`` gloo ranks on CPU for a module-scoped fixture (``yield from``);
-    skips off Linux, where the pool's worker processes are not supported."""
+def gloo_pool(world: int, zygote: Any = None) -> Iterator[Any]:
+    """A started pool of ``world`` gloo ranks on CPU for a module-scoped fixture (``yield from``), its workers forked
+    from ``zygote`` (a ranks.spawn.Zygote made with conftest.POOL_ENV), else from a zygote of its own, as the plugin's
+    pools are: one import of torch instead of one a rank (about 1.5 CPU-s each on the 2-core CI machine).  Skips off
+    Linux, where the pool's worker processes are not supported."""
     import sys
 
     import pytest
+    from conftest import POOL_ENV
 
     if not sys.platform.startswith("linux"):
         pytest.skip("Linux only")
     from pytest_gpucomm.ranks import RankPool
+    from pytest_gpucomm.ranks.spawn import Zygote
 
-    pool = RankPool(world, backend="gloo", device="cpu")
-    yield pool
-    pool.close()
+    own = zygote is None
+    z = Zygote(POOL_ENV, "gloo", start_timeout_s=60) if own else zygote
+    try:
+        forks = z.forks
+        pool = RankPool(world, backend="gloo", device="cpu", env=POOL_ENV, zygote=z)
+        try:
+            pool.start()
+            assert z.failed is None and z.forks == forks + world, z  # forked, not started as processes of their own
+            yield pool
+        finally:
+            pool.close()
+    finally:
+        if own:
+            z.close()
 
 
 WORKER_MODULE = "pytest_gpucomm.ranks.worker"

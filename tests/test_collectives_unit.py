@@ -272,15 +272,22 @@ def test_a_batch_of_small_ops_is_replays_of_whole_graphs():
 
 # -- every op computes what its definition expects (gloo ranks) -----------------------------------
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])
-def gloo_pool(request):
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    from pytest_gpucomm.ranks import RankPool
+@pytest.fixture(scope="module")
+def gloo_zygote():
+    """The zygote that forks both pools' workers: one import of torch for the module's 5 ranks."""
+    from conftest import POOL_ENV
+    from pytest_gpucomm.ranks.spawn import Zygote
 
-    pool = RankPool(request.param, backend="gloo", device="cpu")
-    yield pool
-    pool.close()
+    z = Zygote(POOL_ENV, "gloo", start_timeout_s=60)
+    yield z
+    z.close()
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2ranks", "3ranks"])
+def gloo_pool(request, gloo_zygote):
+    from proc_helpers import gloo_pool as started_pool
+
+    yield from started_pool(request.param, gloo_zygote)
 
 
 @pytest.mark.parametrize("op, in_place", CASES, ids=CASE_IDS)

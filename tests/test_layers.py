@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pytest_gpucomm"
@@ -10,13 +11,21 @@ ROOT = Path(__file__).resolve().parents[1] / "pytest_gpucomm"
 
 def _imports(path: Path) -> list[tuple[int, str, list[str], int]]:
     """(line, module, names, level) of every import in a file, at any depth."""
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    text = path.read_text(encoding="utf-8")
+    return [(line, mod, list(names), level) for line, mod, names, level in _imports_in(text)]
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_in(text: str) -> tuple[tuple[int, str, tuple[str, ...], int], ...]:
+    """:func:`_imports` of a file's text, parsed once for the tests of this file that read the same text (the
+    package's parse takes most of their time); a file changed meanwhile is another text, parsed again."""
+    out: list[tuple[int, str, tuple[str, ...], int]] = []
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name, [], 0) for a in node.names]
+            out += [(node.lineno, a.name, (), 0) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            out.append((node.lineno, node.module or "", [a.name for a in node.names], node.level))
-    return out
+            out.append((node.lineno, node.module or "", tuple(a.name for a in node.names), node.level))
+    return tuple(out)
 
 
 def test_only_the_plugin_folder_imports_pytest():
@@ -60,11 +69,10 @@ def test_no_module_of_the_package_imports_another_modules_private_name():
     root = ROOT
     private = []
     for p in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module != "__future__" and node.level + (
-                    (node.module or "").startswith("pytest_gpucomm")) > 0:
-                private += [f"{p.relative_to(root)}:{node.lineno} {a.name}" for a in node.names
-                            if a.name.startswith("_") and not a.name.startswith("__")]
+        for line, mod, names, level in _imports(p):  # a plain import names no name: only `from ... import` counts
+            if mod != "__future__" and level + mod.startswith("pytest_gpucomm") > 0:
+                private += [f"{p.relative_to(root)}:{line} {name}" for name in names
+                            if name.startswith("_") and not name.startswith("__")]
     assert private == []
 
 

@@ -25,6 +25,7 @@ from typing import Iterator
 
 import pytest
 
+from conftest import POOL_ENV  # noqa: E402
 from proc_helpers import (  # noqa: E402
     listening_ports,
     listening_sockets,
@@ -57,6 +58,10 @@ from pytest_gpucomm.ranks.spawn import (  # noqa: E402
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 ENV_MARK = "GPUCOMM_RANKS_TEST_MARK"
+#: the environment of the module's zygote and of the pools it forks: pool2's, those of the tests of forked workers
+#: (``start``) and of the four-rank test; with the tests' terminal width (conftest.POOL_ENV), so that a pool started or
+#: restarted inside a test is forked too (pool2's restarts after a crash or a hang were processes of their own)
+FORKED_ENV = {ENV_MARK: "from-pool", **POOL_ENV}
 
 
 _listening_ports = listening_ports
@@ -96,8 +101,8 @@ def _expected_allreduce(world_size: int, scale: float = 1.0) -> list[float]:
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[Zygote]:
-    """The module's zygote, with the environment of ``pool2``."""
-    z = Zygote({ENV_MARK: "from-pool"}, "gloo", start_timeout_s=60)
+    """The module's zygote, with the environment of ``pool2`` (FORKED_ENV)."""
+    z = Zygote(FORKED_ENV, "gloo", start_timeout_s=60)
     yield z
     z.close()
 
@@ -106,23 +111,25 @@ def zygote() -> Iterator[Zygote]:
 def pool2(zygote: Zygote) -> Iterator[RankPool]:
     """Two gloo ranks forked from the module's zygote, as the plugin's pools are (the tests that build their
     own pool start their workers both ways: ``start``)."""
-    pool = RankPool(2, "gloo", "cpu", start_timeout_s=60, env={ENV_MARK: "from-pool"},
-                    error_grace_s=1.0, zygote=zygote)
+    forks = zygote.forks  # the tests of forked workers may have used the zygote first
+    pool = RankPool(2, "gloo", "cpu", start_timeout_s=60, env=FORKED_ENV, error_grace_s=1.0, zygote=zygote)
     pool.start()
-    assert zygote.failed is None and zygote.forks == 2, zygote
+    assert zygote.failed is None and zygote.forks == forks + 2, zygote
     yield pool
     pool.close()
 
 
 @pytest.fixture(params=["exec", "fork"])
 def start(request: pytest.FixtureRequest) -> Iterator[dict]:
-    """RankPool keywords for workers that are processes of their own (exec) or forks of a zygote (fork)."""
+    """RankPool keywords for workers that are processes of their own (exec) or forks of a zygote (fork): the
+    module's, which pool2 shares (one import of torch for every forked pool of the module)."""
     if request.param == "exec":
         yield {}
         return
-    z = Zygote({}, "gloo", start_timeout_s=60)
-    yield {"zygote": z}
-    z.close()
+    z = request.getfixturevalue("zygote")
+    forks = z.forks
+    yield {"zygote": z, "env": FORKED_ENV}
+    assert z.failed is None and z.forks > forks, z  # the test's workers were forked
 
 
 # ----------------------------------------------------------------- happy path
@@ -133,18 +140,15 @@ def test_world_of_two_allreduce_returns_sum_on_every_rank(pool2: RankPool) -> No
     assert results == [_expected_allreduce(2, 2.0)] * 2
 
 
-def test_world_of_four_allreduce_returns_sum_on_every_rank() -> None:
-    """Four ranks forked from a zygote of their own, as the plugin's pools start them: one import of torch
-    instead of four (about 1.5 instead of 5 CPU-s on the 2-core CI machine)."""
-    z = Zygote({}, "gloo", start_timeout_s=60)
-    try:
-        with RankPool(4, "gloo", "cpu", start_timeout_s=60, zygote=z) as pool:
-            results = pool.run("rank_tasks:allreduce_sum", timeout_s=30)
-            assert results == [_expected_allreduce(4)] * 4
-            assert [r["rank"] for r in pool.run("rank_tasks:whoami", timeout_s=30)] == [0, 1, 2, 3]
-        assert z.forks == 4 and z.failed is None, z
-    finally:
-        z.close()
+def test_world_of_four_allreduce_returns_sum_on_every_rank(zygote: Zygote) -> None:
+    """Four ranks forked from the module's zygote, as the plugin's pools start them: no import of torch of
+    their own (four would take about 5 CPU-s on the 2-core CI machine)."""
+    forks = zygote.forks
+    with RankPool(4, "gloo", "cpu", start_timeout_s=60, env=FORKED_ENV, zygote=zygote) as pool:
+        results = pool.run("rank_tasks:allreduce_sum", timeout_s=30)
+        assert results == [_expected_allreduce(4)] * 4
+        assert [r["rank"] for r in pool.run("rank_tasks:whoami", timeout_s=30)] == [0, 1, 2, 3]
+    assert zygote.forks == forks + 4 and zygote.failed is None, zygote
 
 
 def test_results_are_ordered_by_rank_and_context_is_filled_in(pool2: RankPool) -> None:
@@ -713,23 +717,20 @@ def _ppid(pid: int) -> int:
     return int(text[text.rindex(")") + 2:].split()[1])
 
 
-def test_workers_forked_from_the_zygote_are_its_children_each_leading_its_own_session() -> None:
-    z = Zygote({ENV_MARK: "forked"}, "gloo", start_timeout_s=60)
-    try:
-        with RankPool(2, start_timeout_s=60, env={ENV_MARK: "forked"}, zygote=z) as pool2:
-            pool2.start()
-            (zygote_pid,) = {_ppid(p) for p in pool2.pids}
-            assert zygote_pid != os.getpid() and _ppid(zygote_pid) == os.getpid()
-            assert "pytest_gpucomm.ranks.zygote" in Path(f"/proc/{zygote_pid}/cmdline").read_text()
-            assert all(os.getsid(p) == p and os.getpgid(p) == p for p in pool2.pids)
-            assert all(isinstance(w.proc, ForkedProc) for w in pool2._workers)
-            assert pool2.run("rank_tasks:getenv", {"names": [ENV_MARK]}, timeout_s=30) == [{ENV_MARK: "forked"}] * 2
-            # a second pool is forked too, without another zygote or another import of torch
-            with RankPool(3, start_timeout_s=60, env={ENV_MARK: "forked"}, zygote=z) as pool3:
-                assert pool3.run("rank_tasks:allreduce_sum", timeout_s=30) == [_expected_allreduce(3)] * 3
-                assert {_ppid(p) for p in pool3.pids} == {zygote_pid} and z.forks == 5
-    finally:
-        z.close()
+def test_workers_forked_from_the_zygote_are_its_children_each_leading_its_own_session(zygote: Zygote) -> None:
+    forks = zygote.forks  # the module's zygote: pool2 and other tests' pools may have been forked from it
+    with RankPool(2, start_timeout_s=60, env=FORKED_ENV, zygote=zygote) as pool2:
+        pool2.start()
+        (zygote_pid,) = {_ppid(p) for p in pool2.pids}
+        assert zygote_pid != os.getpid() and _ppid(zygote_pid) == os.getpid()
+        assert "pytest_gpucomm.ranks.zygote" in Path(f"/proc/{zygote_pid}/cmdline").read_text()
+        assert all(os.getsid(p) == p and os.getpgid(p) == p for p in pool2.pids)
+        assert all(isinstance(w.proc, ForkedProc) for w in pool2._workers)
+        assert pool2.run("rank_tasks:getenv", {"names": [ENV_MARK]}, timeout_s=30) == [{ENV_MARK: "from-pool"}] * 2
+        # a second pool is forked too, without another zygote or another import of torch
+        with RankPool(3, start_timeout_s=60, env=FORKED_ENV, zygote=zygote) as pool3:
+            assert pool3.run("rank_tasks:allreduce_sum", timeout_s=30) == [_expected_allreduce(3)] * 3
+            assert {_ppid(p) for p in pool3.pids} == {zygote_pid} and zygote.forks == forks + 5
 
 
 def test_a_pool_of_another_environment_starts_its_workers_as_processes_of_their_own(zygote: Zygote) -> None:
