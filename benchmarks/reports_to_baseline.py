@@ -13,21 +13,29 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pytest_gpucomm.files.jsontext import parse_json_bytes  # noqa: E402
+from pytest_gpucomm.files.reading import read_regular_file  # noqa: E402
 from pytest_gpucomm.gate.cases import CaseRecord  # noqa: E402
+from pytest_gpucomm.gate.schema import BaselineError  # noqa: E402
 from pytest_gpucomm.gate.store import RunToSave, read_document, save_runs  # noqa: E402
 from pytest_gpucomm.measurement import Measurement  # noqa: E402
+from pytest_gpucomm.report.saved import MAX_REPORT_BYTES  # noqa: E402
 
 
 def run_of(report: Path, session: str) -> RunToSave:
-    """The report's first measurements as one run of ``session``; its id from the report's content."""
-    doc = json.loads(report.read_text())
+    """The report's first measurements as one run of ``session``; its id from the report's content.  A file
+    that cannot be read as JSON is refused naming it, as every reader of a report does (``files.reading``)."""
+    raw = read_regular_file(report, what="report", limit=MAX_REPORT_BYTES, limit_name="MAX_REPORT_BYTES",
+                            error=SystemExit)
+    doc = parse_json_bytes(raw, report, "report", SystemExit)
+    if not isinstance(doc, dict):
+        raise SystemExit(f"{report}: not a pytest-gpucomm JSON report (its JSON is not an object)")
     rows = doc.get("rows") or []
     if not rows:
         raise SystemExit(f"{report}: no rows")
@@ -37,7 +45,7 @@ def run_of(report: Path, session: str) -> RunToSave:
             raise SystemExit(f"{report}: {row.get('test')} has no samples")
         rec = CaseRecord.from_measurement(Measurement.from_dict(row), row["test"])
         cases[rec.key] = rec
-    run_id = hashlib.sha256(report.read_bytes()).hexdigest()[:12]
+    run_id = hashlib.sha256(raw).hexdigest()[:12]
     fingerprint = doc["fingerprint"]
     return RunToSave(run_id, str(fingerprint["date"]), fingerprint, cases, session)
 
@@ -49,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session", required=True, help="the session label of these runs (one boot)")
     ap.add_argument("--max-runs", type=int, default=None, help="runs kept per case (default: the target's)")
     args = ap.parse_args(argv)
+    try:
+        return add(args)
+    except BaselineError as e:  # a target that is not a baseline file, or runs it cannot take: named, nothing written
+        print(f"reports_to_baseline: {e}", file=sys.stderr)
+        return 2
+
+
+def add(args: argparse.Namespace) -> int:
     target = read_document(args.target)
     runs = [run_of(p, args.session) for p in args.reports]
     have = {r["run_id"] for r in target["runs"]}

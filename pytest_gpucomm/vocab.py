@@ -48,6 +48,7 @@ __all__ = [
     "AUTO_ALL_PAIRS_MAX_DEVICES",
     "MAX_FRESH_REMEASURES",
     "DEFAULT_REMEASURE_AFTER_S",
+    "MAX_REMEASURE_AFTER_S",
     "MAX_MIN_TIME_S",
     "MAX_TIMEOUT_S",
     "MAX_BASELINE_RUNS",
@@ -227,3 +228,4 @@ MAX_FRESH_REMEASURES = 24
 #: measured again in the same minute; the state had ended about 96 s after the flagged run.  Each session
 #: waits at most once: the cases flagged later are measured again at once.
 DEFAULT_REMEASURE_AFTER_S = 120.0
+MAX_REMEASURE_AFTER_S = 3600.0  # --gpu-remeasure-after: at most an hour

@@ -46,3 +46,18 @@ def test_a_report_without_rows_is_refused_naming_it(tmp_path):
     with pytest.raises(SystemExit, match=f"{empty}: no rows"):
         _add(str(target), str(empty), "--session", "s")
     assert json.loads(target.read_text())["runs"] == []  # the file left as it was
+
+
+def test_a_report_that_is_not_json_and_a_target_that_is_not_a_baseline_are_refused_naming_them(tmp_path):
+    target = tmp_path / "h100.json"
+    write_document(target, new_document("h100"))
+    before = target.read_bytes()
+    bad = tmp_path / "cut.json"
+    bad.write_text('{"rows": [')
+    with pytest.raises(SystemExit, match=f"{bad}: .*cut short"):
+        _add(str(target), str(bad), "--session", "s")
+    assert target.read_bytes() == before
+    not_a_baseline = tmp_path / "list.json"
+    not_a_baseline.write_text("[]")
+    assert _add(str(not_a_baseline), str(REPORT), "--session", "s") == 2
+    assert not_a_baseline.read_text() == "[]"

@@ -33,6 +33,7 @@ from ..vocab import (
     DTYPE_ALIASES,
     DTYPES,
     MAX_MIN_TIME_S,
+    MAX_REMEASURE_AFTER_S,
     MAX_TIMEOUT_S,
     AUTO_ALL_PAIRS_MAX_DEVICES,
     PAIR_CHOICES,
@@ -452,7 +453,7 @@ def read_settings(config: pytest.Config) -> Settings:
         nvbandwidth=_get(config, "--gpucomm-nvbandwidth", lambda v, n, o: v.strip(), None),
         copy_engine=_get(config, "--gpucomm-copy-engine", _parse_copy_engine, "ce"),
         remeasure_after_s=_get(config, "--gpu-remeasure-after", lambda v, n, o: parse_seconds(
-            v, n, o, maximum=MAX_MIN_TIME_S), DEFAULT_REMEASURE_AFTER_S),
+            v, n, o, maximum=MAX_REMEASURE_AFTER_S), DEFAULT_REMEASURE_AFTER_S),
     )
 
 
