@@ -261,6 +261,29 @@ def test_bad_file_raises_baseline_error_naming_file_and_problem_and_save_leaves_
     assert leftovers(tmp_path) == []
 
 
+def test_a_file_read_again_unchanged_is_not_checked_again_and_a_changed_or_invalid_one_is(tmp_path, monkeypatch):
+    checked = []
+    real = store.check_document
+    monkeypatch.setattr(store, "check_document", lambda path, doc: checked.append(Path(path).name) or real(path, doc))
+    p = tmp_path / "h200.json"
+    save(p, "run1", [rec(samples=(100.0, 101.0, 99.25))])  # samples of no other test: a text this process never read
+    checked.clear()
+    first = store.read_document(p)
+    again = store.read_document(p)
+    assert again == first and again is not first and checked == ["h200.json"]
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(p.read_bytes())  # the same bytes under another name: read as valid without a check
+    assert store.read_document(copy) == first and checked == ["h200.json"]
+    p.write_text(p.read_text().replace("101.0", "101.5"))
+    assert store.load_baseline(p).cases[rec().key].runs_gbps == [[100.0, 101.5, 99.25]]
+    assert checked == ["h200.json", "h200.json"]
+    p.write_text(p.read_text().replace("101.5", "-101.5"))
+    for _ in range(2):
+        with pytest.raises(BaselineError, match=r"h200\.json"):
+            store.read_document(p)
+    assert checked == ["h200.json"] * 4
+
+
 def test_missing_file_says_it_does_not_exist(tmp_path):
     p = tmp_path / "nope.json"
     with pytest.raises(BaselineError, match=r"nope\.json: baseline file does not exist"):
