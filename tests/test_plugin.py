@@ -515,6 +515,11 @@ def test_gpu_measurements_under_xdist_fail_with_the_reason(pytester):
 @pytest.mark.slow
 def test_gpu_measurements_under_xdist_run_when_allowed(pytester, monkeypatch, allow):
     pytest.importorskip("xdist")
+    import pytest_gpucomm.env.hardware as hw
+
+    # the controller in this process (a process of its own imports torch again), the workers processes of their own;
+    # the conftest's fake detection, which the controller takes in too, is undone when the test ends
+    monkeypatch.setattr(hw, "detect", hw.detect)
     pytester.makeconftest(FAKE_GPU_CONFTEST)
     pytester.makepyfile("def test_pair(gpu_pair):\n    assert gpu_pair.src.startswith('cuda:')\n")
     args = ["-p", "no:cacheprovider", "-n", "2"]
@@ -522,7 +527,7 @@ def test_gpu_measurements_under_xdist_run_when_allowed(pytester, monkeypatch, al
         monkeypatch.setenv("GPUCOMM_ALLOW_XDIST", "1")
     else:
         args += allow
-    result = pytester.runpytest_subprocess(*args)
+    result = pytester.runpytest_inprocess(*args)
     result.assert_outcomes(passed=2)
 
 
