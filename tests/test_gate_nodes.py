@@ -14,8 +14,9 @@ from pytest_gpucomm.gate import Gate, GateSettings
 from pytest_gpucomm.env.fingerprint import node_differences
 from pytest_gpucomm.gate.cases import CaseRecord, case_key
 from pytest_gpucomm.gate.levels import STEADY_NAME
+from pytest_gpucomm.gate.recording import save_records
 from pytest_gpucomm.gate.run_levels import judge_levels
-from pytest_gpucomm.vocab import default_engine_id
+from pytest_gpucomm.vocab import DEFAULT_MAX_RUNS, default_engine_id
 from pytest_gpucomm.gate.schema import BaselineError
 from pytest_gpucomm.gate.store import RunToSave, load_baseline, save_run, save_runs
 from pytest_gpucomm.measurement import Measurement
@@ -88,17 +89,15 @@ def measured(level_s: float, **info: Any) -> Measurement:
                        world_size=2, dtype="float32", kind="collective", info=dict(info))
 
 
-def test_gate_save_keeps_one_run_per_node_labelled_with_its_host_and_every_group_of_one_test(tmp_path: Path) -> None:
-    g = Gate(GateSettings(spec=str(tmp_path / "b.json"), save=True))
-    g.load(None, {}, set())
-    g.layout = "2x2"
+def test_a_save_keeps_one_run_per_node_labelled_with_its_host_and_every_group_of_one_test(tmp_path: Path) -> None:
     records = [Rec("t::intra", measured(1e-5, node=0, host="h0")), Rec("t::intra", measured(2e-5, node=1, host="h1")),
                Rec("t::across", measured(3e-5)), Rec("t::across", measured(4e-5))]  # two groups, one per local rank
-    path, n = g.save(records, {"nccl": "2.21", "host": "h0"}, DATE)
+    path, rid = tmp_path / "b.json", "0123456789ab"
+    n = save_records(path, records, {"nccl": "2.21", "host": "h0"}, DATE, name="b", run_id=rid, layout="2x2",
+                     max_runs=DEFAULT_MAX_RUNS, shipped_dir=None)
     assert n == 4
     b = load_baseline(path)
     by_id = {r.run_id: r for r in b.runs}
-    rid = g.run_id
     assert set(by_id) == {rid, f"{rid}-part1", f"{rid}-node0", f"{rid}-node1"}
     # every run holds the job's fingerprint, the node's own under "nodes"
     assert (by_id[f"{rid}-node1"].node, by_id[f"{rid}-node1"].host) == (1, "h1")
@@ -181,7 +180,8 @@ def _copy_samples(gbps: float, rng: Any, n: int = 40) -> list[float]:
 
 def _job_baseline(path: Path, sessions: int = 4) -> None:
     """A job baseline of 2 nodes (copies of 6 sizes on each, node 1 20 % faster than node 0), ``sessions``
-    sessions of one job each, saved as Gate.save saves a job: one run per node, with the node and its host."""
+    sessions of one job each, saved as gate.recording.save_records saves a job: one run per node, with the node and
+    its host."""
     import numpy as np
 
     rng = np.random.default_rng(46)

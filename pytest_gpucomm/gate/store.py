@@ -229,7 +229,7 @@ def read_document(path: Path) -> dict:
                             error=BaselineError)
     doc = parse_json_bytes(raw, path, "baseline file", BaselineError, too_deep=lambda: too_deep(path))
     digest = hashlib.blake2b(raw, digest_size=20).digest()
-    if digest in _valid_texts:
+    if digest in _valid_texts and isinstance(doc, dict):  # a text checked before: a baseline document
         return upgrade_baseline(doc, str(path), BaselineError)
     doc = check_document(path, doc)
     if len(_valid_texts) >= _VALID_TEXTS_KEPT:
@@ -407,8 +407,8 @@ _PART_OF_A_RUN = re.compile(r"(-node[0-9]+)?(-part[0-9]+)?$")
 
 def run_group(run_id: str) -> str:
     """The run a saved run belongs to: a job across nodes saves ``<id>-node<N>`` per node and ``<id>-part<K>``
-    for a test's further groups (``Gate.save``); ``max_runs`` counts such a job as one run, so that a save of
-    16 or 32 nodes neither trims itself nor pushes out the earlier sessions of a case."""
+    for a test's further groups (``gate.recording.save_records``); ``max_runs`` counts such a job as one run, so
+    that a save of 16 or 32 nodes neither trims itself nor pushes out the earlier sessions of a case."""
     return _PART_OF_A_RUN.sub("", run_id) or run_id
 
 

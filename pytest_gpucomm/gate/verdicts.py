@@ -1,4 +1,5 @@
-"""The gate of one pytest session: load the baseline, judge every measurement against it, save the run.
+"""The gate of one pytest session: load the baseline and judge every measurement against it (the run is saved into
+the file by :mod:`.recording`).
 
 Per measured case with a baseline entry the verdict (a :class:`pytest_gpucomm.vocab.Status`) is one of
 
@@ -58,7 +59,7 @@ from ..vocab import DEFAULT_MAX_REMEASURES, Status
 if TYPE_CHECKING:
     from .prior import CorpusPrior
     from ..env.device_state import DeviceChange
-    from ..measurement import Measurement, Record, Remeasure
+    from ..measurement import Measurement, Remeasure
     from .decision import CaseModel, Comparison, Prior, RunLocation
     from .machines import MachineFit
     from .names import Located
@@ -768,55 +769,10 @@ class Gate:
     def _what(m: Measurement) -> str:
         return f"{m.op} on {m.where} at {format_size(m.size_bytes)}"
 
-    # -- saving ------------------------------------------------------------------------------------
+    # -- a file not there yet ----------------------------------------------------------------------
     def _start(self) -> Optional[dict[str, Any]]:
         """What a new file of the user's starts from: the published floors of the shipped file of its name, no
         run of it (``gate.machines.start_document``); None for a file that exists."""
         from .machines import start_document
 
         return start_document(self.path, self.settings.shipped_dir)
-
-    def save(self, records: list["Record"], fingerprint: dict[str, object], date: str) -> tuple[Path, int]:
-        """Add this run's measurements (records with ``.measurement`` and ``.nodeid``) to the baseline
-        file; returns the file and the number of case measurements saved.
-
-        A job across nodes saves, in one write, one run per node for the measurements of one node (its
-        copies, its intra-node group: ``info["node"]``), labelled with the node and its host, and one run for
-        the measurements of the whole job: so a case measured on 16 nodes keeps 16 runs of this session, and a
-        new node's figure is judged against the spread between nodes as well as between sessions."""
-        from ..env.hardware import session_label
-        from .cases import CaseRecord
-        from .schema import BaselineError
-        from .store import RunToSave, save_runs
-
-        if self.path is None:
-            raise RuntimeError("Gate.save: no baseline file was resolved (call Gate.load first)")
-        # a run per node; a test's other measurements of one case (the groups of one local rank across the
-        # nodes) each in a run of their own ("part"), so that none is dropped
-        parts: dict[tuple[Optional[int], int], dict[str, CaseRecord]] = {}
-        hosts: dict[int, str] = {}
-        for r in records:
-            node = r.measurement.info.get("node")
-            node = None if node is None else int(node)
-            if node is not None:
-                hosts.setdefault(node, str(r.measurement.info.get("host") or ""))
-            cr = CaseRecord.from_measurement(r.measurement, r.nodeid, self.layout)
-            part = 0
-            while cr.key in parts.get((node, part), {}):
-                part += 1
-            parts.setdefault((node, part), {})[cr.key] = cr
-        session = session_label(date)
-        runs = []
-        for (node, part), cases in sorted(parts.items(),
-                                          key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
-            run_id = self.run_id + (f"-node{node}" if node is not None else "") + (f"-part{part}" if part else "")
-            host = hosts.get(node, "") if node is not None else ""
-            # every run holds the job's fingerprint (every node's under "nodes"): the newest run, whichever
-            # node it is, is what the next job's environment is compared with
-            runs.append(RunToSave(run_id, date, fingerprint, cases, session, node, host or None))
-        name = self.baseline.name if self.baseline is not None else self.path.stem
-        try:
-            save_runs(self.path, name=name, runs=runs, max_runs=self.settings.max_runs, start=self._start())
-        except BaselineError as e:
-            raise GateUsageError(f"--gpu-baseline-save: {e}") from None
-        return self.path, sum(len(c) for c in parts.values())

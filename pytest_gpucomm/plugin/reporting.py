@@ -202,8 +202,15 @@ def _save_baseline(state: "State", finished: bool, date: str) -> None:
                            "busbw 0), nothing to gate")
     if not keep:
         return
-    path, n = state.gate.save(keep, state.fingerprint, date)
-    state.notes.append(f"gpucomm: saved {n} cases of this run (id {state.gate.run_id}) to {path}"
+    from ..gate.recording import save_records
+
+    gate = state.gate
+    if gate.path is None:
+        raise RuntimeError("no baseline file was resolved to save into (Gate.load was not called)")
+    n = save_records(gate.path, keep, state.fingerprint, date, layout=gate.layout, run_id=gate.run_id,
+                     name=gate.baseline.name if gate.baseline is not None else gate.path.stem,
+                     max_runs=gate.settings.max_runs, shipped_dir=gate.settings.shipped_dir)
+    state.notes.append(f"gpucomm: saved {n} cases of this run (id {gate.run_id}) to {gate.path}"
                        + ("" if finished else " (an unfinished run, saved with --gpu-baseline-save-partial)"))
 
 
