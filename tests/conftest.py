@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Iterator
 
 # Modules with compiled parts must be imported before pytester takes its sys.modules snapshot: pytester's
@@ -76,6 +77,14 @@ def _set_contract(mp: pytest.MonkeyPatch) -> None:
     mp.setenv("GPUCOMM_DEVICE", "cpu")
     for name, value in RUN_ENV.items():  # a flagged case measured again at once
         mp.setenv(name, value)
+
+
+def pytest_sessionfinish() -> None:
+    """The zygote that forks the ranks of the launched-mode tests' jobs (tests/launch_zygote.py) ends with the
+    session of the process that started it: no process of the suite outlives it."""
+    zygote = sys.modules.get("launch_zygote")
+    if zygote is not None:
+        zygote.stop()
 
 
 @pytest.fixture(autouse=True, scope="session")

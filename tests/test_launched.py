@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import launch_zygote
 import pytest_gpucomm
 from inprocess import RUN_ENV
 
@@ -81,22 +82,33 @@ def processes_in_session(sid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[4]) == sid and fields[0] not in ("Z", "X"):
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, session, tty_nr, ...
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
             out.append(int(entry))
     return out
 
 
 def run_all(cmds: list[list[str]], envs: list[dict[str, str]], cwd: Path,
-            ends: list[float] | None = None) -> list[tuple[int, str]]:
+            ends: list[float] | None = None, fork: bool = True) -> list[tuple[int, str]]:
     """Start every command at once (each in a session of its own), wait for all; (exit code, output) each, and
     in ``ends`` the seconds each took.  Fails the test if one does not end within LIMIT_S or leaves a process
-    behind."""
+    behind.  A ``python -m pytest`` rank is a fork of the worker's zygote, which has imported torch already
+    (tests/launch_zygote.py), unless ``fork`` is False: a test that needs its ranks to be fresh interpreters."""
     start = time.monotonic()
     (cwd / "temproot").mkdir(exist_ok=True)  # the quiet ranks' default log folders: here, not in /tmp
     envs = [{"PYTEST_DEBUG_TEMPROOT": str(cwd / "temproot"), **e} for e in envs]
-    procs = [subprocess.Popen(c, env=e, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for c, e in zip(cmds, envs)]
+    procs: list[Any] = []
+    try:
+        for c, e in zip(cmds, envs):
+            procs.append((launch_zygote.spawn(c, e, cwd) if fork else None)
+                         or subprocess.Popen(c, env=e, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             text=True, start_new_session=True))
+    except BaseException:
+        for p in procs:
+            if p.poll() is None:
+                launch_zygote.kill_group(p, 9)
+                p.wait()
+        raise
     done: list[Any] = [None] * len(procs)
 
     def wait(i: int) -> None:
@@ -115,7 +127,7 @@ def run_all(cmds: list[list[str]], envs: list[dict[str, str]], cwd: Path,
     finally:
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, 9)
+                launch_zygote.kill_group(p, 9)
                 p.wait()
     deadline = time.monotonic() + 5
     while any(processes_in_session(p.pid) for p in procs) and time.monotonic() < deadline:

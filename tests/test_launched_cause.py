@@ -82,7 +82,8 @@ def _job(tmp: Path, *args: str, slow_node: int | None = None) -> list[tuple[int,
         if node == slow_node:
             env["SIM_NODE_SLOW"] = "1"
         envs.append(env)
-    return run_all([cmd, cmd], envs, tmp)
+    # fresh interpreters: the ranks' sitecustomize is imported at an interpreter's start (a zygote's fork has none)
+    return run_all([cmd, cmd], envs, tmp, fork=False)
 
 
 def test_a_variable_set_on_node_1_alone_is_named_as_the_cause_of_node_1s_slower_copy_set_back_there_alone(

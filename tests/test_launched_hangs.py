@@ -144,8 +144,9 @@ def test_a_rank_hung_at_import_is_ended_by_its_parent_within_the_timeout_and_nam
         probe.kill()
         probe.wait()
     cmd = [sys.executable, "-m", "pytest", "test_hang_import.py", "-p", "no:cacheprovider", "--gpucomm-timeout=10"]
+    # fresh interpreters: job_processes reads /proc/<pid>/environ, which a zygote's fork keeps from the zygote
     results = run_all([cmd] * 2, [slurm_nodes_env(r, port, GPUCOMM_TEST_JOB=str(port), COLUMNS="120")
-                                  for r in range(2)], tmp_path, ends)
+                                  for r in range(2)], tmp_path, ends, fork=False)
     text = " ".join(results[0][1].split())
     assert results[0][0] == 1, results[0][1]
     assert (f"gpucomm: rank 1 ({socket.gethostname()}) ended before it joined the job: hung: it did not come to the "
