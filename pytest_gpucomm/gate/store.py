@@ -215,8 +215,8 @@ MAX_BASELINE_NAME = "pytest_gpucomm.gate.store.MAX_BASELINE_BYTES"
 
 #: digests of the baseline texts this process has read and found valid, at most :data:`_VALID_TEXTS_KEPT`: the same
 #: bytes read again are parsed and upgraded, not checked again.  Checking is a pure function of the text, and most of a
-#: read's time (0.66 s of the shipped h200.json's, 0.12 s of it parsing); a session reads its file several times (the
-#: baseline, the prior's corpus, the report), and the project's tests read the same few files over a thousand times.
+#: read's time (0.66 s of the shipped h200.json's, 0.12 s of it parsing); a pytest-xdist controller reads again the file
+#: its workers read, and the project's tests read the same few files over a thousand times in one process.
 _valid_texts: set[bytes] = set()
 _VALID_TEXTS_KEPT = 64
 
