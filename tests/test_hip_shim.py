@@ -30,11 +30,7 @@ from scripts import load_script
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str, path: Path):
-    return load_script(path, name)
-
-
-build = _load("gpucomm_hipshim_build", ROOT / "tests" / "hipshim" / "build.py")
+build = load_script(ROOT / "tests" / "hipshim" / "build.py", "gpucomm_hipshim_build")
 
 needs_cc = pytest.mark.skipif(build.compiler() is None, reason="no C compiler (cc, gcc or $CC) to build the hip shim")
 
@@ -150,7 +146,7 @@ def gpu_shim(tmp_path_factory):
 @pytest.mark.gpu
 @pytest.mark.slow  # 7 rounds of both engines over 24 sizes: about two minutes on one H200
 def test_hip_engine_through_the_shim_measures_what_the_cuda_engine_measures(gpu_shim):
-    bench = _load("gpucomm_hip_shim_vs_cuda", ROOT / "benchmarks" / "hip_shim_vs_cuda.py")
+    bench = load_script(ROOT / "benchmarks" / "hip_shim_vs_cuda.py", "gpucomm_hip_shim_vs_cuda")
     rows = bench.compare(gpu_shim, bench.SIZES, min_time_s=0.1)
     assert {r["size_bytes"] for r in rows} == set(bench.SIZES)
     failed = [r for r in rows if bench.verdict(r) == "FAIL"]
@@ -188,7 +184,7 @@ def test_copy_suite_reports_the_hip_engine_when_asked_for_it(gpu_shim, tmp_path)
 def bench(monkeypatch):
     import torch
 
-    module = _load("gpucomm_hip_shim_vs_cuda", ROOT / "benchmarks" / "hip_shim_vs_cuda.py")
+    module = load_script(ROOT / "benchmarks" / "hip_shim_vs_cuda.py", "gpucomm_hip_shim_vs_cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.delenv(engines.ENV_CALL, raising=False)

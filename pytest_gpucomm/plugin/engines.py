@@ -32,7 +32,7 @@ import pytest
 from .. import checks
 from ..checks import CheckError
 from ..compare.tool_engine import (NCCL_TESTS, TORCH, ToolFailed, ToolMissing, counterpart_words, engine_of_test,
-                                   engines_of, twin_test_id)
+                                   twin_test_id)
 
 if TYPE_CHECKING:
     from ..compare.tool_engine import NcclTests, Nvbandwidth, ToolRun
@@ -84,7 +84,7 @@ class ToolWorld:
 class EngineSettings:
     """What :class:`Engines` reads of the session's settings (:meth:`of` them)."""
 
-    engine: str  # --gpucomm-engine: "torch", "nccl-tests" or "both"
+    engines: tuple[str, ...]  # --gpucomm-engine's, in order (Settings.engines): ("torch",), ("nccl-tests",) or both
     device: str  # --gpucomm-device, named where the other engines have nothing to run
     locked: bool  # --gpucomm-lock: no GPUCOMM_* variable is read (GPUCOMM_ENGINE_STANDIN)
     nccl_tests_dir: Optional[str]  # --gpucomm-nccl-tests; None: PATH
@@ -94,7 +94,7 @@ class EngineSettings:
 
     @classmethod
     def of(cls, settings: "Settings") -> "EngineSettings":
-        return cls(engine=settings.engine, device=settings.device, locked=settings.lock is not None,
+        return cls(engines=settings.engines, device=settings.device, locked=settings.lock is not None,
                    nccl_tests_dir=settings.nccl_tests_dir, nvbandwidth=settings.nvbandwidth,
                    timeout_s=settings.timeout_s, tolerance=settings.tolerance)
 
@@ -115,7 +115,7 @@ class Engines:
 
     @property
     def engines(self) -> tuple[str, ...]:
-        return engines_of(self.settings.engine)
+        return self.settings.engines
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
         """One test per engine where the session has another than torch (ids: see the module's doc)."""
