@@ -1,7 +1,7 @@
 """Options and ini keys of the ``gpucomm`` group, resolved command line > environment > ini.
 
-Each value is parsed by a small typed function that raises ``pytest.UsageError`` naming the bad value
-and where it came from ("invalid --gpucomm-min-time 'abc' (from the command line)").
+Each value is parsed by a small typed function of :mod:`.option_values` that raises ``pytest.UsageError``
+naming the bad value and where it came from ("invalid --gpucomm-min-time 'abc' (from the command line)").
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from .. import checks
 from ..checks import CheckError, Judging, Origin
 from ..gate.cause import DEFAULT_BUDGET as DEFAULT_CAUSE_BUDGET
-from ..units import SizeError, describe_size, parse_size
+from ..units import describe_size
 from ..vocab import (
     TAIL_TIME_FACTOR,
     DEFAULT_ALPHA,
@@ -30,19 +30,32 @@ from ..vocab import (
     DEFAULT_TAIL_TOLERANCE,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
-    DTYPE_ALIASES,
-    DTYPES,
-    MAX_MIN_TIME_S, MAX_REMEASURE_AFTER_S,
-    MAX_TIMEOUT_S,
+    MAX_MIN_TIME_S,
+    MAX_REMEASURE_AFTER_S,
     AUTO_ALL_PAIRS_MAX_DEVICES,
-    PAIR_CHOICES,
+)
+from .option_values import (
+    check_cpu_devices,
+    checked,
+    env_flag,
+    parse_baseline_nodes,
+    parse_copy_engine,
+    parse_device,
+    parse_dtypes,
+    parse_engine,
+    parse_env_names,
+    parse_launch,
+    parse_pairs,
+    parse_plots_format,
+    parse_prior,
+    parse_seconds,
+    parse_size_option,
 )
 
 if TYPE_CHECKING:
     from ..ops.timing import TimingSettings
 
-__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "parse_seconds", "origin", "given",
-           "Lock", "lock_of"]
+__all__ = ["Settings", "add_options", "read_settings", "read_launch_options", "origin", "given", "Lock", "lock_of"]
 
 T = TypeVar("T")
 
@@ -298,17 +311,6 @@ def _raw(config: pytest.Config, dest: str, ini: str, env: str) -> tuple[Optional
     return None, "the default"
 
 
-def parse_seconds(value: str, name: str, origin: str, allow_zero: bool = True,
-                  maximum: float = MAX_TIMEOUT_S) -> float:
-    """A number of seconds, at least 0 (above 0 without ``allow_zero``) and at most ``maximum``."""
-    return checks.seconds(Origin.option(name, value, origin), maximum, allow_zero=allow_zero)
-
-
-def _checked(check: Callable[[Origin], T]) -> Callable[[str, str, str], T]:
-    """An option's parser that runs the value's range check (``checks``)."""
-    return lambda value, name, origin: check(Origin.option(name, value, origin))
-
-
 def origin(config: pytest.Config, opt: str) -> str:
     """Where the value of ``opt`` came from ("the command line", "the GPUCOMM_... environment variable", ...)."""
     for o, dest, ini, env, _, _ in _OPTIONS:
@@ -339,177 +341,58 @@ def _get(config: pytest.Config, opt: str, parse: Callable[[str, str, str], T], d
     raise KeyError(opt)  # pragma: no cover
 
 
-def _parse_device(value: str, name: str, origin: str) -> str:
-    v = value.strip().lower()
-    aliases = {"auto": "auto", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "hip": "gpu", "cpu": "cpu"}
-    if v not in aliases:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected auto, gpu or cpu")
-    return aliases[v]
-
-
-def _parse_size(value: str, name: str, origin: str) -> int:
-    try:
-        return parse_size(value, f"{name} from {origin}")
-    except SizeError as e:
-        raise pytest.UsageError(str(e)) from None
-
-
-def _parse_dtypes(value: str, name: str, origin: str) -> tuple[str, ...]:
-    out = []
-    for part in value.split(","):
-        p = part.strip().lower()
-        p = DTYPE_ALIASES.get(p, p)
-        if p not in DTYPES:
-            raise pytest.UsageError(
-                f"invalid {name} {value!r} (from {origin}): unknown dtype {part.strip()!r}; known: {', '.join(DTYPES)}"
-            )
-        if p not in out:
-            out.append(p)
-    return tuple(out)
-
-
-def _parse_launch(value: str, name: str, origin: str) -> str:
-    from ..env.launch import LAUNCH_CHOICES
-
-    return _one_of(value, name, origin, LAUNCH_CHOICES, ", ")
-
-
-def _parse_pairs(value: str, name: str, origin: str) -> Optional[str]:
-    """One of PAIR_CHOICES ("neighbors" is "neighbours"), or None for "auto" (the default for the device count)."""
-    v = value.strip().lower()
-    v = {"neighbors": "neighbours"}.get(v, v)
-    if v == "auto":
-        return None
-    if v not in PAIR_CHOICES:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {', '.join(PAIR_CHOICES)} "
-                                "or auto")
-    return v
-
-
-def _check_cpu_devices() -> None:
-    """A bad GPUCOMM_CPU_DEVICES is a usage error at start-up, not at the first test that counts devices."""
-    from ..env.hardware import CpuDevicesError, cpu_logical_devices
-
-    try:
-        cpu_logical_devices()
-    except CpuDevicesError as e:
-        raise pytest.UsageError(str(e)) from None
-
-
-def _parse_plots_format(value: str, name: str, origin: str) -> str:
-    return _one_of(value, name, origin, ("png", "svg"), " or ")
-
-
-def _parse_env_names(value: str, name: str, origin: str) -> tuple[str, ...]:
-    from ..env.variables import EnvNamesError, parse_env_names
-
-    try:
-        return parse_env_names(value, f"{name} from {origin}")
-    except EnvNamesError as e:
-        raise pytest.UsageError(str(e)) from None
-
-
 def read_settings(config: pytest.Config) -> Settings:
-    _check_cpu_devices()
+    check_cpu_devices()
     lock = lock_of(config)
     flag = (lambda dest: bool(config.getoption(dest))) if lock is None else (lambda dest: bool(lock.given.get(dest)))
     return Settings(
         lock=lock,
         baseline=_get(config, "--gpu-baseline", lambda v, n, o: v.strip(), None),
-        device=_get(config, "--gpucomm-device", _parse_device, "auto"),
+        device=_get(config, "--gpucomm-device", parse_device, "auto"),
         min_time_s=_get(config, "--gpucomm-min-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
                         DEFAULT_MIN_TIME_S),
-        max_size=_get(config, "--gpucomm-max-size", _parse_size, None),
+        max_size=_get(config, "--gpucomm-max-size", parse_size_option, None),
         json_path=_get(config, "--gpucomm-json", lambda v, n, o: v, None),
         timeout_s=_get(config, "--gpucomm-timeout", lambda v, n, o: parse_seconds(v, n, o, allow_zero=False),
                        DEFAULT_TIMEOUT_S),
-        dtypes=_get(config, "--gpucomm-dtype", _parse_dtypes, (DEFAULT_DTYPE,)),
+        dtypes=_get(config, "--gpucomm-dtype", parse_dtypes, (DEFAULT_DTYPE,)),
         baseline_dir=_get(config, "--gpu-baseline-dir", lambda v, n, o: v, None),
-        max_runs=_get(config, "--gpu-baseline-runs", _checked(checks.baseline_runs), DEFAULT_MAX_RUNS),
-        tolerance=_get(config, "--gpu-tolerance", _checked(checks.tolerance), DEFAULT_TOLERANCE),
-        alpha=_get(config, "--gpu-alpha", _checked(checks.alpha), DEFAULT_ALPHA),
+        max_runs=_get(config, "--gpu-baseline-runs", checked(checks.baseline_runs), DEFAULT_MAX_RUNS),
+        tolerance=_get(config, "--gpu-tolerance", checked(checks.tolerance), DEFAULT_TOLERANCE),
+        alpha=_get(config, "--gpu-alpha", checked(checks.alpha), DEFAULT_ALPHA),
         baseline_save=flag("gpucomm_baseline_save"),
         strict=flag("gpucomm_baseline_strict"),
         baseline_save_partial=flag("gpucomm_baseline_save_partial"),
         benchmark_json=_get(config, "--gpucomm-benchmark-json", lambda v, n, o: v, None),
-        allow_xdist=flag("gpucomm_allow_xdist") or (lock is None and _env_flag("GPUCOMM_ALLOW_XDIST")),
-        launch=_get(config, "--gpucomm-launch", _parse_launch, "auto"),
+        allow_xdist=flag("gpucomm_allow_xdist") or (lock is None and env_flag("GPUCOMM_ALLOW_XDIST")),
+        launch=_get(config, "--gpucomm-launch", parse_launch, "auto"),
         rank_log=_get(config, "--gpucomm-rank-log", lambda v, n, o: v, None),
-        tail_tolerance=_get(config, "--gpu-tail-tolerance", _checked(checks.tail_tolerance), DEFAULT_TAIL_TOLERANCE),
+        tail_tolerance=_get(config, "--gpu-tail-tolerance", checked(checks.tail_tolerance), DEFAULT_TAIL_TOLERANCE),
         plots_dir=_get(config, "--gpucomm-plots", lambda v, n, o: v, None),
-        plots_format=_get(config, "--gpucomm-plots-format", _parse_plots_format, "png"),
+        plots_format=_get(config, "--gpucomm-plots-format", parse_plots_format, "png"),
         tail_time_s=_get(config, "--gpucomm-tail-time", lambda v, n, o: parse_seconds(v, n, o, maximum=MAX_MIN_TIME_S),
                          None),
-        pairs=_get(config, "--gpucomm-pairs", _parse_pairs, None),
-        folds=_get(config, "--gpucomm-folds", _checked(checks.folds), DEFAULT_FOLDS),
-        cause_cases=_get(config, "--gpucomm-cause", _checked(checks.cause_cases), DEFAULT_CAUSE_CASES),
-        env_names=_get(config, "--gpucomm-env", _parse_env_names, ()),
-        prior=_get(config, "--gpu-baseline-prior", _parse_prior, None),
-        min_judged=_get(config, "--gpu-min-judged", _checked(checks.min_judged), 0.0),
-        baseline_nodes=_get(config, "--gpu-baseline-nodes", _parse_baseline_nodes, "own"),
-        engine=_get(config, "--gpucomm-engine", _parse_engine, "torch"),
+        pairs=_get(config, "--gpucomm-pairs", parse_pairs, None),
+        folds=_get(config, "--gpucomm-folds", checked(checks.folds), DEFAULT_FOLDS),
+        cause_cases=_get(config, "--gpucomm-cause", checked(checks.cause_cases), DEFAULT_CAUSE_CASES),
+        env_names=_get(config, "--gpucomm-env", parse_env_names, ()),
+        prior=_get(config, "--gpu-baseline-prior", parse_prior, None),
+        min_judged=_get(config, "--gpu-min-judged", checked(checks.min_judged), 0.0),
+        baseline_nodes=_get(config, "--gpu-baseline-nodes", parse_baseline_nodes, "own"),
+        engine=_get(config, "--gpucomm-engine", parse_engine, "torch"),
         nccl_tests_dir=_get(config, "--gpucomm-nccl-tests", lambda v, n, o: v.strip(), None),
         nvbandwidth=_get(config, "--gpucomm-nvbandwidth", lambda v, n, o: v.strip(), None),
-        copy_engine=_get(config, "--gpucomm-copy-engine", _parse_copy_engine, "ce"),
+        copy_engine=_get(config, "--gpucomm-copy-engine", parse_copy_engine, "ce"),
         remeasure_after_s=_get(config, "--gpu-remeasure-after", lambda v, n, o: parse_seconds(
             v, n, o, maximum=MAX_REMEASURE_AFTER_S), DEFAULT_REMEASURE_AFTER_S),
     )
 
 
-def _parse_engine(value: str, name: str, origin: str) -> str:
-    from ..compare.tool_engine import ENGINE_CHOICES
-
-    return _one_of(value, name, origin, ENGINE_CHOICES, ", ")
-
-
-def _parse_copy_engine(value: str, name: str, origin: str) -> str:
-    from ..ops.engines import copy_engine_choice
-
-    try:
-        return copy_engine_choice(value, origin)
-    except ValueError as e:
-        raise pytest.UsageError(str(e)) from None
-
-
-def _parse_baseline_nodes(value: str, name: str, origin: str) -> str:
-    from ..gate.verdicts import NODE_MODES
-
-    return _one_of(value, name, origin, NODE_MODES, " or ")
-
-
-def _one_of(value: str, name: str, origin: str, choices: "tuple[str, ...]", sep: str) -> str:
-    if value.strip().lower() not in choices:
-        raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): expected {sep.join(choices)}")
-    return value.strip().lower()
-
-
-def _parse_prior(value: str, name: str, origin: str) -> str:
-    """A prior file that can be read (checked now, not when a one-session case first needs it), or "none"."""
-    from ..gate.prior import PriorError, load_prior, prior_path
-
-    path = prior_path(value.strip())
-    if path is not None:
-        try:
-            load_prior(path)
-        except PriorError as e:
-            raise pytest.UsageError(f"invalid {name} {value!r} (from {origin}): {e}") from None
-    return value.strip()
-
-
 def read_launch_options(config: pytest.Config) -> tuple[str, Optional[str]]:
     """--gpucomm-launch and --gpucomm-rank-log alone, read before the session's settings (at
     ``pytest_cmdline_main``, where a launched rank is set up)."""
-    return (_get(config, "--gpucomm-launch", _parse_launch, "auto"),
+    return (_get(config, "--gpucomm-launch", parse_launch, "auto"),
             _get(config, "--gpucomm-rank-log", lambda v, n, o: v, None))
-
-
-def _env_flag(name: str) -> bool:
-    """A yes/no environment variable (``checks.env_flag``: 1/0, true/false, yes/no, on/off, any case), off
-    where unset; an empty value or another word is a usage error naming it."""
-    try:
-        return checks.env_flag(name, False)
-    except CheckError as e:
-        raise pytest.UsageError(str(e)) from None
 
 
 # -- the locked gate (--gpucomm-lock, GPUCOMM_LOCK=1) -------------------------------------------------------
@@ -571,7 +454,7 @@ def read_lock(config: pytest.Config) -> Optional[Lock]:
     given = _command_line(config.invocation_params.args)
     if given.get("gpucomm_lock"):
         source = "--gpucomm-lock on the command line"
-    elif _env_flag("GPUCOMM_LOCK"):
+    elif env_flag("GPUCOMM_LOCK"):
         source = "the GPUCOMM_LOCK environment variable"
     elif config.getoption("gpucomm_lock"):
         source = "--gpucomm-lock from addopts or PYTEST_ADDOPTS"
