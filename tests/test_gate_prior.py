@@ -102,11 +102,12 @@ def test_the_prior_lends_its_spreads_only_to_the_ops_it_was_fitted_on():
 
 SIXTH_BOOT, SEVENTH_BOOT = "vm-43ae780d-2026-12-07", "vm-70dc9e44-2026-12-07"  # of baselines/h100.json
 EIGHTH_BOOT, NINTH_BOOT = "vm-boot8-aa-2026-12-07", "vm-boot9-aa-2026-12-07"  # their A/A runs, 2 and 4
-AFTER_FIFTH = frozenset({SIXTH_BOOT, SEVENTH_BOOT, EIGHTH_BOOT, NINTH_BOOT})
+LATEST = frozenset({"vm-boot11-aa-2026-12-07", "vm-boot13-aa-2026-12-07"})  # 3 A/A runs each (the tenth's not kept)
+AFTER_FIFTH = frozenset({SIXTH_BOOT, SEVENTH_BOOT, EIGHTH_BOOT, NINTH_BOOT, *LATEST})
 
 
 def _h100_before(folder: Path, later: frozenset[str] = AFTER_FIFTH) -> Path:
-    """The shipped H100 file as it was before the boots ``later`` (by default the sixth to the ninth: 17 runs in
+    """The shipped H100 file as it was before the boots ``later`` (by default the sixth and later: 17 runs in
     5 boots, the both-ways host copies of the fifth only), written into ``folder``."""
     doc = json.loads((ROOT / "baselines" / "h100.json").read_text())
     gone = {r["run_id"] for r in doc["runs"] if r["session"] in later}
@@ -171,7 +172,7 @@ def test_a_seventh_boot_judged_against_six_boots_fails_nothing_its_both_ways_cop
     # boots (20 runs) exited 0, 6 of 26 cases judged.  Its both-ways copy at 256 MiB ran 37.3 GB/s (0.81x): the
     # sixth boot had it at 42.7-47.3 GB/s with samples spread 2 % within a run, and the case is not gated
     code, text = _compare_with_the_corpus_prior(tmp_path, monkeypatch, "h100_boot8_aa1_report.json",
-                                                frozenset({SEVENTH_BOOT, EIGHTH_BOOT, NINTH_BOOT}))
+                                                frozenset({SEVENTH_BOOT, EIGHTH_BOOT, NINTH_BOOT, *LATEST}))
     assert code == 0, text
     assert "REGRESSION" not in text.replace("run REGRESSION", ""), text
     assert "gpucomm compare: NOT JUDGED (0 failing verdicts of 26 rows, 0 regressions at the levels)" in text, text
@@ -183,7 +184,7 @@ def test_a_ninth_boot_judged_against_eight_fails_nothing_its_flagged_case_measur
     # and is not gated; judged again offline (the re-measure replayed from the report), the same
     from pytest_gpucomm.cli import main as gpucomm
 
-    before = _h100_before(tmp_path / "before", frozenset({NINTH_BOOT}))
+    before = _h100_before(tmp_path / "before", frozenset({NINTH_BOOT, *LATEST}))
     out = io.StringIO()
     code = gpucomm(["compare", str(before), str(ROOT / "benchmarks" / "data" / "h100_boot10_aa2_report.json")], out=out)
     text = out.getvalue()
