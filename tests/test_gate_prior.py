@@ -91,6 +91,40 @@ def test_the_prior_printed_in_the_docs_is_the_shipped_one():
     assert trusted and all(" ".join(text.split()) in page for text in trusted), trusted
 
 
+def test_the_leave_one_machine_out_table_on_the_page_is_the_saved_calibration_of_the_shipped_files():
+    # docs/gate.md's table is benchmarks/data/gate_calibration_corpus.json, and that is of the files as shipped: a
+    # session added to a file without the calibration run again (or the page written again) fails here
+    saved = json.loads((ROOT / "benchmarks" / "data" / "gate_calibration_corpus.json").read_text())
+    page = (ROOT / "docs" / "gate.md").read_text()
+    names = {"2 x NVIDIA H200 linked NV18": "2 x H200", "1 x NVIDIA H200": "one H200", "1 x NVIDIA H100 80GB HBM3":
+             "one H100"}
+    sessions: dict[str, set[str]] = {}
+    for path in ("h200.json", "h100.json"):
+        doc = json.loads((ROOT / "baselines" / path).read_text())
+        for run in doc["runs"]:
+            fp = run["fingerprint"]
+            shape = f"{fp['count']} x {fp['model']}" + (" linked NV18" if fp["count"] == 2 else "")
+            sessions.setdefault(shape, set()).add(run["session"])
+    assert set(saved["machines"]) == set(names)
+    for machine, short in names.items():
+        w = saved["machines"][machine]["with_prior"]
+        assert w["sessions"] == len(sessions[machine]), machine
+        shares = " / ".join(_pct(saved["machines"][machine][k]["copy_gated_share"])
+                            for k in ("with_prior", "without_prior", "own_prior"))
+        row = next((line for line in page.splitlines() if line.startswith(f"| {short} ({w['sessions']}) |")), "")
+        assert row, f"docs/gate.md has no row '| {short} ({w['sessions']}) |'"
+        cells = [c.strip().strip("*") for c in row.strip("|").split("|")]
+        assert cells[1] == str(w["suites"]) and cells[2].split()[0].strip("*") == str(w["false_alarm_suites"]), row
+        assert cells[3].startswith(shares), (row, shares)
+        assert cells[4] == _pct(w["uniform_detection"]["10%"]).replace("100.0 %", "100 %"), row
+        assert cells[5] == f"{_pct(w['one_band_10pct'])} of {w['one_band_judged']:,}", row
+
+
+def _pct(share: float) -> str:
+    """A share as the page writes it: 26.5 %, and 0 % for none."""
+    return "0 %" if share == 0 else f"{100 * share:.1f} %"
+
+
 def test_the_prior_lends_its_spreads_only_to_the_ops_it_was_fitted_on():
     # two machines hold h2d in several sessions, one of them host_bidir too: the class is fitted on h2d alone and
     # lends to h2d alone; a one-session both-ways copy borrows nothing (its spread is assumed: never "ok")
