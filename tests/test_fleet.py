@@ -175,3 +175,30 @@ def test_the_command_exits_2_naming_a_folder_without_reports_and_an_output_that_
     (tmp_path / "d.json").write_text("{}")
     p = _run(str(tmp_path / "x.json"), "--drain", str(tmp_path / "d.json"), cwd=tmp_path)
     assert p.returncode == 2 and "--drain" in p.stderr and "--force" in p.stderr
+
+
+def test_the_fleet_pages_fitted_spreads_and_false_nodes_are_the_saved_calibration_of_the_shipped_files():
+    # docs/fleet.md's tables are benchmarks/data/fleet_calibration.json, and each machine's session and run counts
+    # there are the shipped files': a file grown without the calibration run again, or a stale cell, fails here
+    saved = json.loads((ROOT / "benchmarks" / "data" / "fleet_calibration.json").read_text())["sources"]
+    page = (ROOT / "docs" / "fleet.md").read_text().splitlines()
+    shapes = {"h200x2": ("h200.json", 2, "2 x H200"), "h200x1": ("h200.json", 1, "1 x H200"),
+              "h100": ("h100.json", 1, "1 x H100")}
+    assert set(saved) == set(shapes)
+    for name, (path, count, label) in shapes.items():
+        runs = [r for r in json.loads((ROOT / "baselines" / path).read_text())["runs"]
+                if r["fingerprint"]["count"] == count]
+        fitted = saved[name]["fitted"]
+        assert (fitted["sessions"], fitted["runs"]) == (len({r["session"] for r in runs}), len(runs)), name
+        head = f"| {label} ({fitted['sessions']} sessions, {fitted['runs']} runs) |"
+        at = next((i for i, line in enumerate(page) if line.startswith(head)), -1)
+        assert at >= 0, f"docs/fleet.md has no row '{head}'"
+        for line, (klass, fig) in zip(page[at:], sorted(fitted["classes"].items())):
+            cells = [c.strip() for c in line.strip("|").split("|")][1:]
+            assert cells[:2] == [klass, str(fig["cases"])], (line, klass)
+            # two decimals of the file's three (0.845 is written 0.85 or 0.84)
+            assert [float(c.rstrip(" %")) for c in cells[2:]] == pytest.approx(
+                [fig["session_sd_pct"], fig["run_sd_pct"]], abs=0.0051), (line, fig)
+    aa = next(line for line in page if line.startswith("| A/A, fleets of 1,000: false nodes per fleet"))
+    h100 = saved["h100"]["aa"]
+    assert f"| {h100['false_nodes_per_fleet']:g} ({h100['false_nodes_total']} in {h100['fleets']}, below) |" in aa
