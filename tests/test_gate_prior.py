@@ -120,6 +120,22 @@ def test_the_leave_one_machine_out_table_on_the_page_is_the_saved_calibration_of
         assert cells[5] == f"{_pct(w['one_band_10pct'])} of {w['one_band_judged']:,}", row
 
 
+def test_the_h100_files_leave_one_session_out_on_the_page_is_the_saved_calibration_of_the_shipped_file():
+    saved = json.loads((ROOT / "benchmarks" / "data" / "gate_calibration_h100.json").read_text())
+    runs = json.loads((ROOT / "baselines" / "h100.json").read_text())["runs"]
+    loso = saved["leave_one_session_out"]
+    assert (saved["runs"], saved["sessions"]) == (len(runs), len({r["session"] for r in runs}))
+    statuses = loso["aa_statuses"]
+    said = (f"Leave one session out on the file of {loso['sessions']} boots (`python -m "
+            "pytest_gpucomm.gate.calibration baselines/h100.json --sim-suites 0 --json "
+            "benchmarks/data/gate_calibration_h100.json`): "
+            f"{loso['false_alarm_suites']} of {loso['suites']} held-out suites fail falsely")
+    judged = (f"{loso['case_judgements']} case judgements: {statuses['not gated']} not gated, {statuses['ok']} ok, "
+              f"{statuses.get('regression', 0)} regression.")
+    page = " ".join((ROOT / "docs" / "gate.md").read_text().split())
+    assert said in page and judged in page, (said, judged)
+
+
 def _pct(share: float) -> str:
     """A share as the page writes it: 26.5 %, and 0 % for none."""
     return "0 %" if share == 0 else f"{100 * share:.1f} %"
