@@ -38,6 +38,12 @@ __all__ = [
     "MAX_CAUSE_CASES",
     "DEFAULT_TAIL_TOLERANCE",
     "MAX_TAIL_TOLERANCE",
+    "TORCH",
+    "NCCL_TESTS",
+    "ENGINE_CHOICES",
+    "engines_of",
+    "DEFAULT_CAUSE_BUDGET",
+    "NODE_MODES",
     "DEFAULT_DTYPE",
     "CPU_MAX_WORLD",
     "CPU_LOGICAL_DEVICES",
@@ -229,3 +235,23 @@ MAX_FRESH_REMEASURES = 24
 #: waits at most once: the cases flagged later are measured again at once.
 DEFAULT_REMEASURE_AFTER_S = 120.0
 MAX_REMEASURE_AFTER_S = 3600.0  # --gpu-remeasure-after: at most an hour
+
+
+#: the engines a case is measured on (--gpucomm-engine): torch's own, or NVIDIA's programs
+#: (:mod:`pytest_gpucomm.compare.tool_engine` runs them); "both" runs each case on torch, then on nccl-tests.  Here,
+#: not beside the programs, so that reading the option imports none of them
+TORCH, NCCL_TESTS = "torch", "nccl-tests"
+ENGINE_CHOICES = (TORCH, NCCL_TESTS, "both")
+
+
+def engines_of(choice: str) -> tuple[str, ...]:
+    """The engines a --gpucomm-engine value runs each case on, in order."""
+    if choice not in ENGINE_CHOICES:
+        raise ValueError(f"unknown engine {choice!r}; known: {', '.join(ENGINE_CHOICES)}")
+    return (TORCH, NCCL_TESTS) if choice == "both" else (choice,)
+
+
+#: re-measures per case that the cause search may spend (--gpu-cause-budget; gate.cause)
+DEFAULT_CAUSE_BUDGET = 4
+#: --gpu-baseline-nodes: each node judged against its own runs, or against every node's (gate.verdicts)
+NODE_MODES = ("own", "pooled")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from ..measurement import Measurement
 from ..units import format_size
+from ..vocab import ENGINE_CHOICES, NCCL_TESTS, TORCH, engines_of
 from .nccl_output import NCCL_TESTS_BINARIES, parse_nccl_tests_output, parse_nccl_tests_summary
 
 if TYPE_CHECKING:
@@ -44,9 +45,6 @@ __all__ = ["TORCH", "NCCL_TESTS", "ENGINE_CHOICES", "engines_of", "NVBANDWIDTH",
            "find_program", "run_program", "sweep_ranges", "read_output", "NcclTests", "Nvbandwidth", "last_lines",
            "cost_lines", "ENGINE_SUFFIXES", "engine_of_test", "twin_test_id", "counterpart_words"]
 
-TORCH, NCCL_TESTS = "torch", "nccl-tests"
-#: --gpucomm-engine's values; "both" runs each case on torch, then on nccl-tests
-ENGINE_CHOICES = (TORCH, NCCL_TESTS, "both")
 #: the id part each engine adds with --gpucomm-engine=both (only nccl-tests' with --gpucomm-engine=nccl-tests)
 ENGINE_SUFFIXES = {TORCH: "-torch]", NCCL_TESTS: "-nccl-tests]"}
 NVBANDWIDTH = "nvbandwidth"
@@ -66,13 +64,6 @@ KILL_GRACE_S = 5.0
 #: lines of a failed program's output quoted in the failure
 TAIL_LINES = 12
 _BYTE_OP = {op: binary for binary, op in NCCL_TESTS_BINARIES.items()}
-
-
-def engines_of(choice: str) -> tuple[str, ...]:
-    """The engines a --gpucomm-engine value runs each case on, in order."""
-    if choice not in ENGINE_CHOICES:
-        raise ValueError(f"unknown engine {choice!r}; known: {', '.join(ENGINE_CHOICES)}")
-    return (TORCH, NCCL_TESTS) if choice == "both" else (choice,)
 
 
 class ToolMissing(Exception):

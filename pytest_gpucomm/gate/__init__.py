@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 from ..env.fingerprint import ABSENT, VOLATILE_KEYS, diff_fingerprints, format_fingerprint_diff
-from .verdicts import Gate, GateSettings, GateUsageError, Verdict
 
-#: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock)
+#: the names imported on first use, and the submodule of each (numpy and scipy, or jsonschema and filelock; the
+#: session's gate itself, so that a session with no baseline, which only looks up the shipped folders, imports none)
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(["Gate", "GateSettings", "GateUsageError", "Verdict"], "verdicts"),
     **dict.fromkeys(["DECISION_RULE", "RunLocation", "run_location", "CaseModel", "fit_case", "Prior", "fit_prior",
                      "prior_class", "Spread", "prediction", "Comparison", "compare", "judge", "detectable_drop",
                      "corrected_alpha"],
@@ -53,14 +54,14 @@ _LAZY: dict[str, str] = {
                      "dumps_document", "write_document"], "store"),
 }
 
-__all__ = ["Gate", "GateSettings", "GateUsageError", "Verdict", "ABSENT", "VOLATILE_KEYS", "diff_fingerprints",
-           "format_fingerprint_diff", *_LAZY]
+__all__ = ["ABSENT", "VOLATILE_KEYS", "diff_fingerprints", "format_fingerprint_diff", *_LAZY]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
 
 
 if TYPE_CHECKING:
+    from .verdicts import Gate, GateSettings, GateUsageError, Verdict  # noqa: F401
     from .decision import (  # noqa: F401
         DECISION_RULE,
         CaseModel,

@@ -49,6 +49,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
+from ..vocab import DEFAULT_CAUSE_BUDGET
+
 if TYPE_CHECKING:
     from ..env.device_state import DeviceChange
     from ..measurement import Measurement
@@ -58,8 +60,8 @@ __all__ = ["DEFAULT_BUDGET", "EnvChange", "Remeasured", "Yardstick", "yardstick"
            "CauseResult", "env_changes", "case_env_changes", "likely_first", "find_cause", "level_cause_line",
            "untested_levels_line", "saved_cause_line", "likely_causes"]
 
-#: re-measures the cause test may make per case
-DEFAULT_BUDGET = 4
+#: re-measures the cause test may make per case (the root's word, which reading the options needs)
+DEFAULT_BUDGET = DEFAULT_CAUSE_BUDGET
 
 #: name prefixes tried first when several variables differ (the communication libraries' own settings)
 _FIRST = ("NCCL_", "RCCL_", "TORCH_NCCL_", "UCX_", "FI_", "NVSHMEM_", "GLOO_", "HSA_", "HIP_", "CUDA_", "OMP_")

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..checks import Judging
 from ..units import describe_us, format_gbps, format_size, plural
-from ..vocab import DEFAULT_MAX_REMEASURES, Status
+from ..vocab import DEFAULT_MAX_REMEASURES, NODE_MODES, Status
 
 if TYPE_CHECKING:
     from .prior import CorpusPrior
@@ -69,8 +69,6 @@ if TYPE_CHECKING:
 
 __all__ = ["GateSettings", "Gate", "GateUsageError", "Verdict", "case_group", "case_kind", "NODE_MODES"]
 
-#: how a job's node is judged (``--gpu-baseline-nodes``): against its own runs, or every node's runs pooled
-NODE_MODES = ("own", "pooled")
 
 
 class GateUsageError(Exception):

@@ -31,8 +31,7 @@ import pytest
 
 from .. import checks
 from ..checks import CheckError
-from ..compare.tool_engine import (NCCL_TESTS, TORCH, ToolFailed, ToolMissing, counterpart_words, engine_of_test,
-                                   twin_test_id)
+from ..vocab import NCCL_TESTS, TORCH
 
 if TYPE_CHECKING:
     from ..compare.tool_engine import NcclTests, Nvbandwidth, ToolRun
@@ -194,6 +193,8 @@ class Engines:
 
     @staticmethod
     def _measured(nodeid: str, measure: Callable[[], "Measurement"], width: int) -> "Measurement":
+        from ..compare.tool_engine import ToolFailed, ToolMissing
+
         skip: Optional[str] = None
         failure = ""
         try:
@@ -215,11 +216,11 @@ class Engines:
 
     def lines(self) -> list[str]:
         """The summary's lines: each program run (its exact command line) and the cost of all of them."""
-        from ..compare.tool_engine import cost_lines
-
         runs = self.runs()
         if not runs:
             return []
+        from ..compare.tool_engine import cost_lines
+
         total = sum(r.seconds for r in runs)
         return [*cost_lines(runs), f"gpucomm engine: {len(runs)} program run(s) took {total:.1f} s in all"]
 
@@ -232,8 +233,12 @@ class Engines:
     def counterpart_line(self, record: "Record", records: Sequence["Record"], gate: "Gate") -> Optional[str]:
         """For a REGRESSION of ``record`` with both engines: how the other engine's figure of the same case
         stands against its own baseline (None where it is not known: no counterpart, or no baseline of it)."""
+        if self.engines != (TORCH, NCCL_TESTS):
+            return None
+        from ..compare.tool_engine import counterpart_words, engine_of_test, twin_test_id
+
         engine, twin_id = engine_of_test(record.nodeid), twin_test_id(record.nodeid)
-        if self.engines != (TORCH, NCCL_TESTS) or engine is None or twin_id is None:
+        if engine is None or twin_id is None:
             return None
         other = NCCL_TESTS if engine == TORCH else TORCH
         twin = self._twin(record.measurement, twin_id, other, records)
@@ -252,6 +257,8 @@ class Engines:
             same = [r.measurement for r in records if r.nodeid == twin_id and r.measurement.op == m.op
                     and r.measurement.size_bytes == m.size_bytes]
             return same[-1] if same else None
+        from ..compare.tool_engine import ToolFailed, ToolMissing
+
         size = int(m.info.get("requested_bytes") or m.size_bytes)
         try:
             if m.kind == "collective":

@@ -18,7 +18,9 @@ from ..checks import CheckError, Origin
 from ..vocab import (
     DTYPE_ALIASES,
     DTYPES,
+    ENGINE_CHOICES,
     MAX_TIMEOUT_S,
+    NODE_MODES,
     PAIR_CHOICES,
 )
 
@@ -107,8 +109,6 @@ def parse_env_names(value: str, name: str, origin: str) -> tuple[str, ...]:
 
 
 def parse_engine(value: str, name: str, origin: str) -> str:
-    from ..compare.tool_engine import ENGINE_CHOICES
-
     return one_of(value, name, origin, ENGINE_CHOICES, ", ")
 
 
@@ -122,8 +122,6 @@ def parse_copy_engine(value: str, name: str, origin: str) -> str:
 
 
 def parse_baseline_nodes(value: str, name: str, origin: str) -> str:
-    from ..gate.verdicts import NODE_MODES
-
     return one_of(value, name, origin, NODE_MODES, " or ")
 
 

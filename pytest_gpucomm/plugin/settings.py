@@ -14,11 +14,11 @@ import pytest
 
 from .. import checks
 from ..checks import CheckError, Judging, Origin
-from ..gate.cause import DEFAULT_BUDGET as DEFAULT_CAUSE_BUDGET
 from ..units import describe_size
 from ..vocab import (
     TAIL_TIME_FACTOR,
     DEFAULT_ALPHA,
+    DEFAULT_CAUSE_BUDGET,
     DEFAULT_CAUSE_CASES,
     DEFAULT_CPU_MAX_SIZE,
     DEFAULT_DTYPE,
@@ -33,6 +33,7 @@ from ..vocab import (
     MAX_MIN_TIME_S,
     MAX_REMEASURE_AFTER_S,
     AUTO_ALL_PAIRS_MAX_DEVICES,
+    engines_of,
 )
 from .option_values import (
     check_cpu_devices,
@@ -219,8 +220,6 @@ class Settings(Judging):
     @property
     def engines(self) -> tuple[str, ...]:
         """The engines each case runs on, in order: ("torch",), ("nccl-tests",) or both."""
-        from ..compare.tool_engine import engines_of
-
         return engines_of(self.engine)
 
     def to_dict(self) -> dict[str, object]:
