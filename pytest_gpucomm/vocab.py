@@ -251,7 +251,7 @@ def engines_of(choice: str) -> tuple[str, ...]:
     return (TORCH, NCCL_TESTS) if choice == "both" else (choice,)
 
 
-#: re-measures per case that the cause search may spend (--gpu-cause-budget; gate.cause)
+#: re-measures per case that the cause test may spend (gate.cause; --gpucomm-cause's help says it)
 DEFAULT_CAUSE_BUDGET = 4
 #: --gpu-baseline-nodes: each node judged against its own runs, or against every node's (gate.verdicts)
 NODE_MODES = ("own", "pooled")
