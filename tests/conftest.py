@@ -36,6 +36,13 @@ import pytest_gpucomm.gate.decision  # noqa: F401
 import pytest_gpucomm.gate.store  # noqa: F401
 import pytest
 
+# Imported once here, as loading the plugin did until it stopped needing them (vocab.py holds the words it read
+# from them): each in-process run that judges a baseline or names an engine would import them again, and drop them
+# after (about 10 % more CPU in tests/test_gate_plugin.py)
+import pytest_gpucomm.compare.tool_engine  # noqa: F401
+import pytest_gpucomm.gate.cause  # noqa: F401
+import pytest_gpucomm.gate.verdicts  # noqa: F401
+
 from inprocess import COLUMNS, RUN_ENV
 
 # What is imported by now (torch, numpy, scipy, the plugin) stays for the process's life: frozen, it is left out of
