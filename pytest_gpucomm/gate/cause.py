@@ -28,7 +28,7 @@ a difference of two runs of one session (the model's run-to-run spread, and the 
 One noisy re-measure near the limit (0.94x of the baseline, from 0.55x) therefore names its cause; a hard
 limit on the one figure denied it.
 
-The search, within a budget of :data:`DEFAULT_BUDGET` re-measures per case:
+The search, within a budget of :data:`~pytest_gpucomm.vocab.DEFAULT_CAUSE_BUDGET` re-measures per case:
 
 1. one variable differs: it alone is restored (one re-measure);
 2. several differ: each alone, in the order of :func:`likely_first` (the collective libraries' own variables
@@ -56,12 +56,9 @@ if TYPE_CHECKING:
     from ..measurement import Measurement
     from .decision import CaseModel, Prior
 
-__all__ = ["DEFAULT_BUDGET", "EnvChange", "Remeasured", "Yardstick", "yardstick", "Restoration", "Attempt",
+__all__ = ["EnvChange", "Remeasured", "Yardstick", "yardstick", "Restoration", "Attempt",
            "CauseResult", "env_changes", "case_env_changes", "likely_first", "find_cause", "level_cause_line",
            "untested_levels_line", "saved_cause_line", "likely_causes"]
-
-#: re-measures the cause test may make per case (the root's word, which reading the options needs)
-DEFAULT_BUDGET = DEFAULT_CAUSE_BUDGET
 
 #: name prefixes tried first when several variables differ (the communication libraries' own settings)
 _FIRST = ("NCCL_", "RCCL_", "TORCH_NCCL_", "UCX_", "FI_", "NVSHMEM_", "GLOO_", "HSA_", "HIP_", "CUDA_", "OMP_")
@@ -209,7 +206,7 @@ class CauseResult:
     changes: tuple[EnvChange, ...]
     attempts: tuple[Attempt, ...] = ()
     cause: tuple[str, ...] = ()  # the variables whose restoration brought it back; () when none did
-    budget: int = DEFAULT_BUDGET
+    budget: int = DEFAULT_CAUSE_BUDGET
     skipped: Optional[str] = None  # why the test did not run
     yardstick: Optional[Yardstick] = None
     partly: tuple[str, ...] = ()  # where none brought it back: the restoration that brought it back in part
@@ -417,7 +414,7 @@ Remeasurer = Callable[[Mapping[str, Optional[str]]], Union[Remeasured, float]]
 
 
 def find_cause(changes: Sequence[EnvChange], remeasure: Remeasurer, judge: Yardstick,
-               budget: int = DEFAULT_BUDGET) -> CauseResult:
+               budget: int = DEFAULT_CAUSE_BUDGET) -> CauseResult:
     """Run the search of the module docstring, each re-measure judged by ``judge``.  A re-measure that raises is
     an attempt that failed, named with its error; it counts against the budget."""
     changes = tuple(changes)
